@@ -1,0 +1,195 @@
+"""`BaseTextEnv`: the chat-message environment every built-in env subclasses, with turn accounting and metrics."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional, TypedDict
+
+from skyrl_gym.core import Env
+from skyrl_gym.errors import EnvOutputError, EnvStateError
+from skyrl_gym.tools.toolbox import Toolbox
+
+ConversationType = list[dict[str, str]]
+
+
+class BaseTextEnvStepOutput(TypedDict):
+    """What one `BaseTextEnv.step` returns.
+
+    `observations` are chat messages to append after the model's turn (empty when done), `reward` is this turn's
+    reward, `postprocessed_action` lets an env rewrite the action text (None keeps the model's text unchanged).
+    """
+
+    observations: ConversationType
+    reward: float
+    done: bool
+    metadata: dict[str, Any]
+    postprocessed_action: Optional[str]
+
+
+_STEP_KEYS = ("observations", "reward", "done", "metadata", "postprocessed_action")
+
+
+def check_step_output(output: Any, env_name: str = "env") -> BaseTextEnvStepOutput:
+    """Validate a text step output and fill optional keys; raise `EnvOutputError` naming the bad field.
+
+    Required: `observations` (list of {role, content} dicts), `reward` (finite real number), `done` (bool).
+    Optional: `metadata` (dict, default {}), `postprocessed_action` (str or None, default None).
+    """
+    if not isinstance(output, dict):
+        raise EnvOutputError(
+            f"{env_name}.step returned {type(output).__name__}; expected a dict with keys {_STEP_KEYS}"
+        )
+    unknown = set(output) - set(_STEP_KEYS)
+    if unknown:
+        raise EnvOutputError(f"{env_name}.step returned unknown keys {sorted(unknown)}; allowed keys are {_STEP_KEYS}")
+    for key in ("observations", "reward", "done"):
+        if key not in output:
+            raise EnvOutputError(f"{env_name}.step output is missing '{key}'")
+    observations = output["observations"]
+    if not isinstance(observations, list):
+        raise EnvOutputError(
+            f"{env_name}.step output 'observations' is {type(observations).__name__}; expected a list of messages"
+        )
+    for index, message in enumerate(observations):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise EnvOutputError(
+                f"{env_name}.step output 'observations[{index}]' is {message!r}; expected a dict with a 'role' string"
+            )
+        if not isinstance(message.get("content"), str):
+            raise EnvOutputError(f"{env_name}.step output 'observations[{index}].content' must be a string")
+    reward = output["reward"]
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
+        raise EnvOutputError(f"{env_name}.step output 'reward' is {reward!r}; expected a finite number")
+    done = output["done"]
+    if not isinstance(done, bool):
+        raise EnvOutputError(f"{env_name}.step output 'done' is {done!r}; expected True or False")
+    metadata = output.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise EnvOutputError(f"{env_name}.step output 'metadata' is {type(metadata).__name__}; expected a dict")
+    action = output.get("postprocessed_action")
+    if action is not None and not isinstance(action, str):
+        raise EnvOutputError(f"{env_name}.step output 'postprocessed_action' must be a string or None")
+    return BaseTextEnvStepOutput(
+        observations=observations,
+        reward=float(reward),
+        done=done,
+        metadata=metadata,
+        postprocessed_action=action,
+    )
+
+
+class BaseTextEnv(Env[ConversationType, str]):
+    """A text environment working on chat messages.
+
+    Subclasses implement `_step(action) -> BaseTextEnvStepOutput` (and usually `init`). The public `step` counts
+    the turn, validates the output, ends the episode once `max_turns` turns were taken (metadata `truncated`), and
+    keeps the per-episode tallies behind `get_metrics`. A subclass that needs full control may override `step`.
+
+    Constructor convention: `(env_config, extras)`. `env_config` is the env's section of the run config; `extras` are
+    the dataset row's other columns (`reward_spec`, `extra_info`, `data_source`, ...) plus `max_turns` from the
+    generator. `max_turns` is read from extras, then env_config, then `default_max_turns`.
+    """
+
+    default_max_turns: int = 1
+
+    def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
+        self.env_config: dict[str, Any] = dict(env_config or {})
+        self.extras: dict[str, Any] = dict(extras or {})
+        max_turns = self.extras.get("max_turns", self.env_config.get("max_turns", self.default_max_turns))
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"{type(self).__name__}: max_turns must be a positive integer, got {max_turns!r}")
+        self.max_turns: int = max_turns
+        self.toolbox = Toolbox()
+        self.turns = 0
+        self.episode_reward = 0.0
+        self._started = False
+        self._done = False
+        self._closed = False
+
+    # ----- extras helpers -------------------------------------------------------------------------------------
+    @property
+    def reward_spec(self) -> dict[str, Any]:
+        """The row's `reward_spec` dict (`{method, ground_truth}`); empty when the row had none."""
+        spec = self.extras.get("reward_spec") or {}
+        if not isinstance(spec, dict):
+            raise ValueError(f"{type(self).__name__}: extras['reward_spec'] must be a dict, got {type(spec).__name__}")
+        return spec
+
+    def ground_truth(self) -> Any:
+        """Return `reward_spec.ground_truth`, raising a clear error when the row has none."""
+        spec = self.reward_spec
+        if "ground_truth" not in spec:
+            raise ValueError(
+                f"{type(self).__name__} needs extras['reward_spec']['ground_truth']; the dataset row has "
+                f"reward_spec={spec!r}"
+            )
+        return spec["ground_truth"]
+
+    @property
+    def is_last_turn(self) -> bool:
+        """True while handling the final allowed turn (after `step` counted it)."""
+        return self.turns >= self.max_turns
+
+    # ----- the episode ----------------------------------------------------------------------------------------
+    def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
+        """Start an episode from the prompt messages; return them (possibly rewritten) and an info dict."""
+        self._begin_episode()
+        return prompt, {}
+
+    def _begin_episode(self) -> None:
+        """Reset turn accounting; subclasses overriding `init` call this (or `super().init`)."""
+        if self._closed:
+            raise EnvStateError(f"{type(self).__name__}.init called after close()")
+        self.turns = 0
+        self.episode_reward = 0.0
+        self._started = True
+        self._done = False
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        """Take one turn: count it, run `_step`, validate the result and apply the `max_turns` limit."""
+        name = type(self).__name__
+        if self._closed:
+            raise EnvStateError(f"{name}.step called after close()")
+        if not self._started:
+            raise EnvStateError(f"{name}.step called before init()")
+        if self._done:
+            raise EnvStateError(f"{name}.step called after the episode ended (done=True); call init() to restart")
+        if not isinstance(action, str):
+            raise TypeError(f"{name}.step expects the model's text as a str, got {type(action).__name__}")
+        self.turns += 1
+        output = check_step_output(self._step(action), name)
+        if not output["done"] and self.turns >= self.max_turns:
+            output["done"] = True
+            output["observations"] = []
+            output["metadata"]["truncated"] = True
+        self.episode_reward += output["reward"]
+        self._done = output["done"]
+        return output
+
+    def _step(self, action: str) -> BaseTextEnvStepOutput:
+        """One turn of the environment's own logic; subclasses implement it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _step(action)")
+
+    def close(self) -> None:
+        """Close the env's tools and mark it closed. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self.toolbox.close()
+
+    # ----- metrics --------------------------------------------------------------------------------------------
+    def get_metrics(self) -> dict[str, Any]:
+        """Per-episode metrics; subclasses add their own keys to this dict."""
+        return {"turns": self.turns, "episode_reward": self.episode_reward}
+
+    @classmethod
+    def aggregate_metrics(cls, metrics: list[dict[str, Any]]) -> dict[str, float]:
+        """Combine per-episode metrics: the mean of every numeric or boolean key across the episodes that have it."""
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        for episode in metrics:
+            for key, value in episode.items():
+                if isinstance(value, (bool, numbers.Real)) and math.isfinite(float(value)):
+                    sums[key] = sums.get(key, 0.0) + float(value)
+                    counts[key] = counts.get(key, 0) + 1
+        return {key: sums[key] / counts[key] for key in sums}
