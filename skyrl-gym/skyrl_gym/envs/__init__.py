@@ -1,8 +1,21 @@
-"""Built-in environments, registered by id with lazy "module:Class" entry points."""
+"""Built-in environments, registered by id with lazy "module:Class" entry points (nothing heavy is imported until
+an env is made)."""
 
 from skyrl_gym.envs.registration import register
 
-_BUILTINS: dict[str, str] = {}
+BUILTIN_ENVS: dict[str, str] = {
+    "gsm8k": "skyrl_gym.envs.gsm8k.env:GSM8KEnv",
+    "gsm8k_multi_turn": "skyrl_gym.envs.gsm8k.multi_turn:GSM8KMultiTurnEnv",
+    "math": "skyrl_gym.envs.math.env:MathEnv",
+    "aime": "skyrl_gym.envs.math.env:AIMEEnv",
+    "arithmetic": "skyrl_gym.envs.synthetic.arithmetic:ArithmeticEnv",
+    "countdown": "skyrl_gym.envs.synthetic.countdown:CountdownEnv",
+    "reverse": "skyrl_gym.envs.synthetic.reverse:ReverseEnv",
+    "code": "skyrl_gym.envs.code.env:CodeEnv",
+    "text2sql": "skyrl_gym.envs.text2sql.env:Text2SQLEnv",
+    "search": "skyrl_gym.envs.search.env:SearchEnv",
+    "mcp": "skyrl_gym.envs.mcp.env:MCPEnv",
+}
 
-for _env_id, _entry_point in _BUILTINS.items():
+for _env_id, _entry_point in BUILTIN_ENVS.items():
     register(_env_id, _entry_point)
