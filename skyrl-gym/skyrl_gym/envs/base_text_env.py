@@ -62,9 +62,12 @@ def check_step_output(output: Any, env_name: str = "env") -> BaseTextEnvStepOutp
     if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
         raise EnvOutputError(f"{env_name}.step output 'reward' is {reward!r}; expected a finite number")
     done = output["done"]
+    if type(done).__module__ == "numpy" and type(done).__name__ in ("bool", "bool_"):
+        done = bool(done)
     if not isinstance(done, bool):
         raise EnvOutputError(f"{env_name}.step output 'done' is {done!r}; expected True or False")
-    metadata = output.get("metadata") or {}
+    metadata = output.get("metadata")
+    metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict):
         raise EnvOutputError(f"{env_name}.step output 'metadata' is {type(metadata).__name__}; expected a dict")
     action = output.get("postprocessed_action")
