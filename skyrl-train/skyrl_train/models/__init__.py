@@ -1,0 +1,1 @@
+"""Models: HF loading, LoRA, the embedded char tokenizer and tiny Qwen model."""

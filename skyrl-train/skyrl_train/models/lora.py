@@ -1,0 +1,61 @@
+"""LoRA adapters through peft: wrap a model, merge the adapters back, and export the merged model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass
+class LoRASettings:
+    """LoRA hyper-parameters: rank 0 means LoRA is off."""
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Union[str, list[str]] = "all-linear"
+    exclude_modules: Optional[list[str]] = field(default=None)
+
+    @property
+    def enabled(self) -> bool:
+        """True when the rank is positive."""
+        return self.rank > 0
+
+
+def apply_lora(model: PreTrainedModel, settings: LoRASettings) -> PeftModel:
+    """Wrap `model` with LoRA adapters; only the adapter weights stay trainable."""
+    if not settings.enabled:
+        raise ValueError(f"LoRA rank must be > 0 to apply adapters, got {settings.rank}")
+    if settings.dropout < 0 or settings.dropout >= 1:
+        raise ValueError(f"LoRA dropout must be in [0, 1), got {settings.dropout}")
+    config = LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=settings.target_modules,
+        exclude_modules=settings.exclude_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def merge_lora(model: PeftModel) -> PreTrainedModel:
+    """Fold the adapters into the base weights and return the plain model."""
+    return model.merge_and_unload()
+
+
+def export_merged(
+    model: PreTrainedModel, tokenizer: Optional[PreTrainedTokenizerBase], directory: Union[str, Path]
+) -> Path:
+    """Save a model (merging LoRA adapters first if present) and its tokenizer as a Hugging Face folder."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    plain = merge_lora(model) if isinstance(model, PeftModel) else model
+    plain.save_pretrained(directory, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(directory))
+    return directory
