@@ -1,0 +1,120 @@
+"""`InferenceEngineClient`: one engine-shaped front over N engines, with session affinity for multi-turn calls."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import zlib
+from collections.abc import Iterable
+from typing import Optional, Union
+
+import torch
+
+from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput
+
+
+def _stable_hash(session_id: Union[str, int]) -> int:
+    return zlib.crc32(str(session_id).encode())
+
+
+class InferenceEngineClient:
+    """Route generate calls over engines and fan lifecycle calls (sleep, wake, pause, resume, weights) out to all.
+
+    Prompts that carry a session id always go to the same engine (`crc32(session_id) % num_engines`), so every turn
+    of a conversation hits the engine that holds its prefix; prompts without one are spread round-robin.
+    """
+
+    def __init__(self, engines: list[InferenceEngine]) -> None:
+        if not engines:
+            raise ValueError("InferenceEngineClient needs at least one engine")
+        self.engines = list(engines)
+        self._round_robin = itertools.cycle(range(len(self.engines)))
+
+    def engine_for(self, session_id: Optional[Union[str, int]]) -> int:
+        """Index of the engine that serves this session (round-robin when there is none)."""
+        if session_id is None:
+            return next(self._round_robin)
+        return _stable_hash(session_id) % len(self.engines)
+
+    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
+        """Split the prompts across engines, run the parts concurrently, and reassemble them in prompt order."""
+        count = request.num_prompts
+        sessions = request.session_ids or [None] * count
+        assignment: dict[int, list[int]] = {}
+        for index in range(count):
+            assignment.setdefault(self.engine_for(sessions[index]), []).append(index)
+
+        async def run(engine_index: int, indices: list[int]) -> tuple[list[int], InferenceEngineOutput]:
+            part = InferenceEngineInput(
+                prompt_token_ids=[request.prompt_token_ids[i] for i in indices] if request.prompt_token_ids else None,
+                prompts=[request.prompts[i] for i in indices] if request.prompts else None,
+                sampling_params=request.sampling_params,
+                session_ids=[sessions[i] for i in indices] if request.session_ids else None,
+            )
+            return indices, await self.engines[engine_index].generate(part)
+
+        parts = await asyncio.gather(*(run(e, idx) for e, idx in assignment.items()))
+        n = request.sampling_params.n
+        slots: list = [None] * count
+        versions = set()
+        for indices, output in parts:
+            versions.add(output.weight_version)
+            for position, prompt_index in enumerate(indices):
+                rows = range(position * n, (position + 1) * n)
+                slots[prompt_index] = [
+                    (
+                        output.responses[r],
+                        output.response_ids[r],
+                        output.stop_reasons[r],
+                        output.response_logprobs[r] if output.response_logprobs is not None else None,
+                    )
+                    for r in rows
+                ]
+        flat = [row for prompt_rows in slots for row in prompt_rows]
+        logprobs = [row[3] for row in flat]
+        return InferenceEngineOutput(
+            responses=[row[0] for row in flat],
+            response_ids=[row[1] for row in flat],
+            stop_reasons=[row[2] for row in flat],
+            response_logprobs=None if any(lp is None for lp in logprobs) else logprobs,
+            weight_version=min(versions),
+        )
+
+    @property
+    def weight_versions(self) -> list[int]:
+        """The weight version each engine serves."""
+        return [engine.weight_version for engine in self.engines]
+
+    async def sleep(self, level: int = 1) -> None:
+        """Put every engine to sleep."""
+        await asyncio.gather(*(e.sleep(level) for e in self.engines))
+
+    async def wake_up(self) -> None:
+        """Wake every engine."""
+        await asyncio.gather(*(e.wake_up() for e in self.engines))
+
+    async def pause(self) -> None:
+        """Pause every engine (returns when all in-flight calls finished)."""
+        await asyncio.gather(*(e.pause() for e in self.engines))
+
+    async def resume(self) -> None:
+        """Resume every engine."""
+        await asyncio.gather(*(e.resume() for e in self.engines))
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Send the same weights to every engine."""
+        tensors = list(named_tensors)
+        await asyncio.gather(*(e.update_weights(tensors, version) for e in self.engines))
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop every engine's prefix cache."""
+        await asyncio.gather(*(e.reset_prefix_cache() for e in self.engines))
+
+    async def weights_checksums(self) -> list[dict[str, float]]:
+        """Each engine's parameter checksums."""
+        return list(await asyncio.gather(*(e.weights_checksum() for e in self.engines)))
+
+    async def teardown(self) -> None:
+        """Tear every engine down."""
+        await asyncio.gather(*(e.teardown() for e in self.engines))

@@ -1,0 +1,307 @@
+"""The embedded `hf` engine: batched generation over a transformers model with a KV cache, on any torch device.
+
+Concurrent `generate` calls are gathered into shared batches (requests with equal sampling params run together), so
+many multi-turn trajectories that each ask for one completion still decode as one batch. Finished rows leave the
+batch and its KV cache as soon as they stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.inference.sampling import sample_next_tokens
+from skyrl_train.inference.stopping import StopChecker, trim_stop_string
+from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
+from skyrl_train.utils.checksum import tensor_checksum
+
+
+@dataclass
+class _Pending:
+    prompts: list[list[int]]
+    params: SamplingParams
+    future: asyncio.Future
+    results: list[Any] = field(default_factory=list)
+
+
+class HFInferenceEngine(InferenceEngine):
+    """Generation with a Hugging Face causal LM held in this process.
+
+    Args:
+        model: the causal LM (its device is the engine's device).
+        tokenizer: the model's tokenizer (chat template for message prompts, decoding, eos id).
+        max_batch_size: most sequences decoded together (prompts x n).
+        max_model_len: prompt + response limit; defaults to the model's max_position_embeddings.
+        batch_wait_s: how long a new request waits for others to join its batch.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        max_batch_size: int = 64,
+        max_model_len: Optional[int] = None,
+        batch_wait_s: float = 0.002,
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.max_model_len = max_model_len or int(getattr(model.config, "max_position_embeddings", 2048))
+        self.batch_wait_s = batch_wait_s
+        self.device = next(model.parameters()).device
+        eos = model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(tokenizer.eos_token_id)
+        self.eos_token_ids = eos_ids
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
+        self._version = 0
+        self._model_lock = threading.Lock()
+        self._queue: list[_Pending] = []
+        self._drainer: Optional[asyncio.Task] = None
+        self._admitting: Optional[asyncio.Event] = None
+        self._inflight = 0
+        self._asleep = False
+        self._weights_discarded = False
+        self._closed = False
+
+    # ----- generation -----------------------------------------------------------------------------------------
+    @property
+    def weight_version(self) -> int:
+        """The version of the weights being served."""
+        return self._version
+
+    def _admission(self) -> asyncio.Event:
+        if self._admitting is None:
+            self._admitting = asyncio.Event()
+            self._admitting.set()
+        return self._admitting
+
+    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
+        """Generate `n` completions per prompt; concurrent calls share batches."""
+        if self._closed:
+            raise RuntimeError("HFInferenceEngine.generate called after teardown()")
+        await self._admission().wait()
+        if self._asleep or self._weights_discarded:
+            raise RuntimeError(
+                "HFInferenceEngine is asleep or its weights were discarded (sleep level 2); "
+                "call wake_up() and update_weights() before generate()"
+            )
+        prompts = self._prompt_ids(request)
+        params = request.sampling_params
+        for index, prompt in enumerate(prompts):
+            if len(prompt) >= self.max_model_len:
+                raise ValueError(
+                    f"prompt {index} has {len(prompt)} tokens; the engine's max_model_len is {self.max_model_len}"
+                )
+        self._inflight += 1
+        try:
+            future = asyncio.get_running_loop().create_future()
+            self._queue.append(_Pending(prompts, params, future))
+            if self._drainer is None or self._drainer.done():
+                self._drainer = asyncio.create_task(self._drain())
+            rows = await future
+        finally:
+            self._inflight -= 1
+        texts, ids, logprobs, reasons = zip(*rows) if rows else ((), (), (), ())
+        return InferenceEngineOutput(
+            responses=list(texts),
+            response_ids=[list(x) for x in ids],
+            stop_reasons=list(reasons),
+            response_logprobs=[list(x) for x in logprobs] if params.logprobs else None,
+            weight_version=self._version,
+        )
+
+    def _prompt_ids(self, request: InferenceEngineInput) -> list[list[int]]:
+        if request.prompt_token_ids is not None:
+            for index, ids in enumerate(request.prompt_token_ids):
+                if not ids:
+                    raise ValueError(f"prompt_token_ids[{index}] is empty; every prompt needs at least one token")
+            return [list(ids) for ids in request.prompt_token_ids]
+        rendered = []
+        for messages in request.prompts:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            rendered.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+        return rendered
+
+    async def _drain(self) -> None:
+        """Run queued requests in batches until the queue is empty."""
+        while self._queue:
+            await asyncio.sleep(self.batch_wait_s)
+            pending, self._queue = self._queue, []
+            for group in self._group(pending):
+                try:
+                    await self._run_group(group)
+                except Exception as exc:  # hand the failure to every caller in the group
+                    for item in group:
+                        if not item.future.done():
+                            item.future.set_exception(exc)
+
+    @staticmethod
+    def _group(pending: list[_Pending]) -> list[list[_Pending]]:
+        groups: dict[Any, list[_Pending]] = {}
+        for item in pending:  # seeded requests run alone so their samples do not depend on batch company
+            key = item.params if item.params.seed is None else id(item)
+            groups.setdefault(key, []).append(item)
+        return list(groups.values())
+
+    async def _run_group(self, group: list[_Pending]) -> None:
+        params = group[0].params
+        flat = [(item, prompt) for item in group for prompt in item.prompts]
+        per_chunk = max(1, self.max_batch_size // params.n)
+        for start in range(0, len(flat), per_chunk):
+            chunk = flat[start : start + per_chunk]
+            rows = await asyncio.to_thread(self._generate_locked, [prompt for _, prompt in chunk], params)
+            for index, (item, _) in enumerate(chunk):
+                item.results.extend(rows[index * params.n : (index + 1) * params.n])
+        for item in group:
+            item.future.set_result(item.results)
+
+    def _generate_locked(self, prompts: list[list[int]], params: SamplingParams) -> list[tuple]:
+        with self._model_lock:
+            return self.generate_batch(prompts, params)
+
+    @torch.inference_mode()
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[tuple]:
+        """Decode one batch synchronously; returns (text, ids, logprobs, stop_reason) per prompt x n, prompt-major."""
+        rows = [prompt for prompt in prompts for _ in range(params.n)]
+        generator = torch.Generator(device=self.device).manual_seed(params.seed) if params.seed is not None else None
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            input_ids[i, width - len(row) :] = torch.tensor(row)
+            attention[i, width - len(row) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        checkers = [
+            StopChecker(params, self.eos_token_ids, min(params.max_tokens, self.max_model_len - len(r))) for r in rows
+        ]
+        out_ids: list[list[int]] = [[] for _ in rows]
+        out_logprobs: list[list[float]] = [[] for _ in rows]
+        reasons: list[Optional[str]] = [None] * len(rows)
+        cache = DynamicCache(config=self.model.config)
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+        ).logits[:, -1, :]
+        next_positions = positions[:, -1] + 1
+        alive = list(range(len(rows)))
+        while True:
+            tokens, logprobs = sample_next_tokens(logits, params, generator)
+            token_list, logprob_list = tokens.tolist(), logprobs.tolist()
+            keep = []
+            for j, row in enumerate(alive):
+                out_ids[row].append(token_list[j])
+                out_logprobs[row].append(logprob_list[j])
+                text = self.tokenizer.decode(out_ids[row]) if checkers[row].needs_text else None
+                reason = checkers[row].check(out_ids[row], text)
+                if reason is None:
+                    keep.append(j)
+                else:
+                    reasons[row] = reason
+            if not keep:
+                break
+            if len(keep) < len(alive):
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                attention, next_positions, tokens = attention[index], next_positions[index], tokens[index]
+                alive = [alive[j] for j in keep]
+            attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=1)
+            logits = self.model(
+                input_ids=tokens.unsqueeze(1),
+                attention_mask=attention,
+                position_ids=next_positions.unsqueeze(1),
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1, :]
+            next_positions = next_positions + 1
+        results = []
+        for row in range(len(rows)):
+            text = self.tokenizer.decode(out_ids[row], skip_special_tokens=True)
+            text = trim_stop_string(text, params.stop, params.include_stop_str_in_output)
+            results.append((text, out_ids[row], out_logprobs[row], reasons[row]))
+        return results
+
+    # ----- lifecycle --------------------------------------------------------------------------------------------
+    async def pause(self) -> None:
+        """Hold new generate calls; return once the in-flight ones finished."""
+        self._admission().clear()
+        while self._inflight > 0:
+            await asyncio.sleep(0.001)
+
+    async def resume(self) -> None:
+        """Admit generate calls again."""
+        self._admission().set()
+
+    async def sleep(self, level: int = 1) -> None:
+        """Level 1: weights stay (on CPU there is nothing to offload to) and caches are dropped; level 2: weights
+        are discarded, so `update_weights` with every parameter must follow `wake_up`."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level}")
+        await self.pause()
+        with self._model_lock:
+            if level == 2:
+                self.model.to("meta")
+                self._weights_discarded = True
+            self._asleep = True
+
+    async def wake_up(self) -> None:
+        """Restore memory; after a level-2 sleep, weights are allocated but must be filled by `update_weights`."""
+        with self._model_lock:
+            if self._weights_discarded:
+                self.model.to_empty(device=self.device)
+                self.model.tie_weights()
+            self._asleep = False
+        await self.resume()
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Copy new values into the named parameters/buffers and serve them as `version`."""
+        await asyncio.to_thread(self._update_weights_locked, list(named_tensors), version)
+
+    def _update_weights_locked(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+        with self._model_lock:
+            state = dict(self.model.named_parameters(remove_duplicate=False))
+            state.update(dict(self.model.named_buffers()))
+            updated = set()
+            with torch.no_grad():
+                for name, tensor in named_tensors:
+                    if name not in state:
+                        close = difflib.get_close_matches(name, list(state), n=3)
+                        raise ValueError(f"update_weights: the model has no parameter '{name}'; close names: {close}")
+                    target = state[name]
+                    if tuple(target.shape) != tuple(tensor.shape):
+                        raise ValueError(
+                            f"update_weights: '{name}' has shape {tuple(tensor.shape)}, the model expects "
+                            f"{tuple(target.shape)}"
+                        )
+                    target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+                    updated.add(name)
+            if self._weights_discarded:
+                missing = sorted(n for n, _ in self.model.named_parameters(remove_duplicate=False) if n not in updated)
+                if missing:
+                    raise ValueError(
+                        f"update_weights after sleep(level=2) must send every parameter; missing {missing}"
+                    )
+                self._weights_discarded = False
+            self._version = version
+
+    async def reset_prefix_cache(self) -> None:
+        """No prefix cache is kept between calls, so there is nothing to drop."""
+
+    async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
+        """Checksums of the served parameters (all, or the named ones)."""
+        with self._model_lock:
+            params = dict(self.model.named_parameters())
+            return {name: tensor_checksum(params[name]) for name in (names or list(params))}
+
+    async def teardown(self) -> None:
+        """Refuse further calls."""
+        self._closed = True

@@ -1,0 +1,108 @@
+"""Request and response types shared by every inference engine: sampling params, engine input and output."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Union
+
+StopReason = str  # "stop" (eos, stop token or stop string) | "length" (max_tokens or context limit) | "abort"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. `temperature=0` is greedy. `logprobs=True` returns the log-probability of each sampled token.
+
+    Logprobs are taken from the temperature-scaled distribution `log_softmax(logits / temperature)` before top-k,
+    top-p and min-p filtering (greedy uses temperature 1), which is what the trainer recomputes.
+    """
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    n: int = 1
+    seed: Optional[int] = None
+    logprobs: bool = True
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
+            (self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}"),
+            (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
+            (self.top_k == -1 or self.top_k >= 1, f"top_k must be -1 (off) or >= 1, got {self.top_k}"),
+            (0 <= self.min_p < 1, f"min_p must be in [0, 1), got {self.min_p}"),
+            (self.n >= 1, f"n must be >= 1, got {self.n}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"SamplingParams: {message}")
+        if isinstance(self.stop, (str, list)):
+            object.__setattr__(self, "stop", tuple([self.stop] if isinstance(self.stop, str) else self.stop))
+        if isinstance(self.stop_token_ids, list):
+            object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> SamplingParams:
+        """Build from a mapping, rejecting unknown keys with the list of known ones."""
+        known = set(cls.__dataclass_fields__)
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"SamplingParams: unknown keys {sorted(unknown)}; known keys are {sorted(known)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The params as a plain dict."""
+        return asdict(self)
+
+
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class InferenceEngineInput:
+    """One generate call: either token ids (preferred: token-in/token-out) or chat messages, one entry per prompt.
+
+    `session_ids` (optional, one per prompt) let a client route every turn of a conversation to the same engine.
+    """
+
+    prompt_token_ids: Optional[list[list[int]]] = None
+    prompts: Optional[list[Messages]] = None
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    session_ids: Optional[list[Union[str, int]]] = None
+
+    def __post_init__(self) -> None:
+        if (self.prompt_token_ids is None) == (self.prompts is None):
+            raise ValueError("InferenceEngineInput needs exactly one of prompt_token_ids or prompts")
+        if self.session_ids is not None and len(self.session_ids) != self.num_prompts:
+            raise ValueError(
+                f"InferenceEngineInput: {len(self.session_ids)} session_ids for {self.num_prompts} prompts; "
+                "give one per prompt"
+            )
+
+    @property
+    def num_prompts(self) -> int:
+        """How many prompts the call holds."""
+        return len(self.prompt_token_ids if self.prompt_token_ids is not None else self.prompts)
+
+
+@dataclass
+class InferenceEngineOutput:
+    """What generate returns: `n` outputs per prompt, prompt-major (prompt 0's samples first).
+
+    `response_ids` are exactly the tokens the engine produced (including the eos / stop token that ended the
+    sequence); `responses` is their text with a matched stop string cut off unless requested otherwise.
+    """
+
+    responses: list[str]
+    response_ids: list[list[int]]
+    stop_reasons: list[StopReason]
+    response_logprobs: Optional[list[list[float]]] = None
+    weight_version: int = 0
+
+    def __len__(self) -> int:
+        return len(self.response_ids)

@@ -1,0 +1,1 @@
+"""Small shared utilities (checksums, timers, logging helpers)."""

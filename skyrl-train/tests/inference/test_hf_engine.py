@@ -1,0 +1,182 @@
+"""Tests for the embedded hf engine on the tiny model: parity with HF generate and forward logprobs, stopping,
+sampling options, batching of concurrent calls, and the sleep / pause / weight-update lifecycle."""
+
+import asyncio
+
+import pytest
+import torch
+
+from skyrl_train.inference.hf_engine import HFInferenceEngine
+from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer
+
+LOGPROB_TOLERANCE = 1e-5  # fp32: engine (incremental KV-cache decode) vs one full forward pass
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_char_tokenizer()
+
+
+@pytest.fixture
+def model():
+    return build_tiny_model(TinyModelSpec(size=2), seed=0)
+
+
+def _prompts(tokenizer, count=4):
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"What is {i}+{7 * i}?"}], add_generation_prompt=True
+        )
+        for i in range(count)
+    ]
+
+
+def _ids(rendered):
+    return list(rendered["input_ids"]) if hasattr(rendered, "keys") else list(rendered)
+
+
+def _run(engine, **kwargs):
+    return asyncio.run(engine.generate(InferenceEngineInput(**kwargs)))
+
+
+def test_greedy_matches_hf_generate_and_logprobs_match_forward(tokenizer, model):
+    prompts = [_ids(p) for p in _prompts(tokenizer)]
+    engine = HFInferenceEngine(model, tokenizer)
+    out = _run(engine, prompt_token_ids=prompts, sampling_params=SamplingParams(max_tokens=16, temperature=0))
+    for prompt, response, logprobs in zip(prompts, out.response_ids, out.response_logprobs):
+        reference = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, pad_token_id=0)
+        assert response == reference[0, len(prompt) :].tolist()
+        full = torch.tensor([prompt + response])
+        with torch.no_grad():
+            forward = torch.log_softmax(model(full).logits[0, len(prompt) - 1 : -1], -1)
+        expected = forward.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
+        assert (expected - torch.tensor(logprobs)).abs().max().item() < LOGPROB_TOLERANCE
+
+
+def test_message_prompts_n_samples_seed_and_prompt_major_order(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer)
+    messages = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "yo"}]]
+    params = SamplingParams(max_tokens=8, temperature=1.0, n=3, seed=11)
+    first = _run(engine, prompts=messages, sampling_params=params)
+    second = _run(engine, prompts=messages, sampling_params=params)
+    assert len(first) == 6 and first.response_ids == second.response_ids
+    greedy = _run(engine, prompts=messages, sampling_params=SamplingParams(max_tokens=8, temperature=0, n=2))
+    assert greedy.response_ids[0] == greedy.response_ids[1]  # both samples belong to prompt 0
+
+
+def test_stop_token_ids_stop_strings_and_length(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer)
+    prompt = [_ids(_prompts(tokenizer, 1)[0])]
+    free = _run(engine, prompt_token_ids=prompt, sampling_params=SamplingParams(max_tokens=12, temperature=0))
+    assert free.stop_reasons == ["length"] and len(free.response_ids[0]) == 12
+    third = free.response_ids[0][2]
+    by_id = _run(
+        engine,
+        prompt_token_ids=prompt,
+        sampling_params=SamplingParams(max_tokens=12, temperature=0, stop_token_ids=(third,)),
+    )
+    assert (
+        by_id.stop_reasons == ["stop"]
+        and by_id.response_ids[0] == free.response_ids[0][: free.response_ids[0].index(third) + 1]
+    )
+    text = tokenizer.decode(free.response_ids[0])
+    stop = text[3:5]
+    by_str = _run(
+        engine, prompt_token_ids=prompt, sampling_params=SamplingParams(max_tokens=12, temperature=0, stop=(stop,))
+    )
+    assert by_str.stop_reasons == ["stop"]
+    assert by_str.responses[0] == text[: text.index(stop)]
+
+
+def test_prompt_longer_than_context_is_rejected(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer, max_model_len=10)
+    with pytest.raises(ValueError, match="prompt 0 has 12 tokens; the engine's max_model_len is 10"):
+        _run(engine, prompt_token_ids=[[5] * 12])
+    near_limit = _run(engine, prompt_token_ids=[[5] * 8], sampling_params=SamplingParams(max_tokens=50, temperature=0))
+    assert len(near_limit.response_ids[0]) <= 2 and near_limit.stop_reasons[0] in ("length", "stop")
+
+
+def test_concurrent_calls_share_batches_and_keep_their_own_results(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer, batch_wait_s=0.01)
+    prompts = [_ids(p) for p in _prompts(tokenizer, 6)]
+    calls = []
+    original = engine.generate_batch
+
+    def spy(batch, params):
+        calls.append(len(batch))
+        return original(batch, params)
+
+    engine.generate_batch = spy
+    params = SamplingParams(max_tokens=6, temperature=0)
+
+    async def many():
+        return await asyncio.gather(
+            *(engine.generate(InferenceEngineInput(prompt_token_ids=[p], sampling_params=params)) for p in prompts)
+        )
+
+    outputs = asyncio.run(many())
+    together = _run(HFInferenceEngine(model, tokenizer), prompt_token_ids=prompts, sampling_params=params)
+    assert [o.response_ids[0] for o in outputs] == together.response_ids
+    assert calls == [6]  # six concurrent requests decoded as one batch
+
+
+def test_update_weights_bumps_version_and_changes_output(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer)
+    prompt = [_ids(_prompts(tokenizer, 1)[0])]
+    greedy = SamplingParams(max_tokens=8, temperature=0)
+    before = _run(engine, prompt_token_ids=prompt, sampling_params=greedy)
+    other = build_tiny_model(TinyModelSpec(size=2), seed=99)
+    asyncio.run(engine.update_weights(other.state_dict().items(), version=3))
+    after = _run(engine, prompt_token_ids=prompt, sampling_params=greedy)
+    assert before.weight_version == 0 and after.weight_version == 3 and engine.weight_version == 3
+    expected = other.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert after.response_ids[0] == expected[0, len(prompt[0]) :].tolist()
+    checksums = asyncio.run(engine.weights_checksum(["model.norm.weight"]))
+    assert list(checksums) == ["model.norm.weight"]
+    with pytest.raises(ValueError, match="has no parameter 'model.nrom.weight'; close names: \\['model.norm.weight'"):
+        asyncio.run(engine.update_weights([("model.nrom.weight", torch.ones(128))], version=4))
+    with pytest.raises(ValueError, match="has shape \\(3,\\), the model expects \\(128,\\)"):
+        asyncio.run(engine.update_weights([("model.norm.weight", torch.ones(3))], version=4))
+
+
+def test_sleep_level_two_discards_weights_until_a_full_update(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer)
+    prompt = [_ids(_prompts(tokenizer, 1)[0])]
+    greedy = SamplingParams(max_tokens=6, temperature=0)
+    reference = _run(engine, prompt_token_ids=prompt, sampling_params=greedy)
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+
+    async def cycle():
+        await engine.sleep(level=2)
+        assert next(engine.model.parameters()).device.type == "meta"
+        await engine.wake_up()
+        with pytest.raises(RuntimeError, match="weights were discarded"):
+            await engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=greedy))
+        with pytest.raises(ValueError, match="must send every parameter"):
+            await engine.update_weights([("model.norm.weight", saved["model.norm.weight"])], version=1)
+        await engine.update_weights(saved.items(), version=2)
+        return await engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=greedy))
+
+    restored = asyncio.run(cycle())
+    assert restored.response_ids == reference.response_ids and restored.weight_version == 2
+
+
+def test_pause_holds_new_calls_until_resume(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer)
+    prompt = [_ids(_prompts(tokenizer, 1)[0])]
+
+    async def scenario():
+        await engine.pause()
+        task = asyncio.create_task(
+            engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=SamplingParams(max_tokens=3)))
+        )
+        await asyncio.sleep(0.05)
+        held = not task.done()
+        await engine.resume()
+        out = await task
+        return held, out
+
+    held, out = asyncio.run(scenario())
+    assert held and len(out.response_ids[0]) >= 1

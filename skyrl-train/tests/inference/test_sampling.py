@@ -1,0 +1,74 @@
+"""Tests for logit filtering and next-token sampling against hand-computed examples."""
+
+import math
+
+import pytest
+import torch
+
+from skyrl_train.inference.sampling import filter_logits, sample_next_tokens
+from skyrl_train.inference.stopping import StopChecker, trim_stop_string
+from skyrl_train.inference.types import SamplingParams
+
+NEG = float("-inf")
+
+
+def test_top_k_keeps_the_k_largest():
+    logits = torch.tensor([[1.0, 4.0, 3.0, 2.0]])
+    assert filter_logits(logits, top_k=2).tolist() == [[NEG, 4.0, 3.0, NEG]]
+
+
+def test_top_p_keeps_the_smallest_nucleus_reaching_p():
+    # probs = [0.5, 0.3, 0.2] (logits are their logs). Mass ahead: 0, 0.5, 0.8.
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
+    kept = filter_logits(logits, top_p=0.7).isfinite().tolist()
+    assert kept == [[True, True, False]]  # 0.5 < 0.7 so the second token is still needed; 0.8 >= 0.7 drops the third
+    assert filter_logits(logits, top_p=0.5).isfinite().tolist() == [[True, False, False]]
+
+
+def test_min_p_drops_tokens_below_fraction_of_the_best():
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
+    # threshold 0.25 * 0.6 = 0.15: 0.1 is dropped, 0.3 kept
+    assert filter_logits(logits, min_p=0.25).isfinite().tolist() == [[True, True, False]]
+
+
+def test_greedy_picks_argmax_and_reports_unscaled_logprob():
+    logits = torch.tensor([[0.0, math.log(3.0)]])  # probs 1/4, 3/4
+    tokens, logprobs = sample_next_tokens(logits, SamplingParams(temperature=0))
+    assert tokens.tolist() == [1]
+    assert logprobs.item() == pytest.approx(math.log(0.75), abs=1e-6)
+
+
+def test_sampled_logprob_is_under_temperature_scaled_distribution():
+    logits = torch.tensor([[0.0, 2.0]])
+    params = SamplingParams(temperature=2.0, top_k=1)  # top_k=1 forces token 1 but the logprob ignores filtering
+    tokens, logprobs = sample_next_tokens(logits, params, torch.Generator().manual_seed(0))
+    # scaled logits [0, 1]: log p(1) = 1 - log(1 + e)
+    assert tokens.tolist() == [1]
+    assert logprobs.item() == pytest.approx(1 - math.log(1 + math.e), abs=1e-6)
+
+
+def test_sampling_frequencies_follow_probabilities():
+    logits = torch.log(torch.tensor([[0.2, 0.8]])).repeat(4000, 1)
+    tokens, _ = sample_next_tokens(logits, SamplingParams(temperature=1.0), torch.Generator().manual_seed(1))
+    assert tokens.float().mean().item() == pytest.approx(0.8, abs=0.03)
+
+
+def test_sampling_params_validation_names_the_field():
+    with pytest.raises(ValueError, match="top_p must be in"):
+        SamplingParams(top_p=0)
+    with pytest.raises(ValueError, match="unknown keys \\['temp'\\]"):
+        SamplingParams.from_dict({"temp": 1.0})
+    assert SamplingParams(stop=["a", "b"]).stop == ("a", "b")
+
+
+def test_stop_checker_and_trim():
+    checker = StopChecker(SamplingParams(stop=("##",), stop_token_ids=(7,)), eos_token_ids={4}, max_tokens=3)
+    assert checker.check([1]) is None
+    assert checker.check([1, 4]) == "stop"
+    assert checker.check([1, 7]) == "stop"
+    assert checker.check([1], "x##") == "stop"
+    assert checker.check([1, 2, 3]) == "length"
+    ignoring = StopChecker(SamplingParams(ignore_eos=True), eos_token_ids={4}, max_tokens=9)
+    assert ignoring.check([4]) is None
+    assert trim_stop_string("ab##cd!!", ("!!", "##"), include=False) == "ab"
+    assert trim_stop_string("ab##cd", ("##",), include=True) == "ab##"
