@@ -1,0 +1,154 @@
+"""Shared pieces of the synthetic task families: the task record, answer extraction, scores and the env base class."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional, TypedDict
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.tools.parsing import extract_tag
+
+MAX_DIFFICULTY = 10
+"""The highest difficulty any family accepts (difficulty 1 is the easiest)."""
+
+END_OF_TURN_MARKERS: tuple[str, ...] = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<|eos|>",
+    "<eos>",
+    "</s>",
+)
+"""End-of-turn / end-of-sequence strings removed from a response before its answer is read."""
+
+
+class Problem(TypedDict):
+    """One generated problem: the question text, the reward ground truth, and a reference answer (a valid response)."""
+
+    question: str
+    ground_truth: Any
+    answer: str
+
+
+@dataclass(frozen=True)
+class SyntheticTask:
+    """A task family: its name (also its env id), a seeded problem generator, a distinct-problem count and a solver.
+
+    `make_problem(rng, difficulty)` must draw everything from `rng`, so a seed fixes the problem.
+    `count_problems(difficulty)` returns the exact number of distinct questions, or None when that is too costly to
+    compute (the space is then large). `solve(question)` answers from the question text alone.
+    """
+
+    name: str
+    make_problem: Callable[[random.Random, int], Problem]
+    count_problems: Callable[[int], Optional[int]]
+    solve: Callable[[str], str]
+    description: str = ""
+
+    @property
+    def env_class(self) -> str:
+        """The registered env id that scores this family."""
+        return self.name
+
+    @property
+    def data_source(self) -> str:
+        """The `data_source` column value of this family's dataset rows."""
+        return f"synthetic/{self.name}"
+
+
+def check_difficulty(difficulty: Any) -> int:
+    """Return `difficulty` if it is an int in [1, MAX_DIFFICULTY]; raise ValueError otherwise."""
+    if isinstance(difficulty, bool) or not isinstance(difficulty, int) or not 1 <= difficulty <= MAX_DIFFICULTY:
+        raise ValueError(f"difficulty must be an integer from 1 (easiest) to {MAX_DIFFICULTY}, got {difficulty!r}")
+    return difficulty
+
+
+def extract_answer(response: str) -> str:
+    """Read the answer from a response: end-of-turn markers removed, then the last `<answer>` tag's content if there
+    is one, else the whole stripped response."""
+    text = response
+    for marker in END_OF_TURN_MARKERS:
+        text = text.replace(marker, "")
+    tagged = extract_tag(text, "answer")
+    return tagged if tagged is not None else text.strip()
+
+
+@dataclass(frozen=True)
+class Score:
+    """The verdict on one response: the reward and why it was given."""
+
+    reward: float
+    correct: bool
+    parsed_answer: str
+    parse_error: Optional[str]
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_metadata(self, task: str) -> dict[str, Any]:
+        """The step metadata: task, parsed answer, parse error (None when the answer was read), verdict and reason."""
+        return {
+            "task": task,
+            "parsed_answer": self.parsed_answer,
+            "parse_error": self.parse_error,
+            "correct": self.correct,
+            "reason": self.reason,
+            **self.details,
+        }
+
+
+class SyntheticEnv(BaseTextEnv):
+    """Single-turn env base for the synthetic families: reads and checks the ground truth at `init`, scores the one
+    response with the family's rule and ends the episode.
+
+    Subclasses set `task_name` and implement `parse_ground_truth` (raising ValueError for malformed ground truth) and
+    `score`.
+    """
+
+    task_name: ClassVar[str] = ""
+
+    def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
+        super().__init__(env_config, extras)
+        self._truth: Any = None
+        self._last_score: Optional[Score] = None
+
+    def parse_ground_truth(self, value: Any) -> Any:
+        """Check `reward_spec.ground_truth` and return it in the form `score` uses."""
+        raise NotImplementedError(f"{type(self).__name__} must implement parse_ground_truth")
+
+    def score(self, response: str, truth: Any) -> Score:
+        """Score one response against the parsed ground truth."""
+        raise NotImplementedError(f"{type(self).__name__} must implement score")
+
+    def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
+        """Start an episode; raises ValueError when the row's ground truth is missing or malformed."""
+        self._truth = self.parse_ground_truth(self.ground_truth())
+        self._last_score = None
+        return super().init(prompt)
+
+    def _step(self, action: str) -> BaseTextEnvStepOutput:
+        result = self.score(action, self._truth)
+        self._last_score = result
+        return BaseTextEnvStepOutput(
+            observations=[],
+            reward=result.reward,
+            done=True,
+            metadata=result.to_metadata(self.task_name),
+            postprocessed_action=None,
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Base metrics plus `correct` and `parse_error` (1 when the answer could not be read or was invalid)."""
+        metrics = super().get_metrics()
+        if self._last_score is not None:
+            metrics["correct"] = self._last_score.correct
+            metrics["parse_error"] = self._last_score.parse_error is not None
+        return metrics
+
+
+def ground_truth_error(task: str, expected: str, value: Any) -> ValueError:
+    """A ValueError naming `reward_spec.ground_truth`, what the family expects, and what it got."""
+    return ValueError(f"{task}: reward_spec.ground_truth must be {expected}; got {value!r}")
