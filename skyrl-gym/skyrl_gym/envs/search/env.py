@@ -1,0 +1,113 @@
+"""`SearchEnv`: a multi-turn env where the model queries a retrieval server with `<search>` and replies in `<answer>`.
+
+Each turn the model either searches, `<search>query</search>`, and sees the passages as an
+`<information>Doc 1 (Title: ...): ...</information>` user message, or ends the episode with `<answer>...</answer>`,
+scored 1.0 when it equals a target after normalisation (lowercase, no punctuation, no articles, single spaces).
+
+env_config keys: `search_url` ("http://127.0.0.1:8000"; the client POSTs to `{search_url}/retrieve`), `topk` (3),
+`timeout` (30 s per request), `max_attempts` (4), `backoff_base` (0.5 s, doubled after every failed attempt),
+`backoff_max` (8 s), `max_turns` (4). Ground truth: a string, a list of strings, or {"target": [strings]}.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_gym.rewards.exact_match import exact_match, parse_targets
+from skyrl_gym.tools.parsing import extract_tag
+from skyrl_gym.tools.search import (
+    DEFAULT_BACKOFF_BASE_S,
+    DEFAULT_BACKOFF_MAX_S,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_SEARCH_URL,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_TOPK,
+    SearchToolGroup,
+)
+
+NO_ACTION_HINT = (
+    "No <search>...</search> query or <answer>...</answer> found. Search with <search>your query</search> or "
+    "give your final answer with <answer>...</answer>."
+)
+
+
+class SearchEnv(BaseTextEnv):
+    """Question answering with a search tool; reward 1.0 for a normalised exact match of the answer, else 0.0."""
+
+    default_max_turns = 4
+
+    def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
+        super().__init__(env_config, extras)
+        self.targets: list[str] = parse_targets(self.ground_truth())
+        config = self.env_config
+        self.toolbox.add_group(
+            SearchToolGroup(
+                search_url=config.get("search_url", DEFAULT_SEARCH_URL),
+                topk=config.get("topk", DEFAULT_TOPK),
+                timeout_s=config.get("timeout", DEFAULT_TIMEOUT_S),
+                max_attempts=config.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
+                backoff_base_s=config.get("backoff_base", DEFAULT_BACKOFF_BASE_S),
+                backoff_max_s=config.get("backoff_max", DEFAULT_BACKOFF_MAX_S),
+            )
+        )
+        self._reset_tallies()
+
+    def _reset_tallies(self) -> None:
+        self.searches = 0
+        self.search_errors = 0
+        self.answered = False
+        self.correct = False
+
+    def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """Start an episode; the prompt is passed through unchanged."""
+        self._begin_episode()
+        self._reset_tallies()
+        return prompt, {}
+
+    def _step(self, action: str) -> BaseTextEnvStepOutput:
+        answer = extract_tag(action, "answer")
+        if answer is not None:
+            self.answered = True
+            reward = exact_match(answer, self.targets)
+            self.correct = reward == 1.0
+            metadata = {"answer": answer, "correct": self.correct}
+            return BaseTextEnvStepOutput(
+                observations=[], reward=reward, done=True, metadata=metadata, postprocessed_action=None
+            )
+        if self.is_last_turn:
+            return BaseTextEnvStepOutput(
+                observations=[],
+                reward=0.0,
+                done=True,
+                metadata={"truncated": True, "no_answer": True},
+                postprocessed_action=None,
+            )
+        query = extract_tag(action, "search")
+        metadata: dict[str, Any] = {}
+        if query is None:
+            content = NO_ACTION_HINT
+            metadata["no_action"] = True
+        else:
+            self.searches += 1
+            result = self.toolbox.call("search", {"query": query})
+            metadata["search_query"] = query
+            if not result.ok:
+                self.search_errors += 1
+                metadata["tool_error"] = result.error
+            content = f"<information>{result.text}</information>"
+        return BaseTextEnvStepOutput(
+            observations=[{"role": "user", "content": content}],
+            reward=0.0,
+            done=False,
+            metadata=metadata,
+            postprocessed_action=None,
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Base metrics plus `searches`, `search_errors`, `answered` and `correct`."""
+        metrics = super().get_metrics()
+        metrics.update(
+            searches=self.searches, search_errors=self.search_errors, answered=self.answered, correct=self.correct
+        )
+        return metrics
