@@ -1,0 +1,332 @@
+"""`SkyRLGymGenerator`: multi-turn, token-in/token-out rollouts of skyrl-gym environments through an engine client.
+
+Per trajectory: make the env by class, `init`, chat-template the prompt, then loop generate -> `env.step` -> append
+the tokenized observation, until the env is done, `max_turns` is reached or the context is full. Env calls run in a
+bounded thread pool off the event loop, with a timeout; an env failure ends the trajectory, marks it invalid (loss
+mask zeroed) and is counted, never turned into an unannounced zero reward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+from transformers import PreTrainedTokenizerBase
+
+import skyrl_gym
+from skyrl_gym import check_step_output, failed_step
+from skyrl_train.generators.base import GeneratorInterface
+from skyrl_train.generators.chat import ObservationRenderer, prompt_token_ids
+from skyrl_train.generators.metrics import rollout_metrics
+from skyrl_train.generators.types import GeneratorInput, GeneratorOutput, Trajectory
+from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+
+
+@dataclass
+class GeneratorSettings:
+    """How rollouts are produced (the trainer fills this from the `generator` and `environment` config)."""
+
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    """Default sampling for training rollouts; `max_tokens` is the per-turn budget."""
+    max_turns: int = 1
+    """Most model turns per trajectory (passed to envs as `max_turns`)."""
+    max_input_length: int = 1024
+    """Most tokens of prompt plus response (all turns); generation stops with reason 'length' at this size."""
+    batched: bool = False
+    """Single-turn only: one engine call for the whole batch instead of one per trajectory."""
+    step_wise_trajectories: bool = False
+    """Emit one trajectory per turn (prompt = everything before that turn) instead of one per episode."""
+    env_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per env class, the `env_config` passed to its constructor."""
+    max_env_workers: int = 16
+    """Threads for env init/step calls."""
+    env_step_timeout_s: Optional[float] = 60.0
+    """An env call that takes longer fails the trajectory with kind 'timeout' (None: no limit)."""
+    zero_reward_on_non_stop: bool = False
+    """Give reward 0 to trajectories whose last turn did not stop by itself (e.g. hit the length limit)."""
+    apply_overlong_filtering: bool = False
+    """Zero the loss mask of trajectories that hit the length limit (DAPO overlong filtering)."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for `apply_chat_template`."""
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"GeneratorSettings.max_turns must be >= 1, got {self.max_turns}")
+        if self.batched and self.max_turns != 1:
+            raise ValueError("GeneratorSettings.batched=True needs max_turns == 1 (batched mode is single-turn)")
+        if self.batched and self.step_wise_trajectories:
+            raise ValueError("GeneratorSettings.batched and step_wise_trajectories cannot both be on")
+
+
+@dataclass
+class _Turn:
+    input_ids: list[int]
+    output_ids: list[int]
+    reward: float
+
+
+class SkyRLGymGenerator(GeneratorInterface):
+    """Rolls out skyrl-gym environments with an `InferenceEngineClient` (or any engine with the same `generate`)."""
+
+    def __init__(
+        self, client: InferenceEngineClient, tokenizer: PreTrainedTokenizerBase, settings: GeneratorSettings
+    ) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.renderer = (
+            ObservationRenderer(tokenizer, settings.chat_template_kwargs) if settings.max_turns > 1 else None
+        )
+        self._pool = concurrent.futures.ThreadPoolExecutor(settings.max_env_workers, thread_name_prefix="skyrl-env")
+        self._timing = {"llm": 0.0, "env": 0.0}
+
+    async def generate(self, generator_input: GeneratorInput) -> GeneratorOutput:
+        """Roll out every prompt; returns trajectories in input order and the batch metrics."""
+        self._timing = {"llm": 0.0, "env": 0.0}
+        params = generator_input.sampling_params or self.settings.sampling_params
+        if params.n != 1:
+            raise ValueError(
+                "SkyRLGymGenerator expects sampling_params.n == 1; repeat prompts (same uid) for n samples"
+            )
+        count = len(generator_input.prompts)
+        if self.settings.batched:
+            episodes = await self._batched(generator_input, params)
+        else:
+            episodes = await asyncio.gather(*(self._episode(generator_input, i, params) for i in range(count)))
+        finals = [steps[-1] for steps in episodes]
+        metrics = rollout_metrics(finals, self._timing["llm"], self._timing["env"])
+        trajectories = [t for steps in episodes for t in steps] if self.settings.step_wise_trajectories else finals
+        return GeneratorOutput(trajectories=trajectories, metrics=metrics)
+
+    # ----- env calls off the event loop ---------------------------------------------------------------------------
+    async def _env_call(self, fn, *args):
+        loop = asyncio.get_running_loop()
+        start = time.perf_counter()
+        try:
+            return await asyncio.wait_for(
+                loop.run_in_executor(self._pool, fn, *args), timeout=self.settings.env_step_timeout_s
+            )
+        finally:
+            self._timing["env"] += time.perf_counter() - start
+
+    async def _safe_step(self, env, text: str) -> dict[str, Any]:
+        name = type(env).__name__
+        try:
+            return check_step_output(await self._env_call(env.step, text), name)
+        except TimeoutError:
+            return failed_step(f"{name}.step did not return within {self.settings.env_step_timeout_s} s", "timeout")
+        except Exception as exc:
+            detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            return failed_step(f"{name}.step raised {type(exc).__name__}: {exc}", "exception", detail)
+
+    async def _generate(self, input_ids: list[int], params: SamplingParams, session: str):
+        start = time.perf_counter()
+        try:
+            request = InferenceEngineInput(prompt_token_ids=[input_ids], sampling_params=params, session_ids=[session])
+            return await self.client.generate(request)
+        finally:
+            self._timing["llm"] += time.perf_counter() - start
+
+    # ----- one episode ------------------------------------------------------------------------------------------
+    def _make_env(self, env_class: str, extras: dict[str, Any]):
+        config = self.settings.env_configs.get(env_class, {})
+        return skyrl_gym.make(env_class, env_config=config, extras={**extras, "max_turns": self.settings.max_turns})
+
+    async def _episode(self, gi: GeneratorInput, index: int, params: SamplingParams) -> list[Trajectory]:
+        env_class, extras, uid = gi.env_classes[index], gi.env_extras[index], gi.uids[index]
+        base = dict(uid=uid, env_class=env_class, data_source=extras.get("data_source"))
+        try:
+            env = await self._env_call(self._make_env, env_class, extras)
+            messages, info = await self._env_call(env.init, gi.prompts[index])
+        except Exception as exc:
+            error = {"kind": "init", "reason": f"{type(exc).__name__}: {exc}", "detail": traceback.format_exc()}
+            return [self._failed_before_start(base, gi.prompts[index], error)]
+        try:
+            return await self._run_turns(env, messages, info, params, base, session=f"{uid}/{index}")
+        finally:
+            await self._env_call(env.close)
+
+    async def _run_turns(self, env, messages, info, params, base, session) -> list[Trajectory]:
+        prompt_ids = prompt_token_ids(self.tokenizer, messages, info.get("tools"), self.settings.chat_template_kwargs)
+        response_ids: list[int] = []
+        loss_mask: list[int] = []
+        logprobs: list[float] = []
+        token_rewards: list[float] = []
+        turns: list[_Turn] = []
+        stop_reason, env_error, version, text = "length", None, 0, ""
+        for _ in range(self.settings.max_turns):
+            context = prompt_ids + response_ids
+            budget = self.settings.max_input_length - len(context)
+            if budget <= 0:
+                stop_reason = "length"
+                break
+            out = await self._generate(context, replace(params, max_tokens=min(params.max_tokens, budget)), session)
+            ids, text, stop_reason, version = (
+                out.response_ids[0],
+                out.responses[0],
+                out.stop_reasons[0],
+                out.weight_version,
+            )
+            response_ids += ids
+            loss_mask += [1] * len(ids)
+            logprobs += out.response_logprobs[0] if out.response_logprobs else [0.0] * len(ids)
+            token_rewards += [0.0] * len(ids)
+            step = await self._safe_step(env, text)
+            if ids:
+                token_rewards[-1] += step["reward"]
+            turns.append(_Turn(context, ids, step["reward"]))
+            env_error = step["metadata"].get("env_error")
+            if step["done"] or env_error or stop_reason != "stop":
+                break
+            continuation = self._continuation(ids, step["observations"])
+            response_ids += continuation
+            loss_mask += [0] * len(continuation)
+            logprobs += [0.0] * len(continuation)
+            token_rewards += [0.0] * len(continuation)
+        env_metrics = {} if env_error else env.get_metrics()
+        final = Trajectory(
+            **base,
+            prompt_token_ids=prompt_ids,
+            response_ids=response_ids,
+            loss_mask=loss_mask,
+            token_rewards=token_rewards,
+            rollout_logprobs=logprobs if params.logprobs else None,
+            stop_reason=stop_reason,
+            num_turns=len(turns),
+            weight_version=version,
+            env_metrics=env_metrics,
+            env_error=env_error,
+            response_text=text,
+        )
+        self._apply_reward_rules(final)
+        if not self.settings.step_wise_trajectories:
+            return [final]
+        return self._step_wise(final, turns, logprobs, len(prompt_ids))
+
+    def _continuation(self, generated: list[int], observations) -> list[int]:
+        """Tokens between this model turn and the next: eos if the model stopped on a stop string, then the
+        template's rendering of the observations and the next generation prompt."""
+        prefix = [] if generated and generated[-1] == self.renderer.eos_token_id else [self.renderer.eos_token_id]
+        return prefix + self.renderer.continuation_ids(observations)
+
+    def _apply_reward_rules(self, trajectory: Trajectory) -> None:
+        if trajectory.env_error is not None:
+            trajectory.loss_mask = [0] * len(trajectory.loss_mask)
+        if self.settings.zero_reward_on_non_stop and trajectory.stop_reason != "stop":
+            trajectory.token_rewards = [0.0] * len(trajectory.token_rewards)
+        if self.settings.apply_overlong_filtering and trajectory.stop_reason == "length":
+            trajectory.loss_mask = [0] * len(trajectory.loss_mask)
+
+    def _step_wise(self, final: Trajectory, turns: list[_Turn], logprobs: list[float], prompt_len: int):
+        """One trajectory per turn; every step carries the episode's return as its reward on its last token."""
+        steps = []
+        for index, turn in enumerate(turns):
+            start = len(turn.input_ids) - prompt_len
+            step_logprobs = logprobs[start : start + len(turn.output_ids)]
+            rewards = [0.0] * len(turn.output_ids)
+            if rewards:
+                rewards[-1] = final.reward
+            last = index == len(turns) - 1
+            steps.append(
+                replace(
+                    final,
+                    prompt_token_ids=turn.input_ids,
+                    response_ids=turn.output_ids,
+                    loss_mask=[0 if final.env_error else 1] * len(turn.output_ids),
+                    token_rewards=rewards,
+                    rollout_logprobs=step_logprobs if final.rollout_logprobs is not None else None,
+                    stop_reason=final.stop_reason if last else "stop",
+                    step_index=index,
+                    is_last_step=last,
+                )
+            )
+        return steps or [final]
+
+    def _failed_before_start(self, base, prompt, error) -> Trajectory:
+        try:
+            ids = prompt_token_ids(self.tokenizer, prompt, None, self.settings.chat_template_kwargs)
+        except Exception:
+            ids = []
+        return Trajectory(
+            **base,
+            prompt_token_ids=ids,
+            response_ids=[],
+            loss_mask=[],
+            token_rewards=[],
+            rollout_logprobs=None,
+            stop_reason="abort",
+            num_turns=0,
+            weight_version=0,
+            env_error=error,
+        )
+
+    # ----- batched single-turn mode -----------------------------------------------------------------------------
+    async def _batched(self, gi: GeneratorInput, params: SamplingParams) -> list[list[Trajectory]]:
+        count = len(gi.prompts)
+        envs, inits, failures = [None] * count, [None] * count, {}
+        for i in range(count):
+            try:
+                envs[i] = await self._env_call(self._make_env, gi.env_classes[i], gi.env_extras[i])
+                inits[i] = await self._env_call(envs[i].init, gi.prompts[i])
+            except Exception as exc:
+                failures[i] = {
+                    "kind": "init",
+                    "reason": f"{type(exc).__name__}: {exc}",
+                    "detail": traceback.format_exc(),
+                }
+        live = [i for i in range(count) if i not in failures]
+        prompts = [
+            prompt_token_ids(self.tokenizer, inits[i][0], inits[i][1].get("tools"), self.settings.chat_template_kwargs)
+            for i in live
+        ]
+        out = None
+        if live:
+            start = time.perf_counter()
+            budgets = [self.settings.max_input_length - len(p) for p in prompts]
+            limit = max(1, min([params.max_tokens, *budgets]))
+            request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=replace(params, max_tokens=limit))
+            out = await self.client.generate(request)
+            self._timing["llm"] += time.perf_counter() - start
+        steps = await asyncio.gather(*(self._safe_step(envs[i], out.responses[k]) for k, i in enumerate(live)))
+        results: list[list[Trajectory]] = []
+        position = {i: k for k, i in enumerate(live)}
+        for i in range(count):
+            base = dict(uid=gi.uids[i], env_class=gi.env_classes[i], data_source=gi.env_extras[i].get("data_source"))
+            if i in failures:
+                results.append([self._failed_before_start(base, gi.prompts[i], failures[i])])
+                continue
+            k = position[i]
+            ids, step = out.response_ids[k], steps[k]
+            rewards = [0.0] * len(ids)
+            if rewards:
+                rewards[-1] = step["reward"]
+            env_error = step["metadata"].get("env_error")
+            trajectory = Trajectory(
+                **base,
+                prompt_token_ids=prompts[k],
+                response_ids=ids,
+                loss_mask=[1] * len(ids),
+                token_rewards=rewards,
+                rollout_logprobs=out.response_logprobs[k] if out.response_logprobs else None,
+                stop_reason=out.stop_reasons[k],
+                num_turns=1,
+                weight_version=out.weight_version,
+                env_metrics={} if env_error else envs[i].get_metrics(),
+                env_error=env_error,
+                response_text=out.responses[k],
+            )
+            self._apply_reward_rules(trajectory)
+            results.append([trajectory])
+        for env in envs:
+            if env is not None:
+                await self._env_call(env.close)
+        return results
+
+    def close(self) -> None:
+        """Stop the env thread pool."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,88 @@
+"""What a generator takes and returns: `GeneratorInput`, `Trajectory` and `GeneratorOutput`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from skyrl_train.inference.types import Messages, SamplingParams
+
+
+@dataclass
+class GeneratorInput:
+    """A batch of prompts to roll out; samples of one prompt share a `uid` (the trainer repeats prompts n times).
+
+    `env_extras[i]` are row i's other dataset columns (reward_spec, extra_info, data_source, ...).
+    `sampling_params` overrides the generator's default (e.g. greedy for eval).
+    """
+
+    prompts: list[Messages]
+    env_classes: list[str]
+    env_extras: list[dict[str, Any]]
+    uids: list[str]
+    sampling_params: Optional[SamplingParams] = None
+    batch_metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        sizes = {
+            "prompts": len(self.prompts),
+            "env_classes": len(self.env_classes),
+            "env_extras": len(self.env_extras),
+            "uids": len(self.uids),
+        }
+        if len(set(sizes.values())) != 1:
+            raise ValueError(f"GeneratorInput fields must have one entry per prompt; got lengths {sizes}")
+
+
+@dataclass
+class Trajectory:
+    """One rollout, token-in/token-out: `response_ids` are exactly the engine's tokens plus tokenized observations.
+
+    `loss_mask` is 1 only on tokens the policy generated; `token_rewards` has one entry per response token (each
+    turn's reward on that turn's last generated token); `reward` is their sum. `rollout_logprobs` are the engine's
+    logprobs (0.0 on observation tokens). `env_error` is set when the env failed (the trajectory is then invalid:
+    its loss mask is all zeros and the failure is counted in the metrics).
+    """
+
+    uid: str
+    env_class: str
+    prompt_token_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+    token_rewards: list[float]
+    rollout_logprobs: Optional[list[float]]
+    stop_reason: str
+    num_turns: int
+    weight_version: int
+    env_metrics: dict[str, Any] = field(default_factory=dict)
+    env_error: Optional[dict[str, Any]] = None
+    data_source: Optional[str] = None
+    step_index: int = 0
+    is_last_step: bool = True
+    response_text: str = ""
+
+    @property
+    def reward(self) -> float:
+        """The trajectory's return: the sum of its token rewards."""
+        return float(sum(self.token_rewards))
+
+    @property
+    def is_valid(self) -> bool:
+        """False when the env failed and the trajectory must not be trained on."""
+        return self.env_error is None
+
+
+@dataclass
+class GeneratorOutput:
+    """The rollouts of a batch, in input order (or turn order within a prompt for step-wise output), and metrics."""
+
+    trajectories: list[Trajectory]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rewards(self) -> list[float]:
+        """Each trajectory's return."""
+        return [t.reward for t in self.trajectories]
+
+    def __len__(self) -> int:
+        return len(self.trajectories)

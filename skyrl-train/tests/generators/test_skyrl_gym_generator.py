@@ -1,0 +1,194 @@
+"""Tests for SkyRLGymGenerator with the real hf engine, the tiny model and real skyrl-gym envs."""
+
+import asyncio
+import time
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym import BaseTextEnv
+from skyrl_train.generators import GeneratorInput, GeneratorSettings, SkyRLGymGenerator
+from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient, SamplingParams
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer
+
+EVERY_CHAR_STOPS = tuple(range(5, 102))  # every non-special token id ends a turn: deterministic short turns
+
+
+class ChattyEnv(BaseTextEnv):
+    """Never done by itself: answers each turn with an observation and reward 0.25 * turn."""
+
+    def _step(self, action):
+        return {
+            "observations": [{"role": "user", "content": f"turn {self.turns} said {action!r}"}],
+            "reward": 0.25 * self.turns,
+            "done": False,
+        }
+
+
+class BrokenEnv(BaseTextEnv):
+    def _step(self, action):
+        raise RuntimeError("grader crashed")
+
+
+class SlowEnv(BaseTextEnv):
+    def _step(self, action):
+        time.sleep(2)
+        return {"observations": [], "reward": 1.0, "done": True}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def test_envs():
+    for name, cls in {"chatty": ChattyEnv, "broken": BrokenEnv, "slow": SlowEnv}.items():
+        skyrl_gym.register(name, cls)
+    yield
+    for name in ("chatty", "broken", "slow"):
+        skyrl_gym.deregister(name)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def client(tokenizer):
+    return InferenceEngineClient([HFInferenceEngine(build_tiny_model(TinyModelSpec(size=1), seed=3), tokenizer)])
+
+
+def _input(env_class, count=2, extras=None, content="What is 2+3?"):
+    return GeneratorInput(
+        prompts=[[{"role": "user", "content": content}] for _ in range(count)],
+        env_classes=[env_class] * count,
+        env_extras=[
+            dict(extras or {"reward_spec": {"method": "rule", "ground_truth": "5"}}, data_source="t")
+            for _ in range(count)
+        ],
+        uids=[str(i // 2) for i in range(count)],
+    )
+
+
+def _render(tokenizer, messages):
+    ids = tokenizer.apply_chat_template(messages, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def test_multi_turn_is_token_in_token_out_without_drift(tokenizer, client):
+    params = SamplingParams(max_tokens=4, temperature=0, stop_token_ids=EVERY_CHAR_STOPS)
+    generator = SkyRLGymGenerator(
+        client, tokenizer, GeneratorSettings(sampling_params=params, max_turns=3, max_input_length=400)
+    )
+    out = asyncio.run(generator.generate(_input("chatty", count=1)))
+    (t,) = out.trajectories
+    assert t.num_turns == 3 and t.stop_reason == "stop"
+    # Rebuild the conversation as messages and re-render it with the chat template: the tokens must be identical.
+    messages = [{"role": "user", "content": "What is 2+3?"}]
+    ids, mask = t.response_ids, t.loss_mask
+    turns, start = [], 0
+    while start < len(ids):
+        end = start
+        while end < len(ids) and mask[end] == 1:
+            end += 1
+        turns.append(ids[start:end])
+        start = end
+        while start < len(ids) and mask[start] == 0:
+            start += 1
+    for number, generated in enumerate(turns, start=1):
+        content = tokenizer.decode([i for i in generated if i != tokenizer.eos_token_id])
+        messages.append({"role": "assistant", "content": content})
+        if number < 3:
+            messages.append({"role": "user", "content": f"turn {number} said {content!r}"})
+    rendered = _render(tokenizer, messages)
+    assert t.prompt_token_ids + t.response_ids == rendered[: len(t.prompt_token_ids) + len(t.response_ids)]
+    # turn rewards sit on each turn's last generated token: 0.25, 0.5, 0.75
+    placed = [r for r in t.token_rewards if r]
+    assert placed == [0.25, 0.5, 0.75] and t.reward == pytest.approx(1.5)
+    assert len(t.rollout_logprobs) == len(t.response_ids)
+    assert all(lp == 0.0 for lp, m in zip(t.rollout_logprobs, mask) if m == 0)
+
+
+def test_step_wise_trajectories_one_per_turn(tokenizer, client):
+    params = SamplingParams(max_tokens=4, temperature=0, stop_token_ids=EVERY_CHAR_STOPS)
+    settings = GeneratorSettings(sampling_params=params, max_turns=3, step_wise_trajectories=True)
+    out = asyncio.run(SkyRLGymGenerator(client, tokenizer, settings).generate(_input("chatty", count=1)))
+    assert [t.step_index for t in out.trajectories] == [0, 1, 2]
+    assert [t.is_last_step for t in out.trajectories] == [False, False, True]
+    first, second = out.trajectories[0], out.trajectories[1]
+    # the second step's prompt is the first step's prompt + its output + the observation tokens
+    assert (
+        second.prompt_token_ids[: len(first.prompt_token_ids) + len(first.response_ids)]
+        == first.prompt_token_ids + first.response_ids
+    )
+    assert all(t.reward == pytest.approx(1.5) for t in out.trajectories) and all(
+        set(t.loss_mask) == {1} for t in out.trajectories
+    )
+
+
+def test_single_turn_real_env_metrics_and_batched_mode_agree(tokenizer, client):
+    params = SamplingParams(max_tokens=6, temperature=0)
+    extras = {"reward_spec": {"method": "rule", "ground_truth": "5"}}
+    looped = asyncio.run(
+        SkyRLGymGenerator(client, tokenizer, GeneratorSettings(sampling_params=params)).generate(
+            _input("arithmetic", 4, extras)
+        )
+    )
+    batched = asyncio.run(
+        SkyRLGymGenerator(client, tokenizer, GeneratorSettings(sampling_params=params, batched=True)).generate(
+            _input("arithmetic", 4, extras)
+        )
+    )
+    assert [t.response_ids for t in looped.trajectories] == [t.response_ids for t in batched.trajectories]
+    for out in (looped, batched):
+        assert all(set(t.loss_mask) == {1} for t in out.trajectories)
+        assert out.metrics["generate/env_errors"] == 0.0
+        assert "environment/arithmetic/correct" in out.metrics
+        assert out.metrics["generate/reward_mean"] == pytest.approx(sum(t.reward for t in out.trajectories) / 4)
+        assert sum(v for k, v in out.metrics.items() if k.startswith("generate/stop_reason/")) == pytest.approx(1.0)
+
+
+def test_env_failures_are_recorded_masked_and_counted(tokenizer, client):
+    params = SamplingParams(max_tokens=3, temperature=0)
+    generator = SkyRLGymGenerator(client, tokenizer, GeneratorSettings(sampling_params=params, env_step_timeout_s=0.3))
+    broken = asyncio.run(generator.generate(_input("broken", 2)))
+    for t in broken.trajectories:
+        assert t.env_error["kind"] == "exception" and "grader crashed" in t.env_error["reason"]
+        assert not t.is_valid and set(t.loss_mask) == {0}
+    assert broken.metrics["generate/env_errors"] == 2.0
+    slow = asyncio.run(generator.generate(_input("slow", 1)))
+    assert slow.trajectories[0].env_error["kind"] == "timeout"
+    missing = asyncio.run(generator.generate(_input("arithmetic", 1, extras={"reward_spec": {"method": "rule"}})))
+    assert (
+        missing.trajectories[0].env_error["kind"] == "init"
+        and "ground_truth" in missing.trajectories[0].env_error["reason"]
+    )
+
+
+def test_length_limit_overlong_filtering_and_zero_reward_on_non_stop(tokenizer, client):
+    params = SamplingParams(max_tokens=50, temperature=0, ignore_eos=True)
+    settings = GeneratorSettings(
+        sampling_params=params, max_input_length=40, apply_overlong_filtering=True, zero_reward_on_non_stop=True
+    )
+    out = asyncio.run(SkyRLGymGenerator(client, tokenizer, settings).generate(_input("arithmetic", 1)))
+    (t,) = out.trajectories
+    assert t.stop_reason == "length" and len(t.prompt_token_ids) + len(t.response_ids) == 40
+    assert set(t.loss_mask) == {0} and t.reward == 0.0
+
+
+def test_invalid_settings_and_inputs_are_rejected(tokenizer, client):
+    with pytest.raises(ValueError, match="batched=True needs max_turns == 1"):
+        GeneratorSettings(batched=True, max_turns=2)
+    with pytest.raises(ValueError, match="one entry per prompt"):
+        GeneratorInput(prompts=[[]], env_classes=[], env_extras=[{}], uids=["0"])
+    generator = SkyRLGymGenerator(client, tokenizer, GeneratorSettings())
+    with pytest.raises(ValueError, match="expects sampling_params.n == 1"):
+        asyncio.run(
+            generator.generate(
+                GeneratorInput(
+                    [[{"role": "user", "content": "x"}]],
+                    ["arithmetic"],
+                    [{}],
+                    ["0"],
+                    sampling_params=SamplingParams(n=2),
+                )
+            )
+        )
