@@ -1,0 +1,72 @@
+"""`gsm8k_multi_turn`: GSM8K with several attempts, a feedback message after each wrong one and turn-level rewards.
+
+env_config:
+    mode: "strict" (default, the number after `#### `) or "flexible" (the last number), as in `gsm8k`.
+    format_reward: reward for a turn whose answer is well formed but wrong; default `0.2 / max_turns`, so the
+        format credit of a whole unsolved episode stays at most 0.2, well below one correct answer.
+    max_turns: attempts allowed (default 5; `extras["max_turns"]` from the generator wins).
+
+Each turn: a correct answer ends the episode with reward 1.0. Otherwise the turn earns `format_reward` (answer
+found but wrong) or 0.0 (no answer found) and the env replies with a user message saying which it was and how many
+turns are left; after the last allowed turn the episode ends (metadata `truncated`). Metrics add `solved` and
+`turns_used`.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Optional
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.gsm8k.env import read_mode, read_reward
+from skyrl_gym.rewards.numbers import extract_gsm8k_answer, numbers_match, parse_ground_truth_number
+
+
+class GSM8KMultiTurnEnv(BaseTextEnv):
+    """Multi-turn GSM8K with feedback messages and turn-level rewards (see module docstring)."""
+
+    default_max_turns = 5
+
+    def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
+        super().__init__(env_config, extras)
+        self.mode = read_mode(self.env_config)
+        self.format_reward = read_reward(self.env_config, "format_reward", 0.2 / self.max_turns)
+        self._target: Optional[Fraction] = None
+        self._solved = False
+
+    def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
+        """Start an episode; reads and validates `reward_spec.ground_truth` (ValueError if malformed)."""
+        self._begin_episode()
+        self._target = parse_ground_truth_number(self.ground_truth())
+        self._solved = False
+        return prompt, {}
+
+    def _feedback(self, pred: Optional[str]) -> str:
+        """The user message after a wrong turn: what was wrong and how many turns are left."""
+        turns_left = self.max_turns - self.turns
+        left = f"You have {turns_left} turn{'s' if turns_left != 1 else ''} left."
+        if pred is None:
+            wanted = "on its own line as '#### <number>'" if self.mode == "strict" else "as a number"
+            return f"I could not find a final answer in your response. Please give the final answer {wanted}. {left}"
+        return f"Your answer {pred} is incorrect. Please check your reasoning and try again. {left}"
+
+    def _step(self, action: str) -> BaseTextEnvStepOutput:
+        assert self._target is not None  # set by init, which BaseTextEnv.step requires first
+        pred = extract_gsm8k_answer(action, self.mode)
+        metadata = {"pred": pred, "found": pred is not None, "correct": False, "turn": self.turns}
+        if numbers_match(pred, self._target):
+            self._solved = True
+            metadata["correct"] = True
+            return BaseTextEnvStepOutput(
+                observations=[], reward=1.0, done=True, metadata=metadata, postprocessed_action=None
+            )
+        reward = self.format_reward if pred is not None else 0.0
+        # On the last turn the base class ends the episode and drops this message.
+        feedback = [{"role": "user", "content": self._feedback(pred)}]
+        return BaseTextEnvStepOutput(
+            observations=feedback, reward=reward, done=False, metadata=metadata, postprocessed_action=None
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Base metrics plus `solved` and `turns_used` for the episode."""
+        return {**super().get_metrics(), "solved": self._solved, "turns_used": self.turns}

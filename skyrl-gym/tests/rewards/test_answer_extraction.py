@@ -1,0 +1,107 @@
+"""Tests for math final-answer extraction: \\boxed{}/\\fbox{}, `Answer:` lines, end markers and bounded scans."""
+
+import time
+
+import pytest
+
+from skyrl_gym.rewards.answer_extraction import (
+    MAX_ANSWER_CHARS,
+    MAX_BRACE_DEPTH,
+    extract_answer_line,
+    extract_boxed_answer,
+    extract_final_answer,
+    strip_end_markers,
+)
+
+
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("so the answer is \\boxed{42}.", "42"),
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\boxed{\\left\\{ 1, 2 \\right\\}}", "\\left\\{ 1, 2 \\right\\}"),  # escaped braces do not count
+        ("first \\boxed{1} then \\boxed{2}", "2"),
+        ("\\fbox{7}", "7"),
+        ("\\boxed{1} and finally \\fbox{x^{2}}", "x^{2}"),
+        ("$\\boxed {  3  }$", "3"),
+        ("\\boxed 5", "5"),
+        ("\\boxed{\\sqrt{\\frac{a}{b^{2}}}}", "\\sqrt{\\frac{a}{b^{2}}}"),
+        ("\\boxed{2} then a broken \\boxed{3", "2"),  # an unbalanced last box falls back to the previous one
+        ("\\boxed{}", None),
+        ("no box here", None),
+        ("\\boxedx{3}", None),
+    ],
+)
+def test_boxed_extraction(response, expected):
+    assert extract_boxed_answer(response) == expected
+
+
+def test_brace_depth_and_answer_length_are_bounded():
+    ok = "\\boxed{" + "{" * (MAX_BRACE_DEPTH - 1) + "1" + "}" * (MAX_BRACE_DEPTH - 1) + "}"
+    assert extract_boxed_answer(ok) is not None
+    too_deep = "\\boxed{" + "{" * MAX_BRACE_DEPTH + "1" + "}" * MAX_BRACE_DEPTH + "}"
+    assert extract_boxed_answer(too_deep) is None
+    too_long = "\\boxed{" + "1" * (MAX_ANSWER_CHARS + 5) + "}"
+    assert extract_boxed_answer(too_long) is None
+
+
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("Reasoning...\nAnswer: 42", "42"),
+        ("Answer: $\\frac{3}{4}$.", "\\frac{3}{4}"),
+        ("**Final Answer:** 17", "17"),
+        ("answer: 1\nsome more\nANSWER: 2", "2"),
+        ("Answer:\n\n 12", "12"),
+        ("Answer: \\(x+1\\)", "x+1"),
+        ("Answer:", None),
+        ("no final line", None),
+    ],
+)
+def test_answer_line_extraction(response, expected):
+    assert extract_answer_line(response) == expected
+
+
+def test_boxed_wins_over_an_answer_line():
+    assert extract_final_answer("\\boxed{5}\nAnswer: 6") == "5"
+    assert extract_final_answer("Answer: 6") == "6"
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "\\boxed{7}<|im_end|>",
+        "Answer: 7<|endoftext|>",
+        "Answer: 7<|eot_id|>",
+        "Answer: 7 <|eot_id|><|end_of_text|>\n",
+        "Answer: 7</s>",
+    ],
+)
+def test_end_of_turn_markers_are_stripped(response):
+    assert extract_final_answer(response) == "7"
+
+
+def test_mangled_marker_is_not_stripped():
+    assert strip_end_markers("Answer: 7<|im_end") == "Answer: 7<|im_end"
+    assert extract_final_answer("Answer: 7<|im_end") == "7<|im_end"
+
+
+def test_no_answer_returns_none():
+    assert extract_final_answer("I think it is probably seven.") is None
+
+
+@pytest.mark.parametrize(
+    "adversarial",
+    [
+        "\\boxed{" * 500_000,
+        "{" * 2_000_000 + "}" * 2_000_000,
+        "\\boxed{" + "{" * 100_000 + "1" + "}" * 100_000 + "}",
+        "Answer:" + " " * 2_000_000 + "x",
+        "\\\\" * 2_000_000,
+        "7" + "<|im_end|>" * 500_000,
+    ],
+)
+def test_adversarial_inputs_are_extracted_quickly(adversarial):
+    start = time.perf_counter()
+    extract_final_answer(adversarial)
+    assert time.perf_counter() - start < 0.5
