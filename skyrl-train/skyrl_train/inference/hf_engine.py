@@ -171,63 +171,79 @@ class HFInferenceEngine(InferenceEngine):
 
     @torch.inference_mode()
     def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[tuple]:
-        """Decode one batch synchronously; returns (text, ids, logprobs, stop_reason) per prompt x n, prompt-major."""
+        """Decode one batch synchronously; returns (text, ids, logprobs, stop_reason) per prompt x n, prompt-major.
+
+        Rows advance in lockstep, so step k writes column k of preallocated token/logprob buffers; stop tokens and
+        budgets are checked as tensors, and only stop strings need per-row text.
+        """
         rows = [prompt for prompt in prompts for _ in range(params.n)]
-        generator = torch.Generator(device=self.device).manual_seed(params.seed) if params.seed is not None else None
+        count, device = len(rows), self.device
+        generator = torch.Generator(device=device).manual_seed(params.seed) if params.seed is not None else None
         width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        input_ids = torch.full((count, width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((count, width), dtype=torch.long)
         for i, row in enumerate(rows):
             input_ids[i, width - len(row) :] = torch.tensor(row)
             attention[i, width - len(row) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        checkers = [
-            StopChecker(params, self.eos_token_ids, min(params.max_tokens, self.max_model_len - len(r))) for r in rows
-        ]
-        out_ids: list[list[int]] = [[] for _ in rows]
-        out_logprobs: list[list[float]] = [[] for _ in rows]
-        reasons: list[Optional[str]] = [None] * len(rows)
+        budgets = torch.tensor([min(params.max_tokens, self.max_model_len - len(r)) for r in rows], device=device)
+        steps = int(budgets.max())
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        attention = torch.cat([attention, attention.new_ones((count, steps))], dim=1)  # grown by slicing, not concat
+        positions = (attention[:, :width].cumsum(-1) - 1).clamp(min=0)
+        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_token_ids)
+        stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+        out_tokens = torch.zeros((count, steps), dtype=torch.long, device=device)
+        out_logprobs = torch.zeros((count, steps), dtype=torch.float32, device=device)
+        lengths = torch.zeros(count, dtype=torch.long, device=device)
+        reasons: list[Optional[str]] = [None] * count
+        stop_strings = StopChecker(params, set(), params.max_tokens) if params.stop else None
         cache = DynamicCache(config=self.model.config)
         logits = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+            input_ids=input_ids,
+            attention_mask=attention[:, :width],
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
         ).logits[:, -1, :]
         next_positions = positions[:, -1] + 1
-        alive = list(range(len(rows)))
-        while True:
+        alive = torch.arange(count, device=device)  # original row of each live batch position
+        for step in range(steps):
             tokens, logprobs = sample_next_tokens(logits, params, generator)
-            token_list, logprob_list = tokens.tolist(), logprobs.tolist()
-            keep = []
-            for j, row in enumerate(alive):
-                out_ids[row].append(token_list[j])
-                out_logprobs[row].append(logprob_list[j])
-                text = self.tokenizer.decode(out_ids[row]) if checkers[row].needs_text else None
-                reason = checkers[row].check(out_ids[row], text)
-                if reason is None:
-                    keep.append(j)
-                else:
-                    reasons[row] = reason
-            if not keep:
-                break
-            if len(keep) < len(alive):
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                attention, next_positions, tokens = attention[index], next_positions[index], tokens[index]
-                alive = [alive[j] for j in keep]
-            attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=1)
+            out_tokens[alive, step] = tokens
+            out_logprobs[alive, step] = logprobs.float()
+            lengths[alive] = step + 1
+            stopped = (
+                torch.isin(tokens, stop_tensor) if stop_tensor.numel() else torch.zeros_like(tokens, dtype=torch.bool)
+            )
+            if stop_strings is not None:
+                for j, row in enumerate(alive.tolist()):
+                    if not stopped[j] and stop_strings.check([], self.tokenizer.decode(out_tokens[row, : step + 1])):
+                        stopped[j] = True
+            exhausted = budgets[alive] <= step + 1
+            finished = stopped | exhausted
+            if bool(finished.any()):
+                for j in finished.nonzero().flatten().tolist():
+                    reasons[int(alive[j])] = "stop" if bool(stopped[j]) else "length"
+                keep = (~finished).nonzero().flatten()
+                if keep.numel() == 0:
+                    break
+                cache.batch_select_indices(keep)
+                alive, tokens, next_positions = alive[keep], tokens[keep], next_positions[keep]
             logits = self.model(
                 input_ids=tokens.unsqueeze(1),
-                attention_mask=attention,
+                attention_mask=attention[alive, : width + step + 1],
                 position_ids=next_positions.unsqueeze(1),
                 past_key_values=cache,
                 use_cache=True,
             ).logits[:, -1, :]
             next_positions = next_positions + 1
         results = []
-        for row in range(len(rows)):
-            text = self.tokenizer.decode(out_ids[row], skip_special_tokens=True)
+        token_lists, logprob_lists = out_tokens.tolist(), out_logprobs.tolist()
+        for row, length in enumerate(lengths.tolist()):
+            ids = token_lists[row][:length]
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
             text = trim_stop_string(text, params.stop, params.include_stop_str_in_output)
-            results.append((text, out_ids[row], out_logprobs[row], reasons[row]))
+            results.append((text, ids, logprob_lists[row][:length], reasons[row] or "length"))
         return results
 
     # ----- lifecycle --------------------------------------------------------------------------------------------
