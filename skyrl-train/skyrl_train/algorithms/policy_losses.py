@@ -1,0 +1,340 @@
+"""Policy losses (regular PPO, dual_clip, gspo, cispo, sapo, importance_sampling, cross_entropy), registered by name.
+
+Every policy loss is called with keyword arguments and returns the reduced scalar loss plus detached metrics:
+
+    loss_fn(
+        log_probs: Tensor[B, T],                 # current policy log-probs of the sampled tokens (with gradient)
+        old_log_probs: Tensor[B, T] | None,      # log-probs of the policy that the advantages refer to (data)
+        advantages: Tensor[B, T] | None,         # per-token advantages
+        loss_mask: Tensor[B, T],                 # 1 on tokens that count
+        config: PolicyLossConfig | Mapping,      # knobs; see policy_loss_config.PolicyLossConfig
+        rollout_log_probs: Tensor[B, T] | None,  # log-probs the inference engine reported while sampling
+    ) -> tuple[Tensor[], dict[str, Tensor[]]]
+
+The per-token loss (to be minimised) is multiplied by the off-policy weights `config.off_policy` asks for, then
+reduced by the registered reduction `config.loss_reduction`. Ratios are r_t = exp(clamp(log_probs - old_log_probs,
+-20, 20)). Masked-out positions may hold anything (even NaN/inf): they change neither the loss nor its gradient.
+
+Common metrics: `ratio_mean/min/max` (over valid tokens), `approx_kl` (mean of (r - 1) - log r, the k3 estimate of
+KL(old || current)), and for clipped losses `clip_frac`, `clip_frac_low` (A < 0 and r < 1 - eps_clip_low),
+`clip_frac_high` (A > 0 and r > 1 + eps_clip_high): fractions of valid tokens where the clipped branch is active.
+Register your own loss with `@register_policy_loss("name")` and select it with `trainer.algorithm.policy_loss_type`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional, Union
+
+import torch
+
+from skyrl_train.algorithms.masked import masked_mean, masked_min_max, safe_exp, zero_masked
+from skyrl_train.algorithms.off_policy import off_policy_correction
+from skyrl_train.algorithms.policy_loss_config import PolicyLossConfig, as_policy_loss_config
+from skyrl_train.algorithms.reductions import reduce_loss
+from skyrl_train.algorithms.registry import POLICY_LOSSES
+
+ConfigLike = Union[PolicyLossConfig, Mapping[str, Any], None]
+Metrics = dict[str, torch.Tensor]
+
+
+def compute_policy_loss(name: str, **kwargs: Any) -> tuple[torch.Tensor, Metrics]:
+    """Look up the policy loss registered as `name` and call it with `kwargs`; returns (loss, metrics)."""
+    return POLICY_LOSSES.get(name)(**kwargs)
+
+
+def require_tensor(tensor: Optional[torch.Tensor], argument: str, loss: str, loss_mask: torch.Tensor) -> torch.Tensor:
+    """Return `tensor`, or raise naming `argument` and `loss` when it is None or not shaped like `loss_mask`."""
+    if tensor is None:
+        raise ValueError(f"policy loss '{loss}' needs `{argument}`; it was None")
+    if tensor.shape != loss_mask.shape:
+        raise ValueError(
+            f"policy loss '{loss}': {argument} has shape {tuple(tensor.shape)}, expected loss_mask's "
+            f"{tuple(loss_mask.shape)}"
+        )
+    return tensor
+
+
+def log_ratio_and_ratio(
+    log_probs: torch.Tensor, anchor_log_probs: torch.Tensor, loss_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log r, r) with log r = log_probs - anchor (anchor detached), 0 on masked-out tokens, r = clamped exp."""
+    log_ratio = zero_masked(log_probs.float() - anchor_log_probs.detach().float(), loss_mask)
+    return log_ratio, safe_exp(log_ratio)
+
+
+def ratio_metrics(ratio: torch.Tensor, log_ratio: torch.Tensor, loss_mask: torch.Tensor) -> Metrics:
+    """ratio_mean/min/max and approx_kl = mean((r - 1) - log r) over valid tokens."""
+    low, high = masked_min_max(ratio.detach(), loss_mask)
+    return {
+        "ratio_mean": masked_mean(ratio.detach(), loss_mask),
+        "ratio_min": low,
+        "ratio_max": high,
+        "approx_kl": masked_mean((ratio - 1.0 - log_ratio).detach(), loss_mask),
+    }
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, loss_mask: torch.Tensor, eps_low: float, eps_high: float
+) -> tuple[torch.Tensor, Metrics]:
+    """PPO per-token loss max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)) and its clip fractions."""
+    per_token = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
+    clipped_high = ((advantages > 0) & (ratio > 1.0 + eps_high)).float()
+    clipped_low = ((advantages < 0) & (ratio < 1.0 - eps_low)).float()
+    metrics = {
+        "clip_frac": masked_mean(clipped_high + clipped_low, loss_mask),
+        "clip_frac_low": masked_mean(clipped_low, loss_mask),
+        "clip_frac_high": masked_mean(clipped_high, loss_mask),
+    }
+    return per_token, metrics
+
+
+def finalize_policy_loss(
+    per_token_loss: torch.Tensor,
+    *,
+    loss_mask: torch.Tensor,
+    config: PolicyLossConfig,
+    old_log_probs: Optional[torch.Tensor],
+    rollout_log_probs: Optional[torch.Tensor],
+    metrics: Metrics,
+    apply_off_policy: bool = True,
+) -> tuple[torch.Tensor, Metrics]:
+    """Apply the configured off-policy weights and loss reduction; detach metrics. Shared by all built-in losses.
+
+    Off-policy metrics are added under the prefix "off_policy/".
+    """
+    per_token_loss = zero_masked(per_token_loss, loss_mask)
+    if apply_off_policy and config.off_policy.enabled:
+        old = require_tensor(old_log_probs, "old_log_probs", "off-policy correction", loss_mask)
+        weights, correction_metrics = off_policy_correction(old, rollout_log_probs, loss_mask, config.off_policy)
+        per_token_loss = per_token_loss * weights
+        metrics.update({f"off_policy/{key}": value for key, value in correction_metrics.items()})
+    loss = reduce_loss(config.loss_reduction, per_token_loss, loss_mask, max_seq_len=config.max_seq_len)
+    return loss, {key: value.detach() for key, value in metrics.items()}
+
+
+@POLICY_LOSSES.register("regular", builtin=True)
+def regular_policy_loss(
+    *,
+    log_probs: torch.Tensor,
+    old_log_probs: Optional[torch.Tensor],
+    advantages: Optional[torch.Tensor],
+    loss_mask: torch.Tensor,
+    config: ConfigLike = None,
+    rollout_log_probs: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """Clipped PPO with asymmetric clip-higher: max(-A r, -A clip(r, 1 - eps_clip_low, 1 + eps_clip_high))."""
+    cfg = as_policy_loss_config(config)
+    old = require_tensor(old_log_probs, "old_log_probs", "regular", loss_mask)
+    adv = zero_masked(require_tensor(advantages, "advantages", "regular", loss_mask).detach().float(), loss_mask)
+    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
+    per_token, metrics = clipped_surrogate(ratio, adv, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
+    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
+    return finalize_policy_loss(
+        per_token,
+        loss_mask=loss_mask,
+        config=cfg,
+        old_log_probs=old,
+        rollout_log_probs=rollout_log_probs,
+        metrics=metrics,
+    )
+
+
+@POLICY_LOSSES.register("dual_clip", builtin=True)
+def dual_clip_policy_loss(
+    *,
+    log_probs: torch.Tensor,
+    old_log_probs: Optional[torch.Tensor],
+    advantages: Optional[torch.Tensor],
+    loss_mask: torch.Tensor,
+    config: ConfigLike = None,
+    rollout_log_probs: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """Dual-clip PPO: the regular loss, but for A < 0 capped at -A * clip_ratio_c (bounds huge ratios).
+
+    Metric `dual_clip_frac`: fraction of valid tokens where the cap is active.
+    """
+    cfg = as_policy_loss_config(config)
+    old = require_tensor(old_log_probs, "old_log_probs", "dual_clip", loss_mask)
+    adv = zero_masked(require_tensor(advantages, "advantages", "dual_clip", loss_mask).detach().float(), loss_mask)
+    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
+    ppo, metrics = clipped_surrogate(ratio, adv, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
+    cap = -adv * cfg.clip_ratio_c
+    per_token = torch.where(adv < 0, torch.minimum(ppo, cap), ppo)
+    metrics["dual_clip_frac"] = masked_mean(((adv < 0) & (ppo > cap)).float(), loss_mask)
+    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
+    return finalize_policy_loss(
+        per_token,
+        loss_mask=loss_mask,
+        config=cfg,
+        old_log_probs=old,
+        rollout_log_probs=rollout_log_probs,
+        metrics=metrics,
+    )
+
+
+@POLICY_LOSSES.register("gspo", builtin=True)
+def gspo_policy_loss(
+    *,
+    log_probs: torch.Tensor,
+    old_log_probs: Optional[torch.Tensor],
+    advantages: Optional[torch.Tensor],
+    loss_mask: torch.Tensor,
+    config: ConfigLike = None,
+    rollout_log_probs: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """GSPO (token form): sequence ratio s = exp(mean_t log r_t) over valid tokens, clipped PPO on it.
+
+    Per token the ratio is sg(s) * exp(log_probs_t - sg(log_probs_t)): its value is s, its gradient s * grad log p_t,
+    which for a sequence-constant advantage equals the gradient of the sequence objective. Clipping uses
+    eps_clip_low/high (the GSPO paper uses ranges around 3e-4..4e-4) and the paper reduces with sequence_mean.
+    Ratio metrics describe s.
+    """
+    cfg = as_policy_loss_config(config)
+    old = require_tensor(old_log_probs, "old_log_probs", "gspo", loss_mask)
+    adv = zero_masked(require_tensor(advantages, "advantages", "gspo", loss_mask).detach().float(), loss_mask)
+    log_ratio, _ = log_ratio_and_ratio(log_probs, old, loss_mask)
+    seq_log_ratio = masked_mean(log_ratio, loss_mask, dim=-1)
+    own_grad = zero_masked(log_probs.float() - log_probs.detach().float(), loss_mask)
+    token_log_ratio = seq_log_ratio.detach()[:, None] + own_grad
+    ratio = safe_exp(token_log_ratio)
+    per_token, metrics = clipped_surrogate(ratio, adv, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
+    seq_mask = (loss_mask != 0).any(dim=-1)
+    seq_log_ratio = seq_log_ratio.detach()
+    metrics.update(ratio_metrics(safe_exp(seq_log_ratio), seq_log_ratio, seq_mask))
+    return finalize_policy_loss(
+        per_token,
+        loss_mask=loss_mask,
+        config=cfg,
+        old_log_probs=old,
+        rollout_log_probs=rollout_log_probs,
+        metrics=metrics,
+    )
+
+
+@POLICY_LOSSES.register("cispo", builtin=True)
+def cispo_policy_loss(
+    *,
+    log_probs: torch.Tensor,
+    old_log_probs: Optional[torch.Tensor],
+    advantages: Optional[torch.Tensor],
+    loss_mask: torch.Tensor,
+    config: ConfigLike = None,
+    rollout_log_probs: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """CISPO: -sg(clip(r, 1 - cispo_eps_clip_low, 1 + cispo_eps_clip_high)) * A * log_probs.
+
+    The IS weight is detached, so every token keeps a gradient (-w * A * grad log p); r is taken against
+    old_log_probs or, with cispo_anchor="rollout", against rollout_log_probs. `clip_frac` counts valid tokens whose
+    weight was clipped.
+    """
+    cfg = as_policy_loss_config(config)
+    anchor_name = "old_log_probs" if cfg.cispo_anchor == "old" else "rollout_log_probs"
+    anchor = old_log_probs if cfg.cispo_anchor == "old" else rollout_log_probs
+    anchor = require_tensor(anchor, anchor_name, "cispo", loss_mask)
+    adv = zero_masked(require_tensor(advantages, "advantages", "cispo", loss_mask).detach().float(), loss_mask)
+    log_ratio, ratio = log_ratio_and_ratio(log_probs, anchor, loss_mask)
+    low, high = 1.0 - cfg.cispo_eps_clip_low, 1.0 + cfg.cispo_eps_clip_high
+    weight = ratio.clamp(low, high).detach()
+    per_token = -weight * adv * zero_masked(log_probs.float(), loss_mask)
+    metrics = {"clip_frac": masked_mean(((ratio < low) | (ratio > high)).float(), loss_mask)}
+    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
+    return finalize_policy_loss(
+        per_token,
+        loss_mask=loss_mask,
+        config=cfg,
+        old_log_probs=old_log_probs,
+        rollout_log_probs=rollout_log_probs,
+        metrics=metrics,
+    )
+
+
+@POLICY_LOSSES.register("sapo", builtin=True)
+def sapo_policy_loss(
+    *,
+    log_probs: torch.Tensor,
+    old_log_probs: Optional[torch.Tensor],
+    advantages: Optional[torch.Tensor],
+    loss_mask: torch.Tensor,
+    config: ConfigLike = None,
+    rollout_log_probs: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """SAPO, a soft gate in place of the hard clip: -A * sigmoid(tau (r - 1)) * 4 / tau.
+
+    tau = tau_pos where A > 0, else tau_neg. The gate's slope is 1 at r = 1 and decays smoothly away from it.
+    Metric `gate_mean`: mean gate over valid tokens.
+    """
+    cfg = as_policy_loss_config(config)
+    old = require_tensor(old_log_probs, "old_log_probs", "sapo", loss_mask)
+    adv = zero_masked(require_tensor(advantages, "advantages", "sapo", loss_mask).detach().float(), loss_mask)
+    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
+    tau = torch.where(adv > 0, torch.full_like(adv, cfg.tau_pos), torch.full_like(adv, cfg.tau_neg))
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
+    per_token = -gate * adv
+    metrics = {"gate_mean": masked_mean(gate.detach(), loss_mask)}
+    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
+    return finalize_policy_loss(
+        per_token,
+        loss_mask=loss_mask,
+        config=cfg,
+        old_log_probs=old,
+        rollout_log_probs=rollout_log_probs,
+        metrics=metrics,
+    )
+
+
+@POLICY_LOSSES.register("importance_sampling", builtin=True)
+def importance_sampling_policy_loss(
+    *,
+    log_probs: torch.Tensor,
+    old_log_probs: Optional[torch.Tensor],
+    advantages: Optional[torch.Tensor],
+    loss_mask: torch.Tensor,
+    config: ConfigLike = None,
+    rollout_log_probs: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """Unclipped importance-sampled policy gradient: -r * A (Tinker's `importance_sampling`)."""
+    cfg = as_policy_loss_config(config)
+    old = require_tensor(old_log_probs, "old_log_probs", "importance_sampling", loss_mask)
+    adv = zero_masked(
+        require_tensor(advantages, "advantages", "importance_sampling", loss_mask).detach().float(), loss_mask
+    )
+    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
+    metrics = ratio_metrics(ratio, log_ratio, loss_mask)
+    return finalize_policy_loss(
+        -ratio * adv,
+        loss_mask=loss_mask,
+        config=cfg,
+        old_log_probs=old,
+        rollout_log_probs=rollout_log_probs,
+        metrics=metrics,
+    )
+
+
+@POLICY_LOSSES.register("cross_entropy", builtin=True)
+def cross_entropy_loss(
+    *,
+    log_probs: torch.Tensor,
+    old_log_probs: Optional[torch.Tensor] = None,
+    advantages: Optional[torch.Tensor] = None,
+    loss_mask: torch.Tensor,
+    config: ConfigLike = None,
+    rollout_log_probs: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """Supervised NLL of the given tokens: -log_probs, reduced by `config.loss_reduction` (SFT).
+
+    old_log_probs, advantages and the off-policy settings are ignored. Metric `nll`: mean NLL per valid token.
+    """
+    cfg = as_policy_loss_config(config)
+    if log_probs.shape != loss_mask.shape:
+        raise ValueError(f"log_probs has shape {tuple(log_probs.shape)}, expected {tuple(loss_mask.shape)}")
+    nll = -zero_masked(log_probs.float(), loss_mask)
+    return finalize_policy_loss(
+        nll,
+        loss_mask=loss_mask,
+        config=cfg,
+        old_log_probs=None,
+        rollout_log_probs=None,
+        metrics={"nll": masked_mean(nll.detach(), loss_mask)},
+        apply_off_policy=False,
+    )
