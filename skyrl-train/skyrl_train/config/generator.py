@@ -1,0 +1,142 @@
+"""The `generator` section: inference engines, sampling parameters and the multi-turn rollout loop."""
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from skyrl_train.config.roles import Dtype
+
+
+@dataclass
+class InferenceEngineConfig:
+    """The inference engines that generate rollouts, and how new policy weights reach them."""
+
+    backend: Literal["hf", "vllm", "sglang", "remote"] = "vllm"
+    """Engine implementation: `vllm`, `sglang` (GPU only), `hf` (embedded transformers `generate`, runs anywhere), or
+    `remote` (already running OpenAI-compatible servers at `remote_urls`)."""
+
+    num_engines: int = 1
+    """Engine replicas; prompts are spread across them."""
+
+    tensor_parallel_size: int = 1
+    """GPUs each engine shards its model over."""
+
+    model_dtype: Dtype = "bfloat16"
+    """Dtype the engines hold weights in (synced weights are cast to it)."""
+
+    gpu_memory_utilization: float = 0.8
+    """Fraction of GPU memory an engine may use for weights and KV cache (vLLM/SGLang)."""
+
+    weight_sync_backend: Literal["auto", "broadcast", "shm", "cuda_ipc", "checkpoint"] = "auto"
+    """How trained weights reach the engines: `broadcast` (torch.distributed, NCCL on GPU / gloo on CPU),
+    `cuda_ipc` (colocated GPUs), `shm` (colocated CPU), `checkpoint` (through files). `auto` picks `cuda_ipc` or
+    `shm` when colocated and `broadcast` otherwise."""
+
+    remote_urls: list[str] = field(default_factory=list)
+    """Base URLs of the servers when `backend: remote`, e.g. `[http://10.0.0.1:8000]`."""
+
+    enable_prefix_caching: bool = True
+    """Reuse the KV cache of shared prompt prefixes (the samples of one prompt, earlier turns)."""
+
+    enforce_eager: bool = False
+    """Disable CUDA graphs in vLLM (slower, but starts faster and uses less memory)."""
+
+    max_num_seqs: int = 1024
+    """Maximum sequences an engine decodes at once."""
+
+    engine_init_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments passed unchanged to the engine constructor (e.g. `{quantization: fp8}` for vLLM)."""
+
+
+@dataclass
+class SamplingParams:
+    """Sampling settings for one generation call."""
+
+    max_generate_length: int = 1024
+    """Maximum new tokens per generation call (per turn in multi-turn rollouts)."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 is greedy."""
+
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest token set with this much probability mass."""
+
+    top_k: int = -1
+    """Keep only the k most likely tokens; -1 keeps all."""
+
+    min_p: float = 0.0
+    """Drop tokens less likely than `min_p` times the most likely one."""
+
+    repetition_penalty: float = 1.0
+    """Penalty on tokens already present (1.0 is none)."""
+
+    stop: list[str] | None = None
+    """Strings that end generation (the stop string is kept in the output)."""
+
+    logprobs: int | None = 0
+    """Logprobs returned per generated token: null none, 0 the sampled token's (needed for off-policy corrections),
+    k > 0 also the top-k alternatives."""
+
+    seed: int | None = None
+    """Sampling seed; null draws a fresh one per request."""
+
+    additional_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra engine-specific sampling arguments passed unchanged."""
+
+
+@dataclass
+class ChatTemplateConfig:
+    """Which chat template the tokenizer uses to turn messages into tokens."""
+
+    source: Literal["name", "file"] = "name"
+    """`name`: a template built into the project (or the tokenizer's own when `name_or_path` is null); `file`: a
+    Jinja template file."""
+
+    name_or_path: str | None = None
+    """Template name (for `source: name`) or path to a Jinja file (for `source: file`); null uses the tokenizer's."""
+
+
+@dataclass
+class GeneratorConfig:
+    """Rollout generation: engines, sampling, and the agent loop that talks to the environments."""
+
+    inference_engine: InferenceEngineConfig = field(default_factory=InferenceEngineConfig)
+    """The inference engines."""
+
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    """Sampling for training rollouts."""
+
+    eval_sampling_params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
+    """Sampling for evaluation (greedy by default)."""
+
+    n_samples_per_prompt: int = 5
+    """Trajectories sampled per training prompt (the GRPO group size)."""
+
+    eval_n_samples_per_prompt: int = 1
+    """Trajectories sampled per evaluation prompt (pass@n is reported)."""
+
+    max_turns: int = 1
+    """Maximum agent/environment turns per trajectory; 1 is single-turn."""
+
+    batched: bool = False
+    """Generate all single-turn prompts in one engine call instead of one agent loop per trajectory (faster, needs
+    `max_turns: 1`)."""
+
+    max_input_length: int | None = None
+    """Maximum tokens of the whole conversation fed to the engine in multi-turn rollouts; the trajectory ends when
+    it is exceeded. Null means `data.max_prompt_length`."""
+
+    chat_template: ChatTemplateConfig = field(default_factory=ChatTemplateConfig)
+    """Chat template used to tokenize conversations."""
+
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra variables for the chat template, e.g. `{enable_thinking: false}` for Qwen3."""
+
+    step_wise_trajectories: bool = False
+    """Train on each turn as its own sample (prompt = history so far) instead of one sample per trajectory; needs
+    `batched: false`."""
+
+    apply_overlong_filtering: bool = False
+    """Mask the loss of responses cut off by the length limit (DAPO overlong filtering)."""
+
+    zero_reward_on_non_stop: bool = False
+    """Give reward 0 to responses that did not end with a stop token or string."""

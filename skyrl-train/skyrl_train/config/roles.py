@@ -1,0 +1,148 @@
+"""Per-role sections of `trainer` (`policy`, `ref`, `critic`): model, LoRA, optimizer and FSDP settings."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+"""Floating-point dtypes a model can be loaded, computed or reduced in."""
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters (PEFT); a rank of 0 trains the full model instead."""
+
+    rank: int = 0
+    """Rank of the LoRA matrices; 0 disables LoRA and trains every weight."""
+
+    alpha: int = 16
+    """LoRA scaling numerator: the adapter update is multiplied by `alpha / rank`."""
+
+    dropout: float = 0.0
+    """Dropout applied to the adapter input during training."""
+
+    target_modules: str | list[str] = "all-linear"
+    """Modules that get adapters: `all-linear` or a list of module names such as `[q_proj, v_proj]`."""
+
+    exclude_modules: list[str] | None = None
+    """Module names never given adapters, even when `target_modules` matches them."""
+
+
+@dataclass
+class ModelConfig:
+    """Which model weights a role loads."""
+
+    path: str | None = None
+    """Hugging Face model id or local directory. For `ref`, null means the policy's model; for `critic`, null means
+    no critic is built."""
+
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters trained on top of the frozen model."""
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW and its learning-rate schedule."""
+
+    lr: float = 1.0e-6
+    """Peak learning rate."""
+
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW `(beta1, beta2)`."""
+
+    weight_decay: float = 0.01
+    """Decoupled (AdamW) weight decay."""
+
+    max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm before each optimizer step."""
+
+    scheduler: str = "constant_with_warmup"
+    """Learning-rate schedule by name (`constant`, `constant_with_warmup`, `linear`, `cosine`, ...: the names of
+    `transformers.get_scheduler`)."""
+
+    num_warmup_steps: int = 0
+    """Optimizer steps of linear warm-up from 0 to `lr`."""
+
+    offload_after_step: bool = True
+    """When colocated, move the optimizer state to CPU after each step to free GPU memory for the engines."""
+
+
+@dataclass
+class MixedPrecisionConfig:
+    """Dtypes FSDP computes and reduces gradients in."""
+
+    param_dtype: Dtype = "bfloat16"
+    """Dtype of parameters during forward and backward (`float32` disables mixed precision)."""
+
+    reduce_dtype: Dtype = "float32"
+    """Dtype gradients are reduced (averaged across ranks) in."""
+
+
+@dataclass
+class FSDPConfig:
+    """FSDP2 (`fully_shard`) sharding of one role's model."""
+
+    cpu_offload: bool = False
+    """Keep sharded parameters, gradients and optimizer state on CPU between uses (slower, frees GPU memory)."""
+
+    reshard_after_forward: bool = True
+    """Free gathered parameters after the forward pass and gather them again for backward (saves memory)."""
+
+    fsdp_size: int = -1
+    """Ranks per shard group; -1 shards over all ranks, a smaller divisor gives hybrid sharding (HSDP)."""
+
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+    """Compute and gradient-reduction dtypes."""
+
+
+@dataclass
+class RefConfig:
+    """The frozen reference model used for the KL penalty; built only when KL is used (`cfg.needs_ref_model`)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Reference weights; `model.path: null` uses the policy's initial model."""
+
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """Sharding of the reference model."""
+
+    sequence_parallel_size: int = 1
+    """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""
+
+
+@dataclass
+class PolicyConfig:
+    """The trained policy: model, optimizer, sharding and memory savers."""
+
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(path="Qwen/Qwen2.5-1.5B-Instruct"))
+    """Policy weights and LoRA settings."""
+
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """Optimizer and learning-rate schedule."""
+
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """Sharding of the policy."""
+
+    sequence_parallel_size: int = 1
+    """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""
+
+    gradient_checkpointing: bool = True
+    """Recompute activations in backward instead of storing them (less memory, about 30% more compute)."""
+
+
+@dataclass
+class CriticConfig:
+    """The value model used by `gae`; built only when `model.path` is set (`cfg.needs_critic`)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Critic weights (a value head is added on top); null means no critic."""
+
+    optimizer: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=5.0e-6))
+    """Optimizer and learning-rate schedule of the critic."""
+
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """Sharding of the critic."""
+
+    sequence_parallel_size: int = 1
+    """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""
+
+    gradient_checkpointing: bool = True
+    """Recompute activations in backward instead of storing them."""

@@ -1,0 +1,112 @@
+"""`SkyRLConfig`, the whole run configuration, and the ways to build it: dict, YAML file, CLI overrides."""
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from skyrl_train.config.data import DataConfig
+from skyrl_train.config.docgen import dump_yaml
+from skyrl_train.config.environment import EnvironmentConfig
+from skyrl_train.config.errors import ConfigTypeError
+from skyrl_train.config.generator import GeneratorConfig
+from skyrl_train.config.overrides import apply_overrides, parse_overrides, resolve_interpolations
+from skyrl_train.config.trainer import TrainerConfig
+from skyrl_train.config.typecheck import build_dataclass, describe_value, to_plain_dict
+from skyrl_train.config.validation import validate_config
+
+
+@dataclass
+class SkyRLConfig:
+    """The whole run configuration: `data`, `trainer`, `generator` and `environment` sections.
+
+    Build it with `from_cli_overrides(["trainer.seed=1", ...])`, `from_yaml_file(path)` or `from_dict(d)`; all of
+    them type-check every key and run the cross-field checks of `validate()`.
+    """
+
+    data: DataConfig = field(default_factory=DataConfig)
+    """Prompt datasets and their loading."""
+
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """Training side: placement, models, algorithm, batch sizes, checkpoints, logging, evaluation."""
+
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    """Rollout side: inference engines, sampling, the agent loop."""
+
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
+    """skyrl-gym environments and their settings."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], validate: bool = True) -> "SkyRLConfig":
+        """Build from a (possibly partial) nested dict; missing keys keep their defaults, unknown keys are rejected."""
+        cfg = build_dataclass(cls, data)
+        if validate:
+            cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_yaml_file(
+        cls, path: str | os.PathLike[str], overrides: Sequence[str] = (), validate: bool = True
+    ) -> "SkyRLConfig":
+        """Build from a YAML file (read like Hydra reads it, partial files allowed), then apply CLI `overrides`."""
+        from omegaconf import OmegaConf
+
+        loaded = OmegaConf.to_container(OmegaConf.load(os.fspath(path)), resolve=True)
+        if not isinstance(loaded, dict):
+            raise ConfigTypeError(
+                f"{os.fspath(path)}: expected a mapping of config sections, got {describe_value(loaded)}"
+            )
+        base = cls.from_dict(loaded, validate=False)
+        return cls.from_cli_overrides(overrides, base=base, validate=validate)
+
+    @classmethod
+    def from_cli_overrides(
+        cls, overrides: Sequence[str], base: "SkyRLConfig | None" = None, validate: bool = True
+    ) -> "SkyRLConfig":
+        """Apply `a.b.c=value` overrides (Hydra syntax, see `overrides.py`) to `base` (default: the defaults)."""
+        data = (base or cls()).to_dict()
+        data = apply_overrides(data, parse_overrides(overrides), cls)
+        return cls.from_dict(resolve_interpolations(data), validate=validate)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain nested dict of every value; `from_dict(cfg.to_dict()) == cfg`."""
+        return to_plain_dict(self)
+
+    def to_yaml(self) -> str:
+        """The config as YAML text that `from_yaml_file` reads back to an equal config."""
+        return dump_yaml(self.to_dict())
+
+    def validate(self) -> list[str]:
+        """Type-check every field and run the cross-field checks; raise on problems, return (and emit) warnings."""
+        build_dataclass(type(self), self.to_dict())  # catches wrongly typed values assigned after construction
+        return validate_config(self)
+
+    @property
+    def needs_ref_model(self) -> bool:
+        """True when a reference model is built: KL is used as a loss or as a reward penalty."""
+        algorithm = self.trainer.algorithm
+        return algorithm.use_kl_loss or algorithm.use_kl_in_reward
+
+    @property
+    def needs_critic(self) -> bool:
+        """True when a critic is built: `trainer.critic.model.path` is set."""
+        return bool(self.trainer.critic.model.path)
+
+    @property
+    def max_input_length(self) -> int:
+        """`generator.max_input_length`, or `data.max_prompt_length` when that is null."""
+        configured = self.generator.max_input_length
+        return self.data.max_prompt_length if configured is None else configured
+
+    @property
+    def ref_model_path(self) -> str | None:
+        """The reference model's weights: `trainer.ref.model.path`, else the policy's model."""
+        return self.trainer.ref.model.path or self.trainer.policy.model.path
+
+    def resolved_device(self) -> str:
+        """`trainer.device` with `auto` resolved: `cuda` when torch sees a GPU, else `cpu`."""
+        if self.trainer.device != "auto":
+            return self.trainer.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,151 @@
+"""The `trainer` section: placement, roles, algorithm, batch sizes, checkpointing, logging and evaluation."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from skyrl_train.config.algorithm import AlgorithmConfig
+from skyrl_train.config.roles import CriticConfig, PolicyConfig, RefConfig
+
+LoggerName = Literal["console", "wandb", "tensorboard", "mlflow"]
+"""Tracking backends a run can log to."""
+
+
+@dataclass
+class PlacementConfig:
+    """Where each role runs: node and GPU counts, and which roles share GPUs.
+
+    On `trainer.device: cpu` a "GPU" count is the number of worker processes per node, each reserving
+    `num_cpus_per_worker` CPUs.
+    """
+
+    colocate_all: bool = True
+    """Put policy, ref, critic and inference engines on the same GPUs, taking turns (engines sleep while training).
+    Needs the engines' GPU count (`num_engines * tensor_parallel_size`) to equal the policy's."""
+
+    colocate_policy_ref: bool = True
+    """Put the reference model on the policy's GPUs (when `colocate_all` is false)."""
+
+    policy_num_nodes: int = 1
+    """Nodes the policy is spread over."""
+
+    policy_num_gpus_per_node: int = 1
+    """GPUs (or CPU worker processes) of the policy on each node."""
+
+    ref_num_nodes: int = 1
+    """Nodes the reference model is spread over."""
+
+    ref_num_gpus_per_node: int = 1
+    """GPUs (or CPU worker processes) of the reference model on each node."""
+
+    critic_num_nodes: int = 1
+    """Nodes the critic is spread over."""
+
+    critic_num_gpus_per_node: int = 1
+    """GPUs (or CPU worker processes) of the critic on each node."""
+
+    num_cpus_per_worker: float = 1.0
+    """CPUs Ray reserves for each worker process (on CPU machines this bounds how many workers fit)."""
+
+
+@dataclass
+class TrainerConfig:
+    """Everything about the training side: placement, models, algorithm, batch sizes, checkpoints, logging, eval."""
+
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """Node and GPU counts per role and colocation."""
+
+    strategy: Literal["fsdp2", "megatron"] = "fsdp2"
+    """Distributed training backend of the workers."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Device of the workers and engines; `auto` picks CUDA when it is available, else CPU."""
+
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The trained policy."""
+
+    ref: RefConfig = field(default_factory=RefConfig)
+    """The frozen reference model for the KL penalty."""
+
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """The value model (only with a model path)."""
+
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """Advantage estimator, loss and their settings."""
+
+    seed: int = 42
+    """Seed of model initialisation and sampling on the training side."""
+
+    epochs: int = 1
+    """Passes over the training data."""
+
+    max_training_steps: int | None = None
+    """Stop after this many training steps (batches) even if epochs remain; null runs all epochs."""
+
+    update_epochs_per_batch: int = 1
+    """Passes over each training batch (PPO epochs); each pass walks all mini-batches."""
+
+    train_batch_size: int = 1024
+    """Prompts per training step; each yields `generator.n_samples_per_prompt` trajectories."""
+
+    policy_mini_batch_size: int = 256
+    """Prompts per policy optimizer step; must divide `train_batch_size`."""
+
+    critic_mini_batch_size: int = 256
+    """Prompts per critic optimizer step; must divide `train_batch_size`."""
+
+    micro_train_batch_size_per_gpu: int = 1
+    """Sequences per forward/backward pass on each GPU; gradients accumulate over micro-batches."""
+
+    micro_forward_batch_size_per_gpu: int = 1
+    """Sequences per forward-only pass on each GPU (old, ref logprobs and values)."""
+
+    max_tokens_per_microbatch: int = -1
+    """When > 0, micro-batches are packed by token count up to this many tokens instead of by sequence count."""
+
+    ckpt_path: str = "~/ckpts/"
+    """Directory (or fsspec URL) where training checkpoints are written."""
+
+    ckpt_interval: int = 10
+    """Save a checkpoint every this many steps (and at the end); -1 only at the end."""
+
+    max_ckpts_to_keep: int = -1
+    """Delete the oldest checkpoints beyond this many; -1 keeps all."""
+
+    resume_mode: Literal["none", "latest", "path"] = "latest"
+    """`none` starts fresh, `latest` resumes from the newest checkpoint in `ckpt_path` if any, `path` resumes from
+    `resume_path`."""
+
+    resume_path: str | None = None
+    """Checkpoint directory (`.../global_step_N`) to resume from when `resume_mode: path`."""
+
+    hf_save_interval: int = -1
+    """Export the policy as a Hugging Face model every this many steps; -1 disables."""
+
+    export_path: str = "~/exports/"
+    """Directory for Hugging Face exports and dumped evaluation results."""
+
+    logger: LoggerName | list[LoggerName] = field(default_factory=lambda: ["console"])
+    """Tracking backends: any of `console`, `wandb`, `tensorboard`, `mlflow` (a single name is accepted). wandb
+    needs a login or `WANDB_MODE=offline`."""
+
+    project_name: str = "skyrl"
+    """Project name in the tracking backends."""
+
+    run_name: str = "skyrl_run"
+    """Run name in the tracking backends."""
+
+    log_path: str = "/tmp/skyrl-logs"
+    """Directory for local logs (console/infra logs, tensorboard and mlflow files)."""
+
+    eval_interval: int = 5
+    """Evaluate on `data.val_data` every this many steps; -1 disables periodic evaluation."""
+
+    eval_before_train: bool = True
+    """Evaluate once before the first training step."""
+
+    eval_batch_size: int = 1024
+    """Prompts per evaluation generation batch."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.logger, str):
+            self.logger = [self.logger]

@@ -1,0 +1,324 @@
+"""Cross-field checks of a whole `SkyRLConfig`, each reporting what is wrong and what to change.
+
+Checks are plain functions in `ERROR_CHECKS` (problems that make the run fail or do something else than asked) and
+`WARNING_CHECKS` (settings that run but waste resources). A critic with an estimator other than `gae` is a warning,
+not an error: a user-registered estimator may read the values.
+"""
+
+import warnings
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
+
+if TYPE_CHECKING:
+    from skyrl_train.config.root import SkyRLConfig
+
+Check = Callable[["SkyRLConfig"], Iterator[str]]
+
+_POSITIVE_INTS = (
+    "data.max_prompt_length",
+    "trainer.epochs",
+    "trainer.update_epochs_per_batch",
+    "trainer.train_batch_size",
+    "trainer.policy_mini_batch_size",
+    "trainer.critic_mini_batch_size",
+    "trainer.micro_train_batch_size_per_gpu",
+    "trainer.micro_forward_batch_size_per_gpu",
+    "trainer.eval_batch_size",
+    "trainer.placement.policy_num_nodes",
+    "trainer.placement.policy_num_gpus_per_node",
+    "trainer.placement.ref_num_nodes",
+    "trainer.placement.ref_num_gpus_per_node",
+    "trainer.placement.critic_num_nodes",
+    "trainer.placement.critic_num_gpus_per_node",
+    "trainer.policy.sequence_parallel_size",
+    "trainer.ref.sequence_parallel_size",
+    "trainer.critic.sequence_parallel_size",
+    "generator.n_samples_per_prompt",
+    "generator.eval_n_samples_per_prompt",
+    "generator.max_turns",
+    "generator.inference_engine.num_engines",
+    "generator.inference_engine.tensor_parallel_size",
+    "generator.sampling_params.max_generate_length",
+    "generator.eval_sampling_params.max_generate_length",
+    "environment.max_env_workers",
+)
+
+_NON_NEGATIVE_FLOATS = (
+    "trainer.algorithm.eps_clip_low",
+    "trainer.algorithm.eps_clip_high",
+    "trainer.algorithm.value_clip",
+    "trainer.algorithm.cispo.eps_clip_low",
+    "trainer.algorithm.cispo.eps_clip_high",
+    "trainer.algorithm.kl_loss_coef",
+    "trainer.algorithm.entropy_loss_coef",
+    "generator.sampling_params.temperature",
+    "generator.eval_sampling_params.temperature",
+)
+
+
+def get_path(cfg: object, path: str) -> object:
+    """The value at dotted `path` of a config object, e.g. `get_path(cfg, "trainer.seed")`."""
+    value = cfg
+    for name in path.split("."):
+        value = getattr(value, name)
+    return value
+
+
+def role_world_size(cfg: "SkyRLConfig", role: str) -> int:
+    """Worker processes of `role` (`policy`, `ref` or `critic`): nodes times GPUs (or CPU workers) per node."""
+    placement = cfg.trainer.placement
+    return getattr(placement, f"{role}_num_nodes") * getattr(placement, f"{role}_num_gpus_per_node")
+
+
+def role_data_parallel_size(cfg: "SkyRLConfig", role: str) -> int:
+    """Data-parallel ranks of `role`: its world size divided by its sequence-parallel size."""
+    return role_world_size(cfg, role) // getattr(cfg.trainer, role).sequence_parallel_size
+
+
+def _trained_roles(cfg: "SkyRLConfig") -> list[str]:
+    return ["policy", "critic"] if cfg.needs_critic else ["policy"]
+
+
+def _used_roles(cfg: "SkyRLConfig") -> list[str]:
+    return _trained_roles(cfg) + (["ref"] if cfg.needs_ref_model else [])
+
+
+def check_ranges(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Counts are at least 1 and clip ranges, coefficients and temperatures are not negative."""
+    for path in _POSITIVE_INTS:
+        if get_path(cfg, path) < 1:
+            yield f"{path} must be at least 1, got {get_path(cfg, path)}"
+    for path in _NON_NEGATIVE_FLOATS:
+        if get_path(cfg, path) < 0:
+            yield f"{path} must not be negative, got {get_path(cfg, path)}"
+    utilization = cfg.generator.inference_engine.gpu_memory_utilization
+    if not 0.0 < utilization <= 1.0:
+        yield f"generator.inference_engine.gpu_memory_utilization must be in (0, 1], got {utilization}"
+    for section in ("sampling_params", "eval_sampling_params"):
+        top_p = getattr(cfg.generator, section).top_p
+        if not 0.0 < top_p <= 1.0:
+            yield f"generator.{section}.top_p must be in (0, 1], got {top_p}"
+    if cfg.trainer.max_ckpts_to_keep == 0 or cfg.trainer.max_ckpts_to_keep < -1:
+        yield f"trainer.max_ckpts_to_keep must be -1 (keep all) or at least 1, got {cfg.trainer.max_ckpts_to_keep}"
+    for role in ("policy", "critic"):
+        lora = getattr(cfg.trainer, role).model.lora
+        if lora.rank < 0:
+            yield f"trainer.{role}.model.lora.rank must be 0 (no LoRA) or positive, got {lora.rank}"
+        betas = getattr(cfg.trainer, role).optimizer.adam_betas
+        if len(betas) != 2 or not all(0.0 <= beta < 1.0 for beta in betas):
+            yield f"trainer.{role}.optimizer.adam_betas must be two numbers in [0, 1), got {betas}"
+
+
+def check_algorithm_ranges(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Dual-clip bound above 1, token fractions in [0, 1], low <= high bands, positive SAPO temperatures."""
+    algorithm = cfg.trainer.algorithm
+    prefix = "trainer.algorithm"
+    if algorithm.clip_ratio_c <= 1.0:
+        yield f"{prefix}.clip_ratio_c must be above 1 (the dual-clip bound), got {algorithm.clip_ratio_c}"
+    for path in ("clip_cov.clip_ratio", "kl_cov.kl_cov_frac"):
+        value = get_path(algorithm, path)
+        if not 0.0 <= value <= 1.0:
+            yield f"{prefix}.{path} is a fraction of tokens and must be in [0, 1], got {value}"
+    bands = [("clip_cov.clip_cov_lb", "clip_cov.clip_cov_ub")]
+    bands += [("off_policy_correction.geo_mask_low", "off_policy_correction.geo_mask_high")]
+    bands += [("off_policy_correction.product_mask_low", "off_policy_correction.product_mask_high")]
+    for low, high in bands:
+        if get_path(algorithm, low) > get_path(algorithm, high):
+            low_value, high_value = get_path(algorithm, low), get_path(algorithm, high)
+            yield f"{prefix}.{low} ({low_value}) must not exceed {prefix}.{high} ({high_value})"
+    for path in ("sapo.tau_pos", "sapo.tau_neg"):
+        if get_path(algorithm, path) <= 0:
+            yield f"{prefix}.{path} must be positive, got {get_path(algorithm, path)}"
+    if algorithm.kl_ctrl.type == "adaptive" and (algorithm.kl_ctrl.kl_target <= 0 or algorithm.kl_ctrl.horizon <= 0):
+        yield f"{prefix}.kl_ctrl.type=adaptive needs kl_ctrl.kl_target > 0 and kl_ctrl.horizon > 0"
+
+
+def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Mini-batches divide the training batch, and each mini-batch splits evenly into micro-batches on every rank."""
+    trainer = cfg.trainer
+    samples = cfg.generator.n_samples_per_prompt
+    micro = trainer.micro_train_batch_size_per_gpu
+    if min(trainer.train_batch_size, samples, micro) < 1:
+        return  # reported by check_ranges
+    for role in _trained_roles(cfg):
+        mini = getattr(trainer, f"{role}_mini_batch_size")
+        if mini < 1:
+            continue
+        if trainer.train_batch_size % mini:
+            yield (
+                f"trainer.train_batch_size ({trainer.train_batch_size}) must be divisible by"
+                f" trainer.{role}_mini_batch_size ({mini}): set the mini-batch size to a divisor of the batch size"
+            )
+        if getattr(trainer, role).sequence_parallel_size < 1 or role_world_size(cfg, role) < 1:
+            continue  # reported by check_ranges
+        dp = role_data_parallel_size(cfg, role)
+        sequences = mini * samples
+        if dp >= 1 and sequences % (micro * dp):
+            yield (
+                f"trainer.{role}_mini_batch_size * generator.n_samples_per_prompt = {mini} * {samples} = {sequences}"
+                f" sequences per mini-batch must be divisible by trainer.micro_train_batch_size_per_gpu * {role}"
+                f" data-parallel size = {micro} * {dp} = {micro * dp}: change the mini-batch size, the micro-batch"
+                f" size or the {role} GPU count"
+            )
+
+
+def check_sequence_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Each used role's sequence-parallel size divides its number of workers."""
+    for role in _used_roles(cfg):
+        sp = getattr(cfg.trainer, role).sequence_parallel_size
+        world = role_world_size(cfg, role)
+        if sp >= 1 and world % sp:
+            yield (
+                f"trainer.{role}.sequence_parallel_size ({sp}) must divide the {role}'s {world} workers"
+                f" (trainer.placement.{role}_num_nodes * {role}_num_gpus_per_node)"
+            )
+
+
+def check_models(cfg: "SkyRLConfig") -> Iterator[str]:
+    """The policy has a model; `gae` has a critic; KL is added in one place only; Dr. GRPO has its normaliser."""
+    algorithm = cfg.trainer.algorithm
+    if not cfg.trainer.policy.model.path:
+        yield "trainer.policy.model.path is empty: set it to a Hugging Face model id or a local model directory"
+    if algorithm.use_kl_loss and algorithm.use_kl_in_reward:
+        yield (
+            "trainer.algorithm.use_kl_loss and trainer.algorithm.use_kl_in_reward are both true: KL is applied either"
+            " as a loss or as a reward penalty, set one of them to false"
+        )
+    if algorithm.advantage_estimator == "gae" and not cfg.needs_critic:
+        yield (
+            "trainer.algorithm.advantage_estimator=gae needs a value model: set trainer.critic.model.path"
+            " (or use an estimator without a critic such as grpo)"
+        )
+    if algorithm.loss_reduction == "seq_mean_token_sum_norm" and algorithm.max_seq_len is None:
+        yield (
+            "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm needs trainer.algorithm.max_seq_len: set it to"
+            " the longest sequence in tokens (usually data.max_prompt_length + max_generate_length)"
+        )
+    if algorithm.dynamic_sampling.type is not None and cfg.generator.n_samples_per_prompt < 2:
+        yield (
+            f"trainer.algorithm.dynamic_sampling.type={algorithm.dynamic_sampling.type} drops groups without reward"
+            " variance, and a group of one sample never has any: set generator.n_samples_per_prompt to 2 or more"
+        )
+    buffer = algorithm.overlong_buffer
+    limit = cfg.generator.sampling_params.max_generate_length
+    if buffer.enabled and not 0 < buffer.length <= limit:
+        yield (
+            f"trainer.algorithm.overlong_buffer.length ({buffer.length}) must be in 1..max_generate_length ({limit})"
+        )
+    if cfg.trainer.resume_mode == "path" and not cfg.trainer.resume_path:
+        yield "trainer.resume_mode=path needs trainer.resume_path: set it to a checkpoint directory"
+
+
+def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Batched generation is single-turn and not step-wise; remote engines have URLs; lengths are consistent."""
+    generator = cfg.generator
+    if generator.batched and generator.max_turns != 1:
+        yield (
+            f"generator.batched=true needs generator.max_turns=1 (got {generator.max_turns}): batched generation is"
+            " single-turn, set batched=false for multi-turn rollouts"
+        )
+    if generator.batched and generator.step_wise_trajectories:
+        yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
+    engine = generator.inference_engine
+    if engine.backend == "remote" and not engine.remote_urls:
+        yield "generator.inference_engine.backend=remote needs generator.inference_engine.remote_urls: list the servers"
+    if engine.backend == "sglang" and cfg.trainer.device == "cpu":
+        yield "generator.inference_engine.backend=sglang needs a GPU: use backend=vllm or hf with trainer.device=cpu"
+    if generator.max_input_length is not None and generator.max_input_length < cfg.data.max_prompt_length:
+        yield (
+            f"generator.max_input_length ({generator.max_input_length}) is shorter than data.max_prompt_length"
+            f" ({cfg.data.max_prompt_length}): raise it or set it to null"
+        )
+
+
+def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Colocation shares one GPU pool, so its members must have equal GPU counts; IPC/shm sync needs colocation."""
+    engine = cfg.generator.inference_engine
+    policy_workers = role_world_size(cfg, "policy")
+    if cfg.trainer.placement.colocate_all:
+        if engine.backend == "remote":
+            yield (
+                "trainer.placement.colocate_all=true cannot share GPUs with remote engines"
+                " (generator.inference_engine.backend=remote): set colocate_all=false"
+            )
+        else:
+            engine_gpus = engine.num_engines * engine.tensor_parallel_size
+            if engine_gpus != policy_workers:
+                yield (
+                    f"trainer.placement.colocate_all=true needs as many engine GPUs (num_engines * tensor_parallel_size"
+                    f" = {engine.num_engines} * {engine.tensor_parallel_size} = {engine_gpus}) as policy GPUs"
+                    f" (policy_num_nodes * policy_num_gpus_per_node = {policy_workers}): change one of them or set"
+                    " colocate_all=false"
+                )
+        for role in _used_roles(cfg):
+            if role != "policy" and role_world_size(cfg, role) != policy_workers:
+                yield (
+                    f"trainer.placement.colocate_all=true needs the {role} on as many GPUs as the policy"
+                    f" ({role_world_size(cfg, role)} vs {policy_workers}): set trainer.placement.{role}_num_nodes and"
+                    f" {role}_num_gpus_per_node like the policy's"
+                )
+    sync = engine.weight_sync_backend
+    if sync in ("cuda_ipc", "shm") and not cfg.trainer.placement.colocate_all:
+        yield (
+            f"generator.inference_engine.weight_sync_backend={sync} only works when trainer and engines share"
+            " machines' memory: set trainer.placement.colocate_all=true or use broadcast/checkpoint"
+        )
+    if sync == "cuda_ipc" and cfg.trainer.device == "cpu":
+        yield "generator.inference_engine.weight_sync_backend=cuda_ipc needs CUDA: use shm with trainer.device=cpu"
+
+
+def warn_unused_models(cfg: "SkyRLConfig") -> Iterator[str]:
+    """A critic that `gae` does not use, or a reference path set while KL is off, only costs GPUs."""
+    algorithm = cfg.trainer.algorithm
+    if cfg.needs_critic and algorithm.advantage_estimator != "gae":
+        yield (
+            "trainer.critic.model.path is set but"
+            f" trainer.algorithm.advantage_estimator={algorithm.advantage_estimator}"
+            " (not gae): the critic is trained, but built-in estimators other than gae ignore its values"
+        )
+    if cfg.trainer.ref.model.path and not cfg.needs_ref_model:
+        yield (
+            "trainer.ref.model.path is set but KL is off (use_kl_loss and use_kl_in_reward are false): no reference"
+            " model is built"
+        )
+    engine = cfg.generator.inference_engine
+    if engine.remote_urls and engine.backend != "remote":
+        yield f"generator.inference_engine.remote_urls is ignored with backend={engine.backend}"
+
+
+ERROR_CHECKS: list[Check] = [
+    check_ranges,
+    check_algorithm_ranges,
+    check_batch_sizes,
+    check_sequence_parallel,
+    check_models,
+    check_generator,
+    check_placement,
+]
+"""Checks whose findings make `validate_config` raise; append your own to extend validation."""
+
+WARNING_CHECKS: list[Check] = [warn_unused_models]
+"""Checks whose findings are emitted as `ConfigWarning`s."""
+
+
+def find_problems(cfg: "SkyRLConfig") -> list[str]:
+    """Every problem the error checks find, in check order."""
+    return [problem for check in ERROR_CHECKS for problem in check(cfg)]
+
+
+def find_warnings(cfg: "SkyRLConfig") -> list[str]:
+    """Every finding of the warning checks."""
+    return [message for check in WARNING_CHECKS for message in check(cfg)]
+
+
+def validate_config(cfg: "SkyRLConfig") -> list[str]:
+    """Raise `ConfigValidationError` listing every problem; otherwise emit and return the warnings."""
+    problems = find_problems(cfg)
+    if problems:
+        raise ConfigValidationError(problems)
+    messages = find_warnings(cfg)
+    for message in messages:
+        warnings.warn(message, ConfigWarning, stacklevel=3)
+    return messages

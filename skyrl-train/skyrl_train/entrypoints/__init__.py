@@ -1,0 +1,1 @@
+"""Command-line entrypoints of skyrl_train (each runnable with `python -m skyrl_train.entrypoints.<name>`)."""

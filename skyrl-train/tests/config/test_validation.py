@@ -1,0 +1,242 @@
+"""Cross-field checks: each one triggers on a config that breaks it, with a message saying what to change."""
+
+import warnings
+
+import pytest
+
+from skyrl_train.config import ConfigValidationError, ConfigWarning, SkyRLConfig
+from skyrl_train.config.validation import ERROR_CHECKS, find_problems, role_data_parallel_size
+
+# A small valid non-colocated setup the cases below start from: 2 policy GPUs, 2 engines.
+BASE = [
+    "trainer.train_batch_size=16",
+    "trainer.policy_mini_batch_size=8",
+    "trainer.critic_mini_batch_size=8",
+    "generator.n_samples_per_prompt=4",
+    "trainer.placement.policy_num_gpus_per_node=2",
+    "trainer.placement.ref_num_gpus_per_node=2",
+    "trainer.placement.critic_num_gpus_per_node=2",
+    "generator.inference_engine.num_engines=2",
+]
+
+
+def problems_of(*overrides: str) -> list[str]:
+    cfg = SkyRLConfig.from_cli_overrides([*BASE, *overrides], validate=False)
+    return find_problems(cfg)
+
+
+def test_the_base_setup_is_valid():
+    assert problems_of() == []
+    assert problems_of("trainer.placement.colocate_all=false") == []
+
+
+CASES = {
+    "train batch not divisible by policy mini-batch": (
+        ["trainer.policy_mini_batch_size=6"],
+        "trainer.train_batch_size (16) must be divisible by trainer.policy_mini_batch_size (6)",
+    ),
+    "train batch not divisible by critic mini-batch": (
+        [
+            "trainer.critic.model.path=critic",
+            "trainer.algorithm.advantage_estimator=gae",
+            "trainer.critic_mini_batch_size=5",
+        ],
+        "trainer.train_batch_size (16) must be divisible by trainer.critic_mini_batch_size (5)",
+    ),
+    "mini-batch sequences not divisible by micro-batch times DP": (
+        # 8 prompts * 4 samples = 32 sequences; micro 3 * DP 2 = 6 does not divide 32
+        ["trainer.micro_train_batch_size_per_gpu=3"],
+        "8 * 4 = 32 sequences per mini-batch must be divisible by trainer.micro_train_batch_size_per_gpu * policy"
+        " data-parallel size = 3 * 2 = 6",
+    ),
+    "critic mini-batch sequences not divisible": (
+        # critic: 8 * 4 = 32 sequences; 3 critic GPUs * micro 1 = 3
+        [
+            "trainer.critic.model.path=critic",
+            "trainer.algorithm.advantage_estimator=gae",
+            "trainer.placement.colocate_all=false",
+            "trainer.placement.critic_num_gpus_per_node=3",
+        ],
+        "trainer.critic_mini_batch_size * generator.n_samples_per_prompt = 8 * 4 = 32",
+    ),
+    "KL loss and KL reward together": (
+        ["trainer.algorithm.use_kl_in_reward=true"],
+        "trainer.algorithm.use_kl_loss and trainer.algorithm.use_kl_in_reward are both true",
+    ),
+    "gae without a critic": (
+        ["trainer.algorithm.advantage_estimator=gae"],
+        "advantage_estimator=gae needs a value model: set trainer.critic.model.path",
+    ),
+    "Dr. GRPO reduction without max_seq_len": (
+        ["trainer.algorithm.loss_reduction=seq_mean_token_sum_norm"],
+        "loss_reduction=seq_mean_token_sum_norm needs trainer.algorithm.max_seq_len",
+    ),
+    "batched multi-turn": (
+        ["generator.batched=true", "generator.max_turns=3"],
+        "generator.batched=true needs generator.max_turns=1 (got 3)",
+    ),
+    "batched step-wise": (
+        ["generator.batched=true", "generator.step_wise_trajectories=true"],
+        "generator.step_wise_trajectories=true does not work with generator.batched=true",
+    ),
+    "colocated engines with a different GPU count": (
+        ["generator.inference_engine.num_engines=1"],
+        "colocate_all=true needs as many engine GPUs (num_engines * tensor_parallel_size = 1 * 1 = 1) as policy GPUs",
+    ),
+    "colocated ref with a different GPU count": (
+        ["trainer.placement.ref_num_gpus_per_node=1"],
+        "colocate_all=true needs the ref on as many GPUs as the policy (1 vs 2)",
+    ),
+    "colocated remote engines": (
+        ["generator.inference_engine.backend=remote", "generator.inference_engine.remote_urls=['http://h:8000']"],
+        "colocate_all=true cannot share GPUs with remote engines",
+    ),
+    "negative eps_clip_low": (
+        ["trainer.algorithm.eps_clip_low=-0.1"],
+        "trainer.algorithm.eps_clip_low must not be negative",
+    ),
+    "negative eps_clip_high": (
+        ["trainer.algorithm.eps_clip_high=-1"],
+        "trainer.algorithm.eps_clip_high must not be negative",
+    ),
+    "negative cispo eps": (
+        ["trainer.algorithm.cispo.eps_clip_high=-1"],
+        "trainer.algorithm.cispo.eps_clip_high must not be negative",
+    ),
+    "dual-clip bound at most 1": (["trainer.algorithm.clip_ratio_c=1.0"], "clip_ratio_c must be above 1"),
+    "zero batch size": (
+        ["trainer.micro_forward_batch_size_per_gpu=0"],
+        "trainer.micro_forward_batch_size_per_gpu must be at least 1, got 0",
+    ),
+    "resume from path without a path": (
+        ["trainer.resume_mode=path"],
+        "trainer.resume_mode=path needs trainer.resume_path",
+    ),
+    "empty policy model": (["trainer.policy.model.path=null"], "trainer.policy.model.path is empty"),
+    "remote backend without urls": (
+        ["trainer.placement.colocate_all=false", "generator.inference_engine.backend=remote"],
+        "backend=remote needs generator.inference_engine.remote_urls",
+    ),
+    "sglang on cpu": (
+        ["trainer.device=cpu", "generator.inference_engine.backend=sglang"],
+        "backend=sglang needs a GPU",
+    ),
+    "cuda_ipc without colocation": (
+        ["trainer.placement.colocate_all=false", "generator.inference_engine.weight_sync_backend=cuda_ipc"],
+        "weight_sync_backend=cuda_ipc only works when trainer and engines share",
+    ),
+    "cuda_ipc on cpu": (
+        ["trainer.device=cpu", "generator.inference_engine.weight_sync_backend=cuda_ipc"],
+        "weight_sync_backend=cuda_ipc needs CUDA",
+    ),
+    "sequence parallel not dividing GPUs": (
+        ["trainer.policy.sequence_parallel_size=3"],
+        "trainer.policy.sequence_parallel_size (3) must divide the policy's 2 workers",
+    ),
+    "gpu memory utilization above 1": (
+        ["generator.inference_engine.gpu_memory_utilization=1.5"],
+        "gpu_memory_utilization must be in (0, 1], got 1.5",
+    ),
+    "top_p of zero": (
+        ["generator.eval_sampling_params.top_p=0"],
+        "generator.eval_sampling_params.top_p must be in (0, 1]",
+    ),
+    "keep zero checkpoints": (
+        ["trainer.max_ckpts_to_keep=0"],
+        "trainer.max_ckpts_to_keep must be -1 (keep all) or at least 1",
+    ),
+    "dynamic sampling with one sample": (
+        ["trainer.algorithm.dynamic_sampling.type=filter", "generator.n_samples_per_prompt=1"],
+        "set generator.n_samples_per_prompt to 2 or more",
+    ),
+    "overlong buffer longer than generation": (
+        ["trainer.algorithm.overlong_buffer.enabled=true", "trainer.algorithm.overlong_buffer.length=5000"],
+        "overlong_buffer.length (5000) must be in 1..max_generate_length (1024)",
+    ),
+    "max_input_length below prompt length": (
+        ["generator.max_input_length=100"],
+        "generator.max_input_length (100) is shorter",
+    ),
+    "three adam betas": (
+        ["trainer.policy.optimizer.adam_betas=[0.9,0.99,0.999]"],
+        "adam_betas must be two numbers in [0, 1)",
+    ),
+    "kl_cov fraction above 1": (
+        ["trainer.algorithm.kl_cov.kl_cov_frac=2"],
+        "kl_cov.kl_cov_frac is a fraction of tokens",
+    ),
+    "inverted geometric band": (
+        ["trainer.algorithm.off_policy_correction.geo_mask_low=1.2"],
+        "off_policy_correction.geo_mask_low (1.2) must not exceed",
+    ),
+    "adaptive KL with zero target": (
+        ["trainer.algorithm.kl_ctrl.type=adaptive", "trainer.algorithm.kl_ctrl.kl_target=0"],
+        "kl_ctrl.type=adaptive needs kl_ctrl.kl_target > 0",
+    ),
+    "negative lora rank": (["trainer.policy.model.lora.rank=-1"], "trainer.policy.model.lora.rank must be 0 (no LoRA)"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_check_triggers_with_its_message(case):
+    overrides, message = CASES[case]
+    found = problems_of(*overrides)
+    assert any(message in problem for problem in found), f"{message!r} not in {found}"
+
+
+def test_validation_error_lists_every_problem():
+    with pytest.raises(ConfigValidationError) as info:
+        SkyRLConfig.from_cli_overrides([*BASE, "trainer.policy_mini_batch_size=6", "generator.max_turns=0"])
+    problems = info.value.problems
+    assert any("trainer.policy_mini_batch_size (6)" in problem for problem in problems)
+    assert any("generator.max_turns must be at least 1, got 0" in problem for problem in problems)
+    assert str(info.value).startswith(f"invalid config ({len(problems)} problem(s)):")
+
+
+def test_critic_without_gae_is_a_warning_not_an_error():
+    with pytest.warns(ConfigWarning, match="the critic is trained, but built-in estimators other than gae ignore"):
+        cfg = SkyRLConfig.from_cli_overrides([*BASE, "trainer.critic.model.path=critic"])
+    assert cfg.needs_critic
+
+
+def test_ref_path_without_kl_is_a_warning():
+    overrides = [*BASE, "trainer.algorithm.use_kl_loss=false", "trainer.ref.model.path=base"]
+    with pytest.warns(ConfigWarning, match="no reference model is built"):
+        assert SkyRLConfig.from_cli_overrides(overrides).needs_ref_model is False
+
+
+def test_ppo_with_critic_and_gae_has_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        SkyRLConfig.from_cli_overrides(
+            [*BASE, "trainer.critic.model.path=critic", "trainer.algorithm.advantage_estimator=gae"]
+        )
+
+
+def test_unused_roles_are_not_checked():
+    # without KL the ref is not built, so its placement does not have to match the policy's
+    assert problems_of("trainer.algorithm.use_kl_loss=false", "trainer.placement.ref_num_gpus_per_node=1") == []
+    # without a critic its mini-batch size is irrelevant
+    assert problems_of("trainer.critic_mini_batch_size=5") == []
+
+
+def test_data_parallel_size_divides_by_sequence_parallelism():
+    cfg = SkyRLConfig.from_cli_overrides(
+        [
+            "trainer.placement.policy_num_nodes=2",
+            "trainer.placement.policy_num_gpus_per_node=4",
+            "trainer.policy.sequence_parallel_size=2",
+        ],
+        validate=False,
+    )
+    assert role_data_parallel_size(cfg, "policy") == 4  # 2 nodes * 4 GPUs / SP 2
+
+
+def test_users_can_register_their_own_check(monkeypatch):
+    def forbid_megatron(cfg):
+        if cfg.trainer.strategy == "megatron":
+            yield "trainer.strategy=megatron is not allowed on this cluster"
+
+    monkeypatch.setattr("skyrl_train.config.validation.ERROR_CHECKS", [*ERROR_CHECKS, forbid_megatron])
+    with pytest.raises(ConfigValidationError, match="not allowed on this cluster"):
+        SkyRLConfig.from_cli_overrides(["trainer.strategy=megatron"])
