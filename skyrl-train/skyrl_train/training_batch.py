@@ -1,0 +1,100 @@
+"""`TrainingBatch`: trajectories turned into aligned tensors (left-padded prompts, right-padded responses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Optional
+
+import torch
+
+from skyrl_train.generators.types import Trajectory
+
+
+@dataclass
+class TrainingBatch:
+    """Tensors for one batch of trajectories. Sequence i is `[pad.. prompt_i | response_i ..pad]`, so response token
+    j of every row sits at column `prompt_width + j`.
+
+    Shapes: `input_ids`, `attention_mask`, `position_ids` [B, P + R]; `response_mask`, `loss_mask`, `token_rewards`,
+    `rollout_logprobs` [B, R]. `uids` group samples of one prompt.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    response_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    token_rewards: torch.Tensor
+    rollout_logprobs: Optional[torch.Tensor]
+    prompt_width: int
+    uids: list[str]
+
+    @property
+    def response_width(self) -> int:
+        """R: the padded response length."""
+        return self.response_mask.shape[1]
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @classmethod
+    def from_trajectories(cls, trajectories: list[Trajectory], pad_token_id: int) -> TrainingBatch:
+        """Pad and stack trajectories; trajectories with no response still get one (masked) column."""
+        if not trajectories:
+            raise ValueError("TrainingBatch.from_trajectories needs at least one trajectory")
+        prompt_width = max(len(t.prompt_token_ids) for t in trajectories)
+        response_width = max(1, max(len(t.response_ids) for t in trajectories))
+        count = len(trajectories)
+        input_ids = torch.full((count, prompt_width + response_width), pad_token_id, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        response_mask = torch.zeros((count, response_width), dtype=torch.long)
+        loss_mask = torch.zeros((count, response_width), dtype=torch.float32)
+        rewards = torch.zeros((count, response_width), dtype=torch.float32)
+        has_logprobs = all(t.rollout_logprobs is not None for t in trajectories)
+        logprobs = torch.zeros((count, response_width), dtype=torch.float32) if has_logprobs else None
+        for i, t in enumerate(trajectories):
+            p, r = len(t.prompt_token_ids), len(t.response_ids)
+            input_ids[i, prompt_width - p : prompt_width] = torch.tensor(t.prompt_token_ids, dtype=torch.long)
+            attention[i, prompt_width - p : prompt_width] = 1
+            if r:
+                input_ids[i, prompt_width : prompt_width + r] = torch.tensor(t.response_ids, dtype=torch.long)
+                attention[i, prompt_width : prompt_width + r] = 1
+                response_mask[i, :r] = 1
+                loss_mask[i, :r] = torch.tensor(t.loss_mask, dtype=torch.float32)
+                rewards[i, :r] = torch.tensor(t.token_rewards, dtype=torch.float32)
+                if logprobs is not None:
+                    logprobs[i, :r] = torch.tensor(t.rollout_logprobs, dtype=torch.float32)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        return cls(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            response_mask=response_mask,
+            loss_mask=loss_mask,
+            token_rewards=rewards,
+            rollout_logprobs=logprobs,
+            prompt_width=prompt_width,
+            uids=[t.uid for t in trajectories],
+        )
+
+    def select(self, indices: list[int]) -> TrainingBatch:
+        """The rows at `indices` (e.g. one micro-batch), same widths."""
+        index = torch.tensor(indices, dtype=torch.long)
+        values = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                values[f.name] = value[index]
+            elif f.name == "uids":
+                values[f.name] = [value[i] for i in indices]
+            else:
+                values[f.name] = value
+        return TrainingBatch(**values)
+
+    def to(self, device: torch.device | str) -> TrainingBatch:
+        """A copy with every tensor on `device`."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                values[name] = value.to(device)
+        return TrainingBatch(**values)

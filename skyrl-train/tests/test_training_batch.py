@@ -1,0 +1,76 @@
+"""Tests for TrainingBatch and the trainer-side response logprobs: padding layout, and parity with the engine."""
+
+import asyncio
+
+import pytest
+import torch
+
+from skyrl_train.generators.types import Trajectory
+from skyrl_train.inference import HFInferenceEngine, InferenceEngineInput, SamplingParams
+from skyrl_train.models.logprobs import response_logprobs
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer
+
+PARITY_TOLERANCE = 1e-5  # fp32, padded batch forward vs the engine's incremental decode
+
+
+def _trajectory(prompt, response, mask=None, rewards=None, logprobs=None, uid="0"):
+    return Trajectory(
+        uid=uid,
+        env_class="arithmetic",
+        prompt_token_ids=prompt,
+        response_ids=response,
+        loss_mask=mask or [1] * len(response),
+        token_rewards=rewards or [0.0] * len(response),
+        rollout_logprobs=logprobs,
+        stop_reason="stop",
+        num_turns=1,
+        weight_version=0,
+    )
+
+
+def test_layout_left_pads_prompts_and_right_pads_responses():
+    from skyrl_train.training_batch import TrainingBatch
+
+    batch = TrainingBatch.from_trajectories(
+        [
+            _trajectory([5, 6, 7], [8, 9], rewards=[0.0, 1.0], uid="a"),
+            _trajectory([5], [8, 9, 10], mask=[1, 0, 1], uid="b"),
+        ],
+        pad_token_id=0,
+    )
+    assert batch.prompt_width == 3 and batch.response_width == 3
+    assert batch.input_ids.tolist() == [[5, 6, 7, 8, 9, 0], [0, 0, 5, 8, 9, 10]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1]]
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4, 4], [0, 0, 0, 1, 2, 3]]
+    assert batch.response_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert batch.loss_mask.tolist() == [[1, 1, 0], [1, 0, 1]]
+    assert batch.token_rewards.tolist() == [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
+    assert batch.rollout_logprobs is None
+    assert batch.select([1]).uids == ["b"] and batch.select([1]).input_ids.tolist() == [[0, 0, 5, 8, 9, 10]]
+    with pytest.raises(ValueError, match="at least one trajectory"):
+        TrainingBatch.from_trajectories([], 0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_trainer_logprobs_match_engine_logprobs_with_equal_weights(temperature):
+    from skyrl_train.training_batch import TrainingBatch
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(TinyModelSpec(size=2), seed=4)
+    engine = HFInferenceEngine(model, tokenizer)
+    prompts = [[3, 20 + i, 30, 4, 3, 50] * (1 + i % 3) for i in range(5)]  # different lengths: real padding
+    params = SamplingParams(max_tokens=12, temperature=temperature, seed=0)
+    out = asyncio.run(engine.generate(InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params)))
+    trajectories = [
+        _trajectory(p, ids, logprobs=lps) for p, ids, lps in zip(prompts, out.response_ids, out.response_logprobs)
+    ]
+    batch = TrainingBatch.from_trajectories(trajectories, tokenizer.pad_token_id)
+    with torch.no_grad():
+        trainer_lp, entropy = response_logprobs(
+            model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, temperature, True
+        )
+    mask = batch.response_mask.bool()
+    difference = (trainer_lp - batch.rollout_logprobs).abs()[mask]
+    assert difference.max().item() < PARITY_TOLERANCE
+    assert entropy.shape == trainer_lp.shape and bool((entropy[mask] > 0).all())
