@@ -68,6 +68,34 @@ class PolicyLossConfig:
             object.__setattr__(self, "off_policy", OffPolicyConfig.from_mapping(self.off_policy))
 
     @classmethod
+    def from_algorithm_config(cls, algorithm: Any) -> PolicyLossConfig:
+        """Build from the run config's `trainer.algorithm` section (a `skyrl_train.config.AlgorithmConfig`).
+
+        The section nests per-loss knobs (`cispo.eps_clip_low`, `clip_cov.clip_ratio`, ...); this flattens them onto
+        the loss's field names. Duck-typed so the algorithm library does not import the config package.
+        """
+        from dataclasses import asdict
+
+        return cls(
+            eps_clip_low=algorithm.eps_clip_low,
+            eps_clip_high=algorithm.eps_clip_high,
+            clip_ratio_c=algorithm.clip_ratio_c,
+            loss_reduction=algorithm.loss_reduction,
+            max_seq_len=algorithm.max_seq_len,
+            tau_pos=algorithm.sapo.tau_pos,
+            tau_neg=algorithm.sapo.tau_neg,
+            cispo_eps_clip_low=algorithm.cispo.eps_clip_low,
+            cispo_eps_clip_high=algorithm.cispo.eps_clip_high,
+            cispo_anchor=algorithm.cispo.anchor,
+            clip_cov_ratio=algorithm.clip_cov.clip_ratio,
+            clip_cov_lb=algorithm.clip_cov.clip_cov_lb,
+            clip_cov_ub=algorithm.clip_cov.clip_cov_ub,
+            kl_cov_frac=algorithm.kl_cov.kl_cov_frac,
+            kl_cov_coef=algorithm.kl_cov.kl_cov_coef,
+            off_policy=asdict(algorithm.off_policy_correction),
+        )
+
+    @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PolicyLossConfig:
         """Build from a flat mapping of field names (`off_policy` may be a mapping too); unknown keys are an error."""
         known = {f.name for f in fields(cls)}

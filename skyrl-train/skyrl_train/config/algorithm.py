@@ -140,11 +140,12 @@ class AlgorithmConfig:
     """The RL algorithm: how advantages are estimated and which loss the policy minimises."""
 
     advantage_estimator: str = "grpo"
-    """Advantage estimator by registry name: `grpo`, `gae` (needs a critic), `rloo`, `reinforce++`, or your own."""
+    """Advantage estimator by registry name: `grpo`, `gae` (needs a critic), `rloo`, `reinforce++`,
+    `reinforce++_baseline`, `remax`, or your own."""
 
     policy_loss_type: str = "regular"
     """Policy loss by registry name: `regular` (clipped PPO), `dual_clip`, `gspo`, `cispo`, `sapo`, `clip_cov`,
-    `kl_cov`, or your own."""
+    `kl_cov`, `importance_sampling`, `cross_entropy`, or your own."""
 
     loss_reduction: str = "token_mean"
     """How per-token losses are reduced: `token_mean`, `sequence_mean`, `seq_mean_token_sum_norm` (Dr. GRPO, needs
@@ -184,7 +185,7 @@ class AlgorithmConfig:
     """Critic value clip range around the old values."""
 
     gamma: float = 1.0
-    """Discount factor (`gae`, `reinforce++`)."""
+    """Discount factor (`gae`, `reinforce++`, `reinforce++_baseline`, `remax`)."""
 
     lambd: float = 1.0
     """GAE lambda."""
@@ -196,7 +197,8 @@ class AlgorithmConfig:
     """Z-score the advantages over the whole training batch before the update."""
 
     max_seq_len: int | None = None
-    """Fixed normaliser (in tokens) of the `seq_mean_token_sum_norm` reduction; usually prompt + generation length."""
+    """Fixed normaliser (in tokens) of the `seq_mean_token_sum_norm` reduction: the longest response the
+    generator can produce (all turns), usually `generator.sampling_params.max_generate_length` for single-turn."""
 
     off_policy_correction: OffPolicyCorrectionConfig = field(default_factory=OffPolicyCorrectionConfig)
     """Importance-sampling corrections for rollout/trainer mismatch."""

@@ -194,7 +194,7 @@ def check_models(cfg: "SkyRLConfig") -> Iterator[str]:
     if algorithm.loss_reduction == "seq_mean_token_sum_norm" and algorithm.max_seq_len is None:
         yield (
             "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm needs trainer.algorithm.max_seq_len: set it to"
-            " the longest sequence in tokens (usually data.max_prompt_length + max_generate_length)"
+            " the longest response in tokens (usually generator.sampling_params.max_generate_length)"
         )
     if algorithm.dynamic_sampling.type is not None and cfg.generator.n_samples_per_prompt < 2:
         yield (
