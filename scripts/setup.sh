@@ -26,7 +26,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 if [ "${SKYRL_SKIP_TORCH:-0}" != "1" ]; then
   if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
     log "installing torch==$TORCH_VERSION"
-    "${PIP[@]}" install -q "torch==$TORCH_VERSION" 2> >(quiet_pip_warnings >&2)
+    "${PIP[@]}" install -q "torch==$TORCH_VERSION" numpy 2> >(quiet_pip_warnings >&2)
   fi
   "$VENV/bin/python" -c "import torch; print('[setup] torch', torch.__version__)"
 fi

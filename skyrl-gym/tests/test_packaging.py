@@ -36,7 +36,7 @@ def test_importing_every_builtin_env_module_loads_no_torch_or_ray():
         f"for m in {modules!r}:\n"
         "    importlib.import_module(m)\n"
         "import skyrl_gym.tools.retrieval_server\n"
-        f"print(json.dumps(sorted(set(sys.modules) & {sorted(HEAVY)!r})))\n"
+        f"print(json.dumps(sorted(set(sys.modules) & set({sorted(HEAVY)!r}))))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

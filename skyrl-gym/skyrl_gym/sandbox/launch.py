@@ -165,9 +165,13 @@ def run_python(
         except (AttributeError, OSError):
             pidfd = None
         pid = proc.pid
+        # pump closes the stdin descriptor it is given; give it its own duplicate and close the file object now,
+        # so the same descriptor number is never closed twice (by then another thread may own that number).
+        stdin_fd = os.dup(proc.stdin.fileno())
+        proc.stdin.close()
 
         outcome = pump(
-            stdin_fd=proc.stdin.fileno(),
+            stdin_fd=stdin_fd,
             stdin_data=stdin.encode("utf-8"),
             stdout_fd=proc.stdout.fileno(),
             stderr_fd=proc.stderr.fileno(),

@@ -124,3 +124,20 @@ def test_concurrent_runs_from_threads_do_not_interfere():
     for thread in threads:
         thread.join()
     assert {n: r.stdout.strip() for n, r in results.items()} == {n: str(n * 2) for n in range(4)}
+
+
+@pytest.mark.integration
+def test_many_concurrent_runs_with_stdin_never_close_each_others_descriptors():
+    # Regression: the stdin pipe was closed twice by number; under threads the second close hit another run's fd.
+    results = {}
+
+    def work(n: int) -> None:
+        source = f"import sys; print(len(sys.stdin.read()) + {n})"
+        results[n] = run_python(source, stdin="x" * (n * 1000), limits=FAST).stdout.strip()
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {n: str(n * 1001) for n in range(12)}
