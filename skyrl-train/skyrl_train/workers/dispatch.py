@@ -1,0 +1,82 @@
+"""Splitting a batch over data-parallel ranks and joining their results (pure functions, no Ray).
+
+Rows are split into equal contiguous shards, rank r taking the r-th. When the row count is not a multiple of the
+rank count, copies of the last row with an all-zero `loss_mask` (and zero rewards) are appended: they change no loss
+or gradient (but they do count as rows for `seq_mean_token_sum_norm`) and are dropped from the joined results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.workers.accounting import combine_rank_metrics
+
+PAD_UID_SUFFIX = "#pad"
+"""Appended to the uid of padding rows."""
+
+
+def padded_size(num_rows: int, num_shards: int) -> int:
+    """The smallest multiple of `num_shards` that is >= `num_rows`."""
+    if num_shards <= 0:
+        raise ValueError(f"num_shards must be positive, got {num_shards}")
+    return -(-num_rows // num_shards) * num_shards
+
+
+def pad_batch(batch: TrainingBatch, num_shards: int) -> TrainingBatch:
+    """`batch` plus loss-masked copies of its last row up to a multiple of `num_shards` rows."""
+    if len(batch) == 0:
+        raise ValueError("cannot shard an empty batch")
+    extra = padded_size(len(batch), num_shards) - len(batch)
+    if extra == 0:
+        return batch
+    padded = batch.select(list(range(len(batch))) + [len(batch) - 1] * extra)
+    padded.loss_mask[len(batch) :] = 0
+    padded.token_rewards[len(batch) :] = 0
+    padded.uids[len(batch) :] = [uid + PAD_UID_SUFFIX for uid in padded.uids[len(batch) :]]
+    return padded
+
+
+def pad_rows(tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """`tensor` with zero rows appended up to `num_rows` rows."""
+    extra = num_rows - tensor.shape[0]
+    if extra <= 0:
+        return tensor
+    return torch.cat([tensor, torch.zeros((extra, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)])
+
+
+def shard_arguments(
+    batch: TrainingBatch, num_shards: int, extras: Mapping[str, Any]
+) -> list[tuple[TrainingBatch, dict[str, Any]]]:
+    """Per rank: (its rows of the padded batch, its keyword arguments). Tensor arguments with one row per batch row
+    are padded with zeros and split like the batch; every other argument goes to all ranks unchanged."""
+    padded = pad_batch(batch, num_shards)
+    per_shard = len(padded) // num_shards
+    sharded_extras = {}
+    for name, value in extras.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == len(batch):
+            sharded_extras[name] = pad_rows(value, len(padded)).split(per_shard)
+    shards = []
+    for rank in range(num_shards):
+        rows = list(range(rank * per_shard, (rank + 1) * per_shard))
+        kwargs = {
+            name: sharded_extras[name][rank] if name in sharded_extras else value for name, value in extras.items()
+        }
+        shards.append((padded.select(rows), kwargs))
+    return shards
+
+
+def join_results(results: list[Any], num_rows: int) -> Any:
+    """Join per-rank results of a sharded call: tensors are concatenated in rank order with padding rows dropped,
+    metric dicts are combined (`combine_rank_metrics`), None stays None, anything else is returned as the list."""
+    first = results[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(results)[:num_rows]
+    if isinstance(first, Mapping):
+        return combine_rank_metrics(results)
+    if all(result is None for result in results):
+        return None
+    return results

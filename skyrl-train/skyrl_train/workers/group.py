@@ -1,0 +1,89 @@
+"""`WorkerGroup`: the Ray actors of one role, created with a shared rendezvous, and helpers that dispatch to them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from skyrl_train.config.root import SkyRLConfig
+from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.workers.dispatch import join_results, shard_arguments
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerGroup:
+    """`num_workers` Ray actors of `worker_cls` forming one data-parallel (FSDP) group for `role`.
+
+    Rank 0 is created first and picks the rendezvous address (its node IP and a free port); the other ranks join
+    it. With a placement group, rank r runs in bundle `bundle_offset + r`. Each actor runs
+    `max(1, int(num_cpus_per_worker))` torch threads.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        worker_cls: type,
+        num_workers: int,
+        cfg: SkyRLConfig | Mapping[str, Any],
+        placement_group: Optional[Any] = None,
+        bundle_offset: int = 0,
+        num_cpus_per_worker: float = 1,
+        num_gpus_per_worker: float = 0,
+    ) -> None:
+        if num_workers <= 0:
+            raise ValueError(f"num_workers must be positive, got {num_workers}")
+        self.role = role
+        cfg_dict = cfg.to_dict() if isinstance(cfg, SkyRLConfig) else dict(cfg)
+        remote_cls = ray.remote(worker_cls)
+        threads = max(1, int(num_cpus_per_worker))
+
+        def actor_class(rank: int) -> Any:
+            options: dict[str, Any] = {"num_cpus": num_cpus_per_worker, "num_gpus": num_gpus_per_worker}
+            if placement_group is not None:
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=placement_group, placement_group_bundle_index=bundle_offset + rank
+                )
+            return remote_cls.options(**options)
+
+        rank0 = actor_class(0).remote(role, 0, num_workers, None, None, cfg_dict, threads)
+        master_addr, master_port = ray.get(rank0.master_address.remote())
+        self.actors = [rank0] + [
+            actor_class(rank).remote(role, rank, num_workers, master_addr, master_port, cfg_dict, threads)
+            for rank in range(1, num_workers)
+        ]
+        logger.info("%s group: %d workers rendezvous at %s:%d", role, num_workers, master_addr, master_port)
+
+    @property
+    def world_size(self) -> int:
+        """Number of actors (data-parallel ranks)."""
+        return len(self.actors)
+
+    def init_model(self, model_path: Optional[str] = None, num_training_steps: Optional[int] = None) -> None:
+        """Load and shard the model on every rank (the role's configured model when `model_path` is None)."""
+        self.run_all("init_model", model_path, num_training_steps)
+
+    def submit_all(self, method: str, *args: Any, **kwargs: Any) -> list[ray.ObjectRef]:
+        """Call `method(*args, **kwargs)` on every actor; returns the object refs without waiting."""
+        return [getattr(actor, method).remote(*args, **kwargs) for actor in self.actors]
+
+    def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call `method(*args, **kwargs)` on every actor and wait; returns the per-rank results in rank order."""
+        return ray.get(self.submit_all(method, *args, **kwargs))
+
+    def run_sharded(self, method: str, batch: TrainingBatch, **kwargs: Any) -> Any:
+        """Split `batch` (and per-row tensor kwargs) evenly over the ranks, call `method(shard, **shard_kwargs)` on
+        each, and join the results: tensors concatenated in row order, metric dicts averaged (see `dispatch`)."""
+        shards = shard_arguments(batch, self.world_size, kwargs)
+        refs = [getattr(actor, method).remote(shard, **extra) for actor, (shard, extra) in zip(self.actors, shards)]
+        return join_results(ray.get(refs), len(batch))
+
+    def shutdown(self) -> None:
+        """Kill the actors of this group."""
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []

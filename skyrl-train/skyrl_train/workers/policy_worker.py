@@ -1,0 +1,122 @@
+"""`PolicyWorker` (log-probs, policy-gradient update) and `RefWorker` (frozen reference log-probs)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+
+from skyrl_train.algorithms.masked import masked_count, zero_masked
+from skyrl_train.models.logprobs import response_logprobs
+from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight, reduction_denominator
+from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
+from skyrl_train.workers.policy_objective import ObjectiveSettings, policy_objective
+from skyrl_train.workers.worker import BaseWorker
+
+
+class LogprobWorker(BaseWorker):
+    """A causal-LM worker that scores response tokens: `forward(batch) -> log-probs [B, R]`."""
+
+    @property
+    def temperature(self) -> float:
+        """Sampling temperature of training rollouts (`generator.sampling_params.temperature`): log-probs are taken
+        under the distribution the engine sampled from."""
+        return self.cfg.generator.sampling_params.temperature
+
+    def _logprobs(self, micro: TrimmedMicroBatch, with_entropy: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        batch = micro.batch
+        return response_logprobs(
+            self.model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.position_ids,
+            batch.prompt_width,
+            temperature=self.temperature,
+            with_entropy=with_entropy,
+        )
+
+    @torch.no_grad()
+    def forward(self, batch: TrainingBatch) -> torch.Tensor:
+        """Log-probs [B, R] (float32, CPU) of the response tokens; 0 outside `response_mask`."""
+        model = self._require_model()
+        model.eval()
+        output = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
+        for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
+            logprobs, _ = self._logprobs(micro, with_entropy=False)
+            if indices:
+                logprobs = zero_masked(logprobs.float(), micro.batch.response_mask).cpu()
+                output[indices] = pad_response_columns(logprobs, batch.response_width)
+        return output
+
+
+class RefWorker(LogprobWorker):
+    """The frozen reference model: `forward` only."""
+
+    trainable = False
+
+
+def _rows(tensor: Optional[torch.Tensor], indices: list[int], micro: TrimmedMicroBatch, device: torch.device):
+    if tensor is None:
+        return None
+    return micro.slice_response(tensor[indices or [0]]).to(device)
+
+
+class PolicyWorker(LogprobWorker):
+    """The trained policy: `forward`, `forward_backward` (gradient accumulation over micro-batches), `optim_step`."""
+
+    trainable = True
+
+    def forward_backward(
+        self,
+        batch: TrainingBatch,
+        advantages: Optional[torch.Tensor],
+        old_logprobs: Optional[torch.Tensor],
+        ref_logprobs: Optional[torch.Tensor] = None,
+        loss_fn: Optional[str] = None,
+        loss_fn_config: Optional[Mapping[str, Any]] = None,
+    ) -> dict[str, float]:
+        """Accumulate the gradient of the objective over this rank's mini-batch shard; returns `policy/*` metrics.
+
+        The policy loss is `loss_fn` (default `trainer.algorithm.policy_loss_type`) with `PolicyLossConfig` fields
+        from `trainer.algorithm`, overridden by `loss_fn_config`; plus `kl_loss_coef * KL(ref)` when `use_kl_loss`
+        and the entropy bonus when `use_entropy_loss`. Rows go in micro-batches of
+        `micro_train_batch_size_per_gpu` (or by `max_tokens_per_microbatch`); each micro-batch's loss is weighted by
+        its share of the mini-batch's reduction denominator, so the accumulated gradient does not depend on the
+        split. Gradients are kept until `optim_step`.
+        """
+        model = self._require_model()
+        settings = ObjectiveSettings.from_config(self.cfg.trainer.algorithm, loss_fn, loss_fn_config)
+        if settings.kl_loss_coef is not None and ref_logprobs is None:  # checked before any collective starts
+            raise ValueError("trainer.algorithm.use_kl_loss is true but forward_backward got ref_logprobs=None")
+        reduction, max_seq_len = settings.loss_config.loss_reduction, settings.loss_config.max_seq_len
+        denominator = reduction_denominator(reduction, batch.loss_mask, max_seq_len)
+        model.train()
+        accumulator, parts = MetricAccumulator(), defaultdict(float)
+        for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_train_batch_size_per_gpu):
+            log_probs, entropy = self._logprobs(micro, with_entropy=True)
+            if settings.entropy_coef is None:
+                entropy = entropy.detach()
+            loss_mask = micro.batch.loss_mask
+            result = policy_objective(
+                settings,
+                log_probs,
+                entropy,
+                loss_mask,
+                advantages=_rows(advantages, indices, micro, self.device),
+                old_log_probs=_rows(old_logprobs, indices, micro, self.device),
+                ref_log_probs=_rows(ref_logprobs, indices, micro, self.device),
+                rollout_log_probs=micro.batch.rollout_logprobs,
+            )
+            weight = micro_batch_weight(reduction, loss_mask, denominator, max_seq_len) if indices else 0.0
+            self.strategy.backward(result.total * weight)
+            for name, value in result.parts.items():
+                parts[name] += float(value) * weight
+            if indices:
+                accumulator.add(result.metrics, weight=float(masked_count(loss_mask)))
+        metrics = {f"policy/{name}": value for name, value in accumulator.result().items()}
+        metrics.update({f"policy/{name}": value for name, value in parts.items()})
+        metrics["policy/lr"] = self.strategy.lr
+        return metrics

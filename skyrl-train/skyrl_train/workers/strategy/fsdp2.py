@@ -1,0 +1,229 @@
+"""`FSDP2Strategy`: shard a Hugging Face model with `fully_shard`, train it, gather it and checkpoint it.
+
+The same code runs on CPU (gloo) and GPU (nccl). Each decoder layer (the classes the model lists in
+`_no_split_modules`) is sharded on its own, then the root. Parameters are kept in float32 ("master" weights) and
+cast to `mixed_precision.param_dtype` for compute; gradients are reduced in `mixed_precision.reduce_dtype`.
+Sharded checkpoints go through `torch.distributed.checkpoint` (reshardable), plus one small file per rank with the
+LR scheduler and RNG states.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+from skyrl_train.config.roles import FSDPConfig, OptimizerConfig
+from skyrl_train.models.loading import resolve_dtype
+from skyrl_train.workers.strategy.optimizer import build_optimizer, build_scheduler, current_lr
+
+logger = logging.getLogger(__name__)
+
+EXTRA_STATE_FILE = "extra_state_rank{rank}.pt"
+"""Per-rank file of a sharded checkpoint holding the scheduler state, RNG states and caller extras."""
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """RNG states of python, numpy, torch (and CUDA when present)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Restore what `capture_rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def layer_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules sharded one by one: instances of the classes named in the model's `_no_split_modules`."""
+    names: set[str] = set()
+    for module in model.modules():
+        names.update(getattr(module, "_no_split_modules", None) or [])
+    return [module for module in model.modules() if type(module).__name__ in names]
+
+
+class FSDP2Strategy:
+    """FSDP2 training of one model across the ranks of the default process group.
+
+    `prepare(model)` shards it (and builds AdamW + LR schedule when an optimizer config is given); then `backward`,
+    `optimizer_step`, `full_state_dict`, `save_checkpoint` / `load_checkpoint` and `save_hf_model`.
+    """
+
+    name = "fsdp2"
+
+    def __init__(
+        self,
+        fsdp: FSDPConfig,
+        device: torch.device,
+        optimizer: Optional[OptimizerConfig] = None,
+        gradient_checkpointing: bool = False,
+    ) -> None:
+        self.fsdp = fsdp
+        self.device = device
+        self.optimizer_config = optimizer
+        self.gradient_checkpointing = gradient_checkpointing
+        self.model: Optional[torch.nn.Module] = None
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the default group."""
+        return dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the default group."""
+        return dist.get_world_size()
+
+    def device_mesh(self) -> DeviceMesh:
+        """1-D mesh over all ranks, or a (replicate, shard) mesh for hybrid sharding when `fsdp_size` divides the
+        world size and is smaller than it."""
+        world, shard = self.world_size, self.fsdp.fsdp_size
+        if shard in (-1, world):
+            return init_device_mesh(self.device.type, (world,), mesh_dim_names=("shard",))
+        if shard <= 0 or world % shard:
+            raise ValueError(f"fsdp.fsdp_size must be -1 or a positive divisor of the {world} ranks, got {shard}")
+        return init_device_mesh(self.device.type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+
+    def _shard_kwargs(self) -> dict[str, Any]:
+        precision = self.fsdp.mixed_precision
+        param_dtype = resolve_dtype(precision.param_dtype)
+        kwargs: dict[str, Any] = {
+            "mesh": self.device_mesh(),
+            "reshard_after_forward": self.fsdp.reshard_after_forward,
+            "mp_policy": MixedPrecisionPolicy(
+                param_dtype=None if param_dtype == torch.float32 else param_dtype,
+                reduce_dtype=resolve_dtype(precision.reduce_dtype),
+            ),
+        }
+        if self.fsdp.cpu_offload:
+            if self.device.type == "cpu":
+                logger.info("fsdp.cpu_offload has no effect on trainer.device=cpu: parameters already live on CPU")
+            else:
+                kwargs["offload_policy"] = CPUOffloadPolicy()
+        return kwargs
+
+    def prepare(self, model: torch.nn.Module, num_training_steps: Optional[int] = None) -> torch.nn.Module:
+        """Shard `model` (float32 master weights) and, for a trainable role, build the optimizer and schedule."""
+        model = model.float()
+        if self.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = self._shard_kwargs()
+        layers = layer_modules(model)
+        if not layers:
+            logger.warning("%s lists no _no_split_modules: sharding only the root module", type(model).__name__)
+        for layer in layers:
+            fully_shard(layer, **kwargs)
+        fully_shard(model, **kwargs)
+        self.model = model
+        if self.optimizer_config is not None:
+            self.optimizer = build_optimizer(model.parameters(), self.optimizer_config)
+            self.scheduler = build_scheduler(self.optimizer, self.optimizer_config, num_training_steps)
+        return model
+
+    def _require_optimizer(self) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            raise RuntimeError("this strategy has no optimizer: the role is forward-only (e.g. ref) or not prepared")
+        return self.optimizer
+
+    @property
+    def lr(self) -> float:
+        """Learning rate the next optimizer step uses."""
+        return current_lr(self._require_optimizer())
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate gradients of `loss` (FSDP reduce-scatters them across ranks)."""
+        loss.backward()
+
+    def optimizer_step(self) -> float:
+        """Clip gradients to `max_grad_norm`, step the optimizer and schedule, zero gradients; returns the grad norm
+        before clipping. A non-finite norm skips the update (gradients are still cleared)."""
+        optimizer = self._require_optimizer()
+        max_norm = self.optimizer_config.max_grad_norm if self.optimizer_config.max_grad_norm > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        if np.isfinite(grad_norm):
+            optimizer.step()
+            self.scheduler.step()
+        else:
+            logger.warning("grad norm is %s: skipping this optimizer step", grad_norm)
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's state with Hugging Face names on CPU, gathered on rank 0 ({} on other ranks; every rank
+        must call this)."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(self.model, options=options)
+
+    def _sharded_state(self) -> dict[str, Any]:
+        if self.optimizer is None:
+            return {"model": get_model_state_dict(self.model)}
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optimizer": optimizer_state}
+
+    def save_checkpoint(self, directory: str | os.PathLike[str], extra: Optional[dict[str, Any]] = None) -> None:
+        """Write the sharded model (and optimizer) with torch.distributed.checkpoint into `directory`, plus this
+        rank's scheduler/RNG/`extra` file. Every rank must call this."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        dcp.save(self._sharded_state(), checkpoint_id=str(path))
+        own = {"rng": capture_rng_state(), "extra": extra or {}}
+        if self.scheduler is not None:
+            own["scheduler"] = self.scheduler.state_dict()
+        torch.save(own, path / EXTRA_STATE_FILE.format(rank=self.rank))
+        dist.barrier()
+
+    def load_checkpoint(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
+        """Restore what `save_checkpoint` wrote (same world size for the per-rank file); returns the saved `extra`."""
+        path = Path(directory)
+        own_file = path / EXTRA_STATE_FILE.format(rank=self.rank)
+        if not own_file.exists():
+            raise FileNotFoundError(f"{own_file} is missing: not a checkpoint of this worker group (or other ranks)")
+        state = self._sharded_state()
+        dcp.load(state, checkpoint_id=str(path))
+        if self.optimizer is None:
+            set_model_state_dict(self.model, state["model"])
+        else:
+            set_state_dict(
+                self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+            )
+        own = torch.load(own_file, weights_only=False)
+        if self.scheduler is not None and "scheduler" in own:
+            self.scheduler.load_state_dict(own["scheduler"])
+        restore_rng_state(own["rng"])
+        dist.barrier()
+        return own["extra"]
+
+    def save_hf_model(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> None:
+        """Gather the weights and write a Hugging Face model folder (config, safetensors, tokenizer) from rank 0."""
+        state = self.full_state_dict()
+        if self.rank == 0:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(str(directory), state_dict=state, safe_serialization=True)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(directory))
+        dist.barrier()

@@ -1,0 +1,211 @@
+"""`BaseWorker`: one rank of a role (policy, ref, critic) that loads, shards, trains, gathers and saves a model.
+
+A plain class: `WorkerGroup` wraps it with `ray.remote`, and tests may also run it in-process (world size 1). The
+run config arrives as a plain dict (`SkyRLConfig.to_dict()`) and is rebuilt here, so every setting (optimizer,
+FSDP, micro-batch sizes, algorithm knobs, device, seed) comes from the same config the driver validated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from skyrl_train.algorithms.registry import import_user_registrations
+from skyrl_train.config.root import SkyRLConfig
+from skyrl_train.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
+from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.workers.distributed import free_port, init_process_group, node_ip, resolve_device
+from skyrl_train.workers.micro_batching import (
+    TrimmedMicroBatch,
+    balance_group_counts,
+    micro_batch_groups,
+    trim_padding_columns,
+)
+from skyrl_train.workers.strategy import strategy_class
+
+logger = logging.getLogger(__name__)
+
+ROLE_SECTIONS: dict[str, Callable[[SkyRLConfig], Any]] = {
+    "policy": lambda cfg: cfg.trainer.policy,
+    "ref": lambda cfg: cfg.trainer.ref,
+    "critic": lambda cfg: cfg.trainer.critic,
+}
+"""The `trainer.<role>` config section of each role."""
+
+ROLE_MODEL_PATHS: dict[str, Callable[[SkyRLConfig], Optional[str]]] = {
+    "policy": lambda cfg: cfg.trainer.policy.model.path,
+    "ref": lambda cfg: cfg.ref_model_path,
+    "critic": lambda cfg: cfg.trainer.critic.model.path,
+}
+"""The model a role loads when `init_model` is given no path."""
+
+
+class BaseWorker:
+    """One rank of a role. Subclasses set `trainable` and add `forward` / `forward_backward`.
+
+    `master_addr`/`master_port` may be None on rank 0: it then rendezvouses on its own node IP and a free port,
+    which `master_address()` reports so the other ranks can be created.
+    """
+
+    trainable: bool = False
+    """Whether the role has an optimizer (policy, critic) or is forward-only (ref)."""
+
+    def __init__(
+        self,
+        role: str,
+        rank: int,
+        world_size: int,
+        master_addr: Optional[str],
+        master_port: Optional[int],
+        cfg: Mapping[str, Any] | SkyRLConfig,
+        num_threads: int = 1,
+    ) -> None:
+        if role not in ROLE_SECTIONS:
+            raise ValueError(f"role must be one of {sorted(ROLE_SECTIONS)}, got {role!r}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        torch.set_num_threads(max(1, int(num_threads)))
+        # The driver already validated this config; rebuilding without validation avoids repeating its warnings.
+        self.cfg = cfg if isinstance(cfg, SkyRLConfig) else SkyRLConfig.from_dict(cfg, validate=False)
+        self.role, self.rank, self.world_size = role, rank, world_size
+        if master_addr is None or master_port is None:
+            if rank != 0:
+                raise ValueError(f"rank {rank} needs master_addr and master_port (only rank 0 may choose its own)")
+            master_addr, master_port = node_ip(), free_port()
+        self.master_addr, self.master_port = master_addr, int(master_port)
+        self.device = resolve_device(self.cfg.resolved_device())
+        self.section = ROLE_SECTIONS[role](self.cfg)
+        self.model: Optional[torch.nn.Module] = None
+        self.strategy = None
+        self.model_path: Optional[str] = None
+
+    def master_address(self) -> tuple[str, int]:
+        """(address, port) the ranks rendezvous on."""
+        return self.master_addr, self.master_port
+
+    # ----- model set-up -------------------------------------------------------------------------------------------
+
+    def load_model(self, path: str) -> torch.nn.Module:
+        """Load the unsharded model on CPU in float32 (subclasses change the model class)."""
+        return load_causal_lm(path, dtype="float32", device="cpu")
+
+    def init_model(self, model_path: Optional[str] = None, num_training_steps: Optional[int] = None) -> None:
+        """Join the process group, load the model (every rank with the same seed) and shard it; trainable roles also
+        get AdamW and the LR schedule (`num_training_steps` is needed by decaying schedules such as cosine)."""
+        init_process_group(self.rank, self.world_size, self.master_addr, self.master_port, self.device)
+        path = model_path or ROLE_MODEL_PATHS[self.role](self.cfg)
+        if not path:
+            raise ValueError(f"no model path for role {self.role!r}: set trainer.{self.role}.model.path")
+        self._check_supported()
+        torch.manual_seed(self.cfg.trainer.seed)  # identical freshly initialised weights (e.g. value heads) per rank
+        model = self.load_model(path)
+        strategy_cls = strategy_class(self.cfg.trainer.strategy)
+        self.strategy = strategy_cls(
+            fsdp=self.section.fsdp,
+            device=self.device,
+            optimizer=self.section.optimizer if self.trainable else None,
+            gradient_checkpointing=self.trainable and self.section.gradient_checkpointing,
+        )
+        self.model = self.strategy.prepare(model, num_training_steps)
+        self.model_path = path
+
+    def _check_supported(self) -> None:
+        """Reject settings of the role's section that these workers do not implement yet, naming the field."""
+        if self.section.model.lora.rank > 0:
+            raise NotImplementedError(
+                f"trainer.{self.role}.model.lora.rank={self.section.model.lora.rank}: LoRA is not supported by the "
+                "fsdp2 workers yet; set it to 0"
+            )
+        if self.section.sequence_parallel_size != 1:
+            raise NotImplementedError(
+                f"trainer.{self.role}.sequence_parallel_size={self.section.sequence_parallel_size}: sequence "
+                "parallelism is not supported by the fsdp2 workers yet; set it to 1"
+            )
+
+    def _require_model(self) -> torch.nn.Module:
+        if self.model is None:
+            raise RuntimeError(f"{type(self).__name__} rank {self.rank}: call init_model() first")
+        return self.model
+
+    # ----- micro-batches ------------------------------------------------------------------------------------------
+
+    def micro_batches(self, batch: TrainingBatch, micro_batch_size: int) -> list[tuple[list[int], TrimmedMicroBatch]]:
+        """(row indices, trimmed micro-batch on this worker's device) pairs covering `batch`.
+
+        Rows are grouped by `trainer.max_tokens_per_microbatch` when > 0, else by `micro_batch_size`; all ranks then
+        agree on the largest count, and a rank with fewer rows runs dummy micro-batches (empty index list, row 0's
+        data) so every FSDP collective is matched.
+        """
+        if len(batch) == 0:
+            raise ValueError(f"{type(self).__name__} rank {self.rank} got an empty batch; every rank needs >= 1 row")
+        groups = micro_batch_groups(batch, micro_batch_size, self.cfg.trainer.max_tokens_per_microbatch)
+        count = torch.tensor([len(groups)], device=self.device)
+        if dist.is_initialized() and self.world_size > 1:
+            dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        plan = []
+        for indices in balance_group_counts(groups, int(count.item())):
+            micro = trim_padding_columns(batch.select(indices or [0]))
+            micro.batch = micro.batch.to(self.device)
+            plan.append((indices, micro))
+        return plan
+
+    # ----- optimizer, weights, checkpoints ------------------------------------------------------------------------
+
+    def optim_step(self) -> float:
+        """Clip, step the optimizer and LR schedule, zero gradients; returns the grad norm before clipping."""
+        self._require_model()
+        return self.strategy.optimizer_step()
+
+    def get_lr(self) -> float:
+        """The learning rate the next optimizer step uses."""
+        self._require_model()
+        return self.strategy.lr
+
+    def get_weights(self, dtype: Optional[str | torch.dtype] = None) -> list[tuple[str, torch.Tensor]]:
+        """Rank 0: every (Hugging Face name, CPU tensor) of the model, cast to `dtype` if given. Other ranks take
+        part in the gather and return []."""
+        self._require_model()
+        state = self.strategy.full_state_dict()
+        target = resolve_dtype(dtype) if dtype is not None else None
+        return [(name, tensor if target is None else tensor.to(target)) for name, tensor in state.items()]
+
+    def save_checkpoint(self, directory: str) -> None:
+        """Write this group's sharded model/optimizer/scheduler/RNG state into `directory` (all ranks call it)."""
+        self._require_model()
+        self.strategy.save_checkpoint(directory, extra={"role": self.role, "world_size": self.world_size})
+
+    def load_checkpoint(self, directory: str) -> None:
+        """Restore a checkpoint written by `save_checkpoint` of a group of the same role and size."""
+        self._require_model()
+        extra = self.strategy.load_checkpoint(directory)
+        if extra.get("role") != self.role or extra.get("world_size") != self.world_size:
+            raise ValueError(
+                f"checkpoint {directory} was written by role {extra.get('role')!r} with {extra.get('world_size')} "
+                f"ranks; this is role {self.role!r} with {self.world_size}"
+            )
+
+    def save_hf_model(self, directory: str) -> None:
+        """Export the model (and the tokenizer found next to the loaded model, if any) as a Hugging Face folder."""
+        self._require_model()
+        self.strategy.save_hf_model(directory, self._tokenizer() if self.rank == 0 else None)
+
+    def _tokenizer(self) -> Any:
+        try:
+            return load_tokenizer(self.model_path)
+        except (OSError, ValueError) as exc:
+            logger.warning("no tokenizer saved with the model: cannot load one from %s (%s)", self.model_path, exc)
+            return None
+
+    # ----- plumbing -----------------------------------------------------------------------------------------------
+
+    def import_registries(self, blob: bytes) -> dict[str, list[str]]:
+        """Install user-registered losses/estimators exported by the driver (`export_user_registrations`)."""
+        return import_user_registrations(blob)
+
+    def execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(self, *args, **kwargs)` inside this worker (e.g. the sender half of a weight-sync strategy)."""
+        return fn(self, *args, **kwargs)

@@ -1,0 +1,43 @@
+"""Sharding a batch over data-parallel ranks with loss-masked padding rows, and joining the results."""
+
+import pytest
+import torch
+
+from skyrl_train.workers.dispatch import join_results, pad_batch, padded_size, shard_arguments
+
+
+def test_padded_size_rounds_up_to_a_multiple():
+    assert [padded_size(n, 2) for n in (1, 2, 3, 4)] == [2, 2, 4, 4]
+    with pytest.raises(ValueError, match="num_shards must be positive"):
+        padded_size(3, 0)
+
+
+def test_pad_batch_appends_loss_masked_copies_of_the_last_row(make_batch):
+    batch = make_batch(rows=5)
+    padded = pad_batch(batch, 4)
+    assert len(padded) == 8
+    assert torch.equal(padded.input_ids[5:], batch.input_ids[4:].expand(3, -1))
+    assert padded.loss_mask[5:].sum() == 0 and padded.token_rewards[5:].sum() == 0
+    assert torch.equal(padded.loss_mask[:5], batch.loss_mask)
+    assert padded.uids[5:] == [batch.uids[4] + "#pad"] * 3
+    assert batch.loss_mask[4].sum() > 0  # the original batch is untouched
+    assert pad_batch(batch, 5) is batch
+
+
+def test_shard_arguments_splits_rows_and_per_row_tensors(make_batch):
+    batch = make_batch(rows=5)
+    advantages = torch.arange(5.0)[:, None].expand(5, batch.response_width)
+    shards = shard_arguments(batch, 2, {"advantages": advantages, "loss_fn": "regular", "ref_logprobs": None})
+    assert [len(shard) for shard, _ in shards] == [3, 3]
+    assert torch.equal(shards[0][0].input_ids, batch.input_ids[:3])
+    assert shards[0][1]["advantages"][:, 0].tolist() == [0.0, 1.0, 2.0]
+    assert shards[1][1]["advantages"][:, 0].tolist() == [3.0, 4.0, 0.0]  # zero row for the padding
+    assert shards[1][1]["loss_fn"] == "regular" and shards[1][1]["ref_logprobs"] is None
+
+
+def test_join_results_drops_padding_rows_and_combines_metrics():
+    joined = join_results([torch.tensor([[1.0], [2.0]]), torch.tensor([[3.0], [9.0]])], num_rows=3)
+    assert joined.tolist() == [[1.0], [2.0], [3.0]]
+    assert join_results([{"loss": 1.0}, {"loss": 2.0}], 3) == {"loss": 1.5}
+    assert join_results([None, None], 3) is None
+    assert join_results([1.5, 2.5], 3) == [1.5, 2.5]

@@ -1,0 +1,169 @@
+"""WorkerGroup on local Ray with 2 FSDP2 ranks on CPU: sharded forward, updates, weights, checkpoints, critic."""
+
+import pytest
+import ray
+import torch
+from transformers import AutoModelForCausalLM
+
+from skyrl_train.algorithms import POLICY_LOSSES, export_user_registrations, register_policy_loss
+from skyrl_train.algorithms.masked import masked_mean, zero_masked
+from skyrl_train.models.loading import load_causal_lm
+from skyrl_train.models.logprobs import response_logprobs
+from skyrl_train.workers import CriticWorker, PolicyWorker, WorkerGroup
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TRAINING_STEPS = 10
+"""Length of the cosine LR schedule: the LR changes at every step, so a restored scheduler is visible."""
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def _policy_config(tiny_model_dir):
+    from skyrl_train.config import SkyRLConfig
+
+    overrides = [
+        "trainer.device=cpu",
+        f"trainer.policy.model.path={tiny_model_dir}",
+        f"trainer.critic.model.path={tiny_model_dir}",
+        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
+        "trainer.critic.fsdp.mixed_precision.param_dtype=float32",
+        "trainer.policy.optimizer.lr=1e-3",
+        "trainer.policy.optimizer.scheduler=cosine",
+        "trainer.algorithm.use_kl_loss=false",
+        "trainer.micro_train_batch_size_per_gpu=2",
+        "trainer.micro_forward_batch_size_per_gpu=2",
+    ]
+    return SkyRLConfig.from_cli_overrides(overrides, validate=False)
+
+
+@pytest.fixture(scope="module")
+def policy_group(ray_cluster, tiny_model_dir):
+    group = WorkerGroup("policy", PolicyWorker, 2, _policy_config(tiny_model_dir))
+    group.init_model(num_training_steps=TRAINING_STEPS)
+    yield group
+    group.shutdown()
+
+
+def _logits(model, batch):
+    with torch.no_grad():
+        return model(batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
+
+
+def _reference_logprobs(model, batch):
+    with torch.no_grad():
+        logprobs, _ = response_logprobs(
+            model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width
+        )
+    return zero_masked(logprobs, batch.response_mask)
+
+
+def test_sharded_forward_equals_a_single_process_forward(policy_group, tiny_model_dir, make_batch):
+    batch = make_batch(rows=5)  # odd: one loss-masked padding row goes to rank 1 and is dropped again
+    logprobs = policy_group.run_sharded("forward", batch)
+    expected = _reference_logprobs(load_causal_lm(tiny_model_dir).eval(), batch)
+    assert logprobs.shape == (5, batch.response_width)
+    assert torch.allclose(logprobs, expected, atol=1e-5)
+    assert policy_group.run_all("execute", lambda worker, offset: worker.rank + offset, 10) == [10, 11]
+
+
+def test_update_then_gathered_weights_reproduce_the_trained_model(
+    policy_group, make_batch, grpo_advantages, tiny_model_dir, tmp_path
+):
+    batch = make_batch(rows=6, seed=4)
+    before = dict(policy_group.run_all("get_weights")[0])
+    old = policy_group.run_sharded("forward", batch)
+    metrics = policy_group.run_sharded("forward_backward", batch, advantages=grpo_advantages(batch), old_logprobs=old)
+    assert all(torch.isfinite(torch.tensor(value)) for value in metrics.values())
+    assert {"policy/loss", "policy/clip_frac", "policy/approx_kl", "policy/entropy", "policy/lr"} <= set(metrics)
+    assert "policy/logprob_diff_vs_rollout" in metrics
+    grad_norms = policy_group.run_all("optim_step")
+    assert grad_norms[0] == grad_norms[1] and grad_norms[0] > 0  # one global norm across the shards
+    weights = policy_group.run_all("get_weights")
+    assert weights[1] == [] and {name for name, _ in weights[0]} == set(before)
+    assert any(not torch.equal(before[name], tensor) for name, tensor in weights[0])
+
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_model_dir, local_files_only=True).eval()
+    fresh.load_state_dict(dict(weights[0]))
+    trained = policy_group.run_sharded("forward", batch)
+    assert torch.allclose(_reference_logprobs(fresh, batch), trained, atol=1e-5)
+
+    export = tmp_path / "hf"
+    policy_group.run_all("save_hf_model", str(export))
+    exported = AutoModelForCausalLM.from_pretrained(export, local_files_only=True).eval()
+    assert torch.allclose(_logits(exported, batch), _logits(fresh, batch), atol=1e-6)
+    assert (export / "tokenizer.json").exists()
+
+
+def test_checkpoint_restores_the_next_step_exactly(
+    policy_group, ray_cluster, make_batch, grpo_advantages, tiny_model_dir, tmp_path
+):
+    batch = make_batch(rows=4, seed=5)
+    advantages = grpo_advantages(batch, seed=1)
+
+    def step(group):
+        group.run_sharded("forward_backward", batch, advantages=advantages, old_logprobs=batch.rollout_logprobs)
+        group.run_all("optim_step")
+        return dict(group.run_all("get_weights")[0]), group.run_all("get_lr")
+
+    step(policy_group)  # moment estimates and scheduler state are non-trivial before saving
+    policy_group.run_all("save_checkpoint", str(tmp_path / "ckpt"))
+    expected_weights, expected_lr = step(policy_group)
+
+    restored = WorkerGroup("policy", PolicyWorker, 2, _policy_config(tiny_model_dir))
+    try:
+        restored.init_model(num_training_steps=TRAINING_STEPS)
+        restored.run_all("load_checkpoint", str(tmp_path / "ckpt"))
+        weights, lr = step(restored)
+    finally:
+        restored.shutdown()
+    assert lr == expected_lr and lr[0] < 1e-3
+    assert all(torch.equal(weights[name], expected_weights[name]) for name in expected_weights)
+
+
+def _doubled_ppo(**kwargs):
+    loss, metrics = POLICY_LOSSES.get("regular")(**kwargs)
+    return 2.0 * loss, {**metrics, "doubled": torch.tensor(1.0)}
+
+
+def test_user_registered_loss_reaches_the_workers(policy_group, make_batch, grpo_advantages):
+    batch = make_batch(rows=2, seed=6)
+    register_policy_loss("doubled_ppo_for_test")(_doubled_ppo)
+    try:
+        policy_group.run_all("import_registries", export_user_registrations())
+    finally:
+        POLICY_LOSSES.unregister("doubled_ppo_for_test")
+    kwargs = {"advantages": grpo_advantages(batch), "old_logprobs": batch.rollout_logprobs}
+    plain = policy_group.run_sharded("forward_backward", batch, **kwargs)
+    doubled = policy_group.run_sharded("forward_backward", batch, loss_fn="doubled_ppo_for_test", **kwargs)
+    policy_group.run_all("optim_step")  # clears the accumulated gradients
+    assert doubled["policy/doubled"] == 1.0
+    assert doubled["policy/loss"] == pytest.approx(2.0 * plain["policy/loss"], rel=1e-5)
+
+
+def test_critic_group_forward_and_update(ray_cluster, tiny_model_dir, make_batch):
+    group = WorkerGroup("critic", CriticWorker, 2, _policy_config(tiny_model_dir))
+    try:
+        group.init_model()
+        batch = make_batch(rows=3, seed=7)
+        values = group.run_sharded("forward", batch)
+        assert values.shape == (3, batch.response_width)
+        assert values[batch.response_mask == 0].abs().sum() == 0
+        returns = torch.ones_like(values)
+        metrics = group.run_sharded("forward_backward", batch, returns=returns, old_values=values)
+        assert metrics["critic/value_loss"] > 0 and torch.isfinite(torch.tensor(metrics["critic/value_loss"]))
+        grad_norm = group.run_all("optim_step")[0]
+        after = group.run_sharded("forward", batch)
+        assert grad_norm > 0
+        mask = batch.loss_mask
+        assert masked_mean((after - returns) ** 2, mask) < masked_mean((values - returns) ** 2, mask)
+    finally:
+        group.shutdown()

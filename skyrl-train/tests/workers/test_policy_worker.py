@@ -1,0 +1,137 @@
+"""PolicyWorker and RefWorker in-process (world size 1): forward, exact micro-batch accumulation, metrics, LR."""
+
+import pytest
+import torch
+
+from skyrl_train.algorithms.masked import zero_masked
+from skyrl_train.models.loading import load_causal_lm
+from skyrl_train.models.logprobs import response_logprobs
+from skyrl_train.workers import PolicyWorker, RefWorker
+
+
+def _policy(config, group, cls=PolicyWorker, role="policy", **init):
+    worker = cls(role, 0, 1, *group, config, num_threads=1)
+    worker.init_model(**init)
+    return worker
+
+
+def test_forward_matches_a_plain_hf_forward(single_rank_group, worker_config, tiny_model_dir, make_batch):
+    batch = make_batch(rows=5)
+    config = worker_config("trainer.micro_forward_batch_size_per_gpu=2", "generator.sampling_params.temperature=0.7")
+    worker = _policy(config, single_rank_group, RefWorker, role="ref")
+    logprobs = worker.forward(batch)
+    model = load_causal_lm(tiny_model_dir).eval()
+    with torch.no_grad():
+        expected, _ = response_logprobs(
+            model, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, temperature=0.7
+        )
+    expected = zero_masked(expected, batch.response_mask)
+    # Micro-batches of 2 rows, each trimmed of its all-padding columns, versus one untrimmed pass.
+    assert torch.allclose(logprobs, expected, atol=1e-5), (logprobs - expected).abs().max()
+    assert logprobs[batch.response_mask == 0].abs().sum() == 0
+
+
+@pytest.mark.parametrize("split", ["trainer.micro_train_batch_size_per_gpu=3", "trainer.max_tokens_per_microbatch=30"])
+def test_micro_batches_give_the_whole_batch_gradient(
+    single_rank_group, worker_config, make_batch, grpo_advantages, parameter_values, full_gradients, split
+):
+    batch = make_batch(rows=6, seed=1)
+    advantages = grpo_advantages(batch)
+    old = batch.rollout_logprobs + 0.05 * batch.response_mask  # ratios != 1 so clipping is exercised
+
+    def one_update(config):
+        worker = _policy(config, single_rank_group)
+        metrics = worker.forward_backward(batch, advantages, old)
+        gradients = full_gradients(worker)
+        grad_norm = worker.optim_step()
+        return metrics, gradients, grad_norm, parameter_values(worker)
+
+    whole = one_update(worker_config())
+    split_up = one_update(worker_config(split))
+    # float32 sums in another order: gradients agree to ~1e-7 relative; after one AdamW step (lr 1e-3) the weights
+    # agree within 1e-6 absolute.
+    for name, grad in whole[1].items():
+        assert torch.allclose(split_up[1][name], grad, rtol=1e-4, atol=1e-7), name
+    assert split_up[2] == pytest.approx(whole[2], rel=1e-5)
+    for name, value in whole[3].items():
+        assert torch.allclose(split_up[3][name], value, atol=1e-6), name
+    assert split_up[0]["policy/loss"] == pytest.approx(whole[0]["policy/loss"], rel=1e-5)
+
+
+def test_update_metrics_and_grad_norm(
+    single_rank_group, worker_config, make_batch, grpo_advantages, parameter_values, full_gradients
+):
+    batch = make_batch(rows=4, seed=2)
+    worker = _policy(
+        worker_config("trainer.algorithm.use_kl_loss=true", "trainer.algorithm.kl_loss_coef=0.5"), single_rank_group
+    )
+    before = parameter_values(worker)
+    old = worker.forward(batch)
+    ref = old - 0.1 * batch.response_mask
+    metrics = worker.forward_backward(batch, grpo_advantages(batch), old, ref_logprobs=ref)
+    expected_keys = {"loss", "kl_loss", "total_loss", "kl_vs_ref", "entropy", "approx_kl", "clip_frac", "lr"}
+    assert {f"policy/{key}" for key in expected_keys} <= set(metrics)
+    assert metrics["policy/approx_kl"] == pytest.approx(0.0, abs=1e-6)  # old log-probs are the current ones
+    assert metrics["policy/kl_vs_ref"] > 0 and metrics["policy/lr"] == pytest.approx(1e-3)
+    # rollout log-probs (-4.5 + 0.1 j) are not the model's: the mean |difference| is reported.
+    expected_diff = ((old - batch.rollout_logprobs).abs() * batch.loss_mask).sum() / batch.loss_mask.sum()
+    assert metrics["policy/logprob_diff_vs_rollout"] == pytest.approx(float(expected_diff), rel=1e-4)
+    by_hand = torch.sqrt(sum((g.double() ** 2).sum() for g in full_gradients(worker).values()))
+    grad_norm = worker.optim_step()
+    assert grad_norm == pytest.approx(float(by_hand), rel=1e-5)  # the norm before clipping
+    after = parameter_values(worker)
+    assert any(not torch.equal(before[name], after[name]) for name in before)
+
+
+def test_warmup_schedule_and_scheduler_errors(single_rank_group, worker_config, make_batch, grpo_advantages):
+    config = worker_config("trainer.policy.optimizer.num_warmup_steps=2")
+    worker = _policy(config, single_rank_group)
+    batch = make_batch(rows=2)
+    seen = []
+    for _ in range(3):
+        seen.append(worker.get_lr())
+        worker.forward_backward(batch, grpo_advantages(batch), batch.rollout_logprobs)
+        worker.optim_step()
+    assert seen == pytest.approx([0.0, 5e-4, 1e-3])  # linear warm-up over 2 steps, then constant
+    with pytest.raises(ValueError, match="optimizer.scheduler='cosine'.*num_training_steps=None"):
+        _policy(worker_config("trainer.policy.optimizer.scheduler=cosine"), single_rank_group)
+    cosine = _policy(
+        worker_config("trainer.policy.optimizer.scheduler=cosine"), single_rank_group, num_training_steps=4
+    )
+    assert cosine.get_lr() == pytest.approx(1e-3)
+
+
+def test_unsupported_settings_name_the_field(single_rank_group, worker_config):
+    with pytest.raises(NotImplementedError, match="trainer.policy.model.lora.rank=4"):
+        _policy(worker_config("trainer.policy.model.lora.rank=4"), single_rank_group)
+    with pytest.raises(NotImplementedError, match="trainer.policy.sequence_parallel_size=2"):
+        _policy(worker_config("trainer.policy.sequence_parallel_size=2"), single_rank_group)
+    with pytest.raises(ValueError, match="role must be one of"):
+        PolicyWorker("actor", 0, 1, "127.0.0.1", 0, worker_config())
+
+
+def test_gradient_checkpointing_keeps_the_gradient(
+    single_rank_group, worker_config, make_batch, grpo_advantages, full_gradients
+):
+    batch = make_batch(rows=4, seed=3)
+    gradients = []
+    for checkpointing in ("false", "true"):
+        worker = _policy(worker_config(f"trainer.policy.gradient_checkpointing={checkpointing}"), single_rank_group)
+        assert worker.model.is_gradient_checkpointing == (checkpointing == "true")
+        worker.forward_backward(batch, grpo_advantages(batch), batch.rollout_logprobs)
+        gradients.append(full_gradients(worker))
+    # recomputing activations in backward repeats the same float32 ops: the gradient is unchanged
+    assert all(torch.allclose(gradients[1][name], grad, rtol=1e-5, atol=1e-8) for name, grad in gradients[0].items())
+
+
+def test_bf16_mixed_precision_trains_with_float32_master_weights(
+    single_rank_group, worker_config, make_batch, grpo_advantages
+):
+    batch = make_batch(rows=4, seed=3)
+    fp32 = _policy(worker_config(), single_rank_group).forward(batch)
+    worker = _policy(worker_config("trainer.policy.fsdp.mixed_precision.param_dtype=bfloat16"), single_rank_group)
+    bf16 = worker.forward(batch)
+    assert torch.allclose(bf16, fp32, atol=0.1) and not torch.equal(bf16, fp32)  # bf16 compute, close to fp32
+    metrics = worker.forward_backward(batch, grpo_advantages(batch), bf16)
+    assert torch.isfinite(torch.tensor(metrics["policy/loss"])) and worker.optim_step() > 0
+    assert all(tensor.dtype == torch.float32 for _, tensor in worker.get_weights())
