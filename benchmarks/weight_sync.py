@@ -1,0 +1,100 @@
+"""Benchmark: seconds and MB/s of one weight sync into engine actors, per weight-sync strategy, on local Ray.
+
+The driver holds a fresh tiny model in fp32 and syncs it into `--engines` hf engine actors (dtype `--dtype`) with
+every CPU strategy (`broadcast`, `shm`, `checkpoint`), plus the plain Ray object-store path
+(`RayEngineProxy.update_weights`) as a reference. Each cell is the best of `--repeats` syncs after one warm-up; MB
+counts the bytes one engine receives (after casting).
+
+    python benchmarks/weight_sync.py [--size 4] [--engines 2] [--dtype bfloat16] [--chunk-mb 32] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+
+import ray
+import torch
+
+from skyrl_train.inference.ray_engine import create_engine_actors
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+from skyrl_train.weight_sync import make_weight_sync_strategy
+
+STRATEGIES = ["broadcast", "shm", "checkpoint"]
+
+
+async def _time_strategy(
+    name: str, engines: list, state: list, chunk_bytes: int, repeats: int
+) -> tuple[float, int, int]:
+    strategy = make_weight_sync_strategy(name, chunk_bytes=chunk_bytes)
+    await strategy.init(None, engines)
+    try:
+        await strategy.sync(state)  # warm-up
+        results = [await strategy.sync(state) for _ in range(repeats)]
+    finally:
+        await strategy.close()
+    best = min(results, key=lambda result: result.seconds)
+    return best.seconds, best.num_bytes, best.num_chunks
+
+
+async def _time_object_store(engines: list, state: list, dtype: torch.dtype, repeats: int) -> tuple[float, int, int]:
+    version = max(await asyncio.gather(*(engine.fetch_weight_version() for engine in engines)))
+    timings = []
+    for _ in range(repeats + 1):
+        version += 1
+        start = time.perf_counter()
+        cast = [(name, tensor.to(dtype)) for name, tensor in state]
+        await asyncio.gather(*(engine.update_weights(cast, version) for engine in engines))
+        timings.append(time.perf_counter() - start)
+    num_bytes = sum(tensor.numel() * tensor.element_size() for _, tensor in cast)
+    return min(timings[1:]), num_bytes, 1
+
+
+async def _run(args: argparse.Namespace, engines: list, state: list) -> None:
+    dtype = getattr(torch, args.dtype)
+    rows = [
+        (name, await _time_strategy(name, engines, state, args.chunk_mb << 20, args.repeats)) for name in STRATEGIES
+    ]
+    rows.append(("ray object store", await _time_object_store(engines, state, dtype, args.repeats)))
+    print(f"{'strategy':>16} | {'chunks':>6} | {'MB':>7} | {'seconds':>8} | {'MB/s':>8}")
+    print("-" * 58)
+    for name, (seconds, num_bytes, chunks) in rows:
+        print(
+            f"{name:>16} | {chunks:>6} | {num_bytes / 1e6:>7.2f} | {seconds:>8.4f} | {num_bytes / 1e6 / seconds:>8.1f}"
+        )
+
+
+def main() -> None:
+    """Start Ray and the engines, time every strategy, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=4, help="tiny model size dial")
+    parser.add_argument("--engines", type=int, default=2)
+    parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--chunk-mb", type=int, default=32, help="chunk size in MiB")
+    parser.add_argument("--repeats", type=int, default=3, help="best of N syncs per strategy")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model = build_tiny_model(TinyModelSpec(size=args.size), seed=0)
+    state = list(model.state_dict().items())
+    params = sum(p.numel() for p in model.parameters())
+    ray.init(num_cpus=args.engines + 1, include_dashboard=False, log_to_driver=False)
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            model.save_pretrained(directory)
+            save_tokenizer(build_char_tokenizer(), directory)
+            cfg = {"generator": {"inference_engine": {"backend": "hf", "model_dtype": args.dtype}}}
+            engines = create_engine_actors(args.engines, directory, {**cfg, "trainer": {"device": "cpu"}})
+        print(
+            f"tiny model size={args.size} ({params / 1e6:.2f} M params), {args.engines} engine actor(s) in "
+            f"{args.dtype}, chunks of {args.chunk_mb} MiB, best of {args.repeats}"
+        )
+        asyncio.run(_run(args, engines, state))
+    finally:
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

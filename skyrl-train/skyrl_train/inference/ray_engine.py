@@ -1,0 +1,270 @@
+"""Inference engines as Ray actors: `EngineActor` hosts an engine, `RayEngineProxy` is its `InferenceEngine` face.
+
+`create_engine_actors(num_engines, model_path, cfg)` starts the actors (optionally in a placement group) and returns
+one proxy per actor; the proxies forward every `InferenceEngine` call to their actor, so `InferenceEngineClient`
+works on them unchanged. The actor also hosts the receiving half of weight sync (`init_weight_receiver`,
+`receive_weights`; see `skyrl_train.weight_sync`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import ray
+import torch
+
+from skyrl_train.algorithms.registry import Registry
+from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput
+from skyrl_train.models.loading import resolve_dtype
+from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver
+from skyrl_train.weight_sync.chunks import dtype_name
+from skyrl_train.weight_sync.strategy import make_receiver
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything an `EngineActor` needs to build its engine (plain data, shipped to the actor)."""
+
+    model_path: str
+    tokenizer_path: Optional[str] = None
+    backend: str = "hf"
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    max_batch_size: int = 64
+    num_threads: int = 1
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: Any, model_path: str, **overrides: Any) -> EngineSettings:
+        """Settings from a `SkyRLConfig` (or its dict form): backend, dtype, batch size, device, engine kwargs."""
+        if isinstance(cfg, Mapping):
+            from skyrl_train.config.root import SkyRLConfig
+
+            cfg = SkyRLConfig.from_dict(cfg, validate=False)
+        engine = cfg.generator.inference_engine
+        values = dict(
+            model_path=model_path,
+            backend=engine.backend,
+            dtype=engine.model_dtype,
+            device=cfg.resolved_device(),
+            max_batch_size=engine.max_num_seqs,
+            engine_kwargs=dict(engine.engine_init_kwargs),
+        )
+        values.update(overrides)
+        return cls(**values)
+
+
+ENGINE_BUILDERS = Registry("engine backend", '@ENGINE_BUILDERS.register("name")')
+"""Engine backend name -> fn(settings) -> InferenceEngine, run inside the actor."""
+
+
+@ENGINE_BUILDERS.register("hf", builtin=True)
+def build_hf_engine(settings: EngineSettings) -> InferenceEngine:
+    """The embedded transformers engine, loaded from `settings.model_path` in `settings.dtype`."""
+    from skyrl_train.inference.hf_engine import HFInferenceEngine
+    from skyrl_train.models.loading import load_causal_lm, load_tokenizer
+
+    model = load_causal_lm(settings.model_path, dtype=settings.dtype, device=settings.device)
+    tokenizer = load_tokenizer(settings.tokenizer_path or settings.model_path)
+    kwargs = {"max_batch_size": settings.max_batch_size, **settings.engine_kwargs}
+    return HFInferenceEngine(model, tokenizer, **kwargs)
+
+
+class EngineActor:
+    """A Ray actor (async methods) holding one inference engine and, once initialised, a weight receiver."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        torch.set_num_threads(settings.num_threads)
+        self.settings = settings
+        builder: Callable[[EngineSettings], InferenceEngine] = ENGINE_BUILDERS.get(settings.backend)
+        self.engine = builder(settings)
+        self.receiver: Optional[WeightReceiver] = None
+
+    async def engine_info(self) -> dict[str, Any]:
+        """Node, process, dtype, device and served version (what weight-sync coordinators need to know)."""
+        model = getattr(self.engine, "model", None)
+        parameter = next(model.parameters(), None) if model is not None else None
+        dtype = parameter.dtype if parameter is not None else resolve_dtype(self.settings.dtype)
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "dtype": dtype_name(dtype),
+            "device": torch.device(self.settings.device).type,
+            "weight_version": self.engine.weight_version,
+        }
+
+    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
+        """Forwarded `InferenceEngine.generate`."""
+        return await self.engine.generate(request)
+
+    async def weight_version(self) -> int:
+        """The version the engine serves."""
+        return self.engine.weight_version
+
+    async def sleep(self, level: int = 1) -> None:
+        """Forwarded `InferenceEngine.sleep`."""
+        await self.engine.sleep(level)
+
+    async def wake_up(self) -> None:
+        """Forwarded `InferenceEngine.wake_up`."""
+        await self.engine.wake_up()
+
+    async def pause(self) -> None:
+        """Forwarded `InferenceEngine.pause`."""
+        await self.engine.pause()
+
+    async def resume(self) -> None:
+        """Forwarded `InferenceEngine.resume`."""
+        await self.engine.resume()
+
+    async def init_weight_update(self, **kwargs: Any) -> None:
+        """Forwarded `InferenceEngine.init_weight_update`."""
+        await self.engine.init_weight_update(**kwargs)
+
+    async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> int:
+        """Forwarded `InferenceEngine.update_weights` (tensors travel through Ray); returns the served version."""
+        await self.engine.update_weights(named_tensors, version)
+        return self.engine.weight_version
+
+    async def reset_prefix_cache(self) -> None:
+        """Forwarded `InferenceEngine.reset_prefix_cache`."""
+        await self.engine.reset_prefix_cache()
+
+    async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
+        """Forwarded `InferenceEngine.weights_checksum`."""
+        return await self.engine.weights_checksum(names)
+
+    async def teardown(self) -> None:
+        """Close the weight receiver and tear the engine down."""
+        await self.close_weight_receiver()
+        await self.engine.teardown()
+
+    async def init_weight_receiver(self, strategy_name: str, init_info: dict[str, Any]) -> None:
+        """Create this engine's receiver of weight-sync strategy `strategy_name` (replacing an earlier one)."""
+        await self.close_weight_receiver()
+        self.receiver = await asyncio.to_thread(make_receiver, strategy_name, init_info, self.engine)
+
+    async def receive_weights(self, chunk: WeightChunk) -> int:
+        """Receive and install one chunk from the sender; returns the version served afterwards."""
+        if self.receiver is None:
+            raise RuntimeError("receive_weights: no weight receiver; call init_weight_receiver first")
+        return await self.receiver.receive(chunk)
+
+    async def close_weight_receiver(self) -> None:
+        """Drop the weight receiver, if any."""
+        if self.receiver is not None:
+            self.receiver.close()
+            self.receiver = None
+
+
+class RayEngineProxy(InferenceEngine):
+    """An `InferenceEngine` whose calls run in an `EngineActor` (`handle`).
+
+    `weight_version` is the last version this proxy saw (from generate outputs, weight updates or
+    `fetch_weight_version`); weight syncs that bypass the proxy update it through `fetch_weight_version`.
+    """
+
+    def __init__(self, handle: Any, version: int = 0) -> None:
+        self.handle = handle
+        self._version = version
+
+    @property
+    def weight_version(self) -> int:
+        """The last served version this proxy observed."""
+        return self._version
+
+    async def fetch_weight_version(self) -> int:
+        """Ask the actor which version it serves (and remember it)."""
+        self._version = await self.handle.weight_version.remote()
+        return self._version
+
+    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
+        """Generate in the actor."""
+        output = await self.handle.generate.remote(request)
+        self._version = output.weight_version
+        return output
+
+    async def sleep(self, level: int = 1) -> None:
+        """Put the actor's engine to sleep."""
+        await self.handle.sleep.remote(level)
+
+    async def wake_up(self) -> None:
+        """Wake the actor's engine."""
+        await self.handle.wake_up.remote()
+
+    async def pause(self) -> None:
+        """Pause the actor's engine."""
+        await self.handle.pause.remote()
+
+    async def resume(self) -> None:
+        """Resume the actor's engine."""
+        await self.handle.resume.remote()
+
+    async def init_weight_update(self, **kwargs: Any) -> None:
+        """Forward `init_weight_update` to the actor."""
+        await self.handle.init_weight_update.remote(**kwargs)
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Ship the tensors to the actor through Ray and install them (fine for small models; syncs use a
+        `skyrl_train.weight_sync` strategy)."""
+        self._version = await self.handle.update_weights.remote(list(named_tensors), version)
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop the actor engine's prefix cache."""
+        await self.handle.reset_prefix_cache.remote()
+
+    async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
+        """The actor engine's parameter checksums."""
+        return await self.handle.weights_checksum.remote(names)
+
+    async def teardown(self) -> None:
+        """Tear the engine down and end the actor."""
+        try:
+            await self.handle.teardown.remote()
+        finally:
+            ray.kill(self.handle)
+
+
+def create_engine_actors(
+    num_engines: int,
+    model_path: str,
+    cfg: Any,
+    placement_group: Any = None,
+    bundle_offset: int = 0,
+    num_cpus_per_engine: float = 1.0,
+    num_gpus_per_engine: Optional[float] = None,
+    num_threads: int = 1,
+    tokenizer_path: Optional[str] = None,
+) -> list[RayEngineProxy]:
+    """Start `num_engines` engine actors serving `model_path` (settings from `cfg`) and wait until they loaded.
+
+    With a `placement_group`, engine i takes bundle `bundle_offset + i`. `num_gpus_per_engine` defaults to 1 on CUDA
+    and 0 on CPU; `num_threads` is each actor's torch thread count.
+    """
+    if num_engines < 1:
+        raise ValueError(f"num_engines must be >= 1, got {num_engines}")
+    settings = EngineSettings.from_config(cfg, model_path, tokenizer_path=tokenizer_path, num_threads=num_threads)
+    ENGINE_BUILDERS.get(settings.backend)  # fail here, not in the actors, on an unknown backend
+    if num_gpus_per_engine is None:
+        num_gpus_per_engine = 1 if torch.device(settings.device).type == "cuda" else 0
+    actor_class = ray.remote(EngineActor)
+    handles = []
+    for index in range(num_engines):
+        options: dict[str, Any] = {"num_cpus": num_cpus_per_engine, "num_gpus": num_gpus_per_engine}
+        if placement_group is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=placement_group,
+                placement_group_bundle_index=bundle_offset + index,
+                placement_group_capture_child_tasks=True,
+            )
+        handles.append(actor_class.options(**options).remote(settings))
+    infos = ray.get([handle.engine_info.remote() for handle in handles])
+    return [RayEngineProxy(handle, info["weight_version"]) for handle, info in zip(handles, infos)]

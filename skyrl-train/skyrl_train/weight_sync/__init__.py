@@ -1,0 +1,45 @@
+"""Weight sync: moving trained weights from the policy into the inference engines, by a strategy chosen by name.
+
+Built-in strategies: `broadcast` (torch.distributed group; gloo on CPU, NCCL on GPU), `shm` (shared memory, one
+machine, CPU), `cuda_ipc` (CUDA IPC, colocated GPUs) and `checkpoint` (safetensors files). Importing this package
+registers them all.
+"""
+
+from skyrl_train.weight_sync import broadcast, checkpoint, cuda_ipc, shm  # noqa: F401,E402  (registers built-ins)
+from skyrl_train.weight_sync.base import (
+    SendResult,
+    VerifyReport,
+    WeightChunk,
+    WeightReceiver,
+    WeightSender,
+    WeightSyncError,
+)
+from skyrl_train.weight_sync.strategy import (
+    WEIGHT_SYNC_STRATEGIES,
+    WeightSenderHost,
+    WeightSyncStrategy,
+    make_receiver,
+    make_sender,
+    make_weight_sync_strategy,
+    register_weight_sync_strategy,
+    resolve_strategy_name,
+    weight_sync_from_config,
+)
+
+__all__ = [
+    "SendResult",
+    "VerifyReport",
+    "WeightChunk",
+    "WeightReceiver",
+    "WeightSender",
+    "WeightSyncError",
+    "WEIGHT_SYNC_STRATEGIES",
+    "WeightSenderHost",
+    "WeightSyncStrategy",
+    "make_receiver",
+    "make_sender",
+    "make_weight_sync_strategy",
+    "register_weight_sync_strategy",
+    "resolve_strategy_name",
+    "weight_sync_from_config",
+]

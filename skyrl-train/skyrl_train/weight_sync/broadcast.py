@@ -1,0 +1,105 @@
+"""The `broadcast` strategy: chunks broadcast from the sender (rank 0) to the engines over a dedicated process group.
+
+The group (gloo on CPU, NCCL on CUDA) spans the sender and every engine and is built from a TCPStore the coordinator
+hosts, so it leaves the workers' default group alone. Each chunk is packed into one flat buffer; its metadata goes
+to the engines through Ray, then one collective moves the bytes. Works across machines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import ray
+import torch
+
+from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSender
+from skyrl_train.weight_sync.chunks import dtype_from_name, pack, unpack
+from skyrl_train.weight_sync.process_group import backend_for_device, broadcast_from_rank0, host_store, join_group
+from skyrl_train.weight_sync.strategy import WeightSyncStrategy, register_weight_sync_strategy
+
+
+def _join(init_info: dict[str, Any]) -> Any:
+    return join_group(
+        init_info["store_host"],
+        init_info["store_port"],
+        init_info["group_name"],
+        init_info["rank"],
+        init_info["world_size"],
+        init_info["backend"],
+        init_info["timeout_s"],
+    )
+
+
+class BroadcastSender(WeightSender):
+    """Rank 0 of the sync group: packs each chunk and broadcasts it."""
+
+    def __init__(self, init_info: dict[str, Any]) -> None:
+        super().__init__(init_info)
+        self.transport_device = init_info["device"]
+        self.group = _join(init_info)
+
+    def send_chunk(self, tensors: list[torch.Tensor], chunk: WeightChunk) -> None:
+        """Tell the engines the chunk's layout, broadcast its bytes, wait for them to install it."""
+        buffer = pack(tensors)
+        refs = self.notify_engines(chunk)
+        broadcast_from_rank0(self.group, buffer)
+        self.wait_engines(refs, chunk)
+
+    def close(self) -> None:
+        """Drop the group."""
+        self.group = None
+
+
+class BroadcastReceiver(WeightReceiver):
+    """An engine's rank in the sync group: receives each chunk's buffer and installs its views."""
+
+    def __init__(self, init_info: dict[str, Any], engine: InferenceEngine) -> None:
+        super().__init__(init_info, engine)
+        self.device = init_info["device"]
+        self.group = _join(init_info)
+
+    async def receive(self, chunk: WeightChunk) -> int:
+        """Join the chunk's broadcast (in a thread, so the engine keeps serving) and install the result."""
+        buffer = torch.empty(chunk.numel, dtype=dtype_from_name(chunk.dtype), device=self.device)
+        await asyncio.to_thread(broadcast_from_rank0, self.group, buffer)
+        return await self.install(chunk, unpack(buffer, chunk.names, chunk.shapes))
+
+    def close(self) -> None:
+        """Drop the group."""
+        self.group = None
+
+
+@register_weight_sync_strategy("broadcast", builtin=True)
+class BroadcastStrategy(WeightSyncStrategy):
+    """Weights broadcast over a dedicated gloo/NCCL group: sender rank 0, engine i rank i + 1."""
+
+    sender_cls = BroadcastSender
+    receiver_cls = BroadcastReceiver
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._store = None
+
+    def build_init_infos(
+        self, common: dict[str, Any], engine_infos: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Host the rendezvous store here and give every side its rank."""
+        host = ray.util.get_node_ip_address()
+        self._store = host_store(host, self.timeout_s)
+        group = {
+            **common,
+            "store_host": host,
+            "store_port": self._store.port,
+            "group_name": f"skyrl_weight_sync_{uuid.uuid4().hex[:8]}",
+            "world_size": 1 + len(engine_infos),
+            "backend": backend_for_device(common["device"]),
+        }
+        return {**group, "rank": 0}, [{**group, "rank": 1 + index} for index in range(len(engine_infos))]
+
+    async def close(self) -> None:
+        """Release both sides and stop the rendezvous store."""
+        await super().close()
+        self._store = None

@@ -1,0 +1,137 @@
+"""Tests of engine actors on local Ray: two fp32 hf engines in a placement group behind `RayEngineProxy`, compared
+with the same engine run in this process; the client over proxies; lifecycle calls; settings; teardown."""
+
+import asyncio
+
+import pytest
+import ray
+import torch
+from ray.util.placement_group import placement_group, remove_placement_group
+
+from skyrl_train.algorithms.registry import UnknownNameError
+from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.hf_engine import HFInferenceEngine
+from skyrl_train.inference.ray_engine import EngineSettings, create_engine_actors
+from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+from skyrl_train.models.loading import load_causal_lm, load_tokenizer
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+from skyrl_train.utils.checksum import tensor_checksum
+from skyrl_train.weight_sync import WeightChunk
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CFG = {"generator": {"inference_engine": {"backend": "hf", "model_dtype": "float32"}}, "trainer": {"device": "cpu"}}
+GREEDY = SamplingParams(max_tokens=8, temperature=0)
+LOGPROB_TOLERANCE = 1e-6  # same model, same code, same thread count: only the process differs
+
+
+def _varied_model():
+    """A tiny model with N(0, 0.5) weights (default-initialised tiny models repeat one token greedily)."""
+    model = build_tiny_model(TinyModelSpec(size=2), seed=0)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    return model
+
+
+def _prompts(count=4):
+    tokenizer = build_char_tokenizer()
+    rendered = [
+        tokenizer.apply_chat_template([{"role": "user", "content": f"{i}+{2 * i}="}], add_generation_prompt=True)
+        for i in range(count)
+    ]
+    return [list(r["input_ids"] if hasattr(r, "keys") else r) for r in rendered]
+
+
+def _local_engine(path):
+    return HFInferenceEngine(load_causal_lm(path, dtype="float32"), load_tokenizer(path))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    path = str(tmp_path_factory.mktemp("ray_engine") / "model")
+    _varied_model().save_pretrained(path)
+    save_tokenizer(build_char_tokenizer(), path)
+    group = placement_group([{"CPU": 1}] * 2)
+    ray.get(group.ready())
+    engines = create_engine_actors(2, path, CFG, placement_group=group)
+    yield {"path": path, "engines": engines, "group": group}
+    for engine in engines:
+        ray.kill(engine.handle)
+    remove_placement_group(group)
+    if started:
+        ray.shutdown()
+
+
+async def test_engine_actors_match_the_engine_in_this_process(cluster):
+    prompts = _prompts()
+    request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=GREEDY)
+    expected = await _local_engine(cluster["path"]).generate(request)
+    assert len({tuple(ids) for ids in expected.response_ids}) > 1  # the prompts lead to different answers
+    for engine in cluster["engines"]:
+        output = await engine.generate(request)
+        assert output.response_ids == expected.response_ids and output.weight_version == 0
+        for got, want in zip(output.response_logprobs, expected.response_logprobs):
+            assert max(abs(a - b) for a, b in zip(got, want)) < LOGPROB_TOLERANCE
+
+
+async def test_client_over_proxies_routes_like_a_client_over_local_engines(cluster):
+    prompts = _prompts(6)
+    request = InferenceEngineInput(
+        prompt_token_ids=prompts, sampling_params=GREEDY, session_ids=[f"s{i}" for i in range(6)]
+    )
+    remote = await InferenceEngineClient(cluster["engines"]).generate(request)
+    local_client = InferenceEngineClient([_local_engine(cluster["path"]) for _ in range(2)])
+    local = await local_client.generate(request)
+    assert remote.response_ids == local.response_ids and remote.stop_reasons == local.stop_reasons
+
+
+async def test_lifecycle_calls_and_weight_updates_reach_the_actor(cluster):
+    engine = cluster["engines"][0]
+    request = InferenceEngineInput(prompt_token_ids=_prompts(1), sampling_params=GREEDY)
+    for hold, release in ((engine.pause, engine.resume), (lambda: engine.sleep(1), engine.wake_up)):
+        await hold()
+        held = asyncio.ensure_future(engine.generate(request))
+        done, _ = await asyncio.wait([held], timeout=0.5)
+        assert not done  # paused or asleep: the call waits in the actor
+        await release()
+        assert len((await held).response_ids) == 1
+
+    name = "model.norm.weight"
+    new_value = torch.linspace(0.5, 1.5, 128)
+    version = await engine.fetch_weight_version() + 1
+    await engine.init_weight_update()
+    await engine.update_weights([(name, new_value)], version)
+    assert engine.weight_version == version and await engine.fetch_weight_version() == version
+    assert await engine.weights_checksum([name]) == {name: tensor_checksum(new_value)}
+    await engine.reset_prefix_cache()
+    assert (await engine.generate(request)).weight_version == version
+
+
+async def test_receive_weights_needs_a_receiver(cluster):
+    chunk = WeightChunk(version=99, index=0, final=True, names=["x"], shapes=[(1,)], dtype="float32")
+    with pytest.raises(ray.exceptions.RayTaskError, match="call init_weight_receiver first"):
+        await cluster["engines"][1].handle.receive_weights.remote(chunk)
+
+
+def test_settings_come_from_config_and_bad_arguments_fail_before_starting_actors():
+    settings = EngineSettings.from_config(CFG, "/models/m", num_threads=2)
+    assert (settings.backend, settings.dtype, settings.device, settings.num_threads) == ("hf", "float32", "cpu", 2)
+    assert settings.max_batch_size == 1024  # generator.inference_engine.max_num_seqs default
+    with pytest.raises(ValueError, match="num_engines must be >= 1"):
+        create_engine_actors(0, "/models/m", CFG)
+    vllm = {"generator": {"inference_engine": {"backend": "vllm"}}, "trainer": {"device": "cpu"}}
+    with pytest.raises(UnknownNameError, match="unknown engine backend 'vllm'"):
+        create_engine_actors(1, "/models/m", vllm)
+
+
+async def test_teardown_ends_the_actor(cluster):  # last: it ends engine 1
+    engine = cluster["engines"][1]
+    await engine.teardown()
+    with pytest.raises(ray.exceptions.RayActorError):
+        await engine.handle.weight_version.remote()

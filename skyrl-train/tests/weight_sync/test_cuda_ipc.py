@@ -1,0 +1,68 @@
+"""The `cuda_ipc` strategy: on a GPU, the driver's CUDA model reaches a colocated engine actor by IPC handle; on any
+machine, strategies refuse engines on the wrong device."""
+
+import asyncio
+
+import pytest
+import ray
+import torch
+
+from skyrl_train.inference.hf_engine import HFInferenceEngine
+from skyrl_train.inference.ray_engine import create_engine_actors
+from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+from skyrl_train.models.loading import load_causal_lm, load_tokenizer
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+from skyrl_train.weight_sync import WeightSyncError, make_weight_sync_strategy
+
+GREEDY = SamplingParams(max_tokens=10, temperature=0)
+
+
+@pytest.mark.parametrize("name, device", [("cuda_ipc", "cpu"), ("shm", "cuda")])
+def test_colocated_strategies_refuse_engines_on_the_other_device(name, device):
+    strategy = make_weight_sync_strategy(name)
+    with pytest.raises(WeightSyncError, match=f"run on {device}"):
+        strategy.build_init_infos({"device": device}, [{}])
+
+
+def _save_varied_model(directory, seed):
+    model = build_tiny_model(TinyModelSpec(size=2), seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    model.save_pretrained(directory)
+    save_tokenizer(build_char_tokenizer(), directory)
+    return str(directory)
+
+
+@pytest.mark.gpu
+@pytest.mark.integration
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuda_ipc needs a CUDA GPU")
+async def test_cuda_ipc_sync_from_this_process_into_a_colocated_engine(tmp_path):
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        path_a, path_b = _save_varied_model(tmp_path / "a", 0), _save_varied_model(tmp_path / "b", 1)
+        cfg = {"generator": {"inference_engine": {"backend": "hf", "model_dtype": "float32"}}}
+        engines = create_engine_actors(1, path_a, {**cfg, "trainer": {"device": "cuda"}}, num_gpus_per_engine=0.5)
+        prompts = [[3, 20, 30, 40, 4, 3]]
+        reference = HFInferenceEngine(load_causal_lm(path_b, device="cuda"), load_tokenizer(path_b))
+        request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=GREEDY)
+        expected = (await reference.generate(request)).response_ids
+        strategy = make_weight_sync_strategy("cuda_ipc", chunk_bytes=64 * 1024, compute_checksums=True)
+        await strategy.init(None, engines)
+        try:
+            model_b = load_causal_lm(path_b, device="cuda")
+            result = await strategy.sync(model_b.state_dict().items())
+            assert result.num_chunks > 1
+            output = await engines[0].generate(request)
+            assert output.response_ids == expected and output.weight_version == result.version
+            assert (await strategy.verify(result.checksums)).ok
+        finally:
+            await strategy.close()
+            await asyncio.gather(*(engine.teardown() for engine in engines))
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,192 @@
+"""Weight sync end to end on local Ray: each CPU strategy moves another model's weights into 2 bf16 engine actors.
+
+The engines start from model A; the sender (rank 0 of two "policy" actors sharing a default gloo group, like FSDP
+ranks) holds model B in fp32. After a sync the engines must generate exactly what B, loaded in bf16, generates
+greedily; serve the new version; pass verify; and a corrupted engine parameter must fail verify by name. The
+policy ranks' default group must still work afterwards.
+"""
+
+import asyncio
+import socket
+
+import pytest
+import ray
+import torch
+import torch.distributed as dist
+
+from skyrl_train.inference.hf_engine import HFInferenceEngine
+from skyrl_train.inference.ray_engine import create_engine_actors
+from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+from skyrl_train.models.loading import load_causal_lm, load_tokenizer
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+from skyrl_train.weight_sync import WeightSenderHost, WeightSyncError, make_weight_sync_strategy
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ENGINE_CFG = {
+    "generator": {"inference_engine": {"backend": "hf", "model_dtype": "bfloat16"}},
+    "trainer": {"device": "cpu"},
+}
+GREEDY = SamplingParams(max_tokens=10, temperature=0)
+CHUNK_BYTES = 64 * 1024  # the size-2 model is ~1 MB in bf16, so every sync moves many chunks
+
+
+class PolicyStandIn(WeightSenderHost):
+    """One rank of a pretend policy: a default gloo group with its peers, model B, and (rank 0) the sender."""
+
+    def __init__(self, rank: int, world_size: int, master_port: int, model_path: str) -> None:
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{master_port}", rank=rank, world_size=world_size)
+        self.rank = rank
+        self.model = load_causal_lm(model_path, dtype="float32")
+
+    def push_weights(self, version=None):
+        """What a policy worker does on sync: hand its full state to the sender."""
+        return self.weight_sender.send(self.model.state_dict().items(), version)
+
+    def default_group_sum(self) -> tuple[float, int]:
+        """All-reduce rank + 1 over the default group (proves the sync group left it alone)."""
+        value = torch.tensor([float(self.rank + 1)])
+        dist.all_reduce(value)
+        return float(value), dist.get_world_size()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _varied_model(seed):
+    """A tiny model with N(0, 0.5) weights: default-initialised tiny models all repeat one token greedily."""
+    model = build_tiny_model(TinyModelSpec(size=2), seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    return model
+
+
+def _save_model(directory, seed):
+    _varied_model(seed).save_pretrained(directory)
+    save_tokenizer(build_char_tokenizer(), directory)
+    return str(directory)
+
+
+def _prompts(tokenizer):
+    rendered = [
+        tokenizer.apply_chat_template([{"role": "user", "content": f"{i}*{i + 3}="}], add_generation_prompt=True)
+        for i in range(3)
+    ]
+    return [list(r["input_ids"] if hasattr(r, "keys") else r) for r in rendered]
+
+
+def _greedy(model_path, prompts):
+    engine = HFInferenceEngine(load_causal_lm(model_path, dtype="bfloat16"), load_tokenizer(model_path))
+    output = asyncio.run(engine.generate(InferenceEngineInput(prompt_token_ids=prompts, sampling_params=GREEDY)))
+    return output.response_ids
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    root = tmp_path_factory.mktemp("weight_sync")
+    path_a, path_b = _save_model(root / "a", seed=0), _save_model(root / "b", seed=1)
+    prompts = _prompts(build_char_tokenizer())
+    port = _free_port()
+    policy_class = ray.remote(num_cpus=1)(PolicyStandIn)
+    policy = [policy_class.remote(rank, 2, port, path_b) for rank in range(2)]
+    engines = create_engine_actors(2, path_a, ENGINE_CFG)
+    state_a = {name: tensor.to(torch.bfloat16) for name, tensor in load_causal_lm(path_a).state_dict().items()}
+    yield {
+        "policy": policy,
+        "engines": engines,
+        "prompts": prompts,
+        "expected_a": _greedy(path_a, prompts),
+        "expected_b": _greedy(path_b, prompts),
+        "state_a": state_a,
+    }
+    for actor in policy:
+        ray.kill(actor)
+    for engine in engines:
+        ray.kill(engine.handle)
+    if started:
+        ray.shutdown()
+
+
+async def _generations(engines, prompts):
+    outputs = await asyncio.gather(
+        *(engine.generate(InferenceEngineInput(prompt_token_ids=prompts, sampling_params=GREEDY)) for engine in engines)
+    )
+    return [(output.response_ids, output.weight_version) for output in outputs]
+
+
+async def _reset_to_model_a(setup):
+    engines = setup["engines"]
+    version = max(await asyncio.gather(*(engine.fetch_weight_version() for engine in engines))) + 1
+    await asyncio.gather(*(engine.update_weights(list(setup["state_a"].items()), version) for engine in engines))
+    assert await _generations(engines, setup["prompts"]) == [(setup["expected_a"], version)] * 2
+    return version
+
+
+@pytest.mark.parametrize("strategy_name", ["broadcast", "shm", "checkpoint"])
+async def test_remote_sender_sync_installs_new_model_and_verify_names_corruption(setup, strategy_name):
+    assert setup["expected_a"] != setup["expected_b"]  # otherwise the test could not tell the models apart
+    engines, sender = setup["engines"], setup["policy"][0]
+    start_version = await _reset_to_model_a(setup)
+    strategy = make_weight_sync_strategy(strategy_name, chunk_bytes=CHUNK_BYTES, compute_checksums=True, timeout_s=60)
+    await strategy.init(sender, engines)
+    try:
+        result = await sender.push_weights.remote()
+        assert result.version == start_version + 1 and result.num_chunks > 1
+        assert await strategy.confirm(result.version) == [result.version] * 2
+        assert await _generations(engines, setup["prompts"]) == [(setup["expected_b"], result.version)] * 2
+
+        report = await strategy.verify(result.checksums)
+        assert report.ok and report.num_checked == 2 * (len(result.checksums) - 1)
+        assert report.unreported == ["lm_head.weight"]  # tied to the embedding, which the engine reports
+
+        corrupted = "model.layers.1.mlp.up_proj.weight"
+        await engines[1].update_weights([(corrupted, setup["state_a"][corrupted])], result.version)  # A's, not B's
+        with pytest.raises(WeightSyncError, match=rf"engine 1: \['{corrupted}'\]"):
+            await strategy.verify(result.checksums)
+
+        second = await sender.push_weights.remote()  # a second sync repairs it and bumps the version again
+        assert second.version == result.version + 1
+        await strategy.confirm(second.version)
+        assert (await strategy.verify(second.checksums)).ok
+    finally:
+        await strategy.close()
+    sums = ray.get([actor.default_group_sum.remote() for actor in setup["policy"]])
+    assert sums == [(3.0, 2), (3.0, 2)]  # 1 + 2 over the 2-rank default group
+
+
+async def test_local_sender_sync_from_this_process(setup):
+    engines = setup["engines"]
+    start_version = await _reset_to_model_a(setup)
+    strategy = make_weight_sync_strategy("broadcast", chunk_bytes=CHUNK_BYTES, compute_checksums=True, timeout_s=60)
+    await strategy.init(None, engines)
+    try:
+        model_b = _varied_model(seed=1)
+        result = await strategy.sync(model_b.state_dict().items())
+        assert result.version == start_version + 1 and [e.weight_version for e in engines] == [result.version] * 2
+        assert await _generations(engines, setup["prompts"]) == [(setup["expected_b"], result.version)] * 2
+        with pytest.raises(ValueError, match="version must grow"):
+            await strategy.sync(model_b.state_dict().items(), version=result.version)
+    finally:
+        await strategy.close()
+
+
+async def test_sync_needs_a_local_sender_and_engine_proxies(setup):
+    strategy = make_weight_sync_strategy("checkpoint", timeout_s=60)
+    with pytest.raises(TypeError, match=r"engines\[0\]: expected a RayEngineProxy"):
+        await strategy.init(None, [object()])
+    await strategy.init(setup["policy"][0], setup["engines"])
+    try:
+        with pytest.raises(WeightSyncError, match="remote sender"):
+            await strategy.sync([("model.norm.weight", torch.ones(128))])
+    finally:
+        await strategy.close()
