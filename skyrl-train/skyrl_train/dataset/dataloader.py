@@ -96,6 +96,12 @@ class StatefulDataLoader:
             self.position = 0
         return batch
 
+    def next_batch(self, max_epochs: Optional[int] = None) -> Optional[list[Any]]:
+        """The next batch (rolling over epochs), or None once `max_epochs` epochs are done."""
+        if max_epochs is not None and self.epoch >= max_epochs:
+            return None
+        return self._next_batch()
+
     def __iter__(self) -> Iterator[list[Any]]:
         """Yield the remaining batches of the current epoch."""
         start_epoch = self.epoch

@@ -36,7 +36,8 @@ class GeneratorSettings:
     max_turns: int = 1
     """Most model turns per trajectory (passed to envs as `max_turns`)."""
     max_input_length: int = 1024
-    """Most tokens of prompt plus response (all turns); generation stops with reason 'length' at this size."""
+    """Most tokens of context (prompt, earlier turns, observations) before a model turn; a longer context ends the
+    trajectory with reason 'length'. Each turn then generates up to `sampling_params.max_tokens`."""
     batched: bool = False
     """Single-turn only: one engine call for the whole batch instead of one per trajectory."""
     step_wise_trajectories: bool = False
@@ -161,11 +162,10 @@ class SkyRLGymGenerator(GeneratorInterface):
         stop_reason, env_error, version, text = "length", None, 0, ""
         for _ in range(self.settings.max_turns):
             context = prompt_ids + response_ids
-            budget = self.settings.max_input_length - len(context)
-            if budget <= 0:
+            if len(context) > self.settings.max_input_length:
                 stop_reason = "length"
                 break
-            out = await self._generate(context, replace(params, max_tokens=min(params.max_tokens, budget)), session)
+            out = await self._generate(context, params, session)
             ids, text, stop_reason, version = (
                 out.response_ids[0],
                 out.responses[0],
@@ -287,9 +287,7 @@ class SkyRLGymGenerator(GeneratorInterface):
         out = None
         if live:
             start = time.perf_counter()
-            budgets = [self.settings.max_input_length - len(p) for p in prompts]
-            limit = max(1, min([params.max_tokens, *budgets]))
-            request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=replace(params, max_tokens=limit))
+            request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params)
             out = await self.client.generate(request)
             self._timing["llm"] += time.perf_counter() - start
         steps = await asyncio.gather(*(self._safe_step(envs[i], out.responses[k]) for k, i in enumerate(live)))

@@ -11,6 +11,7 @@ import torch
 from skyrl_train.algorithms.masked import masked_count, zero_masked
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.weight_sync.strategy import WeightSenderHost
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight, reduction_denominator
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
 from skyrl_train.workers.policy_objective import ObjectiveSettings, policy_objective
@@ -64,10 +65,28 @@ def _rows(tensor: Optional[torch.Tensor], indices: list[int], micro: TrimmedMicr
     return micro.slice_response(tensor[indices or [0]]).to(device)
 
 
-class PolicyWorker(LogprobWorker):
-    """The trained policy: `forward`, `forward_backward` (gradient accumulation over micro-batches), `optim_step`."""
+class PolicyWorker(WeightSenderHost, LogprobWorker):
+    """The trained policy: `forward`, `forward_backward` (gradient accumulation over micro-batches), `optim_step`,
+    and `sync_weights` to the inference engines (rank 0 holds the weight-sync sender)."""
 
     trainable = True
+
+    def sync_weights(self, version: int) -> Optional[dict[str, Any]]:
+        """Gather the full weights (every rank takes part) and, on rank 0, send them to the engines as `version`.
+
+        Returns rank 0's send report (`version`, `num_bytes`, `seconds`, `checksums`), None on other ranks.
+        """
+        dtype = self.weight_sender.dtype if self.rank == 0 else None
+        named = self.get_weights(dtype)
+        if self.rank != 0:
+            return None
+        result = self.weight_sender.send(named, version)
+        return {
+            "version": result.version,
+            "num_bytes": result.num_bytes,
+            "seconds": result.seconds,
+            "checksums": result.checksums,
+        }
 
     def forward_backward(
         self,

@@ -170,7 +170,7 @@ def test_length_limit_overlong_filtering_and_zero_reward_on_non_stop(tokenizer, 
     )
     out = asyncio.run(SkyRLGymGenerator(client, tokenizer, settings).generate(_input("arithmetic", 1)))
     (t,) = out.trajectories
-    assert t.stop_reason == "length" and len(t.prompt_token_ids) + len(t.response_ids) == 40
+    assert t.stop_reason == "length" and len(t.response_ids) == 50  # the turn's max_tokens ran out
     assert set(t.loss_mask) == {0} and t.reward == 0.0
 
 
@@ -192,3 +192,12 @@ def test_invalid_settings_and_inputs_are_rejected(tokenizer, client):
                 )
             )
         )
+
+
+def test_context_over_max_input_length_ends_a_multi_turn_trajectory(tokenizer, client):
+    params = SamplingParams(max_tokens=4, temperature=0, stop_token_ids=EVERY_CHAR_STOPS)
+    settings = GeneratorSettings(sampling_params=params, max_turns=5, max_input_length=40)
+    out = asyncio.run(SkyRLGymGenerator(client, tokenizer, settings).generate(_input("chatty", count=1)))
+    (t,) = out.trajectories
+    # the prompt is ~32 tokens; after one turn plus its observation the context passes 40, so no second turn
+    assert t.num_turns == 1 and t.stop_reason == "length"

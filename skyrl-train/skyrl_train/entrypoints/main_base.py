@@ -1,0 +1,249 @@
+"""`BasePPOExp`: builds every part of a training run from the config through overridable `get_*` hooks, then runs it.
+
+    python -m skyrl_train.entrypoints.main_base trainer.policy.model.path=... data.train_data="['train.parquet']" ...
+
+Library use: register your own envs, losses or estimators in your script, then `BasePPOExp(cfg).run()`; the training
+loop runs in this (driver) process, so env registrations made here are the ones the generator uses, and
+algorithm registrations are shipped to the workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import ray
+
+from skyrl_train.algorithms.registry import export_user_registrations
+from skyrl_train.config.root import SkyRLConfig
+from skyrl_train.dataset import PromptDataset, StatefulDataLoader
+from skyrl_train.generators import SkyRLGymGenerator
+from skyrl_train.generators.from_config import generator_settings_from_config
+from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.ray_engine import create_engine_actors
+from skyrl_train.models.loading import load_tokenizer
+from skyrl_train.placement import Placement, init_ray, plan_placement
+from skyrl_train.trainer import RayPPOTrainer, TrainResult
+from skyrl_train.utils.plots import plot_curves
+from skyrl_train.utils.tracking import Tracker
+from skyrl_train.weight_sync.strategy import make_weight_sync_strategy, resolve_strategy_name
+from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker
+from skyrl_train.workers.group import WorkerGroup
+
+logger = logging.getLogger(__name__)
+
+
+class BasePPOExp:
+    """One experiment. Override a `get_*` hook to swap a part (dataset, generator, trainer, tracker, ...)."""
+
+    def __init__(self, cfg: SkyRLConfig, verify_weight_sync: bool = False) -> None:
+        self.cfg = cfg
+        self.verify_weight_sync = verify_weight_sync
+        self.placement: Optional[Placement] = None
+        self.groups: list[WorkerGroup] = []
+        self.engines: list[Any] = []
+
+    # ----- hooks --------------------------------------------------------------------------------------------------
+    def roles(self) -> list[str]:
+        """The worker roles this run needs: policy, plus ref when KL is used, plus critic when configured."""
+        roles = ["policy"]
+        if self.cfg.needs_ref_model:
+            roles.append("ref")
+        if self.cfg.needs_critic:
+            roles.append("critic")
+        return roles
+
+    def get_tokenizer(self) -> Any:
+        """The policy model's tokenizer."""
+        return load_tokenizer(self.cfg.trainer.policy.model.path)
+
+    def _dataset(self, files: list[str], tokenizer: Any) -> PromptDataset:
+        data = self.cfg.data
+        return PromptDataset(
+            files,
+            tokenizer,
+            data.max_prompt_length,
+            default_env_class=self.cfg.environment.env_class,
+            prompt_key=data.prompt_key,
+            env_class_key=data.env_class_key,
+        )
+
+    def get_train_dataset(self, tokenizer: Any) -> PromptDataset:
+        """Training prompts from `data.train_data`."""
+        return self._dataset(list(self.cfg.data.train_data), tokenizer)
+
+    def get_eval_items(self, tokenizer: Any) -> list[dict[str, Any]]:
+        """Evaluation prompts from `data.val_data` (empty list: no evaluation)."""
+        if not self.cfg.data.val_data:
+            return []
+        dataset = self._dataset(list(self.cfg.data.val_data), tokenizer)
+        return [dataset[i] for i in range(len(dataset))]
+
+    def get_train_loader(self, dataset: PromptDataset) -> StatefulDataLoader:
+        """Batches of `train_batch_size` prompts, shuffled per epoch from `data.seed`."""
+        return StatefulDataLoader(
+            dataset, self.cfg.trainer.train_batch_size, shuffle=self.cfg.data.shuffle, seed=self.cfg.data.seed
+        )
+
+    def get_placement(self) -> Placement:
+        """Placement groups for the roles and engines."""
+        return plan_placement(self.cfg, self.roles())
+
+    def get_worker_groups(self, placement: Placement, total_steps: int):
+        """Create and initialise the policy, ref and critic groups (None for roles not used)."""
+        classes = {"policy": PolicyWorker, "ref": RefWorker, "critic": CriticWorker}
+        paths = {
+            "policy": self.cfg.trainer.policy.model.path,
+            "ref": self.cfg.ref_model_path,
+            "critic": self.cfg.trainer.critic.model.path,
+        }
+        from skyrl_train.config.validation import role_world_size
+
+        made: dict[str, WorkerGroup] = {}
+        for role in self.roles():
+            slot = placement.slots[role]
+            made[role] = WorkerGroup(
+                role,
+                classes[role],
+                role_world_size(self.cfg, role),
+                self.cfg,
+                placement_group=slot.placement_group,
+                bundle_offset=slot.bundle_offset,
+                num_cpus_per_worker=slot.num_cpus,
+                num_gpus_per_worker=slot.num_gpus,
+            )
+        blob = export_user_registrations()
+        for role, group in made.items():
+            group.run_all("import_registries", blob)
+            group.init_model(paths[role], total_steps if role != "ref" else None)
+        self.groups = list(made.values())
+        return made.get("policy"), made.get("ref"), made.get("critic")
+
+    def get_inference_engines(self, placement: Placement) -> list[Any]:
+        """Engine actors serving the policy's initial weights."""
+        slot = placement.slots["engine"]
+        self.engines = create_engine_actors(
+            self.cfg.generator.inference_engine.num_engines,
+            self.cfg.trainer.policy.model.path,
+            self.cfg,
+            placement_group=slot.placement_group,
+            bundle_offset=slot.bundle_offset,
+            num_cpus_per_engine=slot.num_cpus,
+            num_gpus_per_engine=slot.num_gpus,
+        )
+        return self.engines
+
+    def get_inference_client(self, engines: list[Any]) -> InferenceEngineClient:
+        """One client routing over the engines."""
+        return InferenceEngineClient(engines)
+
+    def get_generator(self, client: InferenceEngineClient, tokenizer: Any) -> SkyRLGymGenerator:
+        """The multi-turn skyrl-gym generator with the config's settings."""
+        return SkyRLGymGenerator(client, tokenizer, generator_settings_from_config(self.cfg))
+
+    async def get_weight_sync(self, policy: WorkerGroup, engines: list[Any]):
+        """The weight-sync strategy, connected between policy rank 0 and the engines."""
+        engine_cfg = self.cfg.generator.inference_engine
+        name = resolve_strategy_name(
+            engine_cfg.weight_sync_backend, self.cfg.trainer.placement.colocate_all, self.cfg.resolved_device()
+        )
+        strategy = make_weight_sync_strategy(name, compute_checksums=self.verify_weight_sync)
+        await strategy.init(sender=policy.actors[0], engines=engines)
+        return strategy
+
+    def get_tracker(self, total_steps: int) -> Tracker:
+        """Metric tracking to the configured backends."""
+        trainer = self.cfg.trainer
+        return Tracker(
+            list(trainer.logger),
+            trainer.project_name,
+            trainer.run_name,
+            config=self.cfg.to_dict(),
+            log_dir=os.path.expanduser(trainer.log_path),
+            backend_options={"console": {"total_steps": total_steps}},
+        )
+
+    def get_trainer(self, **parts: Any) -> RayPPOTrainer:
+        """The trainer; override to use another loop."""
+        return RayPPOTrainer(self.cfg, verify_weight_sync=self.verify_weight_sync, **parts)
+
+    # ----- run ----------------------------------------------------------------------------------------------------
+    async def _run(self) -> TrainResult:
+        tokenizer = self.get_tokenizer()
+        dataset = self.get_train_dataset(tokenizer)
+        loader = self.get_train_loader(dataset)
+        eval_items = self.get_eval_items(tokenizer)
+        trainer_cfg = self.cfg.trainer
+        total_steps = trainer_cfg.max_training_steps or trainer_cfg.epochs * len(loader)
+        self.placement = self.get_placement()
+        policy, ref, critic = self.get_worker_groups(self.placement, total_steps)
+        engines = self.get_inference_engines(self.placement)
+        client = self.get_inference_client(engines)
+        generator = self.get_generator(client, tokenizer)
+        weight_sync = await self.get_weight_sync(policy, engines)
+        tracker = self.get_tracker(total_steps)
+        trainer = self.get_trainer(
+            tokenizer=tokenizer,
+            train_loader=loader,
+            eval_items=eval_items,
+            policy=policy,
+            ref=ref,
+            critic=critic,
+            client=client,
+            generator=generator,
+            weight_sync=weight_sync,
+            tracker=tracker,
+        )
+        try:
+            result = await trainer.train()
+        finally:
+            tracker.finish()
+            if hasattr(generator, "close"):
+                generator.close()
+        self.trainer = trainer
+        plot = Path(os.path.expanduser(trainer_cfg.export_path)) / "curves.png"
+        plot_curves(result.history, str(plot), title=f"{trainer_cfg.project_name} / {trainer_cfg.run_name}")
+        self.plot_path = str(plot)
+        return result
+
+    def run(self) -> TrainResult:
+        """Start (or join) Ray, build everything, train, and release the actors."""
+        init_ray(self.cfg, self.roles())
+        try:
+            return asyncio.run(self._run())
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Kill this run's actors and placement groups (Ray itself keeps running)."""
+        for group in self.groups:
+            group.shutdown()
+        for engine in self.engines:
+            ray.kill(engine.handle)
+        if self.placement is not None:
+            self.placement.remove()
+
+
+def run_experiment(cfg: SkyRLConfig) -> TrainResult:
+    """Train with `BasePPOExp` and log where the results went."""
+    experiment = BasePPOExp(cfg)
+    result = experiment.run()
+    logger.info(
+        "finished %d steps; final eval %s; curves at %s", result.global_step, result.final_eval, experiment.plot_path
+    )
+    return result
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Command-line entry: Hydra-style overrides; `--dry-run` prints the resolved config and exits."""
+    from skyrl_train.config.cli import run_cli
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run_cli(run_experiment, argv)
+
+
+if __name__ == "__main__":
+    main()

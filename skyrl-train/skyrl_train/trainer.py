@@ -1,0 +1,305 @@
+"""`RayPPOTrainer`: the synchronous RL loop. One step reads top to bottom:
+
+    generate -> rewards -> old/ref logprobs and values -> advantages -> critic and policy updates -> weight sync -> log
+
+Each arrow is one call into one room: the generator (rollouts through the engines), the worker groups (FSDP2 ranks
+on Ray), the algorithm library (advantages), and the weight-sync strategy (engines serve the new weights).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from skyrl_train.algorithms import compute_advantages, kl_estimate, make_kl_controller
+from skyrl_train.algorithms.masked import masked_mean
+from skyrl_train.evaluation import evaluate
+from skyrl_train.generators.base import GeneratorInterface
+from skyrl_train.generators.from_config import sampling_params_from_config
+from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
+from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.trainer_checkpoints import TrainerCheckpoints
+from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.utils.timer import PhaseTimer
+from skyrl_train.utils.tracking import Tracker
+from skyrl_train.weight_sync.strategy import WeightSyncStrategy
+from skyrl_train.workers.group import WorkerGroup
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports: steps taken, eval metrics before and after, and the metric history."""
+
+    global_step: int
+    initial_eval: dict[str, float]
+    final_eval: dict[str, float]
+    history: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+
+
+class RayPPOTrainer:
+    """Runs PPO-family training over Ray worker groups and inference engines (built by `BasePPOExp`)."""
+
+    def __init__(
+        self,
+        cfg: Any,
+        tokenizer: Any,
+        train_loader: Any,
+        eval_items: list[dict[str, Any]],
+        policy: WorkerGroup,
+        ref: Optional[WorkerGroup],
+        critic: Optional[WorkerGroup],
+        client: InferenceEngineClient,
+        generator: GeneratorInterface,
+        weight_sync: WeightSyncStrategy,
+        tracker: Tracker,
+        verify_weight_sync: bool = False,
+    ) -> None:
+        self.cfg, self.tokenizer = cfg, tokenizer
+        self.train_loader, self.eval_items = train_loader, eval_items
+        self.policy, self.ref, self.critic = policy, ref, critic
+        self.client, self.generator, self.weight_sync, self.tracker = client, generator, weight_sync, tracker
+        self.verify_weight_sync = verify_weight_sync
+        self.algorithm = cfg.trainer.algorithm
+        self.colocated = cfg.trainer.placement.colocate_all
+        self.n_samples = cfg.generator.n_samples_per_prompt
+        self.kl_controller = None
+        if self.algorithm.use_kl_in_reward:
+            ctrl = self.algorithm.kl_ctrl
+            self.kl_controller = make_kl_controller(ctrl.type, ctrl.kl_coef, ctrl.kl_target, ctrl.horizon)
+        self.checkpoints = TrainerCheckpoints(cfg, policy, critic, train_loader)
+        self.global_step = 0
+        self.weight_version = 0
+
+    # ----- the loop -------------------------------------------------------------------------------------------------
+    async def train(self) -> TrainResult:
+        """Resume if configured, evaluate, then run steps until the data or `max_training_steps` runs out."""
+        self.global_step = self.checkpoints.resume()
+        await self.sync_weights()  # engines serve exactly the policy's (possibly resumed) weights
+        initial_eval: dict[str, float] = {}
+        if self.cfg.trainer.eval_before_train and self.global_step == 0:
+            initial_eval = await self.evaluate()
+            self.tracker.log(initial_eval, step=0)
+        max_steps = self.total_steps()
+        final_eval = initial_eval
+        while self.global_step < max_steps:
+            batch = self.next_batch()
+            if batch is None:
+                break
+            self.global_step += 1
+            metrics = await self.step(batch)
+            interval = self.cfg.trainer.eval_interval
+            if interval > 0 and self.global_step % interval == 0 and self.global_step < max_steps:
+                metrics.update(await self.evaluate())
+            self.tracker.log(metrics, step=self.global_step)
+            self.checkpoints.after_step(self.global_step, last=self.global_step >= max_steps)
+        if self.eval_items:
+            final_eval = await self.evaluate()
+            self.tracker.log(final_eval, step=self.global_step)
+        self.checkpoints.at_end(self.global_step)
+        return TrainResult(self.global_step, initial_eval, final_eval, dict(self.tracker.history))
+
+    def total_steps(self) -> int:
+        """Steps in the run: `max_training_steps` if set, else epochs x batches per epoch."""
+        if self.cfg.trainer.max_training_steps:
+            return self.cfg.trainer.max_training_steps
+        return self.cfg.trainer.epochs * len(self.train_loader)
+
+    def next_batch(self) -> Optional[list[dict[str, Any]]]:
+        """The next batch of prompts, moving to the next epoch when one ends; None after the last epoch."""
+        return self.train_loader.next_batch(max_epochs=self.cfg.trainer.epochs)
+
+    async def step(self, items: list[dict[str, Any]]) -> dict[str, float]:
+        """One training step on a batch of prompts; returns its metrics."""
+        timer = PhaseTimer()
+        with timer("step"):
+            with timer("generate"):
+                output = await self.generator.generate(self.generator_input(items))
+            if self.colocated:
+                await self.client.sleep()
+            with timer("reward"):
+                batch = TrainingBatch.from_trajectories(output.trajectories, self.tokenizer.pad_token_id)
+                metrics = reward_metrics(output, self.n_samples)
+            with timer("fwd_logprobs"):
+                old_logprobs, ref_logprobs, values = await self.forward_passes(batch)
+                metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
+            if self.kl_controller is not None:
+                self.apply_kl_in_reward(batch, old_logprobs, ref_logprobs, metrics)
+            with timer("advantages"):
+                advantages, returns = self.advantages(batch, values)
+            if self.critic is not None:
+                with timer("train_critic"):
+                    metrics.update(await self.train_critic(batch, returns, values))
+            with timer("train_policy"):
+                metrics.update(await self.train_policy(batch, advantages, old_logprobs, ref_logprobs))
+            if self.colocated:
+                await self.client.wake_up()
+            with timer("weight_sync"):
+                metrics.update(await self.sync_weights())
+        metrics.update(timer.metrics())
+        generated = float(batch.loss_mask.sum())
+        metrics["trainer/tokens_per_second"] = generated / max(timer.seconds["step"], 1e-9)
+        metrics["trainer/global_step"] = float(self.global_step)
+        return metrics
+
+    # ----- phases -------------------------------------------------------------------------------------------------
+    def generator_input(self, items: list[dict[str, Any]]) -> GeneratorInput:
+        """Repeat each prompt `n_samples_per_prompt` times; samples of one prompt share its uid."""
+        repeated = [item for item in items for _ in range(self.n_samples)]
+        return GeneratorInput(
+            prompts=[item["prompt"] for item in repeated],
+            env_classes=[item["env_class"] for item in repeated],
+            env_extras=[dict(item["env_extras"]) for item in repeated],
+            uids=[f"{self.global_step}/{item['uid']}" for item in repeated],
+            batch_metadata={"global_step": self.global_step, "training_phase": "train"},
+        )
+
+    async def forward_passes(self, batch: TrainingBatch):
+        """Old policy logprobs, reference logprobs (when KL is used) and critic values (when there is a critic)."""
+        calls = [asyncio.to_thread(self.policy.run_sharded, "forward", batch)]
+        if self.ref is not None:
+            calls.append(asyncio.to_thread(self.ref.run_sharded, "forward", batch))
+        if self.critic is not None:
+            calls.append(asyncio.to_thread(self.critic.run_sharded, "forward", batch))
+        results = list(await asyncio.gather(*calls))
+        old = results.pop(0)
+        ref = results.pop(0) if self.ref is not None else None
+        values = results.pop(0) if self.critic is not None else None
+        return old, ref, values
+
+    def apply_kl_in_reward(self, batch, old_logprobs, ref_logprobs, metrics) -> None:
+        """Subtract `beta * KL(policy || ref)` per token from the rewards and update the KL controller."""
+        kl = kl_estimate(old_logprobs, ref_logprobs, self.algorithm.kl_estimator_type, batch.loss_mask)
+        batch.token_rewards = batch.token_rewards - self.kl_controller.value * kl
+        mean_kl = float(masked_mean(kl, batch.loss_mask))
+        self.kl_controller.update(mean_kl, n_steps=len(batch))
+        metrics.update({"reward/kl_penalty_coef": self.kl_controller.value, "reward/kl": mean_kl})
+
+    def advantages(self, batch: TrainingBatch, values: Optional[torch.Tensor]):
+        """Advantages and returns from the configured estimator (`trainer.algorithm.advantage_estimator`)."""
+        return compute_advantages(
+            self.algorithm.advantage_estimator,
+            token_level_rewards=batch.token_rewards,
+            response_mask=batch.loss_mask,
+            index=batch.uids,
+            values=values,
+            gamma=self.algorithm.gamma,
+            lambd=self.algorithm.lambd,
+            norm_by_std=self.algorithm.grpo_norm_by_std,
+        )
+
+    def mini_batches(self, batch: TrainingBatch, prompts_per_mini_batch: int) -> list[list[int]]:
+        """Row indices of each mini-batch: `prompts_per_mini_batch x n_samples` consecutive rows."""
+        size = max(1, prompts_per_mini_batch * self.n_samples)
+        return [list(range(start, min(start + size, len(batch)))) for start in range(0, len(batch), size)]
+
+    async def train_policy(self, batch, advantages, old_logprobs, ref_logprobs) -> dict[str, float]:
+        """`update_epochs_per_batch` passes over the policy mini-batches: forward_backward, then an optimizer step."""
+        collected: list[dict[str, float]] = []
+        for _ in range(self.cfg.trainer.update_epochs_per_batch):
+            for rows in self.mini_batches(batch, self.cfg.trainer.policy_mini_batch_size):
+                index = torch.tensor(rows)
+                metrics = await asyncio.to_thread(
+                    self.policy.run_sharded,
+                    "forward_backward",
+                    batch.select(rows),
+                    advantages=advantages[index],
+                    old_logprobs=old_logprobs[index],
+                    ref_logprobs=None if ref_logprobs is None else ref_logprobs[index],
+                )
+                grad_norms = await asyncio.to_thread(self.policy.run_all, "optim_step")
+                metrics["policy/grad_norm"] = float(grad_norms[0])
+                collected.append(metrics)
+        return average_metrics(collected)
+
+    async def train_critic(self, batch, returns, values) -> dict[str, float]:
+        """Critic mini-batch updates on the returns, clipped around the values it predicted before the update."""
+        collected: list[dict[str, float]] = []
+        for _ in range(self.cfg.trainer.update_epochs_per_batch):
+            for rows in self.mini_batches(batch, self.cfg.trainer.critic_mini_batch_size):
+                index = torch.tensor(rows)
+                metrics = await asyncio.to_thread(
+                    self.critic.run_sharded,
+                    "forward_backward",
+                    batch.select(rows),
+                    returns=returns[index],
+                    old_values=values[index],
+                )
+                grad_norms = await asyncio.to_thread(self.critic.run_all, "optim_step")
+                metrics["critic/grad_norm"] = float(grad_norms[0])
+                collected.append(metrics)
+        return average_metrics(collected)
+
+    async def sync_weights(self) -> dict[str, float]:
+        """Send the policy's weights to every engine as the next version; optionally verify them by checksum."""
+        self.weight_version += 1
+        reports = await asyncio.to_thread(self.policy.run_all, "sync_weights", self.weight_version)
+        report = reports[0]
+        await self.weight_sync.confirm(report["version"])
+        metrics = {
+            "weight_sync/version": float(report["version"]),
+            "weight_sync/megabytes": report["num_bytes"] / 1e6,
+            "weight_sync/seconds": report["seconds"],
+        }
+        if self.verify_weight_sync:
+            verdict = await self.weight_sync.verify(report["checksums"])
+            metrics["weight_sync/verified_tensors"] = float(verdict.num_checked)
+        return metrics
+
+    async def evaluate(self) -> dict[str, float]:
+        """pass@n on the eval prompts (greedy by default), per data source; rollouts dumped as jsonl."""
+        if not self.eval_items:
+            return {}
+        export = Path(self.cfg.trainer.export_path).expanduser()
+        dump = export / "dumped_evals" / f"global_step_{self.global_step}.jsonl"
+        return await evaluate(
+            self.generator,
+            self.eval_items,
+            sampling_params_from_config(self.cfg.generator.eval_sampling_params),
+            n_samples=self.cfg.generator.eval_n_samples_per_prompt,
+            dump_path=dump,
+            tokenizer=self.tokenizer,
+        )
+
+
+# ----- metric helpers ---------------------------------------------------------------------------------------------
+def reward_metrics(output: GeneratorOutput, n_samples: int) -> dict[str, float]:
+    """`reward/*` (mean, pass@n, share of groups with mixed rewards) plus the generator's own metrics."""
+    rewards = torch.tensor(output.rewards)
+    groups: dict[str, list[float]] = {}
+    for t in output.trajectories:
+        groups.setdefault(t.uid, []).append(t.reward)
+    mixed = sum(1 for values in groups.values() if len(set(values)) > 1)
+    metrics = {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        f"reward/pass_at_{n_samples}": sum(max(v) >= 1.0 for v in groups.values()) / max(len(groups), 1),
+        "reward/groups_with_signal": mixed / max(len(groups), 1),
+    }
+    metrics.update(output.metrics)
+    return metrics
+
+
+def logprob_metrics(batch: TrainingBatch, old: torch.Tensor, ref: Optional[torch.Tensor]) -> dict[str, float]:
+    """Train-vs-rollout logprob difference (engine and trainer should agree for equal weights) and KL to ref."""
+    mask = batch.loss_mask
+    metrics: dict[str, float] = {}
+    if batch.rollout_logprobs is not None and mask.sum() > 0:
+        diff = (old - batch.rollout_logprobs).abs()
+        metrics["policy/rollout_train_logprob_abs_diff_mean"] = float(masked_mean(diff, mask))
+        metrics["policy/rollout_train_logprob_abs_diff_max"] = float(diff[mask.bool()].max())
+    if ref is not None and mask.sum() > 0:
+        metrics["policy/kl_to_ref_k3"] = float(masked_mean(kl_estimate(old, ref, "k3"), mask))
+    return metrics
+
+
+def average_metrics(collected: list[dict[str, float]]) -> dict[str, float]:
+    """Mean of each metric over mini-batches."""
+    keys = {key for metrics in collected for key in metrics}
+    return {key: sum(m[key] for m in collected if key in m) / sum(key in m for m in collected) for key in keys}
