@@ -1,7 +1,11 @@
 """Benchmark: the embedded `hf` engine against plain `model.generate` on the tiny model, tokens/s per batch size.
 
-Both sample at temperature 1 for exactly `--new-tokens` tokens (eos ignored) from the same chat prompts, with one
-torch thread, in one process; the table reports each one's tokens/s and the engine's speed-up as a ratio.
+Two workloads, both sampling at temperature 1 from the same chat prompts with one torch thread in one process:
+- `fixed`: every row decodes exactly `--new-tokens` tokens (eos ignored): the same compute for both, so the ratio
+  shows pure per-step overhead;
+- `variable`: rows stop at any of `--stop-tokens` token ids (about 1 in 40 per step here), as RL rollouts end at eos
+  at different lengths; `model.generate` keeps decoding finished rows until the longest ends, the engine drops them.
+Tokens/s counts the tokens each row really produced; the last column is the engine's speed-up as a ratio.
 
     python benchmarks/engine_throughput.py [--size 3] [--batch-sizes 1 8 32 64] [--new-tokens 64] [--repeats 3]
 """
@@ -29,7 +33,9 @@ def _prompts(tokenizer, count: int) -> list[list[int]]:
     return [list(r["input_ids"] if hasattr(r, "keys") else r) for r in rendered]
 
 
-def _time_hf_generate(model, tokenizer, prompts: list[list[int]], new_tokens: int) -> float:
+def _time_hf_generate(
+    model, tokenizer, prompts: list[list[int]], new_tokens: int, stop_ids: list[int]
+) -> tuple[float, int]:
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
     mask = torch.zeros_like(ids)
@@ -42,24 +48,27 @@ def _time_hf_generate(model, tokenizer, prompts: list[list[int]], new_tokens: in
             input_ids=ids,
             attention_mask=mask,
             max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
+            min_new_tokens=0 if stop_ids else new_tokens,
             do_sample=True,
             temperature=1.0,
             top_k=0,
+            eos_token_id=stop_ids or None,
             pad_token_id=tokenizer.pad_token_id,
         )
     elapsed = time.perf_counter() - start
-    assert out.shape[1] - width == new_tokens
-    return elapsed
+    produced = 0
+    for row in out[:, width:].tolist():  # tokens up to and including the first stop token
+        stops = [i for i, token in enumerate(row) if token in stop_ids]
+        produced += stops[0] + 1 if stops else len(row)
+    return elapsed, produced
 
 
-def _time_engine(engine, prompts: list[list[int]], new_tokens: int) -> float:
-    params = SamplingParams(max_tokens=new_tokens, temperature=1.0, ignore_eos=True)
+def _time_engine(engine, prompts: list[list[int]], new_tokens: int, stop_ids: list[int]) -> tuple[float, int]:
+    params = SamplingParams(max_tokens=new_tokens, temperature=1.0, ignore_eos=True, stop_token_ids=tuple(stop_ids))
     start = time.perf_counter()
     out = asyncio.run(engine.generate(InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params)))
     elapsed = time.perf_counter() - start
-    assert all(len(ids) == new_tokens for ids in out.response_ids)
-    return elapsed
+    return elapsed, sum(len(ids) for ids in out.response_ids)
 
 
 def main() -> None:
@@ -70,6 +79,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3, help="best of N runs per cell")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--stop-tokens", type=int, default=3, help="stop token ids in the variable workload")
+    parser.add_argument("--workloads", nargs="+", default=["fixed", "variable"], choices=["fixed", "variable"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -80,16 +91,20 @@ def main() -> None:
     print(
         f"tiny model size={args.size} ({params / 1e6:.2f} M params), {args.new_tokens} new tokens, {args.threads} thread(s)"
     )
-    print(f"{'batch':>6} | {'HF generate tok/s':>18} | {'hf engine tok/s':>16} | {'engine / HF':>11}")
-    print("-" * 62)
-    _time_engine(engine, _prompts(tokenizer, 2), 4)  # warm-up
-    _time_hf_generate(model, tokenizer, _prompts(tokenizer, 2), 4)
-    for batch in args.batch_sizes:
-        prompts = _prompts(tokenizer, batch)
-        hf = min(_time_hf_generate(model, tokenizer, prompts, args.new_tokens) for _ in range(args.repeats))
-        ours = min(_time_engine(engine, prompts, args.new_tokens) for _ in range(args.repeats))
-        tokens = batch * args.new_tokens
-        print(f"{batch:>6} | {tokens / hf:>18,.0f} | {tokens / ours:>16,.0f} | {hf / ours:>10.2f}x")
+    stop_ids = list(range(60, 60 + args.stop_tokens))  # ordinary characters: the untrained model emits them
+    _time_engine(engine, _prompts(tokenizer, 2), 4, [])  # warm-up
+    _time_hf_generate(model, tokenizer, _prompts(tokenizer, 2), 4, [])
+    print(f"{'workload':>8} | {'batch':>5} | {'HF generate tok/s':>17} | {'hf engine tok/s':>15} | {'engine / HF':>11}")
+    print("-" * 72)
+    for workload in args.workloads:
+        stops = stop_ids if workload == "variable" else []
+        for batch in args.batch_sizes:
+            prompts = _prompts(tokenizer, batch)
+            hf = [_time_hf_generate(model, tokenizer, prompts, args.new_tokens, stops) for _ in range(args.repeats)]
+            ours = [_time_engine(engine, prompts, args.new_tokens, stops) for _ in range(args.repeats)]
+            hf_rate = max(tokens / seconds for seconds, tokens in hf)
+            our_rate = max(tokens / seconds for seconds, tokens in ours)
+            print(f"{workload:>8} | {batch:>5} | {hf_rate:>17,.0f} | {our_rate:>15,.0f} | {our_rate / hf_rate:>10.2f}x")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ class RayPPOTrainer:
     async def train(self) -> TrainResult:
         """Resume if configured, evaluate, then run steps until the data or `max_training_steps` runs out."""
         self.global_step = self.checkpoints.resume()
+        self.weight_version = self.global_step  # the sync below serves version step + 1, as in an unbroken run
         await self.sync_weights()  # engines serve exactly the policy's (possibly resumed) weights
         initial_eval: dict[str, float] = {}
         if self.cfg.trainer.eval_before_train and self.global_step == 0:
@@ -152,7 +153,14 @@ class RayPPOTrainer:
     def generator_input(self, items: list[dict[str, Any]]) -> GeneratorInput:
         """Repeat each prompt `n_samples_per_prompt` times; samples of one prompt share its uid."""
         repeated = [item for item in items for _ in range(self.n_samples)]
+        base_seed = self.cfg.generator.sampling_params.seed
+        seeds = None
+        if base_seed is not None:  # reproducible rollouts: a seed per (step, row), independent of engine batching
+            seeds = [
+                (base_seed * 1_000_003 + self.global_step * 100_003 + row * 101) % 2**31 for row in range(len(repeated))
+            ]
         return GeneratorInput(
+            seeds=seeds,
             prompts=[item["prompt"] for item in repeated],
             env_classes=[item["env_class"] for item in repeated],
             env_extras=[dict(item["env_extras"]) for item in repeated],

@@ -24,7 +24,7 @@ from skyrl_train.generators.chat import ObservationRenderer, prompt_token_ids
 from skyrl_train.generators.metrics import rollout_metrics
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput, Trajectory
 from skyrl_train.inference.client import InferenceEngineClient
-from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
 
 
 @dataclass
@@ -147,12 +147,13 @@ class SkyRLGymGenerator(GeneratorInterface):
         except Exception as exc:
             error = {"kind": "init", "reason": f"{type(exc).__name__}: {exc}", "detail": traceback.format_exc()}
             return [self._failed_before_start(base, gi.prompts[index], error)]
+        seed = gi.seeds[index] if gi.seeds is not None else None
         try:
-            return await self._run_turns(env, messages, info, params, base, session=f"{uid}/{index}")
+            return await self._run_turns(env, messages, info, params, base, session=f"{uid}/{index}", seed=seed)
         finally:
             await self._env_call(env.close)
 
-    async def _run_turns(self, env, messages, info, params, base, session) -> list[Trajectory]:
+    async def _run_turns(self, env, messages, info, params, base, session, seed=None) -> list[Trajectory]:
         prompt_ids = prompt_token_ids(self.tokenizer, messages, info.get("tools"), self.settings.chat_template_kwargs)
         response_ids: list[int] = []
         loss_mask: list[int] = []
@@ -165,7 +166,8 @@ class SkyRLGymGenerator(GeneratorInterface):
             if len(context) > self.settings.max_input_length:
                 stop_reason = "length"
                 break
-            out = await self._generate(context, params, session)
+            turn_params = params if seed is None else replace(params, seed=seed + len(turns))
+            out = await self._generate(context, turn_params, session)
             ids, text, stop_reason, version = (
                 out.response_ids[0],
                 out.responses[0],
@@ -287,8 +289,20 @@ class SkyRLGymGenerator(GeneratorInterface):
         out = None
         if live:
             start = time.perf_counter()
-            request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params)
-            out = await self.client.generate(request)
+            if gi.seeds is None:
+                out = await self.client.generate(InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params))
+            else:  # one request per seed; the engine still batches them
+                parts = await asyncio.gather(
+                    *(
+                        self.client.generate(
+                            InferenceEngineInput(
+                                prompt_token_ids=[p], sampling_params=replace(params, seed=gi.seeds[i])
+                            )
+                        )
+                        for p, i in zip(prompts, live)
+                    )
+                )
+                out = merge_outputs(parts)
             self._timing["llm"] += time.perf_counter() - start
         steps = await asyncio.gather(*(self._safe_step(envs[i], out.responses[k]) for k, i in enumerate(live)))
         results: list[list[Trajectory]] = []
@@ -328,3 +342,15 @@ class SkyRLGymGenerator(GeneratorInterface):
     def close(self) -> None:
         """Stop the env thread pool."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def merge_outputs(parts: list[InferenceEngineOutput]) -> InferenceEngineOutput:
+    """Concatenate single-prompt engine outputs in order."""
+    logprobs = [row for part in parts for row in (part.response_logprobs or [None] * len(part))]
+    return InferenceEngineOutput(
+        responses=[r for part in parts for r in part.responses],
+        response_ids=[r for part in parts for r in part.response_ids],
+        stop_reasons=[r for part in parts for r in part.stop_reasons],
+        response_logprobs=None if any(lp is None for lp in logprobs) else logprobs,
+        weight_version=min(part.weight_version for part in parts),
+    )

@@ -22,6 +22,9 @@ class GeneratorInput:
     uids: list[str]
     sampling_params: Optional[SamplingParams] = None
     batch_metadata: dict[str, Any] = field(default_factory=dict)
+    seeds: Optional[list[int]] = None
+    """Per-trajectory sampling seeds (turn t uses `seed + t`): rollouts then do not depend on how the engine batches
+    requests, so a run (and a resumed run) is reproducible."""
 
     def __post_init__(self) -> None:
         sizes = {
@@ -30,6 +33,8 @@ class GeneratorInput:
             "env_extras": len(self.env_extras),
             "uids": len(self.uids),
         }
+        if self.seeds is not None:
+            sizes["seeds"] = len(self.seeds)
         if len(set(sizes.values())) != 1:
             raise ValueError(f"GeneratorInput fields must have one entry per prompt; got lengths {sizes}")
 

@@ -11,7 +11,7 @@ import asyncio
 import difflib
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import torch
@@ -148,37 +148,50 @@ class HFInferenceEngine(InferenceEngine):
     @staticmethod
     def _group(pending: list[_Pending]) -> list[list[_Pending]]:
         groups: dict[Any, list[_Pending]] = {}
-        for item in pending:  # seeded requests run alone so their samples do not depend on batch company
-            key = item.params if item.params.seed is None else id(item)
-            groups.setdefault(key, []).append(item)
+        for item in pending:  # a seed is per row (its own generator), so seeded requests can share a batch
+            groups.setdefault(replace(item.params, seed=None), []).append(item)
         return list(groups.values())
 
     async def _run_group(self, group: list[_Pending]) -> None:
         params = group[0].params
-        flat = [(item, prompt) for item in group for prompt in item.prompts]
+        flat = [(item, prompt, item.params.seed) for item in group for prompt in item.prompts]
         per_chunk = max(1, self.max_batch_size // params.n)
         for start in range(0, len(flat), per_chunk):
             chunk = flat[start : start + per_chunk]
-            rows = await asyncio.to_thread(self._generate_locked, [prompt for _, prompt in chunk], params)
-            for index, (item, _) in enumerate(chunk):
+            prompts, seeds = [prompt for _, prompt, _ in chunk], [seed for _, _, seed in chunk]
+            rows = await asyncio.to_thread(self._generate_locked, prompts, params, seeds)
+            for index, (item, _, _) in enumerate(chunk):
                 item.results.extend(rows[index * params.n : (index + 1) * params.n])
         for item in group:
             item.future.set_result(item.results)
 
-    def _generate_locked(self, prompts: list[list[int]], params: SamplingParams) -> list[tuple]:
+    def _generate_locked(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: Optional[list[Optional[int]]] = None
+    ) -> list[tuple]:
         with self._model_lock:
-            return self.generate_batch(prompts, params)
+            return self.generate_batch(prompts, params, seeds)
 
     @torch.inference_mode()
-    def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[tuple]:
+    def generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: Optional[list[Optional[int]]] = None
+    ) -> list[tuple]:
         """Decode one batch synchronously; returns (text, ids, logprobs, stop_reason) per prompt x n, prompt-major.
 
         Rows advance in lockstep, so step k writes column k of preallocated token/logprob buffers; stop tokens and
-        budgets are checked as tensors, and only stop strings need per-row text.
+        budgets are checked as tensors, and only stop strings need per-row text. `seeds` (one per prompt, default
+        `params.seed`) give sample j of a prompt its own generator seeded `seed + j`, so its tokens do not depend on
+        the batch it shares.
         """
         rows = [prompt for prompt in prompts for _ in range(params.n)]
         count, device = len(rows), self.device
-        generator = torch.Generator(device=device).manual_seed(params.seed) if params.seed is not None else None
+        seeds = list(seeds) if seeds is not None else [params.seed] * len(prompts)
+        row_generators: Optional[list[Optional[torch.Generator]]] = None
+        if any(seed is not None for seed in seeds):
+            row_generators = [
+                None if seed is None else torch.Generator(device=device).manual_seed(seed + sample)
+                for seed in seeds
+                for sample in range(params.n)
+            ]
         width = max(len(r) for r in rows)
         input_ids = torch.full((count, width), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((count, width), dtype=torch.long)
@@ -208,7 +221,8 @@ class HFInferenceEngine(InferenceEngine):
         next_positions = positions[:, -1] + 1
         alive = torch.arange(count, device=device)  # original row of each live batch position
         for step in range(steps):
-            tokens, logprobs = sample_next_tokens(logits, params, generator)
+            live_generators = None if row_generators is None else [row_generators[row] for row in alive.tolist()]
+            tokens, logprobs = sample_next_tokens(logits, params, live_generators)
             out_tokens[alive, step] = tokens
             out_logprobs[alive, step] = logprobs.float()
             lengths[alive] = step + 1
@@ -229,9 +243,10 @@ class HFInferenceEngine(InferenceEngine):
                     break
                 cache.batch_select_indices(keep)
                 alive, tokens, next_positions = alive[keep], tokens[keep], next_positions[keep]
+                attention = attention[keep]  # live rows only, like the cache; columns below are a view
             logits = self.model(
                 input_ids=tokens.unsqueeze(1),
-                attention_mask=attention[alive, : width + step + 1],
+                attention_mask=attention[:, : width + step + 1],
                 position_ids=next_positions.unsqueeze(1),
                 past_key_values=cache,
                 use_cache=True,

@@ -35,12 +35,15 @@ def filter_logits(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0, min
 
 
 def sample_next_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator: Optional[torch.Generator] = None
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: Optional[torch.Generator | list[Optional[torch.Generator]]] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row of `logits` [batch, vocab]; return (token ids [batch], their logprobs [batch]).
 
     Greedy when temperature is 0. The logprob is under `log_softmax(logits / temperature)` (temperature 1 for greedy)
-    before filtering, matching what the trainer recomputes.
+    before filtering, matching what the trainer recomputes. `generator` is one generator for the batch, or one per
+    row (so a seeded row samples the same tokens whatever batch it is in).
     """
     logits = logits.float()
     if params.temperature == 0:
@@ -50,6 +53,10 @@ def sample_next_tokens(
         scaled = logits / params.temperature
         filtered = filter_logits(scaled, params.top_k, params.top_p, params.min_p)
         probs = torch.softmax(filtered, dim=-1)
-        tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        if isinstance(generator, list):
+            tokens = torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(generator)])
+            tokens = tokens.squeeze(-1)
+        else:
+            tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return tokens, logprobs

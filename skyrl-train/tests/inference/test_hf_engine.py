@@ -104,9 +104,9 @@ def test_concurrent_calls_share_batches_and_keep_their_own_results(tokenizer, mo
     calls = []
     original = engine.generate_batch
 
-    def spy(batch, params):
+    def spy(batch, params, seeds=None):
         calls.append(len(batch))
-        return original(batch, params)
+        return original(batch, params, seeds)
 
     engine.generate_batch = spy
     params = SamplingParams(max_tokens=6, temperature=0)
@@ -180,3 +180,26 @@ def test_pause_holds_new_calls_until_resume(tokenizer, model):
 
     held, out = asyncio.run(scenario())
     assert held and len(out.response_ids[0]) >= 1
+
+
+def test_seeded_requests_sample_the_same_tokens_alone_or_batched(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer, batch_wait_s=0.01)
+    prompts = [_ids(p) for p in _prompts(tokenizer, 4)]
+
+    def params(seed):
+        return SamplingParams(max_tokens=8, temperature=1.0, seed=seed)
+
+    alone = [
+        _run(engine, prompt_token_ids=[p], sampling_params=params(10 + i)).response_ids[0]
+        for i, p in enumerate(prompts)
+    ]
+
+    async def together():
+        calls = [
+            engine.generate(InferenceEngineInput(prompt_token_ids=[p], sampling_params=params(10 + i)))
+            for i, p in enumerate(prompts)
+        ]
+        return [out.response_ids[0] for out in await asyncio.gather(*calls)]
+
+    assert asyncio.run(together()) == alone
+    assert len({tuple(ids) for ids in alone}) > 1  # different seeds really sample differently
