@@ -1,0 +1,102 @@
+"""Shared fixtures for the Ray trainer tests: one local Ray cluster, a tiny model folder and a small dataset."""
+
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+
+from skyrl_gym.envs.synthetic.generate import write_dataset
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny model whose weights are spread wide enough that it samples varied answers (some of them right)."""
+    path = tmp_path_factory.mktemp("tiny_model")
+    model = build_tiny_model(TinyModelSpec(size=1), seed=0)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0, 0.3, generator=generator)
+    model.save_pretrained(path)
+    build_char_tokenizer().save_pretrained(str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data")
+    write_dataset(path, "arithmetic", train_size=64, test_size=8, difficulty=1, seed=3)
+    return path
+
+
+def tiny_overrides(model_dir: str, data_dir: Path, out_dir: Path, colocate: bool = True) -> list[str]:
+    """2 policy ranks and 2 (colocated) or 1 (separate) hf engines, fp32, 4 prompts x 4 samples per step."""
+    return [
+        "trainer.device=cpu",
+        f"trainer.policy.model.path={model_dir}",
+        f"data.train_data=['{data_dir / 'train.parquet'}']",
+        f"data.val_data=['{data_dir / 'test.parquet'}']",
+        "data.max_prompt_length=64",
+        "environment.env_class=arithmetic",
+        f"trainer.placement.colocate_all={'true' if colocate else 'false'}",
+        "trainer.placement.policy_num_gpus_per_node=2",
+        "trainer.placement.ref_num_gpus_per_node=2",
+        "trainer.placement.critic_num_gpus_per_node=2",
+        "trainer.placement.num_cpus_per_worker=1",
+        "generator.inference_engine.backend=hf",
+        f"generator.inference_engine.num_engines={2 if colocate else 1}",
+        "generator.inference_engine.model_dtype=float32",
+        f"generator.inference_engine.weight_sync_backend={'shm' if colocate else 'broadcast'}",
+        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
+        "trainer.ref.fsdp.mixed_precision.param_dtype=float32",
+        "trainer.critic.fsdp.mixed_precision.param_dtype=float32",
+        "trainer.policy.gradient_checkpointing=false",
+        "trainer.critic.gradient_checkpointing=false",
+        "trainer.policy.optimizer.lr=1e-3",
+        "trainer.critic.optimizer.lr=1e-3",
+        "trainer.algorithm.use_kl_loss=false",
+        "trainer.train_batch_size=4",
+        "trainer.policy_mini_batch_size=2",
+        "trainer.critic_mini_batch_size=2",
+        "trainer.micro_train_batch_size_per_gpu=4",
+        "trainer.micro_forward_batch_size_per_gpu=4",
+        "generator.n_samples_per_prompt=4",
+        "generator.sampling_params.max_generate_length=6",
+        "generator.sampling_params.seed=123",
+        "generator.eval_sampling_params.max_generate_length=6",
+        "trainer.max_training_steps=1",
+        "trainer.eval_before_train=false",
+        "trainer.eval_interval=0",
+        "trainer.ckpt_interval=0",
+        "trainer.resume_mode=none",
+        f"trainer.ckpt_path={out_dir / 'ckpts'}",
+        f"trainer.export_path={out_dir / 'exports'}",
+        f"trainer.log_path={out_dir / 'logs'}",
+        "trainer.logger=['console']",
+    ]
+
+
+def tiny_config(model_dir: str, data_dir: Path, out_dir: Path, *extra: str, colocate: bool = True) -> SkyRLConfig:
+    """The tiny config with extra overrides applied last."""
+    return SkyRLConfig.from_cli_overrides(tiny_overrides(model_dir, data_dir, out_dir, colocate) + list(extra))
+
+
+@pytest.fixture(scope="session")
+def make_config():
+    """`make_config(model_dir, data_dir, out_dir, *overrides, colocate=True) -> SkyRLConfig`."""
+    return tiny_config
