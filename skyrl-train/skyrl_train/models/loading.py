@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Optional
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 _DTYPES.update({"float16": torch.float16, "fp16": torch.float16})
@@ -60,12 +67,31 @@ def load_causal_lm(
     return model.to(device)
 
 
+_GENERIC_FAST_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+
+
+def _saved_as_generic_fast_tokenizer(path: str) -> bool:
+    """True for a local folder whose tokenizer was saved as a plain `tokenizers` tokenizer (like the embedded one)."""
+    config = Path(os.path.expanduser(path)) / "tokenizer_config.json"
+    if not config.is_file():
+        return False
+    try:
+        return json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class") in _GENERIC_FAST_CLASSES
+    except (OSError, ValueError):
+        return False
+
+
 def load_tokenizer(path: str, padding_side: str = "left", trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """Load a tokenizer; it gets a pad token (the eos token) if it has none, and the requested padding side."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            os.path.expanduser(path), trust_remote_code=trust_remote_code, **_hub_kwargs(path)
-        )
+        if _saved_as_generic_fast_tokenizer(path):
+            # AutoTokenizer would pick the tokenizer class of the model's architecture (Qwen2Tokenizer for a qwen2
+            # config), which re-tokenizes with that class's rules: it drops the char vocabulary's spaces and newlines.
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(os.path.expanduser(path), local_files_only=True)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(
+                os.path.expanduser(path), trust_remote_code=trust_remote_code, **_hub_kwargs(path)
+            )
     except OSError as exc:
         raise _load_error(path, exc) from exc
     if tokenizer.pad_token is None:

@@ -38,3 +38,16 @@ def test_loading_errors_are_clear(tmp_path):
         resolve_dtype("float8")
     with pytest.raises(ValueError, match="rank must be > 0"):
         apply_lora(build_tiny_model(TinyModelSpec(size=1)), LoRASettings(rank=0))
+
+
+def test_load_tokenizer_keeps_the_char_tokenizer_next_to_a_qwen2_config(tmp_path):
+    # AutoTokenizer alone would pick Qwen2Tokenizer from config.json and drop spaces and newlines.
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(TinyModelSpec(size=1)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(str(tmp_path))
+    loaded = load_tokenizer(str(tmp_path))
+    assert loaded("a b\nc")["input_ids"] == tokenizer("a b\nc")["input_ids"]
+    messages = [{"role": "user", "content": "1+2="}]
+    assert loaded.apply_chat_template(messages, tokenize=False) == tokenizer.apply_chat_template(
+        messages, tokenize=False
+    )
