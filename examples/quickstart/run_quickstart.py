@@ -23,8 +23,8 @@ from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.models.embedded import get_embedded_model, read_description
 from skyrl_train.models.warm_start import WarmStartSettings
 
-MODEL = WarmStartSettings(task="arithmetic", difficulty=2, size=3, seed=0)
-"""The embedded model: 2-digit addition/subtraction, ~1.4 M parameters, warm-started into the 20-40 % band."""
+MODEL = WarmStartSettings(task="arithmetic", difficulty=2, size=2, seed=0)
+"""The embedded model: 2-digit addition/subtraction, ~0.4 M parameters, warm-started into the 20-40 % band."""
 
 
 def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
@@ -45,7 +45,7 @@ def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[
         "generator.inference_engine.weight_sync_backend=auto",
         "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
         "trainer.policy.gradient_checkpointing=false",
-        "trainer.policy.optimizer.lr=1e-3",
+        "trainer.policy.optimizer.lr=2e-4",  # 1e-3 collapsed the tiny model in single-process GRPO checks
         "trainer.policy.optimizer.weight_decay=0.0",
         "trainer.policy.optimizer.scheduler=constant",
         "trainer.algorithm.advantage_estimator=grpo",
@@ -77,9 +77,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="outputs/quickstart", help="where data, checkpoints and exports go")
     parser.add_argument("--train-size", type=int, default=4000)
-    parser.add_argument("--test-size", type=int, default=200)
+    parser.add_argument("--test-size", type=int, default=200, help="at most 256: the warm start's held-out split")
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args()
+    if args.test_size > MODEL.eval_examples:
+        parser.error(f"--test-size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     out_dir = Path(args.out).resolve()
@@ -87,17 +89,20 @@ def main() -> int:
     print("quickstart: [1/3] embedded model (built once, then cached)", flush=True)
     model_dir = get_embedded_model(MODEL)
     built = read_description(model_dir)
-    print(f"  model: {model_dir} ({built.get('num_parameters', 0) / 1e6:.2f} M parameters)", flush=True)
+    parameters = built.get("model", {}).get("num_parameters", 0)
+    print(f"  model: {model_dir} ({parameters / 1e6:.2f} M parameters)", flush=True)
 
     print("quickstart: [2/3] arithmetic dataset", flush=True)
     data_dir = out_dir / "data"
+    # seed and test size match the warm start's held-out split (its first problems), so no test problem was seen
+    # during the supervised warm start
     write_dataset(
         data_dir,
         "arithmetic",
         train_size=args.train_size,
         test_size=args.test_size,
         difficulty=MODEL.difficulty,
-        seed=1,
+        seed=MODEL.seed,
     )
     print(f"  data: {data_dir}", flush=True)
 

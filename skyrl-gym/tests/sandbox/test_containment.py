@@ -16,7 +16,9 @@ from skyrl_gym.sandbox import SandboxLimits, run_python, sandbox_capabilities
 
 pytestmark = pytest.mark.integration
 
-BASE = SandboxLimits(timeout_s=2.0, memory_mb=256, max_processes=8)
+BASE = SandboxLimits(
+    timeout_s=10.0, memory_mb=256, max_processes=8
+)  # generous: a loaded CI machine starts Python slowly
 ALL_LAYERS = {}
 ONLY_LANDLOCK = {"audit_guard": False, "network_namespace": False}
 ONLY_AUDIT = {"landlock": False, "network_namespace": False}
@@ -86,7 +88,7 @@ while True:
 
 
 def test_process_limit_caps_forking_and_everything_is_killed():
-    limits = BASE.replace(timeout_s=1.5, max_processes=6, audit_guard=False)
+    limits = BASE.replace(timeout_s=4.0, max_processes=6, audit_guard=False)  # the program sleeps 30 s after printing
     result = run_python(COUNT_FORKS, limits=limits)
     assert result.timed_out
     children = int(result.stdout.split()[0])
