@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tokenizer import save_tokenizer
 from skyrl_train.models.warm_start import WarmStartSettings, make_splits, sampled_stats, warm_start
 
@@ -65,16 +66,14 @@ def read_description(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / DESCRIPTION_FILE).read_text(encoding="utf-8"))
 
 
-def load_embedded_model(directory: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Load the model (fp32, CPU, eval mode) and the char tokenizer of a built folder.
+def load_embedded_model(directory: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load the model (fp32, CPU, eval mode) and the char tokenizer (left padding) of a built folder.
 
-    The tokenizer is read with `PreTrainedTokenizerFast` on purpose: `AutoTokenizer` (transformers 5) swaps in
-    `Qwen2Tokenizer` for a qwen2/qwen3 config, whose byte-level pre-tokenizer silently drops the char vocabulary's
-    spaces and newlines (the chat template's newlines vanish and the model sees prompts it was never trained on).
+    Both go through `skyrl_train.models.loading`, the path the trainer uses; its `load_tokenizer` keeps the char
+    tokenizer as saved (`AutoTokenizer` alone would swap in `Qwen2Tokenizer`, dropping spaces and newlines).
     """
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(directory), padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True, dtype=torch.float32)
-    return model.eval(), tokenizer
+    model = load_causal_lm(str(directory), dtype="float32", device="cpu")
+    return model.eval(), load_tokenizer(str(directory), padding_side="left")
 
 
 def cache_problem(directory: Path, settings: WarmStartSettings) -> Optional[str]:

@@ -24,6 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import skyrl_gym
 from skyrl_gym.envs.synthetic import get_task
+from skyrl_gym.envs.synthetic.base import check_difficulty
 from skyrl_gym.envs.synthetic.generate import generate_splits
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.types import SamplingParams
@@ -93,6 +94,12 @@ class WarmStartSettings:
                 f"target_low={self.target_low}, target_high={self.target_high}"
             )
         TinyModelSpec(size=self.size, architecture=self.architecture)  # validates the model fields
+        available = get_task(self.task).count_problems(check_difficulty(self.difficulty))
+        if available is not None and self.train_examples + self.eval_examples > available:
+            raise ValueError(
+                f"WarmStartSettings: {self.task} at difficulty {self.difficulty} has {available} distinct problems; "
+                f"train_examples ({self.train_examples}) + eval_examples ({self.eval_examples}) must not exceed it"
+            )
 
     @property
     def model_spec(self) -> TinyModelSpec:
@@ -146,12 +153,6 @@ def make_splits(settings: WarmStartSettings) -> dict[str, list[Row]]:
 
     A dataset made by `generate_splits` with the same task, difficulty, seed and test size has this same test split.
     """
-    available = get_task(settings.task).count_problems(settings.difficulty)
-    if available is not None and settings.train_examples + settings.eval_examples > available:
-        raise ValueError(
-            f"WarmStartSettings: {settings.task} at difficulty {settings.difficulty} has {available} distinct "
-            f"problems; train_examples ({settings.train_examples}) + eval_examples ({settings.eval_examples}) must not exceed it"
-        )
     return generate_splits(
         settings.task,
         train_size=settings.train_examples,

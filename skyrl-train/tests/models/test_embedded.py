@@ -114,6 +114,14 @@ def test_a_valid_entry_is_reused_without_training(built, monkeypatch):
     assert get_embedded_model(TINY, progress=False) == built
 
 
+def test_rebuild_trains_afresh_even_when_the_entry_is_valid(built, monkeypatch):
+    calls = []
+    original = embedded.warm_start
+    monkeypatch.setattr(embedded, "warm_start", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    assert get_embedded_model(TINY, progress=False, rebuild=True) == built
+    assert calls == [1] and cache_problem(built, TINY) is None
+
+
 def test_same_settings_rebuild_the_same_weights(cache, prebuilt):
     first = load_file(prebuilt / "embedded" / cache_key(TINY) / "model.safetensors")
     path = get_embedded_model(TINY, progress=False)

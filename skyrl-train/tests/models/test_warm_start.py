@@ -86,9 +86,9 @@ def test_splits_are_disjoint_and_the_test_split_matches_a_quickstart_dataset():
 
 
 def test_asking_for_more_problems_than_the_difficulty_has_names_the_fields():
-    settings = WarmStartSettings(difficulty=1, train_examples=190, eval_examples=20)  # d1: 10 * 10 * 2 ops = 200
     with pytest.raises(ValueError, match=r"has 200 distinct problems; train_examples \(190\) \+ eval_examples \(20\)"):
-        make_splits(settings)
+        WarmStartSettings(difficulty=1, train_examples=190, eval_examples=20)  # d1: 10 * 10 operands * 2 operators
+    assert len(make_splits(WarmStartSettings(difficulty=1, train_examples=150, eval_examples=50))["train"]) == 150
 
 
 def test_score_response_uses_the_env_reward_and_parse_verdict():
@@ -137,6 +137,7 @@ def test_warm_start_is_deterministic_and_lowers_the_loss():
         ({"target_low": 0.5, "target_high": 0.3}, "need target_low <= target_high"),
         ({"size": 0}, "size must be a positive integer, got 0"),
         ({"architecture": "llama"}, "architecture must be 'qwen2' or 'qwen3'"),
+        ({"difficulty": 0}, "difficulty must be an integer from 1"),
     ],
 )
 def test_bad_settings_name_the_field(overrides, message):
