@@ -21,6 +21,7 @@ from skyrl_train.algorithms.masked import masked_mean
 from skyrl_train.evaluation import evaluate
 from skyrl_train.generators.base import GeneratorInterface
 from skyrl_train.generators.from_config import sampling_params_from_config
+from skyrl_train.generators.metrics import pass_at_n
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.trainer_checkpoints import TrainerCheckpoints
@@ -108,9 +109,7 @@ class RayPPOTrainer:
 
     def total_steps(self) -> int:
         """Steps in the run: `max_training_steps` if set, else epochs x batches per epoch."""
-        if self.cfg.trainer.max_training_steps:
-            return self.cfg.trainer.max_training_steps
-        return self.cfg.trainer.epochs * len(self.train_loader)
+        return total_training_steps(self.cfg, self.train_loader)
 
     def next_batch(self) -> Optional[list[dict[str, Any]]]:
         """The next batch of prompts, moving to the next epoch when one ends; None after the last epoch."""
@@ -276,6 +275,11 @@ class RayPPOTrainer:
         )
 
 
+def total_training_steps(cfg: Any, train_loader: Any) -> int:
+    """`trainer.max_training_steps` if set, else `trainer.epochs` x batches per epoch."""
+    return cfg.trainer.max_training_steps or cfg.trainer.epochs * len(train_loader)
+
+
 # ----- metric helpers ---------------------------------------------------------------------------------------------
 def reward_metrics(output: GeneratorOutput, n_samples: int) -> dict[str, float]:
     """`reward/*` (mean, pass@n, share of groups with mixed rewards) plus the generator's own metrics."""
@@ -287,7 +291,7 @@ def reward_metrics(output: GeneratorOutput, n_samples: int) -> dict[str, float]:
     metrics = {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-        f"reward/pass_at_{n_samples}": sum(max(v) >= 1.0 for v in groups.values()) / max(len(groups), 1),
+        f"reward/pass_at_{n_samples}": pass_at_n(output.trajectories),
         "reward/groups_with_signal": mixed / max(len(groups), 1),
     }
     metrics.update(output.metrics)

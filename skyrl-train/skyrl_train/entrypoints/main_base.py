@@ -26,7 +26,7 @@ from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.ray_engine import create_engine_actors
 from skyrl_train.models.loading import load_tokenizer
 from skyrl_train.placement import Placement, init_ray, plan_placement
-from skyrl_train.trainer import RayPPOTrainer, TrainResult
+from skyrl_train.trainer import RayPPOTrainer, TrainResult, total_training_steps
 from skyrl_train.utils.plots import plot_curves
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import make_weight_sync_strategy, resolve_strategy_name
@@ -177,7 +177,7 @@ class BasePPOExp:
         loader = self.get_train_loader(dataset)
         eval_items = self.get_eval_items(tokenizer)
         trainer_cfg = self.cfg.trainer
-        total_steps = trainer_cfg.max_training_steps or trainer_cfg.epochs * len(loader)
+        total_steps = total_training_steps(self.cfg, loader)
         self.placement = self.get_placement()
         policy, ref, critic = self.get_worker_groups(self.placement, total_steps)
         engines = self.get_inference_engines(self.placement)

@@ -16,12 +16,10 @@ import torch
 import torch.distributed as dist
 
 from skyrl_train.algorithms.registry import Registry
+from skyrl_train.workers.distributed import backend_for
 
 GROUP_BUILDERS = Registry("process-group backend", "GROUP_BUILDERS.add(name, fn)")
 """Backend name -> fn(store, rank, world_size, timeout) returning a process group."""
-
-BACKEND_FOR_DEVICE = {"cpu": "gloo", "cuda": "nccl"}
-"""The collective backend each device type uses."""
 
 
 def _build_gloo(store: dist.Store, rank: int, world_size: int, timeout: datetime.timedelta) -> dist.ProcessGroup:
@@ -44,11 +42,8 @@ GROUP_BUILDERS.add("nccl", _build_nccl, builtin=True)
 
 
 def backend_for_device(device: str) -> str:
-    """`gloo` for a CPU device, `nccl` for CUDA (`cuda:1` counts as `cuda`)."""
-    kind = torch.device(device).type
-    if kind not in BACKEND_FOR_DEVICE:
-        raise ValueError(f"no weight-sync backend for device {device!r}; expected one of {sorted(BACKEND_FOR_DEVICE)}")
-    return BACKEND_FOR_DEVICE[kind]
+    """`gloo` for a CPU device, `nccl` for CUDA (`cuda:1` counts as `cuda`): the workers' own device mapping."""
+    return backend_for(torch.device(device))
 
 
 def host_store(host: str, timeout_s: float) -> dist.TCPStore:
