@@ -35,7 +35,7 @@ def solver_policy(task: str, question: str) -> str:
 
 def wrong_answer(task: str, question: str, correct: str, rng: random.Random) -> str:
     """A response that is certainly wrong but well formed, derived from the correct answer."""
-    if task == "arithmetic":
+    if task in ("arithmetic", "addition"):
         return str(int(correct) + rng.choice((-2, -1, 1, 2)))
     if task == "countdown":  # a single given number is a valid expression; targets never equal a given number
         numbers, _ = countdown.parse_question(question)

@@ -9,6 +9,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "math": "skyrl_gym.envs.math.env:MathEnv",
     "aime": "skyrl_gym.envs.math.env:AIMEEnv",
     "arithmetic": "skyrl_gym.envs.synthetic.arithmetic:ArithmeticEnv",
+    "addition": "skyrl_gym.envs.synthetic.addition:AdditionEnv",
     "countdown": "skyrl_gym.envs.synthetic.countdown:CountdownEnv",
     "reverse": "skyrl_gym.envs.synthetic.reverse:ReverseEnv",
     "code": "skyrl_gym.envs.code.env:CodeEnv",

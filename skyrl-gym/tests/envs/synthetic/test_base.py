@@ -34,7 +34,7 @@ def test_check_difficulty_rejects_bad_values(bad):
 
 
 def test_task_table_matches_registered_env_ids():
-    assert sorted(TASKS) == ["arithmetic", "countdown", "reverse"]
+    assert sorted(TASKS) == ["addition", "arithmetic", "countdown", "reverse"]
     for name, task in TASKS.items():
         assert task.env_class == name and task.data_source == f"synthetic/{name}"
         assert skyrl_gym.spec(name).load().task_name == name
