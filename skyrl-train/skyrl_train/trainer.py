@@ -276,8 +276,26 @@ class RayPPOTrainer:
 
 
 def total_training_steps(cfg: Any, train_loader: Any) -> int:
-    """`trainer.max_training_steps` if set, else `trainer.epochs` x batches per epoch."""
-    return cfg.trainer.max_training_steps or cfg.trainer.epochs * len(train_loader)
+    """Steps the loop will run: `trainer.epochs` x batches per epoch, capped by `trainer.max_training_steps` if set.
+
+    The cap never extends a run: the loop ends when the epochs run out, so the progress bar and the learning-rate
+    schedule must not count steps beyond that.
+    """
+    all_epochs = cfg.trainer.epochs * len(train_loader)
+    cap = cfg.trainer.max_training_steps
+    return min(cap, all_epochs) if cap else all_epochs
+
+
+def optimizer_steps_per_training_step(cfg: Any, role: str) -> int:
+    """Optimizer steps one training step takes for `role` (`policy` or `critic`): `update_epochs_per_batch` passes
+    over `ceil(train_batch_size / <role>_mini_batch_size)` mini-batches. Decaying LR schedules count these.
+
+    (Step-wise multi-turn trajectories can make a batch longer than `train_batch_size x n_samples_per_prompt` rows;
+    the schedule then reaches its end value a little early and stays there.)
+    """
+    mini_batch_size = {"policy": cfg.trainer.policy_mini_batch_size, "critic": cfg.trainer.critic_mini_batch_size}[role]
+    mini_batches = -(-cfg.trainer.train_batch_size // max(1, mini_batch_size))
+    return cfg.trainer.update_epochs_per_batch * mini_batches
 
 
 # ----- metric helpers ---------------------------------------------------------------------------------------------

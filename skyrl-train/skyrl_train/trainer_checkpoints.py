@@ -56,7 +56,7 @@ class TrainerCheckpoints:
             self.critic.run_all("save_checkpoint", os.path.join(tmp, "critic"))
         save_trainer_state(tmp, step, self.loader.state_dict(), config=self.cfg.to_dict())
         path = commit_checkpoint(self.root, step, tmp)
-        prune(self.root, self.cfg.trainer.max_ckpts_to_keep)
+        prune(self.root, self.cfg.trainer.max_ckpts_to_keep, protect=(path,))
         self.last_saved = step
         self.saved_paths.append(path)
         logger.info("saved checkpoint %s", path)
@@ -83,7 +83,7 @@ class TrainerCheckpoints:
         """Make sure the final state is checkpointed (when checkpointing is on) and exported."""
         if step == 0:
             return
-        if self.cfg.trainer.ckpt_interval > 0 and self.last_saved != step:
+        if self.cfg.trainer.ckpt_interval != 0 and self.last_saved != step:
             self.save(step)
         if self.last_exported != step:
             self.export(step)

@@ -26,7 +26,7 @@ from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.ray_engine import create_engine_actors
 from skyrl_train.models.loading import load_tokenizer
 from skyrl_train.placement import Placement, init_ray, plan_placement
-from skyrl_train.trainer import RayPPOTrainer, TrainResult, total_training_steps
+from skyrl_train.trainer import RayPPOTrainer, TrainResult, optimizer_steps_per_training_step, total_training_steps
 from skyrl_train.utils.plots import plot_curves
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import make_weight_sync_strategy, resolve_strategy_name
@@ -118,7 +118,9 @@ class BasePPOExp:
         blob = export_user_registrations()
         for role, group in made.items():
             group.run_all("import_registries", blob)
-            group.init_model(paths[role], total_steps if role != "ref" else None)
+            # decaying LR schedules count optimizer steps: several per training step with mini-batches / PPO epochs
+            optimizer_steps = None if role == "ref" else total_steps * optimizer_steps_per_training_step(self.cfg, role)
+            group.init_model(paths[role], optimizer_steps)
         self.groups = list(made.values())
         return made.get("policy"), made.get("ref"), made.get("critic")
 
@@ -211,7 +213,7 @@ class BasePPOExp:
 
     def run(self) -> TrainResult:
         """Start (or join) Ray, build everything, train, and release the actors."""
-        init_ray(self.cfg, self.roles())
+        init_ray(self.cfg, self.roles(), address=self.cfg.trainer.placement.ray_address)
         try:
             return asyncio.run(self._run())
         finally:

@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -296,12 +296,13 @@ def latest_valid(root: str, check_hashes: bool = True) -> str | None:
     return None
 
 
-def prune(root: str, keep_last_n: int, check_hashes: bool = False) -> list[str]:
+def prune(root: str, keep_last_n: int, check_hashes: bool = False, protect: Sequence[str] = ()) -> list[str]:
     """Delete all but the newest `keep_last_n` valid checkpoints, and leftovers up to the newest valid step.
 
-    `keep_last_n <= 0` keeps every checkpoint (leftovers are still removed). The newest valid checkpoint is never
-    deleted. Directories newer than it (possibly still being written by someone) are left alone. Returns the
-    deleted paths.
+    `keep_last_n <= 0` keeps every checkpoint (leftovers are still removed). The newest valid checkpoint and the
+    `protect`ed paths (the one a run just wrote: an earlier run may have left higher-numbered checkpoints in the same
+    root) are never deleted. Directories newer than the newest valid one (possibly still being written by someone)
+    are left alone. Returns the deleted paths.
     """
     entries = list_checkpoints(root, include_temporary=True)
     valid = [e for e in entries if not e.temporary and not verify_checkpoint(e.path, check_hashes=check_hashes)]
@@ -310,6 +311,7 @@ def prune(root: str, keep_last_n: int, check_hashes: bool = False) -> list[str]:
     newest_step = valid[-1].step
     keep = {e.path for e in valid[-keep_last_n:]} if keep_last_n > 0 else {e.path for e in valid}
     keep.add(valid[-1].path)
+    keep.update(protect)
     fs, _ = open_fs(root)
     deleted = []
     for entry in entries:

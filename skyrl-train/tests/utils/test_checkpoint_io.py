@@ -152,6 +152,20 @@ def test_prune_never_deletes_the_newest_valid_checkpoint(tmp_path):
     assert prune(root, keep_last_n=-1) == []
 
 
+def test_prune_keeps_the_checkpoint_a_run_just_wrote_even_below_stale_ones(tmp_path):
+    # An earlier run left steps 30 and 60; a fresh run (resume_mode none) then saves step 10 and step 20.
+    root = str(tmp_path)
+    write_checkpoint(root, 30)
+    write_checkpoint(root, 60)
+    just_written = write_checkpoint(root, 10)
+    assert prune(root, keep_last_n=2, protect=(just_written,)) == []
+    assert prune(root, keep_last_n=2) == [just_written]  # without protection the new one would go at once
+    write_checkpoint(root, 10)
+    second = write_checkpoint(root, 20)
+    assert prune(root, keep_last_n=2, protect=(second,)) == [os.path.join(root, "global_step_10")]
+    assert os.path.isdir(second)
+
+
 def test_memory_filesystem_urls():
     root = f"memory://ckpt-{uuid.uuid4().hex[:8]}"
     fs = fsspec.filesystem("memory")
