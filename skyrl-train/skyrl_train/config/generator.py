@@ -10,9 +10,10 @@ from skyrl_train.config.roles import Dtype
 class InferenceEngineConfig:
     """The inference engines that generate rollouts, and how new policy weights reach them."""
 
-    backend: Literal["hf", "vllm", "sglang", "remote"] = "vllm"
-    """Engine implementation: `vllm`, `sglang` (GPU only), `hf` (embedded transformers `generate`, runs anywhere), or
-    `remote` (already running OpenAI-compatible servers at `remote_urls`)."""
+    backend: Literal["hf", "vllm", "sglang", "remote"] = "hf"
+    """Engine implementation: `hf` (the embedded torch engine, runs anywhere), `vllm`, `sglang` (GPU only) or `remote`
+    (already running OpenAI-compatible servers at `remote_urls`). Only `hf` is implemented so far: validation
+    rejects the others until their builders are registered."""
 
     num_engines: int = 1
     """Engine replicas; prompts are spread across them."""

@@ -1,12 +1,12 @@
 """The `trainer` section: placement, roles, algorithm, batch sizes, checkpointing, logging and evaluation."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Optional
 
 from skyrl_train.config.algorithm import AlgorithmConfig
 from skyrl_train.config.roles import CriticConfig, PolicyConfig, RefConfig
 
-LoggerName = Literal["console", "wandb", "tensorboard", "mlflow"]
+LoggerName = Literal["console", "jsonl", "wandb", "tensorboard", "mlflow"]
 """Tracking backends a run can log to."""
 
 
@@ -45,6 +45,10 @@ class PlacementConfig:
 
     num_cpus_per_worker: float = 1.0
     """CPUs Ray reserves for each worker process (on CPU machines this bounds how many workers fit)."""
+
+    ray_address: Optional[str] = None
+    """Ray cluster to join, e.g. `ray://head:10001` or `auto`; null uses `RAY_ADDRESS` if set, else starts a local
+    cluster sized for the run."""
 
 
 @dataclass
@@ -106,7 +110,7 @@ class TrainerConfig:
     """Directory (or fsspec URL) where training checkpoints are written."""
 
     ckpt_interval: int = 10
-    """Save a checkpoint every this many steps (and at the end); -1 only at the end."""
+    """Save a checkpoint every this many steps and at the end; `-1` (any value < 0) only at the end; `0` never."""
 
     max_ckpts_to_keep: int = -1
     """Delete the oldest checkpoints beyond this many; -1 keeps all."""
@@ -119,14 +123,15 @@ class TrainerConfig:
     """Checkpoint directory (`.../global_step_N`) to resume from when `resume_mode: path`."""
 
     hf_save_interval: int = -1
-    """Export the policy as a Hugging Face model every this many steps; -1 disables."""
+    """Export the policy as a Hugging Face model every this many steps; `-1` disables the periodic exports (the
+    final model is always exported at the end of a run)."""
 
     export_path: str = "~/exports/"
     """Directory for Hugging Face exports and dumped evaluation results."""
 
     logger: LoggerName | list[LoggerName] = field(default_factory=lambda: ["console"])
-    """Tracking backends: any of `console`, `wandb`, `tensorboard`, `mlflow` (a single name is accepted). wandb
-    needs a login or `WANDB_MODE=offline`."""
+    """Tracking backends: any of `console`, `jsonl` (metrics file under `log_path`), `wandb`, `tensorboard`, `mlflow`
+    (a single name is accepted). wandb needs a login or `WANDB_MODE=offline`."""
 
     project_name: str = "skyrl"
     """Project name in the tracking backends."""

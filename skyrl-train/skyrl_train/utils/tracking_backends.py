@@ -1,4 +1,6 @@
-"""The optional tracking backends `wandb`, `tensorboard` and `mlflow`; each imports its package only when used.
+"""The file and service tracking backends `jsonl`, `wandb`, `tensorboard` and `mlflow` (imported only when used).
+
+`jsonl` needs nothing: one JSON object per logged step in `log_dir/jsonl/<project>/<run_name>.jsonl`.
 
 All three can run without a network: wandb with `WANDB_MODE=offline` (files under `WANDB_DIR` or `log_dir`),
 TensorBoard event files under `log_dir/tensorboard/<project>/<run_name>`, and MLflow's file store under
@@ -7,6 +9,7 @@ TensorBoard event files under `log_dir/tensorboard/<project>/<run_name>`, and ML
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -21,6 +24,30 @@ from skyrl_train.utils.tracking import (
     register_tracking_backend,
     require_package,
 )
+
+
+@register_tracking_backend("jsonl")
+class JsonlBackend(TrackingBackend):
+    """Metrics as JSON lines, `{"step": N, "<metric>": value, ...}`, one per `log` call, flushed at once (so a
+    crashed or running job can be read); the config goes to `<run_name>.config.json` next to it."""
+
+    def __init__(self, project: str, run_name: str, config: Mapping[str, Any] | None, log_dir: str) -> None:
+        super().__init__(project, run_name, config, log_dir)
+        run_dir = Path(log_dir) / "jsonl" / project
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / f"{run_name}.jsonl"
+        if config:
+            (run_dir / f"{run_name}.config.json").write_text(json.dumps(to_jsonable(config, "config"), indent=1))
+        self.handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole run)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Append one line for `step`."""
+        self.handle.write(json.dumps({"step": step, **{name: float(value) for name, value in metrics.items()}}) + "\n")
+        self.handle.flush()
+
+    def finish(self) -> None:
+        """Close the file."""
+        self.handle.close()
 
 
 @register_tracking_backend("wandb")

@@ -197,7 +197,7 @@ def test_a_key_below_a_scalar_is_rejected():
         ("trainer.resume_mode=null", r"expected one of 'none', 'latest', 'path', got null"),
         ("trainer.max_training_steps=ten", r"expected int \| null, got str 'ten'"),
         ("data.train_data=train.parquet", r"'data\.train_data': expected list\[str\], got str 'train\.parquet'"),
-        ("trainer.logger=[wandb,slack]", r"item \[1\] is str 'slack', expected one of 'console', 'wandb'"),
+        ("trainer.logger=[wandb,slack]", r"item \[1\] is str 'slack', expected one of 'console', 'jsonl', 'wandb'"),
         ("generator.chat_template_kwargs=[1]", r"expected dict\[str, any value\], got list \[1\]"),
         ("environment.env_configs={search: 3}", r"value of key 'search' is int 3, expected dict\[str, any value\]"),
         ("trainer.placement=5", r"'trainer\.placement': expected a mapping of PlacementConfig fields, got int 5"),

@@ -24,7 +24,7 @@ def test_defaults_match_the_documented_gpu_setup():
     assert cfg.trainer.policy.model.path == "Qwen/Qwen2.5-1.5B-Instruct"
     assert cfg.trainer.strategy == "fsdp2"
     assert cfg.trainer.device == "auto"
-    assert cfg.generator.inference_engine.backend == "vllm"
+    assert cfg.generator.inference_engine.backend == "hf"  # the only engine implemented so far: defaults must run
     assert cfg.trainer.algorithm.advantage_estimator == "grpo"
     assert cfg.generator.eval_sampling_params.temperature == 0.0  # greedy evaluation
     assert cfg.generator.sampling_params.temperature == 1.0

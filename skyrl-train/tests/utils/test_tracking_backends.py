@@ -144,3 +144,16 @@ def test_mlflow_file_store_reads_back(tmp_path, monkeypatch):
     # A second run of the same project joins the existing experiment.
     second = log_run("mlflow", tmp_path).backends["mlflow"]
     assert client.get_run(second.run_id).info.experiment_id == run.info.experiment_id
+
+
+def test_jsonl_lines_read_back_and_config_is_saved(tmp_path):
+    import json
+
+    tracker = log_run("jsonl", tmp_path)
+    run_file = tmp_path / "jsonl" / "proj" / "run1.jsonl"
+    lines = [json.loads(line) for line in run_file.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [step for step, _ in METRICS]
+    for line, (_, metrics) in zip(lines, METRICS):
+        assert {k: v for k, v in line.items() if k != "step"} == pytest.approx(dict(metrics))
+    assert json.loads((tmp_path / "jsonl" / "proj" / "run1.config.json").read_text()) == json.loads(json.dumps(CONFIG))
+    assert tracker is not None
