@@ -24,7 +24,7 @@ from skyrl_train.generators.chat import ObservationRenderer, prompt_token_ids
 from skyrl_train.generators.metrics import rollout_metrics
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput, Trajectory
 from skyrl_train.inference.client import InferenceEngineClient
-from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
+from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 
 
 @dataclass
@@ -289,20 +289,10 @@ class SkyRLGymGenerator(GeneratorInterface):
         out = None
         if live:
             start = time.perf_counter()
-            if gi.seeds is None:
-                out = await self.client.generate(InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params))
-            else:  # one request per seed; the engine still batches them
-                parts = await asyncio.gather(
-                    *(
-                        self.client.generate(
-                            InferenceEngineInput(
-                                prompt_token_ids=[p], sampling_params=replace(params, seed=gi.seeds[i])
-                            )
-                        )
-                        for p, i in zip(prompts, live)
-                    )
-                )
-                out = merge_outputs(parts)
+            seeds = None if gi.seeds is None else [gi.seeds[i] for i in live]  # one batched call, a seed per row
+            out = await self.client.generate(
+                InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params, seeds=seeds)
+            )
             self._timing["llm"] += time.perf_counter() - start
         steps = await asyncio.gather(*(self._safe_step(envs[i], out.responses[k]) for k, i in enumerate(live)))
         results: list[list[Trajectory]] = []
@@ -342,15 +332,3 @@ class SkyRLGymGenerator(GeneratorInterface):
     def close(self) -> None:
         """Stop the env thread pool."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def merge_outputs(parts: list[InferenceEngineOutput]) -> InferenceEngineOutput:
-    """Concatenate single-prompt engine outputs in order."""
-    logprobs = [row for part in parts for row in (part.response_logprobs or [None] * len(part))]
-    return InferenceEngineOutput(
-        responses=[r for part in parts for r in part.responses],
-        response_ids=[r for part in parts for r in part.response_ids],
-        stop_reasons=[r for part in parts for r in part.stop_reasons],
-        response_logprobs=None if any(lp is None for lp in logprobs) else logprobs,
-        weight_version=min(part.weight_version for part in parts),
-    )

@@ -51,6 +51,7 @@ class InferenceEngineClient:
                 prompts=[request.prompts[i] for i in indices] if request.prompts else None,
                 sampling_params=request.sampling_params,
                 session_ids=[sessions[i] for i in indices] if request.session_ids else None,
+                seeds=[request.seeds[i] for i in indices] if request.seeds is not None else None,
             )
             return indices, await self.engines[engine_index].generate(part)
 

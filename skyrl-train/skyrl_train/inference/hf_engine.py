@@ -22,12 +22,14 @@ from skyrl_train.inference.sampling import sample_next_tokens
 from skyrl_train.inference.stopping import StopChecker, trim_stop_string
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
 from skyrl_train.utils.checksum import tensor_checksum
+from skyrl_train.utils.compute_clock import ComputeClock
 
 
 @dataclass
 class _Pending:
     prompts: list[list[int]]
     params: SamplingParams
+    seeds: list[Optional[int]]
     future: asyncio.Future
     results: list[Any] = field(default_factory=list)
 
@@ -72,6 +74,8 @@ class HFInferenceEngine(InferenceEngine):
         self._asleep = False
         self._weights_discarded = False
         self._closed = False
+        self.compute_clock = ComputeClock()
+        """Seconds spent decoding batches (read by the framework-overhead benchmark)."""
 
     # ----- generation -----------------------------------------------------------------------------------------
     @property
@@ -105,7 +109,7 @@ class HFInferenceEngine(InferenceEngine):
         self._inflight += 1
         try:
             future = asyncio.get_running_loop().create_future()
-            self._queue.append(_Pending(prompts, params, future))
+            self._queue.append(_Pending(prompts, params, request.prompt_seeds(), future))
             if self._drainer is None or self._drainer.done():
                 self._drainer = asyncio.create_task(self._drain())
             rows = await future
@@ -154,7 +158,7 @@ class HFInferenceEngine(InferenceEngine):
 
     async def _run_group(self, group: list[_Pending]) -> None:
         params = group[0].params
-        flat = [(item, prompt, item.params.seed) for item in group for prompt in item.prompts]
+        flat = [(item, prompt, seed) for item in group for prompt, seed in zip(item.prompts, item.seeds)]
         per_chunk = max(1, self.max_batch_size // params.n)
         for start in range(0, len(flat), per_chunk):
             chunk = flat[start : start + per_chunk]
@@ -168,8 +172,23 @@ class HFInferenceEngine(InferenceEngine):
     def _generate_locked(
         self, prompts: list[list[int]], params: SamplingParams, seeds: Optional[list[Optional[int]]] = None
     ) -> list[tuple]:
-        with self._model_lock:
+        with self._model_lock, self.compute_clock("generate"):
             return self.generate_batch(prompts, params, seeds)
+
+    def _row_uniforms(self, seeds: list[Optional[int]], params: SamplingParams, steps: int) -> Optional[torch.Tensor]:
+        """Uniform numbers [rows, steps] driving the sampling of each row when any prompt is seeded (None if not).
+
+        Sample j of a prompt seeded `s` draws its numbers from a generator seeded `s + j`; unseeded rows draw from
+        torch's global generator. One draw per row per batch keeps seeded sampling vectorised.
+        """
+        if params.temperature == 0 or all(seed is None for seed in seeds):
+            return None
+        columns = [
+            torch.rand(steps) if seed is None else torch.rand(steps, generator=torch.Generator().manual_seed(seed + j))
+            for seed in seeds
+            for j in range(params.n)
+        ]
+        return torch.stack(columns).to(self.device)
 
     @torch.inference_mode()
     def generate_batch(
@@ -185,13 +204,6 @@ class HFInferenceEngine(InferenceEngine):
         rows = [prompt for prompt in prompts for _ in range(params.n)]
         count, device = len(rows), self.device
         seeds = list(seeds) if seeds is not None else [params.seed] * len(prompts)
-        row_generators: Optional[list[Optional[torch.Generator]]] = None
-        if any(seed is not None for seed in seeds):
-            row_generators = [
-                None if seed is None else torch.Generator(device=device).manual_seed(seed + sample)
-                for seed in seeds
-                for sample in range(params.n)
-            ]
         width = max(len(r) for r in rows)
         input_ids = torch.full((count, width), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((count, width), dtype=torch.long)
@@ -200,6 +212,7 @@ class HFInferenceEngine(InferenceEngine):
             attention[i, width - len(row) :] = 1
         budgets = torch.tensor([min(params.max_tokens, self.max_model_len - len(r)) for r in rows], device=device)
         steps = int(budgets.max())
+        uniforms = self._row_uniforms(seeds, params, steps)
         input_ids, attention = input_ids.to(device), attention.to(device)
         attention = torch.cat([attention, attention.new_ones((count, steps))], dim=1)  # grown by slicing, not concat
         positions = (attention[:, :width].cumsum(-1) - 1).clamp(min=0)
@@ -221,8 +234,9 @@ class HFInferenceEngine(InferenceEngine):
         next_positions = positions[:, -1] + 1
         alive = torch.arange(count, device=device)  # original row of each live batch position
         for step in range(steps):
-            live_generators = None if row_generators is None else [row_generators[row] for row in alive.tolist()]
-            tokens, logprobs = sample_next_tokens(logits, params, live_generators)
+            tokens, logprobs = sample_next_tokens(
+                logits, params, uniforms=None if uniforms is None else uniforms[alive, step]
+            )
             out_tokens[alive, step] = tokens
             out_logprobs[alive, step] = logprobs.float()
             lengths[alive] = step + 1

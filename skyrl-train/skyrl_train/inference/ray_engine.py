@@ -103,6 +103,11 @@ class EngineActor:
         """Forwarded `InferenceEngine.generate`."""
         return await self.engine.generate(request)
 
+    async def take_compute_seconds(self) -> dict[str, float]:
+        """The engine's compute seconds since the last call (`{}` for engines without a `compute_clock`)."""
+        clock = getattr(self.engine, "compute_clock", None)
+        return clock.take() if clock is not None else {}
+
     async def weight_version(self) -> int:
         """The version the engine serves."""
         return self.engine.weight_version

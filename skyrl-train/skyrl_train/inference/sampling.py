@@ -38,12 +38,15 @@ def sample_next_tokens(
     logits: torch.Tensor,
     params: SamplingParams,
     generator: Optional[torch.Generator | list[Optional[torch.Generator]]] = None,
+    uniforms: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row of `logits` [batch, vocab]; return (token ids [batch], their logprobs [batch]).
 
     Greedy when temperature is 0. The logprob is under `log_softmax(logits / temperature)` (temperature 1 for greedy)
-    before filtering, matching what the trainer recomputes. `generator` is one generator for the batch, or one per
-    row (so a seeded row samples the same tokens whatever batch it is in).
+    before filtering, matching what the trainer recomputes. Randomness comes from `uniforms` [batch] in [0, 1) when
+    given (inverse-CDF sampling: a row's token depends only on its own number, so rows seeded on their own sample the
+    same tokens whatever batch they are in, in one vectorised call), else from `generator`: one for the batch, or
+    one per row (one `multinomial` call per row: slow for large batches).
     """
     logits = logits.float()
     if params.temperature == 0:
@@ -53,10 +56,21 @@ def sample_next_tokens(
         scaled = logits / params.temperature
         filtered = filter_logits(scaled, params.top_k, params.top_p, params.min_p)
         probs = torch.softmax(filtered, dim=-1)
-        if isinstance(generator, list):
+        if uniforms is not None:
+            tokens = inverse_cdf_sample(probs, uniforms)
+        elif isinstance(generator, list):
             tokens = torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(generator)])
             tokens = tokens.squeeze(-1)
         else:
             tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     return tokens, logprobs
+
+
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Token ids [batch]: for each row the first token whose cumulative probability exceeds `uniforms[row]` times the
+    row's total (so rounding in the sum never matters, and zero-probability tokens are never picked)."""
+    cumulative = probs.double().cumsum(dim=-1)
+    targets = uniforms.to(cumulative.dtype).unsqueeze(-1) * cumulative[:, -1:]
+    tokens = torch.searchsorted(cumulative, targets, right=True).squeeze(-1)
+    return tokens.clamp(max=probs.shape[-1] - 1)

@@ -68,12 +68,15 @@ class InferenceEngineInput:
     """One generate call: either token ids (preferred: token-in/token-out) or chat messages, one entry per prompt.
 
     `session_ids` (optional, one per prompt) let a client route every turn of a conversation to the same engine.
+    `seeds` (optional, one per prompt, None entries allowed) replace `sampling_params.seed` prompt by prompt, so one
+    call can carry differently seeded prompts and still be decoded as one batch.
     """
 
     prompt_token_ids: Optional[list[list[int]]] = None
     prompts: Optional[list[Messages]] = None
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
     session_ids: Optional[list[Union[str, int]]] = None
+    seeds: Optional[list[Optional[int]]] = None
 
     def __post_init__(self) -> None:
         if (self.prompt_token_ids is None) == (self.prompts is None):
@@ -83,6 +86,14 @@ class InferenceEngineInput:
                 f"InferenceEngineInput: {len(self.session_ids)} session_ids for {self.num_prompts} prompts; "
                 "give one per prompt"
             )
+        if self.seeds is not None and len(self.seeds) != self.num_prompts:
+            raise ValueError(
+                f"InferenceEngineInput: {len(self.seeds)} seeds for {self.num_prompts} prompts; give one per prompt"
+            )
+
+    def prompt_seeds(self) -> list[Optional[int]]:
+        """The seed of each prompt: its `seeds` entry, else `sampling_params.seed`."""
+        return list(self.seeds) if self.seeds is not None else [self.sampling_params.seed] * self.num_prompts
 
     @property
     def num_prompts(self) -> int:

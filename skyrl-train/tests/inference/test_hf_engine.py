@@ -203,3 +203,24 @@ def test_seeded_requests_sample_the_same_tokens_alone_or_batched(tokenizer, mode
 
     assert asyncio.run(together()) == alone
     assert len({tuple(ids) for ids in alone}) > 1  # different seeds really sample differently
+
+    # one call carrying a seed per prompt decodes as one batch and samples what the separate calls sampled
+    batches = []
+    original = engine.generate_batch
+    engine.generate_batch = lambda batch, *args, **kwargs: batches.append(len(batch)) or original(
+        batch, *args, **kwargs
+    )
+    one_call = _run(engine, prompt_token_ids=prompts, sampling_params=params(None), seeds=[10, 11, 12, 13])
+    assert one_call.response_ids == alone and batches == [4]
+    with pytest.raises(ValueError, match="3 seeds for 4 prompts"):
+        InferenceEngineInput(prompt_token_ids=prompts, seeds=[1, 2, 3])
+
+
+def test_compute_clock_counts_decode_time_and_starts_over_when_read(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer)
+    assert engine.compute_clock.take() == {}
+    _run(
+        engine, prompt_token_ids=[_ids(p) for p in _prompts(tokenizer, 2)], sampling_params=SamplingParams(max_tokens=4)
+    )
+    seconds = engine.compute_clock.take()
+    assert seconds["generate"] > 0 and engine.compute_clock.take() == {}

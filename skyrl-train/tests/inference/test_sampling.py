@@ -72,3 +72,24 @@ def test_stop_checker_and_trim():
     assert ignoring.check([4]) is None
     assert trim_stop_string("ab##cd!!", ("!!", "##"), include=False) == "ab"
     assert trim_stop_string("ab##cd", ("##",), include=True) == "ab##"
+
+
+def test_inverse_cdf_sample_picks_the_first_token_past_the_uniform_and_never_a_zero_probability_one():
+    from skyrl_train.inference.sampling import inverse_cdf_sample
+
+    # cumulative probabilities 0.25, 0.25, 0.75, 1.0 (exact in binary): token 1 has probability 0, never picked
+    probs = torch.tensor([[0.25, 0.0, 0.5, 0.25]]).repeat(6, 1)
+    uniforms = torch.tensor([0.0, 0.2, 0.25, 0.7, 0.75, 0.99])
+    assert inverse_cdf_sample(probs, uniforms).tolist() == [0, 0, 2, 2, 3, 3]
+    # a row whose probabilities sum to slightly less than 1 is scaled, so u near 1 still lands on the last token
+    assert inverse_cdf_sample(torch.tensor([[0.5, 0.49]]), torch.tensor([0.999])).tolist() == [1]
+
+
+def test_uniform_sampling_follows_the_distribution_and_matches_logprobs():
+    probs = torch.tensor([0.1, 0.6, 0.3])
+    logits = probs.log().repeat(30000, 1)
+    uniforms = torch.rand(30000, generator=torch.Generator().manual_seed(3))
+    tokens, logprobs = sample_next_tokens(logits, SamplingParams(temperature=1.0), uniforms=uniforms)
+    frequencies = torch.bincount(tokens, minlength=3).float() / len(tokens)
+    assert torch.allclose(frequencies, probs, atol=0.01)
+    assert torch.allclose(logprobs, probs.log()[tokens], atol=1e-6)
