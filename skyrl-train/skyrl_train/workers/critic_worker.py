@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModelForTokenClassification, PreTrained
 from skyrl_train.algorithms.masked import masked_count, masked_mean, zero_masked
 from skyrl_train.algorithms.value_loss import value_loss
 from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.utils.compute_clock import timed_compute
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight, reduction_denominator
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
 from skyrl_train.workers.worker import BaseWorker
@@ -59,6 +60,7 @@ class CriticWorker(BaseWorker):
         start = batch.prompt_width - 1
         return scores[:, start : start + micro.response_width, 0].float()
 
+    @timed_compute("forward")
     @torch.no_grad()
     def forward(self, batch: TrainingBatch) -> torch.Tensor:
         """Values [B, R] (float32, CPU); 0 outside `response_mask`."""
@@ -72,6 +74,7 @@ class CriticWorker(BaseWorker):
                 output[indices] = pad_response_columns(values, batch.response_width)
         return output
 
+    @timed_compute("forward_backward")
     def forward_backward(
         self, batch: TrainingBatch, returns: torch.Tensor, old_values: torch.Tensor
     ) -> dict[str, float]:

@@ -11,6 +11,7 @@ import torch
 from skyrl_train.algorithms.masked import masked_count, zero_masked
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.utils.compute_clock import timed_compute
 from skyrl_train.weight_sync.strategy import WeightSenderHost
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight, reduction_denominator
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
@@ -39,6 +40,7 @@ class LogprobWorker(BaseWorker):
             with_entropy=with_entropy,
         )
 
+    @timed_compute("forward")
     @torch.no_grad()
     def forward(self, batch: TrainingBatch) -> torch.Tensor:
         """Log-probs [B, R] (float32, CPU) of the response tokens; 0 outside `response_mask`."""
@@ -88,6 +90,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             "checksums": result.checksums,
         }
 
+    @timed_compute("forward_backward")
     def forward_backward(
         self,
         batch: TrainingBatch,

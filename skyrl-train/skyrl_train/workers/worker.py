@@ -18,6 +18,7 @@ from skyrl_train.algorithms.registry import import_user_registrations
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
 from skyrl_train.workers.distributed import free_port, init_process_group, node_ip, resolve_device
 from skyrl_train.workers.micro_batching import (
     TrimmedMicroBatch,
@@ -82,6 +83,7 @@ class BaseWorker:
         self.model: Optional[torch.nn.Module] = None
         self.strategy = None
         self.model_path: Optional[str] = None
+        self.compute_clock = ComputeClock()
 
     def master_address(self) -> tuple[str, int]:
         """(address, port) the ranks rendezvous on."""
@@ -155,6 +157,11 @@ class BaseWorker:
 
     # ----- optimizer, weights, checkpoints ------------------------------------------------------------------------
 
+    def take_compute_seconds(self) -> dict[str, float]:
+        """Seconds spent in `forward` / `forward_backward` / `optim_step` since the last call (see ComputeClock)."""
+        return self.compute_clock.take()
+
+    @timed_compute("optim_step")
     def optim_step(self) -> float:
         """Clip, step the optimizer and LR schedule, zero gradients; returns the grad norm before clipping."""
         self._require_model()

@@ -1,0 +1,157 @@
+"""Benchmark: where the quickstart's training step goes, phase by phase, and how much of it is not model compute.
+
+Runs the quickstart configuration (`examples/quickstart/run_quickstart.py`: Ray, 2 FSDP2 policy ranks, 2 colocated
+`hf` engines, shm weight sync, 32 prompts x 8 samples) for `--steps` steps without evaluation or checkpoints, and
+averages over the steps after `--warmup-steps`:
+
+- wall seconds per phase of `RayPPOTrainer.step` (`timing/*`), and the rest of the step (engine sleep / wake-up);
+- model compute, measured inside the actors (`ComputeClock`): the engines' batched decode calls (slowest engine)
+  and each worker group's `forward`, `forward_backward` and `optim_step` bodies (slowest rank), which include the
+  FSDP collectives but not Ray scheduling, argument transfer, env scoring or the driver's own work.
+
+The baseline is the model compute itself: the table ends with step time / model compute and the share of the step
+spent outside model compute (framework overhead).
+
+    python benchmarks/step_breakdown.py [--steps 30] [--warmup-steps 3] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from skyrl_gym.envs.synthetic.generate import write_dataset
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.entrypoints.main_base import BasePPOExp
+from skyrl_train.models.embedded import get_embedded_model
+from skyrl_train.trainer import RayPPOTrainer
+
+REPO = Path(__file__).resolve().parent.parent
+PHASES = ["generate", "reward", "fwd_logprobs", "advantages", "train_critic", "train_policy", "weight_sync"]
+
+
+def load_quickstart() -> Any:
+    """The quickstart module (its `MODEL` settings and `quickstart_overrides`), loaded from its file."""
+    path = REPO / "examples" / "quickstart" / "run_quickstart.py"
+    spec = importlib.util.spec_from_file_location("run_quickstart", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class MeasuredTrainer(RayPPOTrainer):
+    """`RayPPOTrainer` that adds each step's model compute, read from the actors' clocks, as `compute/*` metrics."""
+
+    def __init__(self, *args: Any, engines: list[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.engine_handles = [engine.handle for engine in engines]
+
+    def _group_seconds(self, group: Any) -> float:
+        per_rank = ray.get([actor.take_compute_seconds.remote() for actor in group.actors])
+        return max(sum(seconds.values()) for seconds in per_rank)
+
+    async def step(self, items: list[dict[str, Any]]) -> dict[str, float]:
+        """One training step, then `compute/generate` (slowest engine) and `compute/<role>` (slowest rank)."""
+        for handle in self.engine_handles:  # drop whatever evaluation or set-up left on the clocks
+            await handle.take_compute_seconds.remote()
+        for group in (self.policy, self.ref, self.critic):
+            if group is not None:
+                self._group_seconds(group)
+        metrics = await super().step(items)
+        engine_seconds = [await handle.take_compute_seconds.remote() for handle in self.engine_handles]
+        metrics["compute/generate"] = max(sum(seconds.values()) for seconds in engine_seconds)
+        for role, group in (("policy", self.policy), ("ref", self.ref), ("critic", self.critic)):
+            if group is not None:
+                metrics[f"compute/{role}"] = self._group_seconds(group)
+        return metrics
+
+
+class MeasuredExp(BasePPOExp):
+    """The quickstart experiment with `MeasuredTrainer`."""
+
+    def get_inference_engines(self, placement: Any) -> list[Any]:
+        """Keep the engine proxies: the trainer reads their actors' clocks."""
+        self.engine_proxies = super().get_inference_engines(placement)
+        return self.engine_proxies
+
+    def get_trainer(self, **parts: Any) -> RayPPOTrainer:
+        """The measuring trainer."""
+        return MeasuredTrainer(self.cfg, engines=self.engine_proxies, **parts)
+
+
+def mean_after(history: dict[str, list[tuple[int, float]]], key: str, skip: int) -> float:
+    """Mean of metric `key` over the steps after the first `skip` (0 when it was never logged)."""
+    values = [value for step, value in history.get(key, []) if step > skip]
+    return statistics.mean(values) if values else 0.0
+
+
+def breakdown_rows(history: dict[str, list[tuple[int, float]]], skip: int) -> list[tuple[str, float, float]]:
+    """(name, mean seconds, share of step) for each phase, the unphased rest, the compute parts and the total."""
+    step = mean_after(history, "timing/step", skip)
+    rows = []
+    phased = 0.0
+    for phase in PHASES:
+        if f"timing/{phase}" in history:
+            seconds = mean_after(history, f"timing/{phase}", skip)
+            phased += seconds
+            rows.append((phase, seconds, seconds / step))
+    rows.append(("(sleep / wake-up, rest)", step - phased, (step - phased) / step))
+    rows.append(("step", step, 1.0))
+    compute = 0.0
+    for key in sorted(k for k in history if k.startswith("compute/")):
+        seconds = mean_after(history, key, skip)
+        compute += seconds
+        rows.append((f"model compute: {key.split('/', 1)[1]}", seconds, seconds / step))
+    rows.append(("model compute, total", compute, compute / step))
+    rows.append(("outside model compute", step - compute, (step - compute) / step))
+    return rows
+
+
+def main() -> int:
+    """Run the measured quickstart and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=30, help="training steps to run")
+    parser.add_argument("--warmup-steps", type=int, default=3, help="first steps left out of the averages")
+    parser.add_argument("overrides", nargs="*", help="extra config overrides, key=value")
+    args = parser.parse_args()
+    if args.steps <= args.warmup_steps:
+        parser.error(f"--steps ({args.steps}) must exceed --warmup-steps ({args.warmup_steps})")
+    logging.basicConfig(level=logging.WARNING)
+    quickstart = load_quickstart()
+    model_dir = get_embedded_model(quickstart.MODEL)
+    with tempfile.TemporaryDirectory(prefix="step_breakdown_") as scratch:
+        out = Path(scratch)
+        write_dataset(out / "data", quickstart.MODEL.task, train_size=2000, test_size=16, difficulty=2, seed=0)
+        overrides = quickstart.quickstart_overrides(str(model_dir), out / "data", out) + [
+            f"trainer.max_training_steps={args.steps}",
+            "trainer.eval_before_train=false",
+            "trainer.eval_interval=0",
+            "trainer.ckpt_interval=0",
+            "trainer.hf_save_interval=-1",
+        ]
+        cfg = SkyRLConfig.from_cli_overrides(overrides + args.overrides)
+        result = MeasuredExp(cfg).run()
+    rows = breakdown_rows(result.history, args.warmup_steps)
+    print(
+        f"\nquickstart step breakdown: mean of steps {args.warmup_steps + 1}-{result.global_step}, {os.cpu_count()} CPUs"
+    )
+    print(f"{'part':34s} {'seconds':>9s} {'share':>7s}")
+    for name, seconds, share in rows:
+        print(f"{name:34s} {seconds:9.4f} {share:7.1%}")
+    step, compute = rows[-3][1], rows[-2][1]
+    print(f"step time / model compute: {step / max(compute, 1e-9):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
