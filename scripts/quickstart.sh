@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Set up (idempotent) and run the main job. Until the trainer lands this runs the skyrl-gym demo: it writes a
-# synthetic arithmetic dataset and plays episodes through the real environments.
+# Set up (idempotent) and run the main job: GRPO on the embedded tiny model through Ray, FSDP2, an inference engine
+# and weight sync (examples/quickstart/run_quickstart.py). Extra arguments go to that script: `--out DIR` or config
+# overrides such as `trainer.max_training_steps=50`. `gym_demo.py` next to it shows the environments alone.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup.sh
 VENV="${SKYRL_VENV:-$ROOT/.venv}"
-exec "$VENV/bin/python" examples/quickstart/gym_demo.py "$@"
+exec "$VENV/bin/python" examples/quickstart/run_quickstart.py "$@"
