@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -26,6 +27,7 @@ from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.trainer_checkpoints import TrainerCheckpoints
 from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.timer import PhaseTimer
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy
@@ -263,16 +265,16 @@ class RayPPOTrainer:
         """pass@n on the eval prompts (greedy by default), per data source; rollouts dumped as jsonl."""
         if not self.eval_items:
             return {}
-        export = Path(self.cfg.trainer.export_path).expanduser()
-        dump = export / "dumped_evals" / f"global_step_{self.global_step}.jsonl"
-        return await evaluate(
-            self.generator,
-            self.eval_items,
-            sampling_params_from_config(self.cfg.generator.eval_sampling_params),
-            n_samples=self.cfg.generator.eval_n_samples_per_prompt,
-            dump_path=dump,
-            tokenizer=self.tokenizer,
-        )
+        dumps = os.path.join(os.path.expanduser(self.cfg.trainer.export_path), "dumped_evals")
+        with local_directory_for_writing(dumps) as local:  # an fsspec URL is written locally, then uploaded
+            return await evaluate(
+                self.generator,
+                self.eval_items,
+                sampling_params_from_config(self.cfg.generator.eval_sampling_params),
+                n_samples=self.cfg.generator.eval_n_samples_per_prompt,
+                dump_path=Path(local) / f"global_step_{self.global_step}.jsonl",
+                tokenizer=self.tokenizer,
+            )
 
 
 def total_training_steps(cfg: Any, train_loader: Any) -> int:

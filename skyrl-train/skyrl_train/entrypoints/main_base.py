@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from pathlib import Path
 from typing import Any, Optional
 
 import ray
@@ -27,6 +26,7 @@ from skyrl_train.inference.ray_engine import create_engine_actors
 from skyrl_train.models.loading import load_tokenizer
 from skyrl_train.placement import Placement, init_ray, plan_placement
 from skyrl_train.trainer import RayPPOTrainer, TrainResult, optimizer_steps_per_training_step, total_training_steps
+from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.plots import plot_curves
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import make_weight_sync_strategy, resolve_strategy_name
@@ -206,9 +206,11 @@ class BasePPOExp:
             if hasattr(generator, "close"):
                 generator.close()
         self.trainer = trainer
-        plot = Path(os.path.expanduser(trainer_cfg.export_path)) / "curves.png"
-        plot_curves(result.history, str(plot), title=f"{trainer_cfg.project_name} / {trainer_cfg.run_name}")
-        self.plot_path = str(plot)
+        export_root = os.path.expanduser(trainer_cfg.export_path)
+        with local_directory_for_writing(export_root) as local:  # an fsspec URL is written locally, then uploaded
+            title = f"{trainer_cfg.project_name} / {trainer_cfg.run_name}"
+            plot_curves(result.history, os.path.join(local, "curves.png"), title=title)
+        self.plot_path = os.path.join(export_root, "curves.png")
         return result
 
     def run(self) -> TrainResult:

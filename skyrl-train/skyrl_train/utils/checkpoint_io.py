@@ -16,13 +16,15 @@ The trainer calls `begin_checkpoint` -> writes files into the returned directory
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
+import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,3 +364,42 @@ def resolve_resume(root: str, resume_mode: str, resume_path: str | None = None) 
     if resolver is None:
         raise CheckpointError(f"resume_mode must be one of {sorted(RESUME_RESOLVERS)}, got {resume_mode!r}")
     return resolver(root, resume_path)
+
+
+def is_remote(path_or_url: str | os.PathLike[str]) -> bool:
+    """Whether `path_or_url` is an fsspec URL (`s3://...`, `gs://...`, `file://...`) rather than a plain local path."""
+    return "://" in str(path_or_url)
+
+
+@contextlib.contextmanager
+def local_directory_for_writing(target: str | os.PathLike[str]) -> Iterator[str]:
+    """A local directory to write `target`'s files into: `target` itself when it is a local path, else a temporary
+    directory whose files are uploaded into the `target` URL (merged with what is there) when the block ends.
+
+    Each process uploads only what it wrote, so ranks on different nodes can fill one remote directory.
+    """
+    if not is_remote(target):
+        os.makedirs(target, exist_ok=True)
+        yield str(target)
+        return
+    with tempfile.TemporaryDirectory(prefix="skyrl-upload-") as staging:
+        yield staging
+        fs, remote = open_fs(str(target))
+        fs.makedirs(remote, exist_ok=True)
+        for name in sorted(os.listdir(staging)):
+            fs.put(os.path.join(staging, name), _join(remote, name), recursive=True)
+
+
+@contextlib.contextmanager
+def local_directory_for_reading(source: str | os.PathLike[str]) -> Iterator[str]:
+    """`source` itself when it is a local path, else a temporary local copy of the `source` URL's files."""
+    if not is_remote(source):
+        yield str(source)
+        return
+    with tempfile.TemporaryDirectory(prefix="skyrl-download-") as staging:
+        fs, remote = open_fs(str(source))
+        if not fs.isdir(remote):
+            raise FileNotFoundError(f"{source} is not a directory")
+        for entry in fs.ls(remote, detail=False):
+            fs.get(entry, os.path.join(staging, entry.rstrip("/").rsplit("/", 1)[-1]), recursive=True)
+        yield staging

@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import uuid
+from pathlib import Path
 
 import fsspec
 import pytest
@@ -200,3 +201,35 @@ def test_resolve_resume_modes(tmp_path):
         resolve_resume(root, "path", os.path.join(root, "global_step_99"))
     with pytest.raises(CheckpointError, match=r"resume_mode must be one of \['latest', 'none', 'path'\]"):
         resolve_resume(root, "from_path", first)
+
+
+def test_local_directories_stand_in_for_urls_when_writing_and_reading():
+    from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
+
+    url = f"memory://staging-{uuid.uuid4().hex[:8]}/ckpt"
+    fs = fsspec.filesystem("memory")
+    with local_directory_for_writing(url) as local:  # "rank 0"
+        assert "://" not in local
+        with open(os.path.join(local, "a.bin"), "wb") as handle:
+            handle.write(b"rank0")
+        os.makedirs(os.path.join(local, "sub"))
+        with open(os.path.join(local, "sub", "b.txt"), "w") as handle:
+            handle.write("nested")
+    with local_directory_for_writing(url) as local:  # "rank 1" adds its own file to the same directory
+        Path(local, "c.bin").write_bytes(b"rank1")
+    assert fs.cat_file(url + "/a.bin") == b"rank0" and fs.cat_file(url + "/c.bin") == b"rank1"
+    with local_directory_for_reading(url) as local:
+        assert sorted(os.listdir(local)) == ["a.bin", "c.bin", "sub"]
+        with open(os.path.join(local, "sub", "b.txt")) as handle:
+            assert handle.read() == "nested"
+    with pytest.raises(FileNotFoundError, match="is not a directory"), local_directory_for_reading(url + "-missing"):
+        pass
+
+
+def test_local_paths_are_used_as_they_are(tmp_path):
+    from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
+
+    with local_directory_for_writing(tmp_path / "new" / "dir") as local:
+        assert local == str(tmp_path / "new" / "dir") and os.path.isdir(local)
+    with local_directory_for_reading(tmp_path) as local:
+        assert local == str(tmp_path)

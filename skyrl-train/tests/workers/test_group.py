@@ -103,8 +103,9 @@ def test_update_then_gathered_weights_reproduce_the_trained_model(
     assert (export / "tokenizer.json").exists()
 
 
+@pytest.mark.parametrize("as_url", [False, True], ids=["local-path", "fsspec-url"])
 def test_checkpoint_restores_the_next_step_exactly(
-    policy_group, ray_cluster, make_batch, grpo_advantages, tiny_model_dir, tmp_path
+    policy_group, ray_cluster, make_batch, grpo_advantages, tiny_model_dir, tmp_path, as_url
 ):
     batch = make_batch(rows=4, seed=5)
     advantages = grpo_advantages(batch, seed=1)
@@ -114,14 +115,17 @@ def test_checkpoint_restores_the_next_step_exactly(
         group.run_all("optim_step")
         return dict(group.run_all("get_weights")[0]), group.run_all("get_lr")
 
+    # an fsspec URL (file:// here: the worker processes cannot share an in-memory filesystem) takes the
+    # write-locally-then-upload and download-then-read path that s3:// or gs:// would
+    where = f"file://{tmp_path / 'ckpt'}" if as_url else str(tmp_path / "ckpt")
     step(policy_group)  # moment estimates and scheduler state are non-trivial before saving
-    policy_group.run_all("save_checkpoint", str(tmp_path / "ckpt"))
+    policy_group.run_all("save_checkpoint", where)
     expected_weights, expected_lr = step(policy_group)
 
     restored = WorkerGroup("policy", PolicyWorker, 2, _policy_config(tiny_model_dir))
     try:
         restored.init_model(num_training_steps=TRAINING_STEPS)
-        restored.run_all("load_checkpoint", str(tmp_path / "ckpt"))
+        restored.run_all("load_checkpoint", where)
         weights, lr = step(restored)
     finally:
         restored.shutdown()

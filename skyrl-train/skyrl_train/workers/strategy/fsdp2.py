@@ -31,6 +31,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 
 from skyrl_train.config.roles import FSDPConfig, OptimizerConfig
 from skyrl_train.models.loading import resolve_dtype
+from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
 from skyrl_train.workers.strategy.optimizer import build_optimizer, build_scheduler, current_lr
 
 logger = logging.getLogger(__name__)
@@ -187,22 +188,31 @@ class FSDP2Strategy:
 
     def save_checkpoint(self, directory: str | os.PathLike[str], extra: Optional[dict[str, Any]] = None) -> None:
         """Write the sharded model (and optimizer) with torch.distributed.checkpoint into `directory`, plus this
-        rank's scheduler/RNG/`extra` file. Every rank must call this."""
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        dcp.save(self._sharded_state(), checkpoint_id=str(path))
-        own = {"rng": capture_rng_state(), "extra": extra or {}}
-        if self.scheduler is not None:
-            own["scheduler"] = self.scheduler.state_dict()
-        torch.save(own, path / EXTRA_STATE_FILE.format(rank=self.rank))
+        rank's scheduler/RNG/`extra` file. Every rank must call this. `directory` may be an fsspec URL: each rank then
+        writes locally and uploads its own files."""
+        with local_directory_for_writing(directory) as local:
+            path = Path(local)
+            dcp.save(self._sharded_state(), checkpoint_id=str(path))
+            own = {"rng": capture_rng_state(), "extra": extra or {}}
+            if self.scheduler is not None:
+                own["scheduler"] = self.scheduler.state_dict()
+            torch.save(own, path / EXTRA_STATE_FILE.format(rank=self.rank))
+            dist.barrier()  # rank 0 writes the metadata after every rank's shards: all done before uploading
         dist.barrier()
 
     def load_checkpoint(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
-        """Restore what `save_checkpoint` wrote (same world size for the per-rank file); returns the saved `extra`."""
-        path = Path(directory)
+        """Restore what `save_checkpoint` wrote (same world size for the per-rank file); returns the saved `extra`.
+
+        `directory` may be an fsspec URL (downloaded to a temporary directory first)."""
+        with local_directory_for_reading(directory) as local:
+            return self._load_local_checkpoint(Path(local), directory)
+
+    def _load_local_checkpoint(self, path: Path, directory: str | os.PathLike[str]) -> dict[str, Any]:
         own_file = path / EXTRA_STATE_FILE.format(rank=self.rank)
         if not own_file.exists():
-            raise FileNotFoundError(f"{own_file} is missing: not a checkpoint of this worker group (or other ranks)")
+            raise FileNotFoundError(
+                f"{directory}/{own_file.name} is missing: not a checkpoint of this worker group (or other ranks)"
+            )
         state = self._sharded_state()
         dcp.load(state, checkpoint_id=str(path))
         if self.optimizer is None:
@@ -222,8 +232,8 @@ class FSDP2Strategy:
         """Gather the weights and write a Hugging Face model folder (config, safetensors, tokenizer) from rank 0."""
         state = self.full_state_dict()
         if self.rank == 0:
-            Path(directory).mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(str(directory), state_dict=state, safe_serialization=True)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(str(directory))
+            with local_directory_for_writing(directory) as local:  # a URL is written locally, then uploaded
+                self.model.save_pretrained(local, state_dict=state, safe_serialization=True)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(local)
         dist.barrier()
