@@ -73,6 +73,7 @@ class HFInferenceEngine(InferenceEngine):
         self._inflight = 0
         self._asleep = False
         self._weights_discarded = False
+        self._kept_buffers: dict[str, torch.Tensor] = {}
         self._closed = False
         self.compute_clock = ComputeClock()
         """Seconds spent decoding batches (read by the framework-overhead benchmark)."""
@@ -294,6 +295,9 @@ class HFInferenceEngine(InferenceEngine):
         await self.pause()
         with self._model_lock:
             if level == 2:
+                # Buffers (e.g. rotary inv_freq, non-persistent so never in a state dict or a weight sync) are small
+                # and derived from the config: keep them so wake_up does not leave them as uninitialised memory.
+                self._kept_buffers = {name: buf.detach().clone() for name, buf in self.model.named_buffers()}
                 self.model.to("meta")
                 self._weights_discarded = True
             self._asleep = True
@@ -304,6 +308,11 @@ class HFInferenceEngine(InferenceEngine):
             if self._weights_discarded:
                 self.model.to_empty(device=self.device)
                 self.model.tie_weights()
+                buffers = dict(self.model.named_buffers())
+                with torch.no_grad():
+                    for name, kept in self._kept_buffers.items():
+                        buffers[name].copy_(kept)
+                self._kept_buffers = {}
             self._asleep = False
         await self.resume()
 

@@ -147,11 +147,16 @@ def test_sleep_level_two_discards_weights_until_a_full_update(tokenizer, model):
     greedy = SamplingParams(max_tokens=6, temperature=0)
     reference = _run(engine, prompt_token_ids=prompt, sampling_params=greedy)
     saved = {k: v.clone() for k, v in model.state_dict().items()}
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    assert any(name not in saved for name in buffers)  # a non-persistent buffer no weight sync would ever send
 
     async def cycle():
         await engine.sleep(level=2)
         assert next(engine.model.parameters()).device.type == "meta"
         await engine.wake_up()
+        # Buffers come back exactly, not as whatever memory to_empty happened to hand out.
+        for name, value in engine.model.named_buffers():
+            assert torch.equal(value, buffers[name]), name
         with pytest.raises(RuntimeError, match="weights were discarded"):
             await engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=greedy))
         with pytest.raises(ValueError, match="must send every parameter"):
