@@ -147,7 +147,8 @@ def main() -> int:
     print(f"{'part':34s} {'seconds':>9s} {'share':>7s}")
     for name, seconds, share in rows:
         print(f"{name:34s} {seconds:9.4f} {share:7.1%}")
-    step, compute = rows[-3][1], rows[-2][1]
+    seconds_of = {name: seconds for name, seconds, _ in rows}
+    step, compute = seconds_of["step"], seconds_of["model compute, total"]
     print(f"step time / model compute: {step / max(compute, 1e-9):.2f}x")
     return 0
 

@@ -74,12 +74,20 @@ async def evaluate(
     n_samples: int = 1,
     dump_path: Optional[Path] = None,
     tokenizer: Any = None,
+    batch_size: Optional[int] = None,
 ) -> dict[str, float]:
-    """Run the eval prompts through the generator; return the eval metrics and optionally dump the rollouts."""
+    """Run the eval prompts through the generator, `batch_size` prompts (each with its `n_samples`) per generate
+    call (all at once when None); return the eval metrics and optionally dump the rollouts."""
     if not items:
         return {}
-    output = await generator.generate(build_eval_input(items, n_samples, sampling_params))
-    metrics = eval_metrics(output.trajectories, n_samples)
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"evaluate: batch_size must be >= 1 or None, got {batch_size}")
+    step = batch_size or len(items)
+    trajectories: list[Trajectory] = []
+    for start in range(0, len(items), step):
+        output = await generator.generate(build_eval_input(items[start : start + step], n_samples, sampling_params))
+        trajectories.extend(output.trajectories)
+    metrics = eval_metrics(trajectories, n_samples)
     if dump_path is not None and tokenizer is not None:
-        dump_trajectories(output.trajectories, {str(i["uid"]): i for i in items}, dump_path, tokenizer)
+        dump_trajectories(trajectories, {str(i["uid"]): i for i in items}, dump_path, tokenizer)
     return metrics

@@ -274,6 +274,7 @@ class RayPPOTrainer:
                 n_samples=self.cfg.generator.eval_n_samples_per_prompt,
                 dump_path=Path(local) / f"global_step_{self.global_step}.jsonl",
                 tokenizer=self.tokenizer,
+                batch_size=self.cfg.trainer.eval_batch_size,
             )
 
 

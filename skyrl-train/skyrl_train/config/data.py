@@ -31,4 +31,5 @@ class DataConfig:
     """Seed of the training-data shuffle, so a resumed run sees the same order."""
 
     num_workers: int = 8
-    """Worker processes of the dataloader and of the prompt-length filter; 0 loads in the main process."""
+    """Worker processes for loading data. Accepted for compatibility but has no effect: prompts are loaded and
+    length-filtered in the driver process (fast for parquet/jsonl prompt files)."""

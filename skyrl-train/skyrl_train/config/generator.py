@@ -94,7 +94,8 @@ class ChatTemplateConfig:
     Jinja template file."""
 
     name_or_path: str | None = None
-    """Template name (for `source: name`) or path to a Jinja file (for `source: file`); null uses the tokenizer's."""
+    """Template name (for `source: name`: `chatml`, or `qwen3_without_thinking`, which drops `<think>` blocks from
+    assistant turns) or path to a Jinja file (for `source: file`); null uses the tokenizer's."""
 
 
 @dataclass

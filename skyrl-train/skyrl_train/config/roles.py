@@ -63,7 +63,8 @@ class OptimizerConfig:
     """Optimizer steps of linear warm-up from 0 to `lr`."""
 
     offload_after_step: bool = True
-    """When colocated, move the optimizer state to CPU after each step to free GPU memory for the engines."""
+    """When colocated, move the optimizer state to CPU after each step to free GPU memory for the engines. Not
+    implemented yet (no effect): the FSDP2 workers keep optimizer state on their device; use `fsdp.cpu_offload`."""
 
 
 @dataclass

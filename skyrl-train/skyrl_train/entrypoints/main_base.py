@@ -23,6 +23,7 @@ from skyrl_train.generators import SkyRLGymGenerator
 from skyrl_train.generators.from_config import generator_settings_from_config
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.ray_engine import create_engine_actors
+from skyrl_train.models.chat_templates import apply_chat_template_config
 from skyrl_train.models.loading import load_tokenizer
 from skyrl_train.placement import Placement, init_ray, plan_placement
 from skyrl_train.trainer import RayPPOTrainer, TrainResult, optimizer_steps_per_training_step, total_training_steps
@@ -57,8 +58,9 @@ class BasePPOExp:
         return roles
 
     def get_tokenizer(self) -> Any:
-        """The policy model's tokenizer."""
-        return load_tokenizer(self.cfg.trainer.policy.model.path)
+        """The policy model's tokenizer, with the chat template `generator.chat_template` selects."""
+        tokenizer = load_tokenizer(self.cfg.trainer.policy.model.path)
+        return apply_chat_template_config(tokenizer, self.cfg.generator.chat_template)
 
     def _dataset(self, files: list[str], tokenizer: Any) -> PromptDataset:
         data = self.cfg.data
