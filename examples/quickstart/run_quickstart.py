@@ -22,9 +22,19 @@ from skyrl_train.config import SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.models.embedded import get_embedded_model, read_description
 from skyrl_train.models.warm_start import WarmStartSettings
+from skyrl_train.weight_sync.strategy import resolve_strategy_name
 
 MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)
 """The embedded model: 2-digit addition, ~0.4 M parameters, warm-started until greedy accuracy first reaches 20 %."""
+
+
+def describe_stack(cfg: SkyRLConfig) -> str:
+    """E.g. `2 FSDP2 ranks + 2 colocated hf engines, shm weight sync`, from the config actually used."""
+    placement, engine = cfg.trainer.placement, cfg.generator.inference_engine
+    ranks = placement.policy_num_nodes * placement.policy_num_gpus_per_node
+    where = "colocated" if placement.colocate_all else "separate"
+    sync = resolve_strategy_name(engine.weight_sync_backend, placement.colocate_all, cfg.resolved_device())
+    return f"{ranks} FSDP2 ranks + {engine.num_engines} {where} {engine.backend} engines, {sync} weight sync"
 
 
 def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
@@ -110,8 +120,8 @@ def main() -> int:
     )
     print(f"  data: {data_dir}", flush=True)
 
-    print("quickstart: [3/3] GRPO on Ray (2 FSDP2 ranks + 2 colocated hf engines, shm weight sync)", flush=True)
     cfg = SkyRLConfig.from_cli_overrides(quickstart_overrides(str(model_dir), data_dir, out_dir) + args.overrides)
+    print(f"quickstart: [3/3] GRPO on Ray ({describe_stack(cfg)})", flush=True)
     experiment = BasePPOExp(cfg)
     result = experiment.run()
     key = f"eval/all/pass_at_{cfg.generator.eval_n_samples_per_prompt}"

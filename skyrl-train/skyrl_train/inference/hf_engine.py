@@ -11,30 +11,21 @@ import asyncio
 import difflib
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Optional
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.sampling import sample_next_tokens
 from skyrl_train.inference.stopping import StopChecker, trim_stop_string
-from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
+from skyrl_train.inference.types import SamplingParams
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
 
 
-@dataclass
-class _Pending:
-    prompts: list[list[int]]
-    params: SamplingParams
-    seeds: list[Optional[int]]
-    future: asyncio.Future
-    results: list[Any] = field(default_factory=list)
-
-
-class HFInferenceEngine(InferenceEngine):
+class HFInferenceEngine(QueuedEngine):
     """Generation with a Hugging Face causal LM held in this process.
 
     Args:
@@ -53,11 +44,11 @@ class HFInferenceEngine(InferenceEngine):
         max_model_len: Optional[int] = None,
         batch_wait_s: float = 0.002,
     ) -> None:
+        super().__init__(
+            tokenizer, max_model_len or int(getattr(model.config, "max_position_embeddings", 2048)), batch_wait_s
+        )
         self.model = model.eval()
-        self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
-        self.max_model_len = max_model_len or int(getattr(model.config, "max_position_embeddings", 2048))
-        self.batch_wait_s = batch_wait_s
         self.device = next(model.parameters()).device
         eos = model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
@@ -67,14 +58,9 @@ class HFInferenceEngine(InferenceEngine):
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
         self._version = 0
         self._model_lock = threading.Lock()
-        self._queue: list[_Pending] = []
-        self._drainer: Optional[asyncio.Task] = None
-        self._admitting: Optional[asyncio.Event] = None
-        self._inflight = 0
         self._asleep = False
         self._weights_discarded = False
         self._kept_buffers: dict[str, torch.Tensor] = {}
-        self._closed = False
         self.compute_clock = ComputeClock()
         """Seconds spent decoding batches (read by the framework-overhead benchmark)."""
 
@@ -84,80 +70,31 @@ class HFInferenceEngine(InferenceEngine):
         """The version of the weights being served."""
         return self._version
 
-    def _admission(self) -> asyncio.Event:
-        if self._admitting is None:
-            self._admitting = asyncio.Event()
-            self._admitting.set()
-        return self._admitting
-
-    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
-        """Generate `n` completions per prompt; concurrent calls share batches."""
-        if self._closed:
-            raise RuntimeError("HFInferenceEngine.generate called after teardown()")
-        await self._admission().wait()
+    def _check_servable(self) -> None:
         if self._asleep or self._weights_discarded:
             raise RuntimeError(
                 "HFInferenceEngine is asleep or its weights were discarded (sleep level 2); "
                 "call wake_up() and update_weights() before generate()"
             )
-        prompts = self._prompt_ids(request)
-        params = request.sampling_params
-        for index, prompt in enumerate(prompts):
-            if len(prompt) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {index} has {len(prompt)} tokens; the engine's max_model_len is {self.max_model_len}"
-                )
-        self._inflight += 1
-        try:
-            future = asyncio.get_running_loop().create_future()
-            self._queue.append(_Pending(prompts, params, request.prompt_seeds(), future))
-            if self._drainer is None or self._drainer.done():
-                self._drainer = asyncio.create_task(self._drain())
-            rows = await future
-        finally:
-            self._inflight -= 1
-        texts, ids, logprobs, reasons = zip(*rows) if rows else ((), (), (), ())
-        return InferenceEngineOutput(
-            responses=list(texts),
-            response_ids=[list(x) for x in ids],
-            stop_reasons=list(reasons),
-            response_logprobs=[list(x) for x in logprobs] if params.logprobs else None,
-            weight_version=self._version,
-        )
 
-    def _prompt_ids(self, request: InferenceEngineInput) -> list[list[int]]:
-        if request.prompt_token_ids is not None:
-            for index, ids in enumerate(request.prompt_token_ids):
-                if not ids:
-                    raise ValueError(f"prompt_token_ids[{index}] is empty; every prompt needs at least one token")
-            return [list(ids) for ids in request.prompt_token_ids]
-        rendered = []
-        for messages in request.prompts:
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            rendered.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
-        return rendered
-
-    async def _drain(self) -> None:
-        """Run queued requests in batches until the queue is empty."""
-        while self._queue:
-            await asyncio.sleep(self.batch_wait_s)
-            pending, self._queue = self._queue, []
-            for group in self._group(pending):
-                try:
-                    await self._run_group(group)
-                except Exception as exc:  # hand the failure to every caller in the group
-                    for item in group:
-                        if not item.future.done():
-                            item.future.set_exception(exc)
+    async def _serve(self, pending: list[PendingRequest]) -> None:
+        """Decode requests with equal sampling params together; a failing group fails only its own callers."""
+        for group in self._group(pending):
+            try:
+                await self._run_group(group)
+            except Exception as exc:
+                for item in group:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
 
     @staticmethod
-    def _group(pending: list[_Pending]) -> list[list[_Pending]]:
-        groups: dict[Any, list[_Pending]] = {}
+    def _group(pending: list[PendingRequest]) -> list[list[PendingRequest]]:
+        groups: dict[Any, list[PendingRequest]] = {}
         for item in pending:  # a seed is per row (its own generator), so seeded requests can share a batch
             groups.setdefault(replace(item.params, seed=None), []).append(item)
         return list(groups.values())
 
-    async def _run_group(self, group: list[_Pending]) -> None:
+    async def _run_group(self, group: list[PendingRequest]) -> None:
         params = group[0].params
         flat = [(item, prompt, seed) for item in group for prompt, seed in zip(item.prompts, item.seeds)]
         per_chunk = max(1, self.max_batch_size // params.n)
@@ -277,16 +214,6 @@ class HFInferenceEngine(InferenceEngine):
         return results
 
     # ----- lifecycle --------------------------------------------------------------------------------------------
-    async def pause(self) -> None:
-        """Hold new generate calls; return once the in-flight ones finished."""
-        self._admission().clear()
-        while self._inflight > 0:
-            await asyncio.sleep(0.001)
-
-    async def resume(self) -> None:
-        """Admit generate calls again."""
-        self._admission().set()
-
     async def sleep(self, level: int = 1) -> None:
         """Level 1: weights stay (on CPU there is nothing to offload to) and caches are dropped; level 2: weights
         are discarded, so `update_weights` with every parameter must follow `wake_up`."""

@@ -19,14 +19,13 @@ import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
 
-from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.stopping import trim_stop_string
-from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
+from skyrl_train.inference.types import SamplingParams
 from skyrl_train.inference.vllm_weights import (
     QWEN_PACKED_MODULES,
     ModuleGroupBuffer,
@@ -74,16 +73,7 @@ def _named_parameters(worker: Any) -> list[tuple[str, torch.Tensor]]:
     return [(name, tensor.detach().cpu()) for name, tensor in worker.model_runner.model.named_parameters()]
 
 
-@dataclass
-class _Request:
-    prompts: list[list[int]]
-    params: SamplingParams
-    seeds: list[Optional[int]]
-    future: asyncio.Future
-    results: list[tuple] = field(default_factory=list)
-
-
-class VLLMInferenceEngine(InferenceEngine):
+class VLLMInferenceEngine(QueuedEngine):
     """Generation with a `vllm.LLM` held in this process.
 
     Args:
@@ -141,13 +131,11 @@ class VLLMInferenceEngine(InferenceEngine):
         self._vllm_sampling_params = vllm.SamplingParams
         self._tokens_prompt = vllm.inputs.TokensPrompt
         model_config = self.llm.llm_engine.model_config
-        self.max_model_len = int(model_config.max_model_len)
+        super().__init__(self.llm.get_tokenizer(), int(model_config.max_model_len), batch_wait_s)
         self.hf_config = model_config.hf_config
-        self.tokenizer = self.llm.get_tokenizer()
         self.packed_modules = self.llm.collective_rpc(_packed_modules)[0] or QWEN_PACKED_MODULES
         vllm_names = [name for name, _ in self.llm.collective_rpc(_named_parameters)[0]]
         self._parts = ModuleGroupBuffer(module_groups(vllm_names, self.packed_modules))
-        self.batch_wait_s = batch_wait_s
         self.compute_clock = ComputeClock()
         """Seconds spent in vLLM's generate (read by the framework-overhead benchmark)."""
         # vLLM's CPU attention kernels check that a batch runs with the OpenMP thread count its metadata was built
@@ -161,56 +149,14 @@ class VLLMInferenceEngine(InferenceEngine):
         )
         self._version = 0
         self._lock = threading.Lock()
-        self._queue: list[_Request] = []
-        self._drainer: Optional[asyncio.Task] = None
-        self._admitting: Optional[asyncio.Event] = None
-        self._inflight = 0
         self._asleep = False
         self._weights_discarded = False
-        self._closed = False
 
     # ----- generation -----------------------------------------------------------------------------------------
     @property
     def weight_version(self) -> int:
         """The version of the weights being served."""
         return self._version
-
-    def _admission(self) -> asyncio.Event:
-        if self._admitting is None:
-            self._admitting = asyncio.Event()
-            self._admitting.set()
-        return self._admitting
-
-    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
-        """Generate `n` completions per prompt; concurrent calls are scheduled by vLLM together."""
-        if self._closed:
-            raise RuntimeError("VLLMInferenceEngine.generate called after teardown()")
-        await self._admission().wait()
-        self._check_servable()
-        prompts = self._prompt_ids(request)
-        for index, prompt in enumerate(prompts):
-            if len(prompt) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {index} has {len(prompt)} tokens; the engine's max_model_len is {self.max_model_len}"
-                )
-        params = request.sampling_params
-        self._inflight += 1
-        try:
-            future = asyncio.get_running_loop().create_future()
-            self._queue.append(_Request(prompts, params, request.prompt_seeds(), future))
-            if self._drainer is None or self._drainer.done():
-                self._drainer = asyncio.create_task(self._drain())
-            rows = await future
-        finally:
-            self._inflight -= 1
-        texts, ids, logprobs, reasons = zip(*rows) if rows else ((), (), (), ())
-        return InferenceEngineOutput(
-            responses=list(texts),
-            response_ids=[list(x) for x in ids],
-            stop_reasons=list(reasons),
-            response_logprobs=[list(x) for x in logprobs] if params.logprobs else None,
-            weight_version=self._version,
-        )
 
     async def _in_worker(self, function: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
@@ -229,18 +175,6 @@ class VLLMInferenceEngine(InferenceEngine):
                 "every part of fused q/k/v and gate/up included)"
             )
 
-    def _prompt_ids(self, request: InferenceEngineInput) -> list[list[int]]:
-        if request.prompt_token_ids is not None:
-            for index, ids in enumerate(request.prompt_token_ids):
-                if not ids:
-                    raise ValueError(f"prompt_token_ids[{index}] is empty; every prompt needs at least one token")
-            return [list(ids) for ids in request.prompt_token_ids]
-        rendered = []
-        for messages in request.prompts:
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            rendered.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
-        return rendered
-
     def vllm_params(self, params: SamplingParams, seed: Optional[int], prompt_length: int) -> Any:
         """The `vllm.SamplingParams` of one sample (n=1) of a prompt of `prompt_length` tokens."""
         return self._vllm_sampling_params(
@@ -258,22 +192,13 @@ class VLLMInferenceEngine(InferenceEngine):
             logprobs=0 if params.logprobs else None,
         )
 
-    async def _drain(self) -> None:
-        """Hand queued requests to vLLM in batches until the queue is empty."""
-        while self._queue:
-            await asyncio.sleep(self.batch_wait_s)
-            pending, self._queue = self._queue, []
-            try:
-                rows = await self._in_worker(self._generate_locked, pending)
-            except Exception as exc:  # hand the failure to every caller in the batch
-                for item in pending:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
-                continue
-            for item, item_rows in zip(pending, rows):
-                item.future.set_result(item_rows)
+    async def _serve(self, pending: list[PendingRequest]) -> None:
+        """Hand every pending request to vLLM in one generate call (vLLM schedules them together)."""
+        rows = await self._in_worker(self._generate_locked, pending)
+        for item, item_rows in zip(pending, rows):
+            item.future.set_result(item_rows)
 
-    def _generate_locked(self, pending: list[_Request]) -> list[list[tuple]]:
+    def _generate_locked(self, pending: list[PendingRequest]) -> list[list[tuple]]:
         prompts, sampling, owners = [], [], []
         for index, item in enumerate(pending):
             for prompt, seed in zip(item.prompts, item.seeds):
@@ -300,16 +225,6 @@ class VLLMInferenceEngine(InferenceEngine):
         return text, ids, logprobs, reason
 
     # ----- lifecycle --------------------------------------------------------------------------------------------
-    async def pause(self) -> None:
-        """Hold new generate calls; return once the in-flight ones finished."""
-        self._admission().clear()
-        while self._inflight > 0:
-            await asyncio.sleep(0.001)
-
-    async def resume(self) -> None:
-        """Admit generate calls again."""
-        self._admission().set()
-
     async def sleep(self, level: int = 1) -> None:
         """On CUDA, vLLM's sleep mode (level 1 offloads weights, level 2 discards them, so a full `update_weights`
         must follow `wake_up`); on CPU, where vLLM has no sleep mode, only the prefix cache is dropped."""

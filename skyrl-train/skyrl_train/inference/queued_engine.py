@@ -1,0 +1,126 @@
+"""`QueuedEngine`: the request side shared by the in-process engines (`hf`, `vllm`).
+
+It admits generate calls (`pause` / `resume`), renders and checks their prompts, and queues them; a drain task
+takes everything queued after `batch_wait_s` and hands it to the subclass's `_serve`, so concurrent calls (the
+trajectories of a multi-turn rollout each asking for one completion) decode together.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
+
+
+@dataclass
+class PendingRequest:
+    """One queued generate call: its rendered prompts, params, per-prompt seeds, and the future its caller awaits
+    (resolved with one `(text, ids, logprobs, stop_reason)` row per prompt x n, prompt-major)."""
+
+    prompts: list[list[int]]
+    params: SamplingParams
+    seeds: list[Optional[int]]
+    future: asyncio.Future
+    results: list[tuple] = field(default_factory=list)
+
+
+class QueuedEngine(InferenceEngine):
+    """Admission, prompt rendering and batching for engines held in this process.
+
+    Subclasses implement `_check_servable` (raise when the engine cannot generate now) and `_serve(pending)`
+    (resolve the future of every pending request); an exception `_serve` raises fails every request it was given
+    that is still unresolved.
+    """
+
+    def __init__(self, tokenizer: Any, max_model_len: int, batch_wait_s: float) -> None:
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.batch_wait_s = batch_wait_s
+        self._queue: list[PendingRequest] = []
+        self._drainer: Optional[asyncio.Task] = None
+        self._admitting: Optional[asyncio.Event] = None
+        self._inflight = 0
+        self._closed = False
+
+    @abc.abstractmethod
+    def _check_servable(self) -> None:
+        """Raise if the engine cannot generate now (asleep, weights missing)."""
+
+    @abc.abstractmethod
+    async def _serve(self, pending: list[PendingRequest]) -> None:
+        """Generate for every pending request and resolve its future."""
+
+    def _admission(self) -> asyncio.Event:
+        if self._admitting is None:
+            self._admitting = asyncio.Event()
+            self._admitting.set()
+        return self._admitting
+
+    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
+        """Generate `n` completions per prompt; concurrent calls share batches."""
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__}.generate called after teardown()")
+        await self._admission().wait()
+        self._check_servable()
+        prompts = self._prompt_ids(request)
+        for index, prompt in enumerate(prompts):
+            if len(prompt) >= self.max_model_len:
+                raise ValueError(
+                    f"prompt {index} has {len(prompt)} tokens; the engine's max_model_len is {self.max_model_len}"
+                )
+        params = request.sampling_params
+        self._inflight += 1
+        try:
+            future = asyncio.get_running_loop().create_future()
+            self._queue.append(PendingRequest(prompts, params, request.prompt_seeds(), future))
+            if self._drainer is None or self._drainer.done():
+                self._drainer = asyncio.create_task(self._drain())
+            rows = await future
+        finally:
+            self._inflight -= 1
+        texts, ids, logprobs, reasons = zip(*rows) if rows else ((), (), (), ())
+        return InferenceEngineOutput(
+            responses=list(texts),
+            response_ids=[list(x) for x in ids],
+            stop_reasons=list(reasons),
+            response_logprobs=[list(x) for x in logprobs] if params.logprobs else None,
+            weight_version=self.weight_version,
+        )
+
+    def _prompt_ids(self, request: InferenceEngineInput) -> list[list[int]]:
+        if request.prompt_token_ids is not None:
+            for index, ids in enumerate(request.prompt_token_ids):
+                if not ids:
+                    raise ValueError(f"prompt_token_ids[{index}] is empty; every prompt needs at least one token")
+            return [list(ids) for ids in request.prompt_token_ids]
+        rendered = []
+        for messages in request.prompts:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            rendered.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+        return rendered
+
+    async def _drain(self) -> None:
+        """Serve queued requests in batches until the queue is empty."""
+        while self._queue:
+            await asyncio.sleep(self.batch_wait_s)
+            pending, self._queue = self._queue, []
+            try:
+                await self._serve(pending)
+            except Exception as exc:  # hand the failure to every caller still waiting
+                for item in pending:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+
+    async def pause(self) -> None:
+        """Hold new generate calls; return once the in-flight ones finished."""
+        self._admission().clear()
+        while self._inflight > 0:
+            await asyncio.sleep(0.001)
+
+    async def resume(self) -> None:
+        """Admit generate calls again."""
+        self._admission().set()
