@@ -8,15 +8,17 @@ temperature)`, which is the contract of `SamplingParams` when no top-k/top-p/min
 vLLM reports the log-probability under the filtered, renormalised distribution.
 
 Weights: `update_weights` loads HF-named tensors through the worker's in-place `reload_weights`, holding a vLLM
-module's tensors (all of fused q/k/v or gate/up, weight and bias) until the module is complete (see `vllm_weights`). Sleep: on CUDA the real
-vLLM sleep mode; vLLM has none on CPU, so there sleep only pauses and drops the prefix cache.
+module's tensors (all of fused q/k/v or gate/up, weight and bias) until the module is complete (see
+`vllm_weights`). Sleep: on CUDA the real vLLM sleep mode; vLLM has none on CPU, so there sleep only pauses and
+drops the prefix cache.
+
+Every call into vLLM runs in one worker thread, which serialises them without a lock and keeps the event loop free.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
@@ -67,6 +69,10 @@ def prepare_vllm_environment(device: str, num_threads: int) -> None:
 def _packed_modules(worker: Any) -> Optional[dict[str, list[str]]]:
     mapping = getattr(worker.model_runner.model, "packed_modules_mapping", None)
     return {fused: list(parts) for fused, parts in mapping.items()} if mapping else None
+
+
+def _parameter_names(worker: Any) -> list[str]:
+    return [name for name, _ in worker.model_runner.model.named_parameters()]
 
 
 def _named_parameters(worker: Any) -> list[tuple[str, torch.Tensor]]:
@@ -134,13 +140,13 @@ class VLLMInferenceEngine(QueuedEngine):
         super().__init__(self.llm.get_tokenizer(), int(model_config.max_model_len), batch_wait_s)
         self.hf_config = model_config.hf_config
         self.packed_modules = self.llm.collective_rpc(_packed_modules)[0] or QWEN_PACKED_MODULES
-        vllm_names = [name for name, _ in self.llm.collective_rpc(_named_parameters)[0]]
+        vllm_names = self.llm.collective_rpc(_parameter_names)[0]
         self._parts = ModuleGroupBuffer(module_groups(vllm_names, self.packed_modules))
         self.compute_clock = ComputeClock()
         """Seconds spent in vLLM's generate (read by the framework-overhead benchmark)."""
         # vLLM's CPU attention kernels check that a batch runs with the OpenMP thread count its metadata was built
-        # with; a fresh Python thread starts with the machine's default, so every vLLM call runs in one worker
-        # thread set to this thread's count (torch._C's setter: vLLM replaces torch.set_num_threads with a no-op).
+        # with; a fresh Python thread starts with the machine's default, so the worker thread every vLLM call runs
+        # in is set to this thread's count (torch._C's setter: vLLM replaces torch.set_num_threads with a no-op).
         self._executor = ThreadPoolExecutor(
             max_workers=1,
             thread_name_prefix="vllm-engine",
@@ -148,7 +154,6 @@ class VLLMInferenceEngine(QueuedEngine):
             initargs=(torch.get_num_threads(),),
         )
         self._version = 0
-        self._lock = threading.Lock()
         self._asleep = False
         self._weights_discarded = False
 
@@ -194,11 +199,11 @@ class VLLMInferenceEngine(QueuedEngine):
 
     async def _serve(self, pending: list[PendingRequest]) -> None:
         """Hand every pending request to vLLM in one generate call (vLLM schedules them together)."""
-        rows = await self._in_worker(self._generate_locked, pending)
+        rows = await self._in_worker(self._generate_batch, pending)
         for item, item_rows in zip(pending, rows):
             item.future.set_result(item_rows)
 
-    def _generate_locked(self, pending: list[PendingRequest]) -> list[list[tuple]]:
+    def _generate_batch(self, pending: list[PendingRequest]) -> list[list[tuple]]:
         prompts, sampling, owners = [], [], []
         for index, item in enumerate(pending):
             for prompt, seed in zip(item.prompts, item.seeds):
@@ -207,7 +212,7 @@ class VLLMInferenceEngine(QueuedEngine):
                     sample_seed = None if seed is None else seed + sample
                     sampling.append(self.vllm_params(item.params, sample_seed, len(prompt)))
                     owners.append(index)
-        with self._lock, self.compute_clock("generate"):
+        with self.compute_clock("generate"):
             outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         rows: list[list[tuple]] = [[] for _ in pending]
         for owner, output in zip(owners, outputs):
@@ -231,41 +236,35 @@ class VLLMInferenceEngine(QueuedEngine):
         if level not in (1, 2):
             raise ValueError(f"sleep level must be 1 or 2, got {level}")
         await self.pause()
-        with self._lock:
-            if self.on_gpu:
-                self.llm.sleep(level=level)
-                self._weights_discarded = level == 2
-            else:
-                self.llm.reset_prefix_cache()
-            self._asleep = True
+        if self.on_gpu:
+            await self._in_worker(lambda: self.llm.sleep(level=level))
+            self._weights_discarded = level == 2
+        else:
+            await self._in_worker(self.llm.reset_prefix_cache)
+        self._asleep = True
 
     async def wake_up(self) -> None:
         """Undo `sleep`."""
-        with self._lock:
-            if self.on_gpu:
-                self.llm.wake_up()
-            self._asleep = False
+        if self.on_gpu:
+            await self._in_worker(self.llm.wake_up)
+        self._asleep = False
         await self.resume()
 
     async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Load HF-named tensors in place (fused parts once their group is complete) and serve them as `version`."""
-        await self._in_worker(self._update_weights_locked, list(named_tensors), version)
+        await self._in_worker(self._update_weights, list(named_tensors), version)
 
-    def _update_weights_locked(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+    def _update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
         ready = self._parts.add(named_tensors)
-        with self._lock:
-            if ready:
-                self.llm.collective_rpc(
-                    "reload_weights", kwargs={"weights_iterator": ready, "is_checkpoint_format": True}
-                )
-                self.llm.reset_prefix_cache()
-            self._weights_discarded = False
-            self._version = version
+        if ready:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ready, "is_checkpoint_format": True})
+            self.llm.reset_prefix_cache()
+        self._weights_discarded = False
+        self._version = version
 
     async def reset_prefix_cache(self) -> None:
         """Drop vLLM's cached prefixes."""
-        with self._lock:
-            self.llm.reset_prefix_cache()
+        await self._in_worker(self.llm.reset_prefix_cache)
 
     async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
         """Checksums of the served parameters under HF names (fused ones sliced back into their parts).
@@ -283,9 +282,7 @@ class VLLMInferenceEngine(QueuedEngine):
     async def teardown(self) -> None:
         """Release vLLM; the engine is unusable afterwards."""
         self._closed = True
-        with self._lock:
-            engine_core = getattr(self.llm.llm_engine, "engine_core", None)
-            shutdown = getattr(engine_core, "shutdown", None)
-            if callable(shutdown):
-                shutdown()
+        shutdown = getattr(getattr(self.llm.llm_engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):
+            await self._in_worker(shutdown)
         self._executor.shutdown(wait=False)
