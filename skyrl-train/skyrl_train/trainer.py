@@ -1,9 +1,10 @@
 """`RayPPOTrainer`: the synchronous RL loop. One step reads top to bottom:
 
-    generate -> rewards -> old/ref logprobs and values -> advantages -> critic and policy updates -> weight sync -> log
+    rollouts -> old/ref logprobs and values -> KL in reward -> advantages -> critic and policy updates -> sync -> log
 
-Each arrow is one call into one room: the generator (rollouts through the engines), the worker groups (FSDP2 ranks
-on Ray), the algorithm library (advantages), and the weight-sync strategy (engines serve the new weights).
+Each arrow is one call into one room: the rollout collector (generation through the engines, reward shaping and
+dynamic sampling), the worker groups (FSDP2 ranks on Ray), the algorithm library (KL, advantages), and the
+weight-sync strategy (engines serve the new weights).
 """
 
 from __future__ import annotations
@@ -17,20 +18,22 @@ from typing import Any, Optional
 
 import torch
 
-from skyrl_train.algorithms import compute_advantages, kl_estimate, make_kl_controller
-from skyrl_train.algorithms.masked import masked_mean
+from skyrl_train.algorithms import compute_advantages, kl_estimate, kl_in_reward, make_kl_controller
+from skyrl_train.algorithms.masked import masked_mean, masked_whiten
 from skyrl_train.evaluation import evaluate
 from skyrl_train.generators.base import GeneratorInterface
 from skyrl_train.generators.from_config import sampling_params_from_config
 from skyrl_train.generators.metrics import pass_at_n
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
 from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.rollouts import RolloutCollector
 from skyrl_train.trainer_checkpoints import TrainerCheckpoints
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.timer import PhaseTimer
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy
+from skyrl_train.workers.accounting import reduction_denominator
 from skyrl_train.workers.group import WorkerGroup
 
 logger = logging.getLogger(__name__)
@@ -77,21 +80,24 @@ class RayPPOTrainer:
             ctrl = self.algorithm.kl_ctrl
             self.kl_controller = make_kl_controller(ctrl.type, ctrl.kl_coef, ctrl.kl_target, ctrl.horizon)
         self.checkpoints = TrainerCheckpoints(cfg, policy, critic, train_loader)
+        self.rollouts = RolloutCollector(cfg, generator, self.generator_input, self.next_batch)
         self.global_step = 0
         self.weight_version = 0
+        self.initial_eval: dict[str, float] = {}
+        self.sampled_groups_total = 0
 
     # ----- the loop -------------------------------------------------------------------------------------------------
     async def train(self) -> TrainResult:
         """Resume if configured, evaluate, then run steps until the data or `max_training_steps` runs out."""
         self.global_step = self.checkpoints.resume()
+        self.restore_state(self.checkpoints.resumed_extra)
         self.weight_version = self.global_step  # the sync below serves version step + 1, as in an unbroken run
         await self.sync_weights()  # engines serve exactly the policy's (possibly resumed) weights
-        initial_eval: dict[str, float] = {}
         if self.cfg.trainer.eval_before_train and self.global_step == 0:
-            initial_eval = await self.evaluate()
-            self.tracker.log(initial_eval, step=0)
+            self.initial_eval = await self.evaluate()
+            self.tracker.log(self.initial_eval, step=0)
         max_steps = self.total_steps()
-        final_eval = initial_eval
+        final_eval = self.initial_eval
         while self.global_step < max_steps:
             batch = self.next_batch()
             if batch is None:
@@ -102,12 +108,31 @@ class RayPPOTrainer:
             if interval > 0 and self.global_step % interval == 0 and self.global_step < max_steps:
                 metrics.update(await self.evaluate())
             self.tracker.log(metrics, step=self.global_step)
-            self.checkpoints.after_step(self.global_step, last=self.global_step >= max_steps)
+            self.checkpoints.after_step(self.global_step, self.state(), last=self.global_step >= max_steps)
         if self.eval_items:
             final_eval = await self.evaluate()
             self.tracker.log(final_eval, step=self.global_step)
-        self.checkpoints.at_end(self.global_step)
-        return TrainResult(self.global_step, initial_eval, final_eval, dict(self.tracker.history))
+        self.checkpoints.at_end(self.global_step, self.state())
+        return TrainResult(self.global_step, self.initial_eval, final_eval, dict(self.tracker.history))
+
+    def state(self) -> dict[str, Any]:
+        """Driver-side state a checkpoint keeps beyond the step and dataloader position: the KL-in-reward
+        coefficient (the adaptive controller moves it), the eval before training (so a resumed run still reports
+        it) and the count of sampled prompt groups."""
+        return {
+            "kl_coef": None if self.kl_controller is None else self.kl_controller.value,
+            "initial_eval": dict(self.initial_eval),
+            "sampled_groups_total": self.sampled_groups_total,
+        }
+
+    def restore_state(self, state: Optional[dict[str, Any]]) -> None:
+        """Apply what `state()` saved (nothing when starting fresh)."""
+        if not state:
+            return
+        if self.kl_controller is not None and state.get("kl_coef") is not None:
+            self.kl_controller.value = float(state["kl_coef"])
+        self.initial_eval = dict(state.get("initial_eval") or {})
+        self.sampled_groups_total = int(state.get("sampled_groups_total") or 0)
 
     def total_steps(self) -> int:
         """Steps in the run: `max_training_steps` if set, else epochs x batches per epoch."""
@@ -122,17 +147,20 @@ class RayPPOTrainer:
         timer = PhaseTimer()
         with timer("step"):
             with timer("generate"):
-                output = await self.generator.generate(self.generator_input(items))
+                rollouts = await self.rollouts.collect(items)
             if self.colocated:
                 await self.client.sleep()
             with timer("reward"):
+                output = rollouts.output
                 batch = TrainingBatch.from_trajectories(output.trajectories, self.tokenizer.pad_token_id)
                 metrics = reward_metrics(output, self.n_samples)
+                self.sampled_groups_total += rollouts.sampled_groups
+                metrics["trainer/sampled_groups_total"] = float(self.sampled_groups_total)
             with timer("fwd_logprobs"):
                 old_logprobs, ref_logprobs, values = await self.forward_passes(batch)
                 metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
             if self.kl_controller is not None:
-                self.apply_kl_in_reward(batch, old_logprobs, ref_logprobs, metrics)
+                metrics.update(self.apply_kl_in_reward(batch, old_logprobs, ref_logprobs))
             with timer("advantages"):
                 advantages, returns = self.advantages(batch, values)
             if self.critic is not None:
@@ -145,28 +173,29 @@ class RayPPOTrainer:
             with timer("weight_sync"):
                 metrics.update(await self.sync_weights())
         metrics.update(timer.metrics())
-        generated = float(batch.loss_mask.sum())
+        generated = float(batch.response_mask.sum())
         metrics["trainer/tokens_per_second"] = generated / max(timer.seconds["step"], 1e-9)
         metrics["trainer/global_step"] = float(self.global_step)
         return metrics
 
     # ----- phases -------------------------------------------------------------------------------------------------
-    def generator_input(self, items: list[dict[str, Any]]) -> GeneratorInput:
-        """Repeat each prompt `n_samples_per_prompt` times; samples of one prompt share its uid."""
+    def generator_input(self, items: list[dict[str, Any]], round_index: int = 0) -> GeneratorInput:
+        """Repeat each prompt `n_samples_per_prompt` times; samples of one prompt share a uid. `round_index` counts
+        the extra generation batches dynamic sampling draws within one step (their seeds and uids differ)."""
         repeated = [item for item in items for _ in range(self.n_samples)]
         base_seed = self.cfg.generator.sampling_params.seed
         seeds = None
-        if base_seed is not None:  # reproducible rollouts: a seed per (step, row), independent of engine batching
-            seeds = [
-                (base_seed * 1_000_003 + self.global_step * 100_003 + row * 101) % 2**31 for row in range(len(repeated))
-            ]
+        if base_seed is not None:  # reproducible rollouts: a seed per (step, round, row), independent of batching
+            offset = base_seed * 1_000_003 + self.global_step * 100_003 + round_index * 7_919_009
+            seeds = [(offset + row * 101) % 2**31 for row in range(len(repeated))]
+        prefix = f"{self.global_step}/" if round_index == 0 else f"{self.global_step}.{round_index}/"
         return GeneratorInput(
             seeds=seeds,
             prompts=[item["prompt"] for item in repeated],
             env_classes=[item["env_class"] for item in repeated],
             env_extras=[dict(item["env_extras"]) for item in repeated],
-            uids=[f"{self.global_step}/{item['uid']}" for item in repeated],
-            batch_metadata={"global_step": self.global_step, "training_phase": "train"},
+            uids=[f"{prefix}{item['uid']}" for item in repeated],
+            batch_metadata={"global_step": self.global_step, "training_phase": "train", "round": round_index},
         )
 
     async def forward_passes(self, batch: TrainingBatch):
@@ -182,31 +211,53 @@ class RayPPOTrainer:
         values = results.pop(0) if self.critic is not None else None
         return old, ref, values
 
-    def apply_kl_in_reward(self, batch, old_logprobs, ref_logprobs, metrics) -> None:
-        """Subtract `beta * KL(policy || ref)` per token from the rewards and update the KL controller."""
-        kl = kl_estimate(old_logprobs, ref_logprobs, self.algorithm.kl_estimator_type, batch.loss_mask)
-        batch.token_rewards = batch.token_rewards - self.kl_controller.value * kl
-        mean_kl = float(masked_mean(kl, batch.loss_mask))
-        self.kl_controller.update(mean_kl, n_steps=len(batch))
-        metrics.update({"reward/kl_penalty_coef": self.kl_controller.value, "reward/kl": mean_kl})
+    def apply_kl_in_reward(self, batch, old_logprobs, ref_logprobs) -> dict[str, float]:
+        """Subtract `beta * KL(policy || ref)` per generated token from the rewards (`algorithms.kl.kl_in_reward`),
+        then feed the controller the KL it documents: the mean over sequences of each sequence's summed KL."""
+        mask = batch.response_mask * batch.valid[:, None].to(batch.response_mask.dtype)
+        beta = self.kl_controller.value
+        estimator = self.algorithm.kl_estimator_type
+        batch.token_rewards, kl = kl_in_reward(batch.token_rewards, old_logprobs, ref_logprobs, mask, beta, estimator)
+        self.kl_controller.update(float(kl["kl"]), n_steps=int(batch.valid.sum()))
+        return {
+            "reward/kl_penalty_coef": beta,
+            "reward/kl_sequence_sum": float(kl["kl"]),
+            "reward/kl_token_mean": float(kl["kl_token_mean"]),
+        }
 
     def advantages(self, batch: TrainingBatch, values: Optional[torch.Tensor]):
-        """Advantages and returns from the configured estimator (`trainer.algorithm.advantage_estimator`)."""
-        return compute_advantages(
+        """Advantages and returns from the configured estimator (`trainer.algorithm.advantage_estimator`), over the
+        tokens the policy generated (`response_mask`) of the valid rows; rows whose env failed get 0. With
+        `advantage_batch_normalize` the advantages are then z-scored over the batch's trained tokens."""
+        rows = batch.valid.nonzero().squeeze(-1)
+        advantages = torch.zeros_like(batch.token_rewards)
+        returns = torch.zeros_like(batch.token_rewards)
+        if len(rows) == 0:
+            return advantages, returns
+        subset_advantages, subset_returns = compute_advantages(
             self.algorithm.advantage_estimator,
-            token_level_rewards=batch.token_rewards,
-            response_mask=batch.loss_mask,
-            index=batch.uids,
-            values=values,
+            token_level_rewards=batch.token_rewards[rows],
+            response_mask=batch.response_mask[rows],
+            index=[batch.uids[i] for i in rows.tolist()],
+            values=None if values is None else values[rows],
             gamma=self.algorithm.gamma,
             lambd=self.algorithm.lambd,
             norm_by_std=self.algorithm.grpo_norm_by_std,
         )
+        advantages[rows], returns[rows] = subset_advantages.float(), subset_returns.float()
+        if self.algorithm.advantage_batch_normalize and batch.loss_mask.sum() > 1:
+            advantages = masked_whiten(advantages, batch.loss_mask)
+        return advantages, returns
 
     def mini_batches(self, batch: TrainingBatch, prompts_per_mini_batch: int) -> list[list[int]]:
         """Row indices of each mini-batch: `prompts_per_mini_batch x n_samples` consecutive rows."""
         size = max(1, prompts_per_mini_batch * self.n_samples)
         return [list(range(start, min(start + size, len(batch)))) for start in range(0, len(batch), size)]
+
+    def loss_denominator(self, loss_mask: torch.Tensor) -> float:
+        """What `trainer.algorithm.loss_reduction` divides by over one whole mini-batch (before it is split over the
+        data-parallel ranks), so every rank normalises by the same number."""
+        return reduction_denominator(self.algorithm.loss_reduction, loss_mask, self.algorithm.max_seq_len)
 
     async def train_policy(self, batch, advantages, old_logprobs, ref_logprobs) -> dict[str, float]:
         """`update_epochs_per_batch` passes over the policy mini-batches: forward_backward, then an optimizer step."""
@@ -221,6 +272,7 @@ class RayPPOTrainer:
                     advantages=advantages[index],
                     old_logprobs=old_logprobs[index],
                     ref_logprobs=None if ref_logprobs is None else ref_logprobs[index],
+                    loss_denominator=self.loss_denominator(batch.loss_mask[index]),
                 )
                 grad_norms = await asyncio.to_thread(self.policy.run_all, "optim_step")
                 metrics["policy/grad_norm"] = float(grad_norms[0])
@@ -239,6 +291,7 @@ class RayPPOTrainer:
                     batch.select(rows),
                     returns=returns[index],
                     old_values=values[index],
+                    loss_denominator=self.loss_denominator(batch.loss_mask[index]),
                 )
                 grad_norms = await asyncio.to_thread(self.critic.run_all, "optim_step")
                 metrics["critic/grad_norm"] = float(grad_norms[0])
@@ -321,7 +374,7 @@ def reward_metrics(output: GeneratorOutput, n_samples: int) -> dict[str, float]:
 
 def logprob_metrics(batch: TrainingBatch, old: torch.Tensor, ref: Optional[torch.Tensor]) -> dict[str, float]:
     """Train-vs-rollout logprob difference (engine and trainer should agree for equal weights) and KL to ref."""
-    mask = batch.loss_mask
+    mask = batch.response_mask * batch.valid[:, None].to(batch.response_mask.dtype)
     metrics: dict[str, float] = {}
     if batch.rollout_logprobs is not None and mask.sum() > 0:
         diff = (old - batch.rollout_logprobs).abs()

@@ -31,6 +31,8 @@ class TrainerCheckpoints:
         self.last_exported: Optional[int] = None
         self.saved_paths: list[str] = []
         self.exported_paths: list[str] = []
+        self.resumed_extra: Optional[dict[str, Any]] = None
+        """The trainer's own state (`RayPPOTrainer.state()`) of the checkpoint resumed from; None when fresh."""
 
     def resume(self) -> int:
         """Load the checkpoint chosen by `resume_mode` (none | latest | path); returns the step to continue from."""
@@ -46,15 +48,17 @@ class TrainerCheckpoints:
         if state.dataloader:
             self.loader.load_state_dict(state.dataloader)
         self.last_saved = state.global_step
+        self.resumed_extra = dict(state.extra)
         return state.global_step
 
-    def save(self, step: int) -> str:
-        """Write checkpoint `step` atomically, then prune old ones; returns its directory."""
+    def save(self, step: int, extra: Optional[dict[str, Any]] = None) -> str:
+        """Write checkpoint `step` (with the trainer's own state `extra`) atomically, then prune old ones; returns
+        its directory."""
         tmp = begin_checkpoint(self.root, step)
         self.policy.run_all("save_checkpoint", os.path.join(tmp, "policy"))
         if self.critic is not None:
             self.critic.run_all("save_checkpoint", os.path.join(tmp, "critic"))
-        save_trainer_state(tmp, step, self.loader.state_dict(), config=self.cfg.to_dict())
+        save_trainer_state(tmp, step, self.loader.state_dict(), config=self.cfg.to_dict(), extra=extra)
         path = commit_checkpoint(self.root, step, tmp)
         prune(self.root, self.cfg.trainer.max_ckpts_to_keep, protect=(path,))
         self.last_saved = step
@@ -71,19 +75,19 @@ class TrainerCheckpoints:
         logger.info("exported HF model %s", path)
         return path
 
-    def after_step(self, step: int, last: bool) -> None:
+    def after_step(self, step: int, extra: Optional[dict[str, Any]] = None, last: bool = False) -> None:
         """Save and export on their intervals (and always on the last step)."""
         trainer = self.cfg.trainer
         if trainer.ckpt_interval > 0 and (step % trainer.ckpt_interval == 0 or last):
-            self.save(step)
+            self.save(step, extra)
         if trainer.hf_save_interval > 0 and step % trainer.hf_save_interval == 0:
             self.export(step)
 
-    def at_end(self, step: int) -> None:
+    def at_end(self, step: int, extra: Optional[dict[str, Any]] = None) -> None:
         """Make sure the final state is checkpointed (when checkpointing is on) and exported."""
         if step == 0:
             return
         if self.cfg.trainer.ckpt_interval != 0 and self.last_saved != step:
-            self.save(step)
+            self.save(step, extra)
         if self.last_exported != step:
             self.export(step)

@@ -16,7 +16,15 @@ class TrainingBatch:
     j of every row sits at column `prompt_width + j`.
 
     Shapes: `input_ids`, `attention_mask`, `position_ids` [B, P + R]; `response_mask`, `loss_mask`, `token_rewards`,
-    `rollout_logprobs` [B, R]. `uids` group samples of one prompt.
+    `rollout_logprobs` [B, R]; `valid` [B]. `uids` group samples of one prompt.
+
+    The two masks have one meaning each:
+    - `response_mask`: 1 on every token the policy generated (0 on observations, chat-template tokens and padding),
+      whether or not the row is trained on. Advantage estimators and group statistics use it.
+    - `loss_mask`: `response_mask` on the rows the loss uses (valid and not filtered), 0 elsewhere. Losses, their
+      reductions and the KL/entropy terms use it.
+    `valid` is False for rows whose environment failed: they have no reward to learn from, so they are left out of
+    the advantage statistics as well as the loss.
     """
 
     input_ids: torch.Tensor
@@ -28,6 +36,11 @@ class TrainingBatch:
     rollout_logprobs: Optional[torch.Tensor]
     prompt_width: int
     uids: list[str]
+    valid: Optional[torch.Tensor] = None
+
+    def __post_init__(self) -> None:
+        if self.valid is None:
+            self.valid = torch.ones(self.input_ids.shape[0], dtype=torch.bool)
 
     @property
     def response_width(self) -> int:
@@ -47,8 +60,7 @@ class TrainingBatch:
         count = len(trajectories)
         input_ids = torch.full((count, prompt_width + response_width), pad_token_id, dtype=torch.long)
         attention = torch.zeros_like(input_ids)
-        response_mask = torch.zeros((count, response_width), dtype=torch.long)
-        loss_mask = torch.zeros((count, response_width), dtype=torch.float32)
+        response_mask = torch.zeros((count, response_width), dtype=torch.float32)
         rewards = torch.zeros((count, response_width), dtype=torch.float32)
         has_logprobs = all(t.rollout_logprobs is not None for t in trajectories)
         logprobs = torch.zeros((count, response_width), dtype=torch.float32) if has_logprobs else None
@@ -59,22 +71,23 @@ class TrainingBatch:
             if r:
                 input_ids[i, prompt_width : prompt_width + r] = torch.tensor(t.response_ids, dtype=torch.long)
                 attention[i, prompt_width : prompt_width + r] = 1
-                response_mask[i, :r] = 1
-                loss_mask[i, :r] = torch.tensor(t.loss_mask, dtype=torch.float32)
+                response_mask[i, :r] = torch.tensor(t.loss_mask, dtype=torch.float32)
                 rewards[i, :r] = torch.tensor(t.token_rewards, dtype=torch.float32)
                 if logprobs is not None:
                     logprobs[i, :r] = torch.tensor(t.rollout_logprobs, dtype=torch.float32)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        trained = torch.tensor([t.is_trained for t in trajectories], dtype=torch.float32)
         return cls(
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=positions,
             response_mask=response_mask,
-            loss_mask=loss_mask,
+            loss_mask=response_mask * trained[:, None],
             token_rewards=rewards,
             rollout_logprobs=logprobs,
             prompt_width=prompt_width,
             uids=[t.uid for t in trajectories],
+            valid=torch.tensor([t.is_valid for t in trajectories], dtype=torch.bool),
         )
 
     def select(self, indices: list[int]) -> TrainingBatch:

@@ -57,7 +57,7 @@ def test_grpo_raises_the_arithmetic_reward(tmp_path, monkeypatch):
         rewards.append(sum(out.rewards) / len(out.rewards))
         batch = TrainingBatch.from_trajectories(out.trajectories, tokenizer.pad_token_id)
         advantages, _ = compute_advantages(
-            "grpo", token_level_rewards=batch.token_rewards, response_mask=batch.loss_mask, index=batch.uids
+            "grpo", token_level_rewards=batch.token_rewards, response_mask=batch.response_mask, index=batch.uids
         )
         model.train()
         logprobs, _ = response_logprobs(

@@ -43,13 +43,30 @@ def test_layout_left_pads_prompts_and_right_pads_responses():
     assert batch.input_ids.tolist() == [[5, 6, 7, 8, 9, 0], [0, 0, 5, 8, 9, 10]]
     assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1]]
     assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4, 4], [0, 0, 0, 1, 2, 3]]
-    assert batch.response_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    # response_mask: tokens the policy generated (an observation token inside row b is 0), loss_mask: of trained rows
+    assert batch.response_mask.tolist() == [[1, 1, 0], [1, 0, 1]]
     assert batch.loss_mask.tolist() == [[1, 1, 0], [1, 0, 1]]
+    assert batch.valid.tolist() == [True, True]
     assert batch.token_rewards.tolist() == [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
     assert batch.rollout_logprobs is None
     assert batch.select([1]).uids == ["b"] and batch.select([1]).input_ids.tolist() == [[0, 0, 5, 8, 9, 10]]
     with pytest.raises(ValueError, match="at least one trajectory"):
         TrainingBatch.from_trajectories([], 0)
+
+
+def test_filtered_and_failed_rows_keep_their_generated_tokens_but_leave_the_loss():
+    from dataclasses import replace
+
+    from skyrl_train.training_batch import TrainingBatch
+
+    fine = _trajectory([5, 6], [8, 9], rewards=[0.0, 1.0], uid="a")
+    overlong = replace(_trajectory([5, 6], [8, 9, 10], rewards=[0.0, 0.0, 1.0], uid="a"), filtered="overlong")
+    failed = replace(_trajectory([5], [8], uid="b"), env_error={"kind": "exception", "reason": "boom"})
+    batch = TrainingBatch.from_trajectories([fine, overlong, failed], pad_token_id=0)
+    assert batch.response_mask.tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0]]
+    assert batch.loss_mask.tolist() == [[1, 1, 0], [0, 0, 0], [0, 0, 0]]
+    assert batch.valid.tolist() == [True, True, False]
+    assert batch.select([2, 0]).valid.tolist() == [False, True]
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

@@ -10,7 +10,8 @@ from typing import Literal
 
 @dataclass
 class KLControllerConfig:
-    """Controller of the KL-in-reward coefficient (used when `use_kl_in_reward` is true)."""
+    """Controller of the KL-in-reward coefficient (used when `use_kl_in_reward` is true). Its current value is saved
+    in checkpoints and restored on resume."""
 
     type: Literal["fixed", "adaptive"] = "fixed"
     """`fixed` keeps `kl_coef` constant; `adaptive` moves it so the observed KL tracks `kl_target`."""
@@ -22,7 +23,8 @@ class KLControllerConfig:
     """KL the adaptive controller steers toward."""
 
     horizon: int = 10000
-    """Adaptive controller time constant, in samples: larger values change the coefficient more slowly."""
+    """Adaptive controller time constant, in samples: after a batch of B trajectories whose mean per-sequence summed
+    KL is `kl`, the coefficient is multiplied by `1 + clip(kl / kl_target - 1, -0.2, 0.2) * B / horizon`."""
 
 
 @dataclass
@@ -60,14 +62,19 @@ class DynamicSamplingConfig:
     """Dynamic sampling: drop prompt groups whose samples all got the same reward (they carry no GRPO signal)."""
 
     type: Literal["filter", "replace"] | None = None
-    """`filter` (DAPO) keeps sampling new batches until enough informative groups are found; `replace` (POLARIS)
-    fills dropped groups with copies of informative ones; null disables dynamic sampling."""
+    """`filter` (DAPO): drop prompt groups whose samples all got the same reward and generate further batches of
+    `train_batch_size` prompts (drawn from the dataloader) until `train_batch_size` informative groups are kept;
+    surplus groups of the last batch are dropped. `replace` (POLARIS): when more than `min_replace_ratio` of a batch's
+    groups are informative, each uninformative group is replaced by a copy of an informative one (its own group id),
+    else another batch is generated. null disables dynamic sampling. Metrics: `dynamic_sampling/{rounds,
+    sampled_groups, kept_groups, replaced_groups}` and `trainer/sampled_groups_total`."""
 
     max_sample_batches: int = 30
-    """With `filter`, give up (raise) after this many generation batches for one training batch; -1 never gives up."""
+    """Generation batches one training step may use (`filter` and `replace`); when they are used up without filling
+    the batch the run stops with an error saying so. -1 never gives up."""
 
     min_replace_ratio: float = 0.3
-    """With `replace`, the minimum fraction of informative groups needed to fill the batch."""
+    """With `replace`, the fraction of a batch's groups that must be informative (strictly more) for replacing."""
 
 
 @dataclass
@@ -75,7 +82,9 @@ class OverlongBufferConfig:
     """DAPO soft overlong punishment: a penalty ramping up over the last `length` tokens before the length limit."""
 
     enabled: bool = False
-    """Subtract the overlong penalty from the reward."""
+    """Add DAPO's soft overlong penalty to each trajectory's reward (before dynamic sampling sees the rewards):
+    0 up to `max_generate_length - length` generated tokens, then falling linearly to `-penalty_factor` at
+    `max_generate_length`. Single-turn only (`generator.max_turns: 1`)."""
 
     length: int = 4096
     """Width of the penalty ramp, in tokens, ending at `generator.sampling_params.max_generate_length`."""
@@ -155,7 +164,9 @@ class AlgorithmConfig:
     """Add `kl_loss_coef * KL(policy || ref)` to the policy loss (needs the reference model)."""
 
     use_kl_in_reward: bool = False
-    """Subtract a KL penalty from the reward instead (coefficient from `kl_ctrl`); exclusive with `use_kl_loss`."""
+    """Subtract a KL penalty from the reward instead: on each generated token, `kl_ctrl`'s coefficient times the
+    `kl_estimator_type` estimate of KL(policy || ref) from the old and reference logprobs, before advantages are
+    computed. Exclusive with `use_kl_loss`."""
 
     kl_loss_coef: float = 0.001
     """Coefficient of the KL loss term."""
@@ -194,7 +205,8 @@ class AlgorithmConfig:
     """GRPO divides group-centred rewards by the group's std; false gives Dr. GRPO's mean-only centring."""
 
     advantage_batch_normalize: bool = False
-    """Z-score the advantages over the whole training batch before the update."""
+    """After the estimator, z-score the advantages over every trained token of the batch (`loss_mask`): subtract
+    their mean and divide by their standard deviation."""
 
     max_seq_len: int | None = None
     """Fixed normaliser (in tokens) of the `seq_mean_token_sum_norm` reduction: the longest response the

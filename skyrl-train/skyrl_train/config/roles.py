@@ -63,8 +63,9 @@ class OptimizerConfig:
     """Optimizer steps of linear warm-up from 0 to `lr`."""
 
     offload_after_step: bool = True
-    """When colocated, move the optimizer state to CPU after each step to free GPU memory for the engines. Not
-    implemented yet (no effect): the FSDP2 workers keep optimizer state on their device; use `fsdp.cpu_offload`."""
+    """When colocated (`trainer.placement.colocate_all`) on GPUs, move the optimizer state (AdamW moments) to CPU
+    after each optimizer step so the inference engines get that memory while they generate; it moves back at the
+    next step. No effect when not colocated or on `trainer.device: cpu` (the state already lives in CPU memory)."""
 
 
 @dataclass

@@ -207,6 +207,12 @@ def check_models(cfg: "SkyRLConfig") -> Iterator[str]:
         yield (
             f"trainer.algorithm.overlong_buffer.length ({buffer.length}) must be in 1..max_generate_length ({limit})"
         )
+    if buffer.enabled and cfg.generator.max_turns > 1:
+        yield (
+            "trainer.algorithm.overlong_buffer.enabled=true is DAPO's single-turn length penalty (the ramp ends at"
+            f" generator.sampling_params.max_generate_length, a per-turn budget); generator.max_turns is"
+            f" {cfg.generator.max_turns}: set max_turns=1 or disable the overlong buffer"
+        )
     if cfg.trainer.resume_mode == "path" and not cfg.trainer.resume_path:
         yield "trainer.resume_mode=path needs trainer.resume_path: set it to a checkpoint directory"
 

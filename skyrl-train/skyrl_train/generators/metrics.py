@@ -32,6 +32,7 @@ def rollout_metrics(trajectories: list[Trajectory], llm_seconds: float, env_seco
         "generate/generated_tokens": float(sum(generated)),
         "generate/turns_mean": sum(t.num_turns for t in trajectories) / count,
         "generate/env_errors": float(sum(not t.is_valid for t in trajectories)),
+        "generate/filtered": float(sum(t.filtered is not None for t in trajectories)),
         "generate/llm_seconds": llm_seconds,
         "generate/env_seconds": env_seconds,
     }

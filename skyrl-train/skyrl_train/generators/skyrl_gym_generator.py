@@ -217,12 +217,10 @@ class SkyRLGymGenerator(GeneratorInterface):
         return prefix + self.renderer.continuation_ids(observations)
 
     def _apply_reward_rules(self, trajectory: Trajectory) -> None:
-        if trajectory.env_error is not None:
-            trajectory.loss_mask = [0] * len(trajectory.loss_mask)
         if self.settings.zero_reward_on_non_stop and trajectory.stop_reason != "stop":
             trajectory.token_rewards = [0.0] * len(trajectory.token_rewards)
-        if self.settings.apply_overlong_filtering and trajectory.stop_reason == "length":
-            trajectory.loss_mask = [0] * len(trajectory.loss_mask)
+        if self.settings.apply_overlong_filtering and trajectory.stop_reason == "length" and trajectory.is_valid:
+            trajectory.filtered = "overlong"
 
     def _step_wise(self, final: Trajectory, turns: list[_Turn], logprobs: list[float], prompt_len: int):
         """One trajectory per turn; every step carries the episode's return as its reward on its last token."""
@@ -239,7 +237,7 @@ class SkyRLGymGenerator(GeneratorInterface):
                     final,
                     prompt_token_ids=turn.input_ids,
                     response_ids=turn.output_ids,
-                    loss_mask=[0 if final.env_error else 1] * len(turn.output_ids),
+                    loss_mask=[1] * len(turn.output_ids),
                     token_rewards=rewards,
                     rollout_logprobs=step_logprobs if final.rollout_logprobs is not None else None,
                     stop_reason=final.stop_reason if last else "stop",

@@ -43,10 +43,13 @@ class GeneratorInput:
 class Trajectory:
     """One rollout, token-in/token-out: `response_ids` are exactly the engine's tokens plus tokenized observations.
 
-    `loss_mask` is 1 only on tokens the policy generated; `token_rewards` has one entry per response token (each
-    turn's reward on that turn's last generated token); `reward` is their sum. `rollout_logprobs` are the engine's
-    logprobs (0.0 on observation tokens). `env_error` is set when the env failed (the trajectory is then invalid:
-    its loss mask is all zeros and the failure is counted in the metrics).
+    `loss_mask` is 1 exactly on the tokens the policy generated (0 on observation and template tokens), whatever
+    happens to the trajectory afterwards; `token_rewards` has one entry per response token (each turn's reward on
+    that turn's last generated token); `reward` is their sum. `rollout_logprobs` are the engine's logprobs (0.0 on
+    observation tokens). `env_error` is set when the env failed: the trajectory is then invalid, kept out of the
+    loss and out of its group's advantage statistics, and counted in the metrics. `filtered` names why a valid
+    trajectory is kept out of the loss (e.g. `"overlong"` for DAPO overlong filtering); its reward still counts in
+    its group's statistics.
     """
 
     uid: str
@@ -61,6 +64,7 @@ class Trajectory:
     weight_version: int
     env_metrics: dict[str, Any] = field(default_factory=dict)
     env_error: Optional[dict[str, Any]] = None
+    filtered: Optional[str] = None
     data_source: Optional[str] = None
     step_index: int = 0
     is_last_step: bool = True
@@ -73,8 +77,13 @@ class Trajectory:
 
     @property
     def is_valid(self) -> bool:
-        """False when the env failed and the trajectory must not be trained on."""
+        """False when the env failed: the trajectory is neither trained on nor part of its group's statistics."""
         return self.env_error is None
+
+    @property
+    def is_trained(self) -> bool:
+        """True when the loss uses this trajectory's generated tokens: valid and not filtered."""
+        return self.is_valid and self.filtered is None
 
 
 @dataclass

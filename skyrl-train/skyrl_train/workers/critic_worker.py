@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections import defaultdict
+from typing import Optional
 
 import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel
@@ -13,7 +14,7 @@ from skyrl_train.algorithms.masked import masked_count, masked_mean, zero_masked
 from skyrl_train.algorithms.value_loss import value_loss
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import timed_compute
-from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight, reduction_denominator
+from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
 from skyrl_train.workers.worker import BaseWorker
 
@@ -76,14 +77,20 @@ class CriticWorker(BaseWorker):
 
     @timed_compute("forward_backward")
     def forward_backward(
-        self, batch: TrainingBatch, returns: torch.Tensor, old_values: torch.Tensor
+        self,
+        batch: TrainingBatch,
+        returns: torch.Tensor,
+        old_values: torch.Tensor,
+        loss_denominator: Optional[float] = None,
     ) -> dict[str, float]:
         """Accumulate the gradient of the clipped value loss (`trainer.algorithm.value_clip`, reduced with
-        `loss_reduction`) over `loss_mask`; returns `critic/*` metrics. Micro-batches are weighted like the policy's."""
+        `loss_reduction`) over `loss_mask`; returns `critic/*` metrics. Micro-batches and ranks are weighted like the
+        policy's (see `PolicyWorker.forward_backward`)."""
         model = self._require_model()
         algorithm = self.cfg.trainer.algorithm
         reduction, max_seq_len = algorithm.loss_reduction, algorithm.max_seq_len
-        denominator = reduction_denominator(reduction, batch.loss_mask, max_seq_len)
+        denominator = self.mini_batch_denominator(reduction, batch.loss_mask, max_seq_len, loss_denominator)
+        scale = self.gradient_average_factor
         model.train()
         accumulator, totals = MetricAccumulator(), defaultdict(float)
         for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_train_batch_size_per_gpu):
@@ -99,7 +106,7 @@ class CriticWorker(BaseWorker):
                 loss_reduction=reduction,
                 max_seq_len=max_seq_len,
             )
-            weight = micro_batch_weight(reduction, loss_mask, denominator, max_seq_len) if indices else 0.0
+            weight = micro_batch_weight(reduction, loss_mask, denominator, max_seq_len) * scale if indices else 0.0
             self.strategy.backward(loss * weight)
             totals["critic/value_loss"] += float(loss.detach()) * weight
             if indices:

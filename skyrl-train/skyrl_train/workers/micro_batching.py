@@ -95,7 +95,7 @@ def trim_padding_columns(batch: TrainingBatch) -> TrimmedMicroBatch:
     for name in _RESPONSE_FIELDS:
         tensor = getattr(batch, name)
         values[name] = None if tensor is None else tensor[:, :response_width]
-    trimmed = TrainingBatch(prompt_width=batch.prompt_width - start, uids=list(batch.uids), **values)
+    trimmed = TrainingBatch(prompt_width=batch.prompt_width - start, uids=list(batch.uids), valid=batch.valid, **values)
     return TrimmedMicroBatch(batch=trimmed, response_width=response_width)
 
 

@@ -13,7 +13,7 @@ from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import timed_compute
 from skyrl_train.weight_sync.strategy import WeightSenderHost
-from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight, reduction_denominator
+from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
 from skyrl_train.workers.policy_objective import ObjectiveSettings, policy_objective
 from skyrl_train.workers.worker import BaseWorker
@@ -99,6 +99,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         ref_logprobs: Optional[torch.Tensor] = None,
         loss_fn: Optional[str] = None,
         loss_fn_config: Optional[Mapping[str, Any]] = None,
+        loss_denominator: Optional[float] = None,
     ) -> dict[str, float]:
         """Accumulate the gradient of the objective over this rank's mini-batch shard; returns `policy/*` metrics.
 
@@ -106,15 +107,18 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         from `trainer.algorithm`, overridden by `loss_fn_config`; plus `kl_loss_coef * KL(ref)` when `use_kl_loss`
         and the entropy bonus when `use_entropy_loss`. Rows go in micro-batches of
         `micro_train_batch_size_per_gpu` (or by `max_tokens_per_microbatch`); each micro-batch's loss is weighted by
-        its share of the mini-batch's reduction denominator, so the accumulated gradient does not depend on the
-        split. Gradients are kept until `optim_step`.
+        its share of the reduction denominator of the whole mini-batch over every data-parallel rank
+        (`loss_denominator`, else summed across ranks), so the gradient does not depend on how rows are split into
+        micro-batches or across ranks: 1 rank and N ranks give the same update. Gradients are kept until
+        `optim_step`.
         """
         model = self._require_model()
         settings = ObjectiveSettings.from_config(self.cfg.trainer.algorithm, loss_fn, loss_fn_config)
         if settings.kl_loss_coef is not None and ref_logprobs is None:  # checked before any collective starts
             raise ValueError("trainer.algorithm.use_kl_loss is true but forward_backward got ref_logprobs=None")
         reduction, max_seq_len = settings.loss_config.loss_reduction, settings.loss_config.max_seq_len
-        denominator = reduction_denominator(reduction, batch.loss_mask, max_seq_len)
+        denominator = self.mini_batch_denominator(reduction, batch.loss_mask, max_seq_len, loss_denominator)
+        scale = self.gradient_average_factor
         model.train()
         accumulator, parts = MetricAccumulator(), defaultdict(float)
         for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_train_batch_size_per_gpu):
@@ -132,7 +136,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
                 ref_log_probs=_rows(ref_logprobs, indices, micro, self.device),
                 rollout_log_probs=micro.batch.rollout_logprobs,
             )
-            weight = micro_batch_weight(reduction, loss_mask, denominator, max_seq_len) if indices else 0.0
+            weight = micro_batch_weight(reduction, loss_mask, denominator, max_seq_len) * scale if indices else 0.0
             self.strategy.backward(result.total * weight)
             for name, value in result.parts.items():
                 parts[name] += float(value) * weight

@@ -19,6 +19,7 @@ from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
+from skyrl_train.workers.accounting import reduction_denominator
 from skyrl_train.workers.distributed import free_port, init_process_group, node_ip, resolve_device
 from skyrl_train.workers.micro_batching import (
     TrimmedMicroBatch,
@@ -155,6 +156,29 @@ class BaseWorker:
             plan.append((indices, micro))
         return plan
 
+    def mini_batch_denominator(
+        self, reduction: str, loss_mask: torch.Tensor, max_seq_len: Optional[int], given: Optional[float] = None
+    ) -> float:
+        """What the loss reduction divides by over the WHOLE mini-batch, across every data-parallel rank.
+
+        `given` is that number computed by the caller on the unpadded mini-batch (the trainer passes it); without
+        it the ranks sum their shards' denominators (exact for token_mean / sequence_mean / token_sum; for
+        seq_mean_token_sum_norm the loss-masked padding rows that even out the shards count as rows).
+        """
+        if given is not None:
+            return float(given)
+        local = torch.tensor([reduction_denominator(reduction, loss_mask, max_seq_len)], dtype=torch.float64)
+        if dist.is_initialized() and self.world_size > 1:
+            local = local.to(self.device)
+            dist.all_reduce(local, op=dist.ReduceOp.SUM)
+        return float(local.item())
+
+    @property
+    def gradient_average_factor(self) -> float:
+        """FSDP averages gradients over the data-parallel ranks; a rank's loss share is multiplied by this so the
+        average becomes the sum over ranks of `micro-batch loss sum / mini-batch denominator`."""
+        return float(self.world_size)
+
     # ----- optimizer, weights, checkpoints ------------------------------------------------------------------------
 
     def take_compute_seconds(self) -> dict[str, float]:
@@ -163,9 +187,26 @@ class BaseWorker:
 
     @timed_compute("optim_step")
     def optim_step(self) -> float:
-        """Clip, step the optimizer and LR schedule, zero gradients; returns the grad norm before clipping."""
+        """Clip, step the optimizer and LR schedule, zero gradients; returns the grad norm before clipping. With
+        `optimizer.offload_after_step` on a colocated run, the optimizer state then moves to CPU until the next
+        step, leaving the accelerator's memory to the inference engines."""
         self._require_model()
-        return self.strategy.optimizer_step()
+        grad_norm = self.strategy.optimizer_step()
+        if self.offloads_optimizer:
+            self.strategy.offload_optimizer()
+        return grad_norm
+
+    @property
+    def offloads_optimizer(self) -> bool:
+        """True when this role moves its optimizer state to CPU after each step: `optimizer.offload_after_step`, a
+        colocated placement (engines then need the memory) and an accelerator (on CPU there is nothing to free)."""
+        optimizer = getattr(self.section, "optimizer", None) if self.trainable else None
+        return bool(
+            optimizer is not None
+            and optimizer.offload_after_step
+            and self.cfg.trainer.placement.colocate_all
+            and self.device.type != "cpu"
+        )
 
     def get_lr(self) -> float:
         """The learning rate the next optimizer step uses."""

@@ -152,7 +152,8 @@ def test_env_failures_are_recorded_masked_and_counted(tokenizer, client):
     broken = asyncio.run(generator.generate(_input("broken", 2)))
     for t in broken.trajectories:
         assert t.env_error["kind"] == "exception" and "grader crashed" in t.env_error["reason"]
-        assert not t.is_valid and set(t.loss_mask) == {0}
+        # the generated tokens stay marked as generated; the trajectory leaves the loss and the group statistics
+        assert not t.is_valid and not t.is_trained and set(t.loss_mask) == {1}
     assert broken.metrics["generate/env_errors"] == 2.0
     slow = asyncio.run(generator.generate(_input("slow", 1)))
     assert slow.trajectories[0].env_error["kind"] == "timeout"
@@ -171,7 +172,8 @@ def test_length_limit_overlong_filtering_and_zero_reward_on_non_stop(tokenizer, 
     out = asyncio.run(SkyRLGymGenerator(client, tokenizer, settings).generate(_input("arithmetic", 1)))
     (t,) = out.trajectories
     assert t.stop_reason == "length" and len(t.response_ids) == 50  # the turn's max_tokens ran out
-    assert set(t.loss_mask) == {0} and t.reward == 0.0
+    assert t.filtered == "overlong" and not t.is_trained and t.is_valid and t.reward == 0.0
+    assert out.metrics["generate/filtered"] == 1.0
 
 
 def test_invalid_settings_and_inputs_are_rejected(tokenizer, client):

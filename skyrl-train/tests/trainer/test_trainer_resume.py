@@ -53,3 +53,40 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(ray_cluster, make_conf
     )
     # resumed from step 1 (step 2 is corrupt), so step 2 ran again
     assert sorted(dict(resumed.history["reward/mean"])) == [2]
+
+
+def test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before(
+    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+):
+    """A run resumed with a longer `max_training_steps` continues the checkpoint's cosine schedule, its adaptive KL
+    coefficient, and reports the eval it ran before training."""
+    schedule = [
+        "trainer.policy.optimizer.scheduler=cosine",
+        "trainer.algorithm.use_kl_in_reward=true",
+        "trainer.algorithm.kl_ctrl.type=adaptive",
+        "trainer.algorithm.kl_ctrl.kl_coef=0.05",
+        "trainer.algorithm.kl_ctrl.kl_target=0.001",
+        "trainer.algorithm.kl_ctrl.horizon=32",  # 16 trajectories a step: the coefficient moves by up to 10 %
+        "trainer.eval_before_train=true",
+    ]
+    full = _run(make_config, tiny_model_dir, data_dir, tmp_path / "full", "trainer.max_training_steps=3", *schedule)
+    checkpoint = tmp_path / "full" / "ckpts" / "global_step_2"
+    resumed = _run(
+        make_config,
+        tiny_model_dir,
+        data_dir,
+        tmp_path / "resumed",
+        "trainer.max_training_steps=5",
+        "trainer.resume_mode=path",
+        f"trainer.resume_path={checkpoint}",
+        *schedule,
+    )
+    assert resumed.initial_eval == full.initial_eval and "eval/all/pass_at_1" in resumed.initial_eval
+    # step 1 sees KL 0 (policy == ref), so the controller lowers the coefficient: at step 3 it is no longer kl_coef
+    assert _at(full, "reward/kl_penalty_coef", 1) == pytest.approx(0.05)
+    assert _at(full, "reward/kl_penalty_coef", 3) != pytest.approx(0.05, rel=1e-3)
+    for key in ("policy/lr", "reward/kl_penalty_coef", "reward/mean", "policy/loss"):
+        assert _at(resumed, key, 3) == pytest.approx(_at(full, key, 3), abs=RESUME_TOLERANCE), key
+    # lr 1e-3, 2 optimizer steps per training step: step 3 runs optimizer steps 4 and 5. The checkpoint's 6-step
+    # cosine gives (0.25 + 0.067) / 2 * 1e-3 = 1.6e-4 there; a rebuilt 10-step one would give 5.8e-4.
+    assert _at(resumed, "policy/lr", 3) == pytest.approx(1.58e-4, rel=0.02)

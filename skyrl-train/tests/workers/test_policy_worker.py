@@ -48,14 +48,23 @@ def test_micro_batches_give_the_whole_batch_gradient(
 
     whole = one_update(worker_config())
     split_up = one_update(worker_config(split))
-    # float32 sums in another order: gradients agree to ~1e-7 relative; after one AdamW step (lr 1e-3) the weights
-    # agree within 1e-6 absolute.
+    # The same float32 sums in another order: gradients agree to ~1e-6 relative (rtol 1e-4 leaves room), and so do
+    # the loss and the grad norm.
     for name, grad in whole[1].items():
         assert torch.allclose(split_up[1][name], grad, rtol=1e-4, atol=1e-7), name
     assert split_up[2] == pytest.approx(whole[2], rel=1e-5)
-    for name, value in whole[3].items():
-        assert torch.allclose(split_up[3][name], value, atol=1e-6), name
     assert split_up[0]["policy/loss"] == pytest.approx(whole[0]["policy/loss"], rel=1e-5)
+    # AdamW's first step moves each weight by lr * g / (|g| + eps): for |g| near eps = 1e-8 summation-order noise
+    # can flip the step's sign (a difference of up to 2 * lr), so compare the update only where |g| >= 1e-5, where
+    # the noise changes g / |g| by less than 1e-6 relative (weights then agree to lr * 1e-6 plus float rounding).
+    compared = 0
+    for name, value in whole[3].items():
+        if name not in whole[1]:
+            continue  # a tied alias of a compared parameter (lm_head.weight is embed_tokens.weight)
+        clear = whole[1][name].abs() >= 1e-5
+        assert torch.allclose(split_up[3][name][clear], value[clear], atol=1e-7), name
+        compared += int(clear.sum())
+    assert compared > 1000  # most weights have a clear gradient: the check is not vacuous
 
 
 def test_update_metrics_and_grad_norm(

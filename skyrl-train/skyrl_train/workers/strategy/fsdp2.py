@@ -9,9 +9,9 @@ LR scheduler and RNG states.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import random
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,29 +32,18 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 from skyrl_train.config.roles import FSDPConfig, OptimizerConfig
 from skyrl_train.models.loading import resolve_dtype
 from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
+from skyrl_train.utils.plain_values import to_jsonable
+from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
 from skyrl_train.workers.strategy.optimizer import build_optimizer, build_scheduler, current_lr
 
 logger = logging.getLogger(__name__)
 
-EXTRA_STATE_FILE = "extra_state_rank{rank}.pt"
-"""Per-rank file of a sharded checkpoint holding the scheduler state, RNG states and caller extras."""
+EXTRA_STATE_FILE = "extra_state_rank{rank}.json"
+"""Per-rank file of a sharded checkpoint holding the scheduler state, RNG states and caller extras, as JSON: loading a
+checkpoint never unpickles anything (a checkpoint from elsewhere cannot run code)."""
 
-
-def capture_rng_state() -> dict[str, Any]:
-    """RNG states of python, numpy, torch (and CUDA when present)."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Restore what `capture_rng_state` returned."""
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+LEGACY_EXTRA_STATE_FILE = "extra_state_rank{rank}.pt"
+"""The pickled per-rank file of checkpoints written before the JSON format; refused with an explanation."""
 
 
 def layer_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -63,6 +52,19 @@ def layer_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     for module in model.modules():
         names.update(getattr(module, "_no_split_modules", None) or [])
     return [module for module in model.modules() if type(module).__name__ in names]
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> int:
+    """Move every tensor of `optimizer.state` to `device` in place; returns the bytes that changed device.
+
+    AdamW's `step` counters stay where they are (they live on CPU unless the optimizer is capturable)."""
+    moved = 0
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if key != "step" and isinstance(value, torch.Tensor) and value.device != device:
+                moved += value.numel() * value.element_size()
+                state[key] = value.to(device, non_blocking=True)
+    return moved
 
 
 class FSDP2Strategy:
@@ -88,6 +90,9 @@ class FSDP2Strategy:
         self.model: Optional[torch.nn.Module] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
+        self.num_training_steps: Optional[int] = None
+        """Optimizer steps the LR schedule spans (restored from a checkpoint when resuming)."""
+        self.optimizer_offloaded = False
 
     @property
     def rank(self) -> int:
@@ -143,6 +148,7 @@ class FSDP2Strategy:
         if self.optimizer_config is not None:
             self.optimizer = build_optimizer(model.parameters(), self.optimizer_config)
             self.scheduler = build_scheduler(self.optimizer, self.optimizer_config, num_training_steps)
+            self.num_training_steps = num_training_steps
         return model
 
     def _require_optimizer(self) -> torch.optim.Optimizer:
@@ -159,10 +165,26 @@ class FSDP2Strategy:
         """Accumulate gradients of `loss` (FSDP reduce-scatters them across ranks)."""
         loss.backward()
 
+    def offload_optimizer(self) -> int:
+        """Move the optimizer state (AdamW moments) to CPU to free accelerator memory between steps; returns the
+        bytes moved (0 when the state already lives on CPU, e.g. `trainer.device=cpu`). `optimizer_step` brings
+        it back first."""
+        moved = move_optimizer_state(self._require_optimizer(), torch.device("cpu"))
+        self.optimizer_offloaded = True
+        return moved
+
+    def reload_optimizer(self) -> int:
+        """Bring an offloaded optimizer state back to the training device; returns the bytes moved."""
+        moved = move_optimizer_state(self._require_optimizer(), self.device)
+        self.optimizer_offloaded = False
+        return moved
+
     def optimizer_step(self) -> float:
         """Clip gradients to `max_grad_norm`, step the optimizer and schedule, zero gradients; returns the grad norm
         before clipping. A non-finite norm skips the update (gradients are still cleared)."""
         optimizer = self._require_optimizer()
+        if self.optimizer_offloaded:
+            self.reload_optimizer()
         max_norm = self.optimizer_config.max_grad_norm if self.optimizer_config.max_grad_norm > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
@@ -192,11 +214,15 @@ class FSDP2Strategy:
         writes locally and uploads its own files."""
         with local_directory_for_writing(directory) as local:
             path = Path(local)
+            if self.optimizer_offloaded:
+                self.reload_optimizer()
             dcp.save(self._sharded_state(), checkpoint_id=str(path))
-            own = {"rng": capture_rng_state(), "extra": extra or {}}
+            own: dict[str, Any] = {"rng": capture_rng_state(), "extra": extra or {}}
             if self.scheduler is not None:
                 own["scheduler"] = self.scheduler.state_dict()
-            torch.save(own, path / EXTRA_STATE_FILE.format(rank=self.rank))
+                own["num_training_steps"] = self.num_training_steps
+            text = json.dumps(to_jsonable(own, "extra_state"))
+            (path / EXTRA_STATE_FILE.format(rank=self.rank)).write_text(text, encoding="utf-8")
             dist.barrier()  # rank 0 writes the metadata after every rank's shards: all done before uploading
         dist.barrier()
 
@@ -210,9 +236,21 @@ class FSDP2Strategy:
     def _load_local_checkpoint(self, path: Path, directory: str | os.PathLike[str]) -> dict[str, Any]:
         own_file = path / EXTRA_STATE_FILE.format(rank=self.rank)
         if not own_file.exists():
+            legacy = path / LEGACY_EXTRA_STATE_FILE.format(rank=self.rank)
+            if legacy.exists():
+                raise ValueError(
+                    f"{directory}/{legacy.name} is a pickled file from an older checkpoint format; it is not loaded "
+                    "because unpickling a file from elsewhere can run arbitrary code. Resume from a checkpoint written "
+                    "by this version (its per-rank state is JSON)"
+                )
             raise FileNotFoundError(
                 f"{directory}/{own_file.name} is missing: not a checkpoint of this worker group (or other ranks)"
             )
+        own = json.loads(own_file.read_text(encoding="utf-8"))
+        if self.optimizer_offloaded:
+            self.reload_optimizer()
+        if self.scheduler is not None and "scheduler" in own:  # before the optimizer state: a new schedule resets lr
+            self._keep_checkpoint_schedule(own.get("num_training_steps"), directory)
         state = self._sharded_state()
         dcp.load(state, checkpoint_id=str(path))
         if self.optimizer is None:
@@ -221,12 +259,26 @@ class FSDP2Strategy:
             set_state_dict(
                 self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
             )
-        own = torch.load(own_file, weights_only=False)
         if self.scheduler is not None and "scheduler" in own:
             self.scheduler.load_state_dict(own["scheduler"])
         restore_rng_state(own["rng"])
         dist.barrier()
         return own["extra"]
+
+    def _keep_checkpoint_schedule(self, saved_steps: Optional[int], directory: str | os.PathLike[str]) -> None:
+        """Rebuild the LR schedule over the checkpoint's run length when this run computed another one: a resumed
+        run continues the schedule it started (a cosine does not jump back up because the run got longer)."""
+        if saved_steps == self.num_training_steps:
+            return
+        logger.warning(
+            "resuming from %s: keeping its learning-rate schedule over %s optimizer steps (this run's settings give %s);"
+            " start a fresh run to change the schedule's length",
+            directory,
+            saved_steps,
+            self.num_training_steps,
+        )
+        self.scheduler = build_scheduler(self._require_optimizer(), self.optimizer_config, saved_steps)
+        self.num_training_steps = saved_steps
 
     def save_hf_model(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> None:
         """Gather the weights and write a Hugging Face model folder (config, safetensors, tokenizer) from rank 0."""

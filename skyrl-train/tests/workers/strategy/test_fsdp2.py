@@ -48,3 +48,85 @@ def test_non_finite_gradient_skips_the_update(single_rank_group):
     assert all(torch.equal(before[name], after[name]) for name in before)
     assert all(p.grad is None for p in model.parameters())
     assert strategy.scheduler.last_epoch == 0  # the schedule did not advance either
+
+
+def _cosine_strategy(total_steps):
+    config = OptimizerConfig(lr=0.1, scheduler="cosine", num_warmup_steps=0)
+    strategy = FSDP2Strategy(FSDPConfig(), torch.device("cpu"), optimizer=config)
+    return strategy, strategy.prepare(build_tiny_model(TinyModelSpec(size=1), seed=0), num_training_steps=total_steps)
+
+
+def _train_step(strategy, model):
+    strategy.backward(model(torch.tensor([[5, 6, 7]])).logits.float().pow(2).mean())
+    strategy.optimizer_step()
+
+
+def test_checkpoint_extra_state_is_json_and_keeps_the_lr_schedule(single_rank_group, tmp_path):
+    strategy, model = _cosine_strategy(total_steps=10)
+    for _ in range(3):
+        _train_step(strategy, model)
+    strategy.save_checkpoint(tmp_path / "ckpt", extra={"role": "policy"})
+    files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert "extra_state_rank0.json" in files and not any(name.endswith(".pt") for name in files)
+    # a resumed run configured for 20 steps keeps the checkpoint's 10-step cosine instead of jumping back up
+    resumed, resumed_model = _cosine_strategy(total_steps=20)
+    assert resumed.load_checkpoint(tmp_path / "ckpt") == {"role": "policy"}
+    assert resumed.num_training_steps == 10 and resumed.lr == pytest.approx(strategy.lr)
+    _train_step(strategy, model)
+    _train_step(resumed, resumed_model)
+    assert resumed.lr == pytest.approx(strategy.lr)  # step 5 of the 10-step cosine on both
+
+
+def test_pickled_extra_state_of_old_checkpoints_is_refused_not_unpickled(single_rank_group, tmp_path):
+    strategy, _ = _cosine_strategy(total_steps=10)
+    strategy.save_checkpoint(tmp_path / "ckpt")
+    own = tmp_path / "ckpt" / "extra_state_rank0.json"
+    marker = tmp_path / "unpickled"
+    # a pickle that would create `marker` if it were ever loaded
+    payload = f"cos\nsystem\n(S'touch {marker}'\ntR.".encode()
+    (tmp_path / "ckpt" / "extra_state_rank0.pt").write_bytes(payload)
+    own.unlink()
+    with pytest.raises(ValueError, match="pickled file from an older checkpoint format"):
+        strategy.load_checkpoint(tmp_path / "ckpt")
+    assert not marker.exists()
+
+
+def test_optimizer_state_moves_between_devices_but_step_counts_stay(single_rank_group):
+    from skyrl_train.workers.strategy.fsdp2 import move_optimizer_state
+
+    layer = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    layer(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    moments = sum(
+        s[k].numel() * s[k].element_size() for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")
+    )
+    # "meta" stands in for a second device (this machine has only the CPU): every moment tensor moves, steps do not
+    assert move_optimizer_state(optimizer, torch.device("meta")) == moments > 0
+    for state in optimizer.state.values():
+        assert state["exp_avg"].device.type == "meta" and state["step"].device.type == "cpu"
+    strategy, model = _cosine_strategy(total_steps=10)
+    _train_step(strategy, model)
+    assert strategy.offload_optimizer() == 0  # on trainer.device=cpu the state already is in CPU memory
+    _train_step(strategy, model)  # the next step reloads (a no-op here) and trains on
+    assert not strategy.optimizer_offloaded
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: on CPU there is no memory to free")
+def test_offload_after_step_frees_accelerator_memory(single_rank_group):
+    config = OptimizerConfig(lr=0.1)
+    strategy = FSDP2Strategy(FSDPConfig(), torch.device("cuda"), optimizer=config)
+    model = strategy.prepare(build_tiny_model(TinyModelSpec(size=2), seed=0).cuda())
+
+    def _train_step_on():
+        strategy.backward(model(torch.tensor([[5, 6, 7]], device="cuda")).logits.float().sum())
+
+    _train_step_on()
+    strategy.optimizer_step()
+    before = torch.cuda.memory_allocated()
+    moved = strategy.offload_optimizer()
+    assert moved > 0 and torch.cuda.memory_allocated() <= before - moved // 2
+    _train_step_on()
+    strategy.optimizer_step()  # reloads first, then steps
+    assert all(s["exp_avg"].device.type == "cuda" for s in strategy.optimizer.state.values())

@@ -1,0 +1,184 @@
+"""Benchmark: does DAPO's dynamic sampling (`filter`) reach plain GRPO's held-out accuracy with fewer sampled groups?
+
+Runs the quickstart configuration (`examples/quickstart/run_quickstart.py`: the embedded tiny model on 2-digit
+addition through Ray, FSDP2, colocated hf engines and weight sync) twice, back to back on this machine:
+
+- `grpo`: plain GRPO for `--steps` steps (every step samples `train_batch_size` prompt groups);
+- `filter`: the same with `trainer.algorithm.dynamic_sampling.type=filter`, which drops groups whose samples all got
+  the same reward and samples more batches until `train_batch_size` informative groups are kept. It runs until it
+  has sampled as many prompt groups as `grpo` did (so both spend the same generation budget).
+
+Both use a constant learning rate after warm-up (the `filter` run stops early, so a decaying schedule would treat the
+two differently) and evaluate greedy accuracy on the same held-out problems every `--eval-every` steps. The table lists accuracy
+against sampled prompt groups (the generation cost), and the groups each run needed to first reach `grpo`'s final
+accuracy. Results go to `--out` as JSON (read by docs/algorithms.md's table) and a PNG plot.
+
+    python benchmarks/dynamic_sampling.py [--steps 450] [--eval-every 25] [--out benchmarks/results] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+from skyrl_gym.envs.synthetic.generate import write_dataset
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.entrypoints.main_base import BasePPOExp
+from skyrl_train.models.embedded import get_embedded_model
+from skyrl_train.trainer import RayPPOTrainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_breakdown import load_quickstart  # noqa: E402
+
+ACCURACY = "eval/all/pass_at_1"
+
+
+def accuracy_curve(history: dict[str, list[tuple[int, float]]]) -> list[tuple[float, float]]:
+    """(sampled prompt groups so far, held-out accuracy) at every evaluation, starting with the one at step 0."""
+    groups = dict(history.get("trainer/sampled_groups_total", []))
+    curve = []
+    for step, accuracy in history.get(ACCURACY, []):
+        curve.append((groups.get(step, 0.0) if step else 0.0, accuracy))
+    return curve
+
+
+def groups_to_reach(curve: list[tuple[float, float]], target: float) -> Optional[float]:
+    """Sampled groups at the first evaluation whose accuracy reaches `target` (None if never)."""
+    return next((groups for groups, accuracy in curve if accuracy >= target), None)
+
+
+class BudgetTrainer(RayPPOTrainer):
+    """Stops starting new steps once `budget` prompt groups were sampled (a step in progress still finishes)."""
+
+    def __init__(self, *args: Any, budget: Optional[float], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.budget = budget
+        self.in_step = False
+
+    def next_batch(self) -> Optional[list[dict[str, Any]]]:
+        """None once the budget is spent, unless dynamic sampling asks for another batch within a step."""
+        if self.budget is not None and not self.in_step and self.sampled_groups_total >= self.budget:
+            return None
+        return super().next_batch()
+
+    async def step(self, items: list[dict[str, Any]]) -> dict[str, float]:
+        """A training step, marked as in progress."""
+        self.in_step = True
+        try:
+            return await super().step(items)
+        finally:
+            self.in_step = False
+
+
+class BudgetExp(BasePPOExp):
+    """The quickstart experiment with `BudgetTrainer`."""
+
+    def __init__(self, cfg: SkyRLConfig, budget: Optional[float]) -> None:
+        super().__init__(cfg)
+        self.budget = budget
+
+    def get_trainer(self, **parts: Any) -> RayPPOTrainer:
+        """The budgeted trainer."""
+        return BudgetTrainer(self.cfg, budget=self.budget, **parts)
+
+
+def run(name: str, overrides: list[str], budget: Optional[float] = None) -> dict[str, Any]:
+    """Train one configuration (until `budget` prompt groups were sampled, if given); return its curve and totals."""
+    print(f"dynamic_sampling: running {name} ...", flush=True)
+    cfg = SkyRLConfig.from_cli_overrides(overrides)
+    result = BudgetExp(cfg, budget).run()
+    curve = accuracy_curve(result.history)
+    return {
+        "name": name,
+        "steps": result.global_step,
+        "sampled_groups": max((g for g, _ in curve), default=0.0),
+        "curve": curve,
+        "final_accuracy": curve[-1][1] if curve else float("nan"),
+    }
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Accuracy against sampled prompt groups, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for result in results:
+        groups, accuracy = zip(*result["curve"])
+        axis.plot(groups, accuracy, marker="o", label=result["name"])
+    axis.set_xlabel("prompt groups sampled")
+    axis.set_ylabel("held-out greedy accuracy")
+    axis.set_title("GRPO vs dynamic sampling (filter), quickstart task")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> int:
+    """Run both configurations and print the comparison."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=450, help="GRPO training steps (sets the generation budget)")
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--out", default="benchmarks/results", help="directory for the JSON results and the plot")
+    parser.add_argument("overrides", nargs="*", help="config overrides applied to both runs, key=value")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    quickstart = load_quickstart()
+    model_dir = get_embedded_model(quickstart.MODEL)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="dynamic_sampling_") as scratch:
+        scratch = Path(scratch)
+        write_dataset(scratch / "data", quickstart.MODEL.task, train_size=8000, test_size=200, difficulty=2, seed=0)
+        common = [
+            # a constant rate: the filter run stops early (at the budget), so a decaying schedule would not be fair
+            "trainer.policy.optimizer.scheduler=constant_with_warmup",
+            f"trainer.eval_interval={args.eval_every}",
+            "trainer.ckpt_interval=0",
+            "trainer.hf_save_interval=-1",
+        ]
+        base = quickstart.quickstart_overrides(str(model_dir), scratch / "data", scratch / "grpo") + common
+        results.append(run("grpo", base + [f"trainer.max_training_steps={args.steps}"] + args.overrides))
+        filtered = quickstart.quickstart_overrides(str(model_dir), scratch / "data", scratch / "filter") + common
+        filtered += ["trainer.algorithm.dynamic_sampling.type=filter", f"trainer.max_training_steps={args.steps}"]
+        results.append(run("filter", filtered + args.overrides, budget=results[0]["sampled_groups"]))
+    target = results[0]["final_accuracy"]
+    print(f"\nheld-out accuracy vs prompt groups sampled ({os.cpu_count()} CPUs, {platform.machine()})")
+    print(
+        f"{'run':8s} {'steps':>6s} {'groups':>8s} {'final acc':>10s} {'groups to reach ' + format(target, '.3f'):>24s}"
+    )
+    for result in results:
+        reach = groups_to_reach(result["curve"], target)
+        result["groups_to_reach_grpo_final"] = reach
+        reach_text = "never" if reach is None else f"{reach:.0f}"
+        print(
+            f"{result['name']:8s} {result['steps']:6d} {result['sampled_groups']:8.0f} "
+            f"{result['final_accuracy']:10.3f} {reach_text:>24s}"
+        )
+    record = {
+        "benchmark": "dynamic_sampling",
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {platform.python_version()}",
+        "grpo_final_accuracy": target,
+        "runs": results,
+    }
+    (out / "dynamic_sampling.json").write_text(json.dumps(record, indent=1))
+    plot(results, out / "dynamic_sampling.png")
+    print(f"results: {out / 'dynamic_sampling.json'}, plot: {out / 'dynamic_sampling.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
