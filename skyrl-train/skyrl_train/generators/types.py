@@ -45,7 +45,9 @@ class Trajectory:
 
     `loss_mask` is 1 only on tokens the policy generated; `token_rewards` has one entry per response token (each
     turn's reward on that turn's last generated token); `reward` is their sum. `rollout_logprobs` are the engine's
-    logprobs (0.0 on observation tokens). `env_error` is set when the env failed (the trajectory is then invalid:
+    logprobs (0.0 on observation tokens). `rollout_top_logprobs` (when sampling asked for `logprobs: k > 0`) holds,
+    per response token, the engine's k most likely `(token_id, logprob)` pairs at that step (an empty list on
+    observation tokens). `env_error` is set when the env failed (the trajectory is then invalid:
     its loss mask is all zeros and the failure is counted in the metrics).
     """
 
@@ -65,6 +67,7 @@ class Trajectory:
     step_index: int = 0
     is_last_step: bool = True
     response_text: str = ""
+    rollout_top_logprobs: Optional[list[list[tuple[int, float]]]] = None
 
     @property
     def reward(self) -> float:
