@@ -5,7 +5,8 @@ them (continuous batching, prefix caching). Each of a prompt's `n` samples is it
 `seed + j` when the prompt is seeded (vLLM refuses `n > 1` for greedy requests, and per-sample seeds keep a sample
 reproducible whatever else is in the batch). Logprobs are vLLM's `processed_logprobs`: `log_softmax(logits /
 temperature)`, which is the contract of `SamplingParams` when no top-k/top-p/min-p filter is on; with a filter,
-vLLM reports the log-probability under the filtered, renormalised distribution.
+vLLM reports the log-probability under the filtered, renormalised distribution. A repetition penalty is applied
+before temperature, as in the `hf` engine, and the logprobs are under the penalised distribution.
 
 Weights: `update_weights` loads HF-named tensors through the worker's in-place `reload_weights`, holding a vLLM
 module's tensors (all of fused q/k/v or gate/up, weight and bias) until the module is complete (see
