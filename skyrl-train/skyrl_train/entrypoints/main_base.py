@@ -48,6 +48,8 @@ class BasePPOExp:
         self.placement: Optional[Placement] = None
         self.groups: list[WorkerGroup] = []
         self.engines: list[Any] = []
+        self.total_steps: Optional[int] = None
+        """Training steps of the run; set by `prepare` (with the tokenizer, datasets and loader)."""
 
     # ----- hooks --------------------------------------------------------------------------------------------------
     def roles(self) -> list[str]:
@@ -198,12 +200,10 @@ class BasePPOExp:
         warn_if_epochs_end_first(self.cfg, len(self.train_loader))
 
     async def _run(self) -> TrainResult:
-        tokenizer, loader, eval_items, total_steps = (
-            self.tokenizer,
-            self.train_loader,
-            self.eval_items,
-            self.total_steps,
-        )
+        if self.total_steps is None:
+            self.prepare()
+        tokenizer, loader = self.tokenizer, self.train_loader
+        eval_items, total_steps = self.eval_items, self.total_steps
         trainer_cfg = self.cfg.trainer
         self.placement = self.get_placement()
         policy, ref, critic = self.get_worker_groups(self.placement, total_steps)
