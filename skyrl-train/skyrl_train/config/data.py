@@ -31,5 +31,4 @@ class DataConfig:
     """Seed of the training-data shuffle, so a resumed run sees the same order."""
 
     num_workers: int = 0
-    """Worker processes for loading data; only 0 is supported (not supported yet: prompts are loaded and
-    length-filtered in the driver process, see the "Not supported yet" list)."""
+    """Worker processes for loading data. Today prompts are loaded and length-filtered in the driver process."""
