@@ -111,19 +111,24 @@ def actor_env_vars() -> dict[str, str]:
     }
 
 
-def init_ray(cfg: Any, roles: list[str], address: Optional[str] = None) -> None:
-    """Join `address` (or `RAY_ADDRESS`) when given; else start a local cluster with enough logical CPUs."""
-    if ray.is_initialized():
-        return
-    address = address or os.environ.get("RAY_ADDRESS")
+def ray_init_kwargs(cfg: Any, roles: list[str], address: Optional[str] = None) -> dict[str, Any]:
+    """The `ray.init` arguments of a run: join `address`, else `trainer.placement.ray_address`, else `RAY_ADDRESS`;
+    with none of them, a local cluster with enough logical CPUs for the placement."""
+    address = address or cfg.trainer.placement.ray_address or os.environ.get("RAY_ADDRESS")
     env = {"env_vars": actor_env_vars()}
     if address:
-        ray.init(address=address, runtime_env=env, log_to_driver=False)
-        return
+        return {"address": address, "runtime_env": env, "log_to_driver": False}
     needed = int(-(-cpus_needed(cfg, roles) // 1))
-    ray.init(
-        num_cpus=max(os.cpu_count() or 1, needed),
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env=env,
-    )
+    return {
+        "num_cpus": max(os.cpu_count() or 1, needed),
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "runtime_env": env,
+    }
+
+
+def init_ray(cfg: Any, roles: list[str], address: Optional[str] = None) -> None:
+    """Start or join Ray as `ray_init_kwargs` says (nothing to do when Ray is already initialised)."""
+    if ray.is_initialized():
+        return
+    ray.init(**ray_init_kwargs(cfg, roles, address))

@@ -1,6 +1,8 @@
-"""Tests for the environment every Ray actor gets (the rest of placement is exercised by the Ray trainer tests)."""
+"""Placement without Ray: the actor environment, the CPUs a placement needs, and how Ray is started or joined
+(placement groups themselves are exercised by the Ray trainer tests)."""
 
-from skyrl_train.placement import actor_env_vars
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.placement import actor_env_vars, cpus_needed, ray_init_kwargs
 
 
 def test_actors_default_to_no_openmp_spinning_and_user_values_win(monkeypatch):
@@ -9,3 +11,38 @@ def test_actors_default_to_no_openmp_spinning_and_user_values_win(monkeypatch):
     assert env["KMP_BLOCKTIME"] == "0" and env["TOKENIZERS_PARALLELISM"] == "false"
     monkeypatch.setenv("KMP_BLOCKTIME", "50")
     assert actor_env_vars()["KMP_BLOCKTIME"] == "50"
+
+
+def _cfg(*overrides):
+    return SkyRLConfig.from_cli_overrides(["trainer.device=cpu", *overrides], validate=False)
+
+
+def test_cpus_needed_follows_the_placement_keys():
+    roles = ["policy", "ref", "critic"]
+    colocated = _cfg("trainer.placement.policy_num_nodes=2", "trainer.placement.policy_num_gpus_per_node=3")
+    assert cpus_needed(colocated, roles) == 6  # one shared bundle per policy worker: 2 nodes x 3
+    separate = [
+        "trainer.placement.colocate_all=false",
+        "trainer.placement.policy_num_gpus_per_node=2",
+        "trainer.placement.ref_num_nodes=2",
+        "trainer.placement.ref_num_gpus_per_node=3",
+        "trainer.placement.critic_num_nodes=1",
+        "trainer.placement.critic_num_gpus_per_node=4",
+        "generator.inference_engine.num_engines=5",
+        "trainer.placement.num_cpus_per_worker=0.5",
+    ]
+    # ref shares the policy's bundles (colocate_policy_ref): policy 2 + critic 4 + engines 5 = 11 workers
+    assert cpus_needed(_cfg(*separate), roles) == 11 * 0.5
+    # ref on its own: + 2 x 3
+    assert cpus_needed(_cfg(*separate, "trainer.placement.colocate_policy_ref=false"), roles) == 17 * 0.5
+
+
+def test_ray_address_joins_a_cluster_instead_of_starting_one(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    local = ray_init_kwargs(_cfg(), ["policy"])
+    assert "address" not in local and local["num_cpus"] >= 1
+    joined = ray_init_kwargs(_cfg("trainer.placement.ray_address=ray://head:10001"), ["policy"])
+    assert joined["address"] == "ray://head:10001" and "num_cpus" not in joined
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    assert ray_init_kwargs(_cfg(), ["policy"])["address"] == "auto"  # RAY_ADDRESS when the config has none
+    assert ray_init_kwargs(_cfg("trainer.placement.ray_address=ray://h:1"), ["policy"])["address"] == "ray://h:1"

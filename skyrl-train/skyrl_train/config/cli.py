@@ -8,7 +8,9 @@ adds what a command line needs around it:
         run_cli(train)           # `python -m my.entry a.b=c --dry-run` prints the resolved config and exits
 
 Before Hydra runs, every override key is checked against the schema (so a typo gets the same "did you mean"
-message as in Python), and Hydra's output directory and logging set-up are turned off.
+message as in Python), and Hydra's output directory and logging set-up are turned off. After validation, every
+value that names a registry entry (estimator, loss, env class, engine backend, logger, ...) is checked against the
+live registries (`registered_names`), for `--dry-run` too: register your own entries before calling `run_cli`.
 """
 
 import sys
@@ -128,6 +130,12 @@ def run_cli(task: Callable[[SkyRLConfig], object] | None, argv: Sequence[str] | 
         _fail(str(exc))
 
     def _run(cfg: SkyRLConfig) -> None:
+        from skyrl_train.config.registered_names import check_registered_names
+
+        try:
+            check_registered_names(cfg)
+        except ConfigError as exc:
+            _fail(str(exc))
         if dry_run:
             print(render_resolved_config(cfg), end="")
         else:

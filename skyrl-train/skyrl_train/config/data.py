@@ -30,6 +30,5 @@ class DataConfig:
     seed: int = 42
     """Seed of the training-data shuffle, so a resumed run sees the same order."""
 
-    num_workers: int = 8
-    """Worker processes for loading data. Accepted for compatibility but has no effect: prompts are loaded and
-    length-filtered in the driver process (fast for parquet/jsonl prompt files)."""
+    num_workers: int = 0
+    """Worker processes for loading data. Today prompts are loaded and length-filtered in the driver process."""

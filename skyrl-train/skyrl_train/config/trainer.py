@@ -6,9 +6,6 @@ from typing import Literal, Optional
 from skyrl_train.config.algorithm import AlgorithmConfig
 from skyrl_train.config.roles import CriticConfig, PolicyConfig, RefConfig
 
-LoggerName = Literal["console", "jsonl", "wandb", "tensorboard", "mlflow"]
-"""Tracking backends a run can log to."""
-
 
 @dataclass
 class PlacementConfig:
@@ -83,7 +80,8 @@ class TrainerConfig:
     """Passes over the training data."""
 
     max_training_steps: int | None = None
-    """Stop after this many training steps (batches) even if epochs remain; null runs all epochs."""
+    """Stop after this many training steps (batches) even if epochs remain; null runs all epochs. It never extends a
+    run: when `epochs` x batches per epoch is smaller, the run stops there (and says so at start-up)."""
 
     update_epochs_per_batch: int = 1
     """Passes over each training batch (PPO epochs); each pass walks all mini-batches."""
@@ -129,9 +127,10 @@ class TrainerConfig:
     export_path: str = "~/exports/"
     """Directory for Hugging Face exports and dumped evaluation results."""
 
-    logger: LoggerName | list[LoggerName] = field(default_factory=lambda: ["console"])
-    """Tracking backends: any of `console`, `jsonl` (metrics file under `log_path`), `wandb`, `tensorboard`, `mlflow`
-    (a single name is accepted). wandb needs a login or `WANDB_MODE=offline`."""
+    logger: str | list[str] = field(default_factory=lambda: ["console"])
+    """Tracking backends by registry name (`TRACKING_BACKENDS`): any of `console`, `jsonl` (metrics file under
+    `log_path`), `wandb`, `tensorboard`, `mlflow`, or one you register (a single name is accepted). wandb needs a
+    login or `WANDB_MODE=offline`."""
 
     project_name: str = "skyrl"
     """Project name in the tracking backends."""
@@ -140,7 +139,8 @@ class TrainerConfig:
     """Run name in the tracking backends."""
 
     log_path: str = "/tmp/skyrl-logs"
-    """Directory for local logs (console/infra logs, tensorboard and mlflow files)."""
+    """Directory for the local files of the tracking backends: the `jsonl` metrics file, TensorBoard event files,
+    the mlflow file store and offline wandb runs. The `console` backend writes to stdout only."""
 
     eval_interval: int = 5
     """Evaluate on `data.val_data` every this many steps; -1 disables periodic evaluation."""

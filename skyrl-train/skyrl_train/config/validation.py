@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
+from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS, RESERVED_SAMPLING_KWARGS
+from skyrl_train.config.unsupported import check_not_yet_supported
 
 if TYPE_CHECKING:
     from skyrl_train.config.root import SkyRLConfig
@@ -135,6 +137,40 @@ def check_algorithm_ranges(cfg: "SkyRLConfig") -> Iterator[str]:
         yield f"{prefix}.kl_ctrl.type=adaptive needs kl_ctrl.kl_target > 0 and kl_ctrl.horizon > 0"
 
 
+def check_sampling(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Sampling values are in range, `additional_kwargs` do not shadow fields, and the engine can honour them."""
+    backend = cfg.generator.inference_engine.backend
+    for section in ("sampling_params", "eval_sampling_params"):
+        params, prefix = getattr(cfg.generator, section), f"generator.{section}"
+        if params.repetition_penalty <= 0:
+            yield f"{prefix}.repetition_penalty must be positive (1.0 is no penalty), got {params.repetition_penalty}"
+        if params.logprobs is not None and params.logprobs < 0:
+            yield f"{prefix}.logprobs must be null, 0 (the sampled token) or k > 0 (top-k too), got {params.logprobs}"
+        if not 0.0 <= params.min_p < 1.0:
+            yield f"{prefix}.min_p must be in [0, 1), got {params.min_p}"
+        if params.top_k == 0 or params.top_k < -1:
+            yield f"{prefix}.top_k must be -1 (off) or at least 1, got {params.top_k}"
+        names = sorted(params.additional_kwargs)
+        shadowing = [name for name in names if name in RESERVED_SAMPLING_KWARGS]
+        if shadowing:
+            yield (
+                f"{prefix}.additional_kwargs sets {shadowing}, which first-class fields set: use"
+                f" {prefix}.<field> instead (max_generate_length for max_tokens)"
+            )
+        engine_only = [n for n in names if n not in ENGINE_FIELD_SAMPLING_KWARGS and n not in RESERVED_SAMPLING_KWARGS]
+        if backend == "hf" and engine_only:
+            yield (
+                f"{prefix}.additional_kwargs {engine_only} are not supported by the hf engine"
+                f" (generator.inference_engine.backend=hf honours only {list(ENGINE_FIELD_SAMPLING_KWARGS)}):"
+                " remove them or use backend=vllm"
+            )
+    if backend == "hf" and cfg.generator.inference_engine.tensor_parallel_size != 1:
+        yield (
+            "generator.inference_engine.tensor_parallel_size must be 1 with backend=hf (the hf engine runs on one"
+            f" device), got {cfg.generator.inference_engine.tensor_parallel_size}"
+        )
+
+
 def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
     """Mini-batches divide the training batch, and each mini-batch splits evenly into micro-batches on every rank."""
     trainer = cfg.trainer
@@ -228,8 +264,6 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
     if generator.batched and generator.step_wise_trajectories:
         yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
     engine = generator.inference_engine
-    if engine.backend == "remote" and not engine.remote_urls:
-        yield "generator.inference_engine.backend=remote needs generator.inference_engine.remote_urls: list the servers"
     if engine.backend == "sglang" and cfg.trainer.device == "cpu":
         yield "generator.inference_engine.backend=sglang needs a GPU: use backend=vllm or hf with trainer.device=cpu"
     if generator.max_input_length is not None and generator.max_input_length < cfg.data.max_prompt_length:
@@ -289,13 +323,19 @@ def warn_unused_models(cfg: "SkyRLConfig") -> Iterator[str]:
             "trainer.ref.model.path is set but KL is off (use_kl_loss and use_kl_in_reward are false): no reference"
             " model is built"
         )
-    engine = cfg.generator.inference_engine
-    if engine.remote_urls and engine.backend != "remote":
-        yield f"generator.inference_engine.remote_urls is ignored with backend={engine.backend}"
+    penalty = cfg.generator.sampling_params.repetition_penalty
+    if penalty != 1.0:
+        yield (
+            f"generator.sampling_params.repetition_penalty={penalty}: the engine samples (and reports rollout"
+            " logprobs) under the penalised distribution, while the trainer recomputes logprobs without the penalty;"
+            " rollout and trainer logprobs will differ (see policy/rollout_train_logprob_abs_diff_*)"
+        )
 
 
 ERROR_CHECKS: list[Check] = [
+    check_not_yet_supported,
     check_ranges,
+    check_sampling,
     check_algorithm_ranges,
     check_batch_sizes,
     check_sequence_parallel,

@@ -128,6 +128,14 @@ class PromptDataset:
             example,
         )
 
+    def env_class_uses(self) -> dict[str, tuple[int, str]]:
+        """Each env class the kept rows name -> (how many rows, the uid of the first one)."""
+        uses: dict[str, tuple[int, str]] = {}
+        for row, uid in zip(self._rows, self._uids, strict=True):
+            count, first = uses.get(row[self.env_class_key], (0, uid))
+            uses[row[self.env_class_key]] = (count + 1, first)
+        return uses
+
     def __len__(self) -> int:
         return len(self._rows)
 

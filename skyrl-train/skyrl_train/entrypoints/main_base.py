@@ -4,7 +4,8 @@
 
 Library use: register your own envs, losses or estimators in your script, then `BasePPOExp(cfg).run()`; the training
 loop runs in this (driver) process, so env registrations made here are the ones the generator uses, and
-algorithm registrations are shipped to the workers.
+algorithm registrations are shipped to the workers. `run` checks every registry name of the config, loads the
+datasets and checks the env classes their rows name, all before Ray starts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Optional
 import ray
 
 from skyrl_train.algorithms.registry import export_user_registrations
+from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.dataset import PromptDataset, StatefulDataLoader
 from skyrl_train.generators import SkyRLGymGenerator
@@ -46,6 +48,8 @@ class BasePPOExp:
         self.placement: Optional[Placement] = None
         self.groups: list[WorkerGroup] = []
         self.engines: list[Any] = []
+        self.total_steps: Optional[int] = None
+        """Training steps of the run; set by `prepare` (with the tokenizer, datasets and loader)."""
 
     # ----- hooks --------------------------------------------------------------------------------------------------
     def roles(self) -> list[str]:
@@ -71,6 +75,7 @@ class BasePPOExp:
             default_env_class=self.cfg.environment.env_class,
             prompt_key=data.prompt_key,
             env_class_key=data.env_class_key,
+            chat_template_kwargs=dict(self.cfg.generator.chat_template_kwargs),
         )
 
     def get_train_dataset(self, tokenizer: Any) -> PromptDataset:
@@ -175,13 +180,31 @@ class BasePPOExp:
         return RayPPOTrainer(self.cfg, verify_weight_sync=self.verify_weight_sync, **parts)
 
     # ----- run ----------------------------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Everything that needs no Ray: check the config's registry names, load the tokenizer and datasets, check
+        the env classes of their rows, and count the run's steps (warning when the epochs end before
+        `max_training_steps`). `run` calls it before starting Ray, so a wrong name or path fails in seconds."""
+        check_registered_names(self.cfg)
+        self.tokenizer = self.get_tokenizer()
+        self.train_dataset = self.get_train_dataset(self.tokenizer)
+        self.train_loader = self.get_train_loader(self.train_dataset)
+        self.eval_items = self.get_eval_items(self.tokenizer)
+        uses = {
+            name: f"train data, {count} row(s), first uid {uid}"
+            for name, (count, uid) in self.train_dataset.env_class_uses().items()
+        }
+        for item in self.eval_items:
+            uses.setdefault(item["env_class"], f"eval data, uid {item['uid']}")
+        check_registered_names(self.cfg, uses)
+        self.total_steps = total_training_steps(self.cfg, self.train_loader)
+        warn_if_epochs_end_first(self.cfg, len(self.train_loader))
+
     async def _run(self) -> TrainResult:
-        tokenizer = self.get_tokenizer()
-        dataset = self.get_train_dataset(tokenizer)
-        loader = self.get_train_loader(dataset)
-        eval_items = self.get_eval_items(tokenizer)
+        if self.total_steps is None:
+            self.prepare()
+        tokenizer, loader = self.tokenizer, self.train_loader
+        eval_items, total_steps = self.eval_items, self.total_steps
         trainer_cfg = self.cfg.trainer
-        total_steps = total_training_steps(self.cfg, loader)
         self.placement = self.get_placement()
         policy, ref, critic = self.get_worker_groups(self.placement, total_steps)
         engines = self.get_inference_engines(self.placement)
@@ -216,7 +239,9 @@ class BasePPOExp:
         return result
 
     def run(self) -> TrainResult:
-        """Start (or join) Ray, build everything, train, and release the actors."""
+        """Check names and load the data (`prepare`), start (or join) Ray, build everything, train, and release the
+        actors."""
+        self.prepare()
         init_ray(self.cfg, self.roles(), address=self.cfg.trainer.placement.ray_address)
         try:
             return asyncio.run(self._run())
@@ -231,6 +256,23 @@ class BasePPOExp:
             ray.kill(engine.handle)
         if self.placement is not None:
             self.placement.remove()
+
+
+def warn_if_epochs_end_first(cfg: SkyRLConfig, batches_per_epoch: int) -> Optional[str]:
+    """Log (and return) a warning when `trainer.max_training_steps` exceeds `trainer.epochs` x batches per epoch:
+    the run then stops when the epochs end, before the asked-for step count."""
+    cap, epochs = cfg.trainer.max_training_steps, cfg.trainer.epochs
+    available = epochs * batches_per_epoch
+    if not cap or cap <= available:
+        return None
+    needed = -(-cap // max(batches_per_epoch, 1))
+    message = (
+        f"trainer.max_training_steps={cap} is more than trainer.epochs ({epochs}) x {batches_per_epoch} batches per"
+        f" epoch = {available} steps: the run stops after {available} steps, when the epochs end. Set"
+        f" trainer.epochs={needed} to reach {cap} steps, or lower trainer.max_training_steps"
+    )
+    logger.warning(message)
+    return message
 
 
 def run_experiment(cfg: SkyRLConfig) -> TrainResult:

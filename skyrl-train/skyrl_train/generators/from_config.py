@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS
 from skyrl_train.generators.skyrl_gym_generator import GeneratorSettings
 from skyrl_train.inference.types import SamplingParams
 
@@ -11,9 +12,15 @@ from skyrl_train.inference.types import SamplingParams
 def sampling_params_from_config(section: Any) -> SamplingParams:
     """`generator.sampling_params` / `eval_sampling_params` as engine `SamplingParams`.
 
-    `max_generate_length` is the per-turn token budget; `logprobs` set (not null) returns sampled-token logprobs.
+    `max_generate_length` is the per-turn token budget; `logprobs` set (not null) returns sampled-token logprobs and
+    `logprobs: k > 0` also the top-k alternatives. `additional_kwargs` named in `ENGINE_FIELD_SAMPLING_KWARGS` set those
+    engine fields; the others stay engine-specific extras (the vllm engine passes them to vLLM, hf refuses them).
     """
     stop = section.stop
+    extra = dict(section.additional_kwargs)
+    fields = {name: extra.pop(name) for name in ENGINE_FIELD_SAMPLING_KWARGS if name in extra}
+    if "stop_token_ids" in fields:
+        fields["stop_token_ids"] = tuple(fields["stop_token_ids"])
     return SamplingParams(
         max_tokens=section.max_generate_length,
         temperature=section.temperature,
@@ -23,6 +30,10 @@ def sampling_params_from_config(section: Any) -> SamplingParams:
         stop=tuple([stop] if isinstance(stop, str) else stop or ()),
         seed=section.seed,
         logprobs=section.logprobs is not None,
+        top_logprobs=section.logprobs or 0,
+        repetition_penalty=section.repetition_penalty,
+        additional_kwargs=extra,
+        **fields,
     )
 
 

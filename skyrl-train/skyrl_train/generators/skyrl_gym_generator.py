@@ -158,6 +158,7 @@ class SkyRLGymGenerator(GeneratorInterface):
         response_ids: list[int] = []
         loss_mask: list[int] = []
         logprobs: list[float] = []
+        tops: list[list[tuple[int, float]]] = []
         token_rewards: list[float] = []
         turns: list[_Turn] = []
         stop_reason, env_error, version, text = "length", None, 0, ""
@@ -177,6 +178,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             response_ids += ids
             loss_mask += [1] * len(ids)
             logprobs += out.response_logprobs[0] if out.response_logprobs else [0.0] * len(ids)
+            tops += out.response_top_logprobs[0] if out.response_top_logprobs else [[] for _ in ids]
             token_rewards += [0.0] * len(ids)
             step = await self._safe_step(env, text)
             if ids:
@@ -189,6 +191,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             response_ids += continuation
             loss_mask += [0] * len(continuation)
             logprobs += [0.0] * len(continuation)
+            tops += [[] for _ in continuation]
             token_rewards += [0.0] * len(continuation)
         env_metrics = {} if env_error else env.get_metrics()
         final = Trajectory(
@@ -198,6 +201,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             loss_mask=loss_mask,
             token_rewards=token_rewards,
             rollout_logprobs=logprobs if params.logprobs else None,
+            rollout_top_logprobs=tops if params.top_logprobs > 0 else None,
             stop_reason=stop_reason,
             num_turns=len(turns),
             weight_version=version,
@@ -240,6 +244,11 @@ class SkyRLGymGenerator(GeneratorInterface):
                     loss_mask=[1] * len(turn.output_ids),
                     token_rewards=rewards,
                     rollout_logprobs=step_logprobs if final.rollout_logprobs is not None else None,
+                    rollout_top_logprobs=(
+                        final.rollout_top_logprobs[start : start + len(turn.output_ids)]
+                        if final.rollout_top_logprobs is not None
+                        else None
+                    ),
                     stop_reason=final.stop_reason if last else "stop",
                     step_index=index,
                     is_last_step=last,
@@ -313,6 +322,7 @@ class SkyRLGymGenerator(GeneratorInterface):
                 loss_mask=[1] * len(ids),
                 token_rewards=rewards,
                 rollout_logprobs=out.response_logprobs[k] if out.response_logprobs else None,
+                rollout_top_logprobs=out.response_top_logprobs[k] if out.response_top_logprobs else None,
                 stop_reason=out.stop_reasons[k],
                 num_turns=1,
                 weight_version=out.weight_version,

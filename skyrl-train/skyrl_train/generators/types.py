@@ -46,10 +46,11 @@ class Trajectory:
     `loss_mask` is 1 exactly on the tokens the policy generated (0 on observation and template tokens), whatever
     happens to the trajectory afterwards; `token_rewards` has one entry per response token (each turn's reward on
     that turn's last generated token); `reward` is their sum. `rollout_logprobs` are the engine's logprobs (0.0 on
-    observation tokens). `env_error` is set when the env failed: the trajectory is then invalid, kept out of the
-    loss and out of its group's advantage statistics, and counted in the metrics. `filtered` names why a valid
-    trajectory is kept out of the loss (e.g. `"overlong"` for DAPO overlong filtering); its reward still counts in
-    its group's statistics.
+    observation tokens). `rollout_top_logprobs` (when sampling asked for `logprobs: k > 0`) holds, per response
+    token, the engine's k most likely `(token_id, logprob)` pairs at that step (an empty list on observation tokens).
+    `env_error` is set when the env failed: the trajectory is then invalid, kept out of the loss and out of its
+    group's advantage statistics, and counted in the metrics. `filtered` names why a valid trajectory is kept out of
+    the loss (e.g. `"overlong"` for DAPO overlong filtering); its reward still counts in its group's statistics.
     """
 
     uid: str
@@ -69,6 +70,7 @@ class Trajectory:
     step_index: int = 0
     is_last_step: bool = True
     response_text: str = ""
+    rollout_top_logprobs: Optional[list[list[tuple[int, float]]]] = None
 
     @property
     def reward(self) -> float:

@@ -18,7 +18,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
-from skyrl_train.inference.sampling import sample_next_tokens
+from skyrl_train.inference.sampling import sample_next_tokens, top_logprobs
 from skyrl_train.inference.stopping import StopChecker, trim_stop_string
 from skyrl_train.inference.types import SamplingParams
 from skyrl_train.utils.checksum import tensor_checksum
@@ -77,6 +77,15 @@ class HFInferenceEngine(QueuedEngine):
                 "call wake_up() and update_weights() before generate()"
             )
 
+    def _check_params(self, params: SamplingParams) -> None:
+        """The hf engine has no knobs beyond `SamplingParams`' own fields: refuse any `additional_kwargs`."""
+        if params.additional_kwargs:
+            names = sorted(name for name, _ in params.additional_kwargs)
+            raise ValueError(
+                f"the hf engine does not support the sampling arguments {names} (from sampling_params."
+                "additional_kwargs); they are passed only to the vllm engine"
+            )
+
     async def _serve(self, pending: list[PendingRequest]) -> None:
         """Decode requests with equal sampling params together; a failing group fails only its own callers."""
         for group in self._group(pending):
@@ -132,7 +141,8 @@ class HFInferenceEngine(QueuedEngine):
     def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, seeds: Optional[list[Optional[int]]] = None
     ) -> list[tuple]:
-        """Decode one batch synchronously; returns (text, ids, logprobs, stop_reason) per prompt x n, prompt-major.
+        """Decode one batch synchronously; returns (text, ids, logprobs, stop_reason, top_logprobs) per prompt x n,
+        prompt-major (`top_logprobs`: per generated token, `params.top_logprobs` `(token_id, logprob)` pairs).
 
         Rows advance in lockstep, so step k writes column k of preallocated token/logprob buffers; stop tokens and
         budgets are checked as tensors, and only stop strings need per-row text. `seeds` (one per prompt, default
@@ -158,6 +168,10 @@ class HFInferenceEngine(QueuedEngine):
         stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
         out_tokens = torch.zeros((count, steps), dtype=torch.long, device=device)
         out_logprobs = torch.zeros((count, steps), dtype=torch.float32, device=device)
+        k = min(params.top_logprobs, int(self.model.config.vocab_size))
+        out_top_ids = torch.zeros((count, steps, k), dtype=torch.long, device=device)
+        out_top_logprobs = torch.zeros((count, steps, k), dtype=torch.float32, device=device)
+        seen = self._seen_tokens(rows, params)
         lengths = torch.zeros(count, dtype=torch.long, device=device)
         reasons: list[Optional[str]] = [None] * count
         stop_strings = StopChecker(params, set(), params.max_tokens) if params.stop else None
@@ -172,11 +186,18 @@ class HFInferenceEngine(QueuedEngine):
         next_positions = positions[:, -1] + 1
         alive = torch.arange(count, device=device)  # original row of each live batch position
         for step in range(steps):
+            live_seen = None if seen is None else seen[alive]
             tokens, logprobs = sample_next_tokens(
-                logits, params, uniforms=None if uniforms is None else uniforms[alive, step]
+                logits, params, uniforms=None if uniforms is None else uniforms[alive, step], seen=live_seen
             )
             out_tokens[alive, step] = tokens
             out_logprobs[alive, step] = logprobs.float()
+            if k > 0:
+                top_values, top_ids = top_logprobs(logits, params, k, live_seen)
+                out_top_ids[alive, step] = top_ids
+                out_top_logprobs[alive, step] = top_values
+            if seen is not None:
+                seen[alive, tokens] = True
             lengths[alive] = step + 1
             stopped = (
                 torch.isin(tokens, stop_tensor) if stop_tensor.numel() else torch.zeros_like(tokens, dtype=torch.bool)
@@ -206,12 +227,31 @@ class HFInferenceEngine(QueuedEngine):
             next_positions = next_positions + 1
         results = []
         token_lists, logprob_lists = out_tokens.tolist(), out_logprobs.tolist()
+        top_id_lists, top_logprob_lists = out_top_ids.tolist(), out_top_logprobs.tolist()
         for row, length in enumerate(lengths.tolist()):
             ids = token_lists[row][:length]
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             text = trim_stop_string(text, params.stop, params.include_stop_str_in_output)
-            results.append((text, ids, logprob_lists[row][:length], reasons[row] or "length"))
+            tops = (
+                [
+                    list(zip(top_id_lists[row][step], top_logprob_lists[row][step], strict=True))
+                    for step in range(length)
+                ]
+                if k > 0
+                else []
+            )
+            results.append((text, ids, logprob_lists[row][:length], reasons[row] or "length", tops))
         return results
+
+    def _seen_tokens(self, rows: list[list[int]], params: SamplingParams) -> Optional[torch.Tensor]:
+        """Bool [rows, vocab] marking each row's prompt tokens, for the repetition penalty (None when it is off)."""
+        if params.repetition_penalty == 1.0:
+            return None
+        vocab = int(self.model.config.vocab_size)  # the width of the logits
+        seen = torch.zeros((len(rows), vocab), dtype=torch.bool, device=self.device)
+        for index, row in enumerate(rows):
+            seen[index, torch.tensor(row, dtype=torch.long, device=self.device)] = True
+        return seen
 
     # ----- lifecycle --------------------------------------------------------------------------------------------
     async def sleep(self, level: int = 1) -> None:

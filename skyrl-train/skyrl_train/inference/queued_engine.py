@@ -19,7 +19,8 @@ from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOut
 @dataclass
 class PendingRequest:
     """One queued generate call: its rendered prompts, params, per-prompt seeds, and the future its caller awaits
-    (resolved with one `(text, ids, logprobs, stop_reason)` row per prompt x n, prompt-major)."""
+    (resolved with one `(text, ids, logprobs, stop_reason, top_logprobs)` row per prompt x n, prompt-major;
+    `top_logprobs` is a list of `(token_id, logprob)` lists per generated token, empty when not asked for)."""
 
     prompts: list[list[int]]
     params: SamplingParams
@@ -33,7 +34,7 @@ class QueuedEngine(InferenceEngine):
 
     Subclasses implement `_check_servable` (raise when the engine cannot generate now) and `_serve(pending)`
     (resolve the future of every pending request); an exception `_serve` raises fails every request it was given
-    that is still unresolved.
+    that is still unresolved. `_check_params` may refuse sampling params the engine cannot honour.
     """
 
     def __init__(self, tokenizer: Any, max_model_len: int, batch_wait_s: float) -> None:
@@ -49,6 +50,9 @@ class QueuedEngine(InferenceEngine):
     @abc.abstractmethod
     def _check_servable(self) -> None:
         """Raise if the engine cannot generate now (asleep, weights missing)."""
+
+    def _check_params(self, params: SamplingParams) -> None:
+        """Raise if the engine cannot honour `params` (the default accepts everything)."""
 
     @abc.abstractmethod
     async def _serve(self, pending: list[PendingRequest]) -> None:
@@ -66,6 +70,7 @@ class QueuedEngine(InferenceEngine):
             raise RuntimeError(f"{type(self).__name__}.generate called after teardown()")
         await self._admission().wait()
         self._check_servable()
+        self._check_params(request.sampling_params)
         prompts = self._prompt_ids(request)
         for index, prompt in enumerate(prompts):
             if len(prompt) >= self.max_model_len:
@@ -82,12 +87,13 @@ class QueuedEngine(InferenceEngine):
             rows = await future
         finally:
             self._inflight -= 1
-        texts, ids, logprobs, reasons = zip(*rows) if rows else ((), (), (), ())
+        texts, ids, logprobs, reasons, tops = zip(*rows) if rows else ((), (), (), (), ())
         return InferenceEngineOutput(
             responses=list(texts),
             response_ids=[list(x) for x in ids],
             stop_reasons=list(reasons),
             response_logprobs=[list(x) for x in logprobs] if params.logprobs else None,
+            response_top_logprobs=[list(x) for x in tops] if params.top_logprobs > 0 else None,
             weight_version=self.weight_version,
         )
 

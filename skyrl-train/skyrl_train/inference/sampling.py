@@ -1,4 +1,5 @@
-"""Pure next-token sampling on a batch of logits: temperature, top-k, top-p, min-p, and the sampled logprobs."""
+"""Pure next-token sampling on a batch of logits: repetition penalty, temperature, top-k, top-p, min-p, and the
+sampled (and top-k) logprobs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,34 @@ from typing import Optional
 import torch
 
 from skyrl_train.inference.types import SamplingParams
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: Optional[torch.Tensor], penalty: float) -> torch.Tensor:
+    """Penalise tokens already present: where `seen` [batch, vocab] is true, a positive logit is divided by
+    `penalty` and a negative one multiplied by it (CTRL's rule, as in transformers and vLLM); 1.0 changes nothing.
+
+    `seen` marks every token of the prompt and of the response so far (a token counts once however often it occurs).
+    """
+    if penalty == 1.0 or seen is None:
+        return logits
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def scaled_logits(logits: torch.Tensor, params: SamplingParams, seen: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The logits the engine samples from and reports logprobs under: repetition penalty, then `/ temperature`
+    (temperature 1 for greedy). float32."""
+    penalised = apply_repetition_penalty(logits.float(), seen, params.repetition_penalty)
+    return penalised if params.temperature == 0 else penalised / params.temperature
+
+
+def top_logprobs(
+    logits: torch.Tensor, params: SamplingParams, k: int, seen: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `k` most likely next tokens of each row: (logprobs [batch, k], token ids [batch, k]), most likely first,
+    under the same distribution as the sampled logprob (`log_softmax(scaled_logits)`, before top-k/top-p/min-p)."""
+    logprobs = torch.log_softmax(scaled_logits(logits, params, seen), dim=-1)
+    return torch.topk(logprobs, min(k, logprobs.shape[-1]), dim=-1)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0, min_p: float = 0.0) -> torch.Tensor:
@@ -39,21 +68,22 @@ def sample_next_tokens(
     params: SamplingParams,
     generator: Optional[torch.Generator | list[Optional[torch.Generator]]] = None,
     uniforms: Optional[torch.Tensor] = None,
+    seen: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row of `logits` [batch, vocab]; return (token ids [batch], their logprobs [batch]).
 
     Greedy when temperature is 0. The logprob is under `log_softmax(logits / temperature)` (temperature 1 for greedy)
-    before filtering, matching what the trainer recomputes. Randomness comes from `uniforms` [batch] in [0, 1) when
+    before filtering, matching what the trainer recomputes. With `params.repetition_penalty` != 1, the tokens marked
+    in `seen` [batch, vocab] are penalised first (`apply_repetition_penalty`), and the logprob is under the penalised
+    distribution, the one the token was drawn from. Randomness comes from `uniforms` [batch] in [0, 1) when
     given (inverse-CDF sampling: a row's token depends only on its own number, so rows seeded on their own sample the
     same tokens whatever batch they are in, in one vectorised call), else from `generator`: one for the batch, or
     one per row (one `multinomial` call per row: slow for large batches).
     """
-    logits = logits.float()
+    scaled = scaled_logits(logits, params, seen)
     if params.temperature == 0:
-        tokens = logits.argmax(dim=-1)
-        scaled = logits
+        tokens = scaled.argmax(dim=-1)
     else:
-        scaled = logits / params.temperature
         filtered = filter_logits(scaled, params.top_k, params.top_p, params.min_p)
         probs = torch.softmax(filtered, dim=-1)
         if uniforms is not None:

@@ -10,10 +10,17 @@ StopReason = str  # "stop" (eos, stop token or stop string) | "length" (max_toke
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. `temperature=0` is greedy. `logprobs=True` returns the log-probability of each sampled token.
+    """How to sample. `temperature=0` is greedy. `logprobs=True` returns the log-probability of each sampled token;
+    `top_logprobs=k` (needs `logprobs`) also returns the k most likely tokens of each step with their logprobs.
 
     Logprobs are taken from the temperature-scaled distribution `log_softmax(logits / temperature)` before top-k,
-    top-p and min-p filtering (greedy uses temperature 1), which is what the trainer recomputes.
+    top-p and min-p filtering (greedy uses temperature 1), which is what the trainer recomputes. A
+    `repetition_penalty` != 1 changes the logits the engine samples from (before temperature), and the logprobs
+    are those of the penalised distribution, the one the tokens were really drawn from; the trainer recomputes
+    logprobs without the penalty, so the two then differ.
+
+    `additional_kwargs` (pairs) are engine-specific extras: the `vllm` engine passes them to `vllm.SamplingParams`;
+    the `hf` engine refuses any (it has no other knobs).
     """
 
     max_tokens: int = 256
@@ -28,6 +35,9 @@ class SamplingParams:
     n: int = 1
     seed: Optional[int] = None
     logprobs: bool = True
+    top_logprobs: int = 0
+    repetition_penalty: float = 1.0
+    additional_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         checks = [
@@ -37,6 +47,9 @@ class SamplingParams:
             (self.top_k == -1 or self.top_k >= 1, f"top_k must be -1 (off) or >= 1, got {self.top_k}"),
             (0 <= self.min_p < 1, f"min_p must be in [0, 1), got {self.min_p}"),
             (self.n >= 1, f"n must be >= 1, got {self.n}"),
+            (self.top_logprobs >= 0, f"top_logprobs must be >= 0, got {self.top_logprobs}"),
+            (self.top_logprobs == 0 or self.logprobs, "top_logprobs > 0 needs logprobs=True"),
+            (self.repetition_penalty > 0, f"repetition_penalty must be > 0, got {self.repetition_penalty}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -45,6 +58,8 @@ class SamplingParams:
             object.__setattr__(self, "stop", tuple([self.stop] if isinstance(self.stop, str) else self.stop))
         if isinstance(self.stop_token_ids, list):
             object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        if isinstance(self.additional_kwargs, dict):
+            object.__setattr__(self, "additional_kwargs", tuple(sorted(self.additional_kwargs.items())))
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> SamplingParams:
@@ -58,6 +73,11 @@ class SamplingParams:
     def to_dict(self) -> dict[str, Any]:
         """The params as a plain dict."""
         return asdict(self)
+
+    @property
+    def extra_kwargs(self) -> dict[str, Any]:
+        """`additional_kwargs` as a dict."""
+        return dict(self.additional_kwargs)
 
 
 Messages = list[dict[str, str]]
@@ -107,12 +127,16 @@ class InferenceEngineOutput:
 
     `response_ids` are exactly the tokens the engine produced (including the eos / stop token that ended the
     sequence); `responses` is their text with a matched stop string cut off unless requested otherwise.
+    `response_top_logprobs` (with `sampling_params.top_logprobs = k > 0`) holds, per output and per generated
+    token, the k most likely `(token_id, logprob)` pairs of that step, most likely first, under the same
+    distribution as `response_logprobs`.
     """
 
     responses: list[str]
     response_ids: list[list[int]]
     stop_reasons: list[StopReason]
     response_logprobs: Optional[list[list[float]]] = None
+    response_top_logprobs: Optional[list[list[list[tuple[int, float]]]]] = None
     weight_version: int = 0
 
     def __len__(self) -> int:

@@ -5,7 +5,8 @@ them (continuous batching, prefix caching). Each of a prompt's `n` samples is it
 `seed + j` when the prompt is seeded (vLLM refuses `n > 1` for greedy requests, and per-sample seeds keep a sample
 reproducible whatever else is in the batch). Logprobs are vLLM's `processed_logprobs`: `log_softmax(logits /
 temperature)`, which is the contract of `SamplingParams` when no top-k/top-p/min-p filter is on; with a filter,
-vLLM reports the log-probability under the filtered, renormalised distribution.
+vLLM reports the log-probability under the filtered, renormalised distribution. A repetition penalty is applied
+before temperature, as in the `hf` engine, and the logprobs are under the penalised distribution.
 
 Weights: `update_weights` loads HF-named tensors through the worker's in-place `reload_weights`, holding a vLLM
 module's tensors (all of fused q/k/v or gate/up, weight and bias) until the module is complete (see
@@ -181,21 +182,38 @@ class VLLMInferenceEngine(QueuedEngine):
             )
 
     def vllm_params(self, params: SamplingParams, seed: Optional[int], prompt_length: int) -> Any:
-        """The `vllm.SamplingParams` of one sample (n=1) of a prompt of `prompt_length` tokens."""
-        return self._vllm_sampling_params(
+        """The `vllm.SamplingParams` of one sample (n=1) of a prompt of `prompt_length` tokens.
+
+        `repetition_penalty` maps to vLLM's own (same rule: prompt and output tokens, divide positive / multiply
+        negative logits); `top_logprobs=k` asks vLLM for the k most likely tokens per step; `additional_kwargs` are
+        passed unchanged (a name that is also a first-class field is refused)."""
+        settings: dict[str, Any] = dict(
             n=1,
             temperature=params.temperature,
             top_p=params.top_p,
             top_k=params.top_k if params.top_k > 0 else 0,
             min_p=params.min_p,
+            repetition_penalty=params.repetition_penalty,
             max_tokens=min(params.max_tokens, self.max_model_len - prompt_length),
             stop=list(params.stop) or None,
             stop_token_ids=list(params.stop_token_ids) or None,
             include_stop_str_in_output=params.include_stop_str_in_output,
             ignore_eos=params.ignore_eos,
             seed=seed,
-            logprobs=0 if params.logprobs else None,
+            logprobs=params.top_logprobs if params.logprobs else None,
         )
+        extra = params.extra_kwargs
+        clashes = sorted(set(extra) & set(settings))
+        if clashes:
+            raise ValueError(
+                f"sampling additional_kwargs {clashes} duplicate first-class sampling params; set those fields instead"
+            )
+        try:
+            return self._vllm_sampling_params(**settings, **extra)
+        except TypeError as exc:
+            raise ValueError(
+                f"vllm.SamplingParams refused the sampling additional_kwargs {sorted(extra)}: {exc}"
+            ) from exc
 
     async def _serve(self, pending: list[PendingRequest]) -> None:
         """Hand every pending request to vLLM in one generate call (vLLM schedules them together)."""
@@ -221,13 +239,19 @@ class VLLMInferenceEngine(QueuedEngine):
 
     def _row(self, completion: Any, params: SamplingParams) -> tuple:
         ids = list(completion.token_ids)
-        logprobs = []
+        logprobs, tops = [], []
         if params.logprobs:
             logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids)]
+        if params.top_logprobs > 0:
+            for step in completion.logprobs[: len(ids)]:
+                ranked = sorted(
+                    (entry.rank, token, float(entry.logprob)) for token, entry in step.items() if entry.rank
+                )
+                tops.append([(token, logprob) for rank, token, logprob in ranked if rank <= params.top_logprobs])
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         text = trim_stop_string(text, params.stop, params.include_stop_str_in_output)
         reason = "stop" if completion.finish_reason == "stop" else completion.finish_reason or "length"
-        return text, ids, logprobs, reason
+        return text, ids, logprobs, reason, tops
 
     # ----- lifecycle --------------------------------------------------------------------------------------------
     async def sleep(self, level: int = 1) -> None:

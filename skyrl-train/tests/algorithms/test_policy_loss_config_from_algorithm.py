@@ -21,3 +21,38 @@ def test_nested_config_knobs_reach_the_flat_loss_fields():
     assert (loss.cispo_eps_clip_high, loss.cispo_anchor) == (3.5, "rollout")
     assert (loss.clip_cov_ratio, loss.kl_cov_coef, loss.tau_neg) == (0.01, 2.0, 1.2)
     assert loss.off_policy.tis_ratio_type == "token" and loss.off_policy.enabled
+
+
+def test_every_loss_key_of_the_algorithm_section_reaches_its_loss_field():
+    settings = {
+        "eps_clip_low": ("eps_clip_low", 0.15),
+        "eps_clip_high": ("eps_clip_high", 0.3),
+        "clip_ratio_c": ("clip_ratio_c", 2.5),
+        "max_seq_len": ("max_seq_len", 333),
+        "sapo.tau_pos": ("tau_pos", 0.9),
+        "sapo.tau_neg": ("tau_neg", 1.3),
+        "cispo.eps_clip_low": ("cispo_eps_clip_low", 0.5),
+        "cispo.eps_clip_high": ("cispo_eps_clip_high", 3.0),
+        "cispo.anchor": ("cispo_anchor", "rollout"),
+        "clip_cov.clip_ratio": ("clip_cov_ratio", 0.01),
+        "clip_cov.clip_cov_lb": ("clip_cov_lb", 0.5),
+        "clip_cov.clip_cov_ub": ("clip_cov_ub", 6.0),
+        "kl_cov.kl_cov_frac": ("kl_cov_frac", 0.05),
+        "kl_cov.kl_cov_coef": ("kl_cov_coef", 2.0),
+        "off_policy_correction.tis_ratio_type": ("off_policy.tis_ratio_type", "sequence"),
+        "off_policy_correction.token_tis_ratio_clip_high": ("off_policy.token_tis_ratio_clip_high", 3.0),
+        "off_policy_correction.sequence_tis_ratio_clip_high": ("off_policy.sequence_tis_ratio_clip_high", 6.0),
+        "off_policy_correction.sequence_mask_metric": ("off_policy.sequence_mask_metric", "geometric"),
+        "off_policy_correction.geo_mask_high": ("off_policy.geo_mask_high", 1.05),
+        "off_policy_correction.geo_mask_low": ("off_policy.geo_mask_low", 0.95),
+        "off_policy_correction.product_mask_high": ("off_policy.product_mask_high", 3.0),
+        "off_policy_correction.product_mask_low": ("off_policy.product_mask_low", 0.25),
+    }
+    overrides = [f"trainer.algorithm.{key}={value}" for key, (_, value) in settings.items()]
+    loss = PolicyLossConfig.from_algorithm_config(SkyRLConfig.from_cli_overrides(overrides).trainer.algorithm)
+    default = PolicyLossConfig.from_algorithm_config(SkyRLConfig().trainer.algorithm)
+    for key, (field_path, value) in settings.items():
+        got, before = loss, default
+        for name in field_path.split("."):
+            got, before = getattr(got, name), getattr(before, name)
+        assert got == value and before != value, key

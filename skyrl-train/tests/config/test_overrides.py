@@ -61,20 +61,24 @@ def test_a_single_string_instead_of_a_list_is_rejected():
 
 
 def test_every_field_type_is_set_from_an_override():
-    cfg = build(
-        "trainer.seed=3",  # int
-        "trainer.policy.optimizer.lr=2e-6",  # float
-        "trainer.policy.optimizer.max_grad_norm=2",  # int accepted for float
-        "data.shuffle=false",  # bool
-        "trainer.project_name=my-project",  # str
-        "trainer.max_training_steps=100",  # int | None
-        "generator.sampling_params.seed=null",  # Optional set to null
-        "trainer.strategy=megatron",  # Literal
-        "trainer.algorithm.off_policy_correction.tis_ratio_type=token",  # Literal | None
-        "generator.sampling_params.stop=['</answer>', 'Question:']",  # list[str] | None
-        "trainer.policy.model.lora.target_modules=[q_proj,v_proj]",  # str | list[str]
-        "generator.chat_template_kwargs={enable_thinking: false}",  # dict[str, Any]
-        "environment.env_configs.search.topk=5",  # new key in a free-form mapping
+    # Not validated: megatron and LoRA target modules are type-correct but not supported yet (validation refuses them).
+    cfg = SkyRLConfig.from_cli_overrides(
+        [
+            "trainer.seed=3",  # int
+            "trainer.policy.optimizer.lr=2e-6",  # float
+            "trainer.policy.optimizer.max_grad_norm=2",  # int accepted for float
+            "data.shuffle=false",  # bool
+            "trainer.project_name=my-project",  # str
+            "trainer.max_training_steps=100",  # int | None
+            "generator.sampling_params.seed=null",  # Optional set to null
+            "trainer.strategy=megatron",  # Literal
+            "trainer.algorithm.off_policy_correction.tis_ratio_type=token",  # Literal | None
+            "generator.sampling_params.stop=['</answer>', 'Question:']",  # list[str] | None
+            "trainer.policy.model.lora.target_modules=[q_proj,v_proj]",  # str | list[str]
+            "generator.chat_template_kwargs={enable_thinking: false}",  # dict[str, Any]
+            "environment.env_configs.search.topk=5",  # new key in a free-form mapping
+        ],
+        validate=False,
     )
     assert cfg.trainer.seed == 3
     assert cfg.trainer.policy.optimizer.lr == 2e-6
@@ -197,7 +201,7 @@ def test_a_key_below_a_scalar_is_rejected():
         ("trainer.resume_mode=null", r"expected one of 'none', 'latest', 'path', got null"),
         ("trainer.max_training_steps=ten", r"expected int \| null, got str 'ten'"),
         ("data.train_data=train.parquet", r"'data\.train_data': expected list\[str\], got str 'train\.parquet'"),
-        ("trainer.logger=[wandb,slack]", r"item \[1\] is str 'slack', expected one of 'console', 'jsonl', 'wandb'"),
+        ("trainer.logger=[wandb,3]", r"item \[1\] is int 3, expected str"),
         ("generator.chat_template_kwargs=[1]", r"expected dict\[str, any value\], got list \[1\]"),
         ("environment.env_configs={search: 3}", r"value of key 'search' is int 3, expected dict\[str, any value\]"),
         ("trainer.placement=5", r"'trainer\.placement': expected a mapping of PlacementConfig fields, got int 5"),

@@ -113,10 +113,6 @@ CASES = {
         "trainer.resume_mode=path needs trainer.resume_path",
     ),
     "empty policy model": (["trainer.policy.model.path=null"], "trainer.policy.model.path is empty"),
-    "remote backend without urls": (
-        ["trainer.placement.colocate_all=false", "generator.inference_engine.backend=remote"],
-        "backend=remote needs generator.inference_engine.remote_urls",
-    ),
     "sglang on cpu": (
         ["trainer.device=cpu", "generator.inference_engine.backend=sglang"],
         "backend=sglang needs a GPU",
@@ -174,7 +170,42 @@ CASES = {
         "kl_ctrl.type=adaptive needs kl_ctrl.kl_target > 0",
     ),
     "negative lora rank": (["trainer.policy.model.lora.rank=-1"], "trainer.policy.model.lora.rank must be 0 (no LoRA)"),
+    "non-positive repetition penalty": (
+        ["generator.eval_sampling_params.repetition_penalty=0"],
+        "generator.eval_sampling_params.repetition_penalty must be positive",
+    ),
+    "negative logprobs": (["generator.sampling_params.logprobs=-1"], "generator.sampling_params.logprobs must be null"),
+    "top_k of zero": (["generator.sampling_params.top_k=0"], "generator.sampling_params.top_k must be -1 (off)"),
+    "min_p of one": (["generator.sampling_params.min_p=1.0"], "generator.sampling_params.min_p must be in [0, 1)"),
+    "additional_kwargs shadowing a field": (
+        ["generator.sampling_params.additional_kwargs={temperature: 0.5, ignore_eos: true}"],
+        "generator.sampling_params.additional_kwargs sets ['temperature'], which first-class fields set",
+    ),
+    "vLLM-only sampling kwargs with the hf engine": (
+        ["generator.sampling_params.additional_kwargs={presence_penalty: 0.5, ignore_eos: true}"],
+        "generator.sampling_params.additional_kwargs ['presence_penalty'] are not supported by the hf engine",
+    ),
+    "tensor parallelism with the hf engine": (
+        ["generator.inference_engine.tensor_parallel_size=2", "generator.inference_engine.num_engines=1"],
+        "generator.inference_engine.tensor_parallel_size must be 1 with backend=hf",
+    ),
 }
+
+
+def test_vllm_only_sampling_kwargs_pass_validation_with_the_vllm_engine():
+    overrides = [
+        "generator.inference_engine.backend=vllm",
+        "generator.sampling_params.additional_kwargs={presence_penalty: 0.5}",
+    ]
+    assert problems_of(*overrides) == []
+
+
+def test_repetition_penalty_on_training_rollouts_warns_about_the_logprob_gap():
+    with pytest.warns(ConfigWarning, match="rollout and trainer logprobs will differ"):
+        SkyRLConfig.from_cli_overrides([*BASE, "generator.sampling_params.repetition_penalty=1.2"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)  # evaluation rollouts are never trained on: no warning
+        SkyRLConfig.from_cli_overrides([*BASE, "generator.eval_sampling_params.repetition_penalty=1.2"])
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -203,3 +204,22 @@ def test_context_over_max_input_length_ends_a_multi_turn_trajectory(tokenizer, c
     (t,) = out.trajectories
     # the prompt is ~32 tokens; after one turn plus its observation the context passes 40, so no second turn
     assert t.num_turns == 1 and t.stop_reason == "length"
+
+
+def test_top_logprobs_ride_on_the_trajectory_aligned_with_its_tokens(tokenizer, client):
+    params = SamplingParams(max_tokens=4, temperature=0, stop_token_ids=EVERY_CHAR_STOPS, top_logprobs=2)
+    settings = GeneratorSettings(sampling_params=params, max_turns=2, max_input_length=400)
+    (t,) = asyncio.run(SkyRLGymGenerator(client, tokenizer, settings).generate(_input("chatty", count=1))).trajectories
+    assert len(t.rollout_top_logprobs) == len(t.response_ids)
+    for token, logprob, mask, top in zip(t.response_ids, t.rollout_logprobs, t.loss_mask, t.rollout_top_logprobs):
+        if mask == 0:
+            assert top == []  # observation tokens were not sampled
+            continue
+        assert len(top) == 2 and top[0][1] >= top[1][1]
+        assert top[0] == (token, pytest.approx(logprob, abs=1e-6))  # greedy: the sampled token is the most likely
+    step_wise = GeneratorSettings(sampling_params=params, max_turns=2, step_wise_trajectories=True)
+    steps = asyncio.run(SkyRLGymGenerator(client, tokenizer, step_wise).generate(_input("chatty", count=1)))
+    assert all(len(s.rollout_top_logprobs) == len(s.response_ids) for s in steps.trajectories)
+    batched = GeneratorSettings(sampling_params=replace(params, stop_token_ids=()), batched=True)
+    (b,) = asyncio.run(SkyRLGymGenerator(client, tokenizer, batched).generate(_input("chatty", count=1))).trajectories
+    assert len(b.rollout_top_logprobs) == len(b.response_ids) > 0

@@ -212,8 +212,8 @@ def test_seeded_requests_sample_the_same_tokens_alone_or_batched(tokenizer, mode
     # one call carrying a seed per prompt decodes as one batch and samples what the separate calls sampled
     batches = []
     original = engine.generate_batch
-    engine.generate_batch = lambda batch, *args, **kwargs: batches.append(len(batch)) or original(
-        batch, *args, **kwargs
+    engine.generate_batch = lambda batch, *args, **kwargs: (
+        batches.append(len(batch)) or original(batch, *args, **kwargs)
     )
     one_call = _run(engine, prompt_token_ids=prompts, sampling_params=params(None), seeds=[10, 11, 12, 13])
     assert one_call.response_ids == alone and batches == [4]
@@ -229,3 +229,61 @@ def test_compute_clock_counts_decode_time_and_starts_over_when_read(tokenizer, m
     )
     seconds = engine.compute_clock.take()
     assert seconds["generate"] > 0 and engine.compute_clock.take() == {}
+
+
+def _forward_logprobs(model, prompt, response):
+    with torch.no_grad():
+        return torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], -1)
+
+
+def test_top_logprobs_equal_topk_of_a_plain_forward(tokenizer, model):
+    prompts = [_ids(p) for p in _prompts(tokenizer, 2)]
+    engine = HFInferenceEngine(model, tokenizer)
+    params = SamplingParams(max_tokens=8, temperature=1.0, top_logprobs=3, seed=5)
+    out = _run(engine, prompt_token_ids=prompts, sampling_params=params)
+    assert out.response_top_logprobs is not None
+    for prompt, response, tops in zip(prompts, out.response_ids, out.response_top_logprobs):
+        assert len(tops) == len(response)
+        values, ids = torch.topk(_forward_logprobs(model, prompt, response), 3, dim=-1)
+        assert [[token for token, _ in step] for step in tops] == ids.tolist()
+        got = torch.tensor([[logprob for _, logprob in step] for step in tops])
+        assert (got - values).abs().max().item() < LOGPROB_TOLERANCE
+    plain = _run(engine, prompt_token_ids=prompts, sampling_params=SamplingParams(max_tokens=8, seed=5))
+    assert plain.response_top_logprobs is None
+
+
+def test_repetition_penalty_follows_the_rule_on_prompt_and_generated_tokens(tokenizer, model):
+    prompt = _ids(_prompts(tokenizer, 1)[0])
+    engine = HFInferenceEngine(model, tokenizer)
+    penalty = 3.0  # the tiny model favours token 6 (logit 1.37, in the prompt) over the next (0.58): 3 flips it
+    params = SamplingParams(max_tokens=12, temperature=0, repetition_penalty=penalty, ignore_eos=True)
+    out = _run(engine, prompt_token_ids=[prompt], sampling_params=params)
+    response, logprobs = out.response_ids[0], out.response_logprobs[0]
+    # Reference by hand: full forward passes, penalise every token of prompt + response so far, take the argmax.
+    context = list(prompt)
+    expected_ids, expected_logprobs = [], []
+    for _ in range(12):
+        with torch.no_grad():
+            logits = model(torch.tensor([context])).logits[0, -1].float()
+        seen = torch.zeros_like(logits, dtype=torch.bool)
+        seen[torch.tensor(sorted(set(context)))] = True
+        penalised = torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
+        token = int(penalised.argmax())
+        expected_ids.append(token)
+        expected_logprobs.append(float(torch.log_softmax(penalised, -1)[token]))
+        context.append(token)
+    assert response == expected_ids
+    assert max(abs(a - b) for a, b in zip(logprobs, expected_logprobs)) < LOGPROB_TOLERANCE
+    unpenalised = _run(
+        engine, prompt_token_ids=[prompt], sampling_params=SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    )
+    assert unpenalised.response_ids[0] != response  # the penalty changed what was generated
+
+
+def test_additional_kwargs_are_refused_by_name(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer)
+    params = SamplingParams(max_tokens=4, additional_kwargs={"presence_penalty": 0.5, "bad_words": ["x"]})
+    with pytest.raises(
+        ValueError, match=r"does not support the sampling arguments \['bad_words', 'presence_penalty'\]"
+    ):
+        _run(engine, prompt_token_ids=[_ids(_prompts(tokenizer, 1)[0])], sampling_params=params)

@@ -9,9 +9,10 @@ import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from skyrl_train.algorithms.registry import UnknownNameError
+from skyrl_train.config import SkyRLConfig
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.hf_engine import HFInferenceEngine
-from skyrl_train.inference.ray_engine import EngineSettings, create_engine_actors
+from skyrl_train.inference.ray_engine import EngineSettings, build_hf_engine, create_engine_actors
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
@@ -137,3 +138,43 @@ async def test_teardown_ends_the_actor(cluster):  # last: it ends engine 1
     await engine.teardown()
     with pytest.raises(ray.exceptions.RayActorError):
         await engine.handle.weight_version.remote()
+
+
+def test_every_engine_key_reaches_the_engine_settings():
+    cfg = SkyRLConfig.from_cli_overrides(
+        [
+            "trainer.device=cpu",
+            "trainer.seed=9",
+            "generator.inference_engine.backend=vllm",
+            "generator.inference_engine.model_dtype=float16",
+            "generator.inference_engine.max_num_seqs=7",
+            "generator.inference_engine.tensor_parallel_size=2",
+            "generator.inference_engine.num_engines=2",
+            "generator.inference_engine.gpu_memory_utilization=0.3",
+            "generator.inference_engine.enable_prefix_caching=false",
+            "generator.inference_engine.enforce_eager=true",
+            "generator.inference_engine.engine_init_kwargs={quantization: fp8}",
+            "trainer.placement.colocate_all=false",
+        ]
+    )
+    settings = EngineSettings.from_config(cfg, "/models/m")
+    assert (settings.backend, settings.dtype, settings.max_batch_size, settings.seed) == ("vllm", "float16", 7, 9)
+    assert (settings.tensor_parallel_size, settings.gpu_memory_utilization) == (2, 0.3)
+    assert (settings.enable_prefix_caching, settings.enforce_eager) == (False, True)
+    assert settings.engine_kwargs == {"quantization": "fp8"}
+
+
+def test_hf_builder_takes_dtype_batch_size_and_engine_kwargs(tmp_path):
+    build_tiny_model(TinyModelSpec(size=1), seed=0).save_pretrained(tmp_path)
+    save_tokenizer(build_char_tokenizer(), tmp_path)
+    cfg = SkyRLConfig.from_cli_overrides(
+        [
+            "trainer.device=cpu",
+            "generator.inference_engine.model_dtype=bfloat16",
+            "generator.inference_engine.max_num_seqs=3",
+            "generator.inference_engine.engine_init_kwargs={max_model_len: 48}",
+        ]
+    )
+    engine = build_hf_engine(EngineSettings.from_config(cfg, str(tmp_path)))
+    assert next(engine.model.parameters()).dtype == torch.bfloat16
+    assert (engine.max_batch_size, engine.max_model_len) == (3, 48)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from skyrl_train.inference.sampling import filter_logits, sample_next_tokens
+from skyrl_train.inference.sampling import apply_repetition_penalty, filter_logits, sample_next_tokens, top_logprobs
 from skyrl_train.inference.stopping import StopChecker, trim_stop_string
 from skyrl_train.inference.types import SamplingParams
 
@@ -93,3 +93,41 @@ def test_uniform_sampling_follows_the_distribution_and_matches_logprobs():
     frequencies = torch.bincount(tokens, minlength=3).float() / len(tokens)
     assert torch.allclose(frequencies, probs, atol=0.01)
     assert torch.allclose(logprobs, probs.log()[tokens], atol=1e-6)
+
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative_seen_logits():
+    logits = torch.tensor([[2.0, -1.0, 3.0, -0.5], [2.0, -1.0, 3.0, -0.5]])
+    seen = torch.tensor([[True, True, False, False], [False, False, True, True]])
+    penalised = apply_repetition_penalty(logits, seen, 2.0)
+    # row 0: tokens 0 (2 -> 2/2 = 1) and 1 (-1 -> -1*2 = -2) seen; row 1: tokens 2 (3 -> 1.5) and 3 (-0.5 -> -1)
+    assert penalised.tolist() == [[1.0, -2.0, 3.0, -0.5], [2.0, -1.0, 1.5, -1.0]]
+    assert torch.equal(apply_repetition_penalty(logits, seen, 1.0), logits)
+
+
+def test_repetition_penalty_changes_the_greedy_pick_and_its_logprob():
+    logits = torch.tensor([[2.0, 1.5]])
+    seen = torch.tensor([[True, False]])
+    params = SamplingParams(temperature=0, repetition_penalty=2.0)
+    tokens, logprobs = sample_next_tokens(logits, params, seen=seen)
+    # penalised logits [1.0, 1.5]: token 1 wins; its logprob is under the penalised distribution
+    assert tokens.tolist() == [1]
+    assert logprobs.item() == pytest.approx(1.5 - math.log(math.exp(1.0) + math.exp(1.5)), abs=1e-6)
+    unpenalised, _ = sample_next_tokens(logits, SamplingParams(temperature=0), seen=seen)
+    assert unpenalised.tolist() == [0]
+
+
+def test_repetition_penalty_applies_before_temperature():
+    logits = torch.tensor([[4.0, 0.0]])
+    seen = torch.tensor([[True, False]])
+    params = SamplingParams(temperature=2.0, repetition_penalty=2.0, top_k=1)
+    _, logprobs = sample_next_tokens(logits, params, torch.Generator().manual_seed(0), seen=seen)
+    # (4 / 2 penalty) / 2 temperature = 1: log p(0) = 1 - log(e + 1)
+    assert logprobs.item() == pytest.approx(1 - math.log(math.e + 1), abs=1e-6)
+
+
+def test_top_logprobs_are_the_k_largest_under_the_sampled_distribution():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.0]])
+    values, ids = top_logprobs(logits, SamplingParams(temperature=2.0, top_k=1), 2)
+    expected = torch.log_softmax(logits / 2.0, dim=-1)  # top-k filtering does not change reported logprobs
+    assert ids.tolist() == [[1, 3]]
+    assert torch.allclose(values, expected[:, [1, 3]])

@@ -186,3 +186,56 @@ def test_pause_sleep_and_wake(engine, served, tokenizer):
 
     first, second = asyncio.run(scenario())
     assert len(first.response_ids[0]) == 3 and len(second.response_ids[0]) == 3
+
+
+def _forward_log_softmax(model, prompt, response):
+    with torch.no_grad():
+        return torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], dim=-1)
+
+
+def test_top_logprobs_equal_topk_of_the_hf_forward_pass(engine, served, tokenizer):
+    prompts = _prompts(tokenizer, 2)
+    params = SamplingParams(max_tokens=8, temperature=1.0, seed=4, top_logprobs=3)
+    output = _run(engine, prompt_token_ids=prompts, sampling_params=params)
+    for prompt, response, tops in zip(prompts, output.response_ids, output.response_top_logprobs):
+        assert len(tops) == len(response)
+        values, ids = torch.topk(_forward_log_softmax(served, prompt, response), 3, dim=-1)
+        assert [[token for token, _ in step] for step in tops] == ids.tolist()
+        got = torch.tensor([[logprob for _, logprob in step] for step in tops])
+        assert (got - values).abs().max().item() < LOGPROB_TOLERANCE
+    plain = _run(engine, prompt_token_ids=prompts, sampling_params=SamplingParams(max_tokens=8, seed=4))
+    assert plain.response_top_logprobs is None
+
+
+def test_repetition_penalty_follows_the_rule_like_the_hf_engine(engine, served, tokenizer):
+    prompt = _prompts(tokenizer, 1)[0]
+    penalty, steps = 3.0, 10
+    params = SamplingParams(max_tokens=steps, temperature=0, repetition_penalty=penalty, ignore_eos=True)
+    output = _run(engine, prompt_token_ids=[prompt], sampling_params=params)
+    context, expected_ids, expected_logprobs = list(prompt), [], []
+    for _ in range(steps):  # by hand: penalise every token of prompt + output so far, take the argmax
+        with torch.no_grad():
+            logits = served(torch.tensor([context])).logits[0, -1].float()
+        seen = torch.zeros_like(logits, dtype=torch.bool)
+        seen[torch.tensor(sorted(set(context)))] = True
+        penalised = torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
+        token = int(penalised.argmax())
+        expected_ids.append(token)
+        expected_logprobs.append(float(torch.log_softmax(penalised, -1)[token]))
+        context.append(token)
+    assert output.response_ids[0] == expected_ids
+    assert max(abs(a - b) for a, b in zip(output.response_logprobs[0], expected_logprobs)) < LOGPROB_TOLERANCE
+
+
+def test_additional_kwargs_reach_vllm_and_bad_ones_are_named(engine, served, tokenizer):
+    prompt = _prompts(tokenizer, 1)
+    base = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    plain = _run(engine, prompt_token_ids=prompt, sampling_params=base)
+    assert len(set(plain.response_ids[0])) < 12  # greedy repeats tokens
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, additional_kwargs={"presence_penalty": 2.0})
+    penalised = _run(engine, prompt_token_ids=prompt, sampling_params=params)
+    assert penalised.response_ids[0] != plain.response_ids[0]  # vLLM's presence penalty took effect
+    with pytest.raises(ValueError, match=r"refused the sampling additional_kwargs \['no_such_option'\]"):
+        _run(engine, prompt_token_ids=prompt, sampling_params=SamplingParams(additional_kwargs={"no_such_option": 1}))
+    with pytest.raises(ValueError, match=r"additional_kwargs \['temperature'\] duplicate first-class"):
+        _run(engine, prompt_token_ids=prompt, sampling_params=SamplingParams(additional_kwargs={"temperature": 0.5}))

@@ -53,3 +53,29 @@ def test_value_loss_updates_move_values_toward_returns(single_rank_group, worker
     assert metrics["critic/value_clip_frac"] == 0.0
     assert torch.isfinite(torch.tensor(grad_norm)) and grad_norm > 0
     assert error(values) < 0.5 * first_error
+
+
+def test_the_critic_builds_from_its_own_section(single_rank_group, worker_config):
+    config = worker_config(
+        "trainer.policy.optimizer.lr=0.5",
+        "trainer.critic.optimizer.lr=0.25",
+        "trainer.critic.optimizer.adam_betas=[0.7,0.9]",
+        "trainer.critic.optimizer.weight_decay=0.2",
+        "trainer.critic.optimizer.num_warmup_steps=4",
+        "trainer.critic.gradient_checkpointing=true",
+        "trainer.critic.fsdp.reshard_after_forward=false",
+    )
+    worker = _critic(config, single_rank_group)
+    group = worker.strategy.optimizer.param_groups[0]
+    assert (group["initial_lr"], group["betas"], group["weight_decay"]) == (0.25, (0.7, 0.9), 0.2)
+    assert worker.get_lr() == 0.0  # warm-up from 0 over the critic's 4 steps
+    assert worker.strategy.gradient_checkpointing and worker.strategy.fsdp.reshard_after_forward is False
+    constant = _critic(
+        worker_config(
+            "trainer.critic.optimizer.lr=0.25",
+            "trainer.critic.optimizer.num_warmup_steps=4",
+            "trainer.critic.optimizer.scheduler=constant",
+        ),
+        single_rank_group,
+    )
+    assert constant.get_lr() == 0.25  # the critic's schedule name: `constant` has no warm-up

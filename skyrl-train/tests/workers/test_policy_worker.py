@@ -144,3 +144,26 @@ def test_bf16_mixed_precision_trains_with_float32_master_weights(
     metrics = worker.forward_backward(batch, grpo_advantages(batch), bf16)
     assert torch.isfinite(torch.tensor(metrics["policy/loss"])) and worker.optim_step() > 0
     assert all(tensor.dtype == torch.float32 for _, tensor in worker.get_weights())
+
+
+def test_each_role_builds_from_its_own_section(single_rank_group, worker_config):
+    config = worker_config(
+        "trainer.policy.optimizer.lr=0.5",
+        "trainer.policy.optimizer.adam_betas=[0.8,0.95]",
+        "trainer.policy.optimizer.weight_decay=0.3",
+        "trainer.critic.optimizer.lr=0.25",
+        "trainer.policy.gradient_checkpointing=true",
+        "trainer.policy.fsdp.reshard_after_forward=false",
+        "trainer.ref.fsdp.mixed_precision.reduce_dtype=bfloat16",
+    )
+    policy = _policy(config, single_rank_group)
+    group = policy.strategy.optimizer.param_groups[0]
+    assert (policy.get_lr(), group["betas"], group["weight_decay"]) == (0.5, (0.8, 0.95), 0.3)
+    assert policy.strategy.gradient_checkpointing and policy.model.is_gradient_checkpointing
+    assert (
+        policy.strategy.fsdp.reshard_after_forward is False
+        and policy.strategy.fsdp.mixed_precision.reduce_dtype == "float32"
+    )
+    ref = _policy(config, single_rank_group, cls=RefWorker, role="ref")
+    assert ref.strategy.optimizer is None and ref.strategy.fsdp.reshard_after_forward is True
+    assert ref.strategy._shard_kwargs()["mp_policy"].reduce_dtype == torch.bfloat16

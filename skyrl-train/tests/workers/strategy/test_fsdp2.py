@@ -130,3 +130,42 @@ def test_offload_after_step_frees_accelerator_memory(single_rank_group):
     _train_step_on()
     strategy.optimizer_step()  # reloads first, then steps
     assert all(s["exp_avg"].device.type == "cuda" for s in strategy.optimizer.state.values())
+
+
+def test_fsdp_section_sets_the_shard_options(single_rank_group, caplog):
+    section = FSDPConfig(reshard_after_forward=False, cpu_offload=True)
+    section.mixed_precision.param_dtype, section.mixed_precision.reduce_dtype = "bfloat16", "bfloat16"
+    with caplog.at_level("INFO", logger="skyrl_train.workers.strategy.fsdp2"):
+        kwargs = FSDP2Strategy(section, torch.device("cpu"))._shard_kwargs()
+    assert kwargs["reshard_after_forward"] is False
+    assert (kwargs["mp_policy"].param_dtype, kwargs["mp_policy"].reduce_dtype) == (torch.bfloat16, torch.bfloat16)
+    assert "offload_policy" not in kwargs and "fsdp.cpu_offload has no effect on trainer.device=cpu" in caplog.text
+    default = FSDP2Strategy(FSDPConfig(), torch.device("cpu"))._shard_kwargs()
+    assert default["reshard_after_forward"] is True
+    assert (default["mp_policy"].param_dtype, default["mp_policy"].reduce_dtype) == (torch.bfloat16, torch.float32)
+    fp32 = FSDPConfig()
+    fp32.mixed_precision.param_dtype = "float32"
+    assert FSDP2Strategy(fp32, torch.device("cpu"))._shard_kwargs()["mp_policy"].param_dtype is None  # no casting
+
+
+@pytest.mark.parametrize(("max_grad_norm", "clipped"), [(1e-3, True), (1e6, False), (0.0, False)])
+def test_max_grad_norm_clips_the_update(single_rank_group, max_grad_norm, clipped):
+    # The gradient norm the optimizer sees (read in a step pre-hook) is the clipped one.
+    strategy = FSDP2Strategy(
+        FSDPConfig(), torch.device("cpu"), optimizer=OptimizerConfig(lr=0.0, max_grad_norm=max_grad_norm)
+    )
+    model = strategy.prepare(build_tiny_model(TinyModelSpec(size=1)))
+    model(torch.tensor([[5, 6, 7]])).logits.float().pow(2).sum().backward()
+    seen = {}
+
+    def record(optimizer, args, kwargs):
+        grads = [p.grad.full_tensor() for p in model.parameters()]
+        seen["norm"] = float(torch.nn.utils.get_total_norm(grads))
+
+    strategy.optimizer.register_step_pre_hook(record)
+    norm_before = strategy.optimizer_step()
+    assert norm_before > 1e-2  # the raw gradient is far above the smallest limit
+    if clipped:
+        assert seen["norm"] == pytest.approx(max_grad_norm, rel=1e-3)  # clip_grad_norm_ scales to the limit
+    else:
+        assert seen["norm"] == pytest.approx(norm_before, rel=1e-5)  # 0 means no clipping; 1e6 is never reached

@@ -1,0 +1,117 @@
+"""Config keys that exist in the schema but are not supported yet: only the listed values are accepted.
+
+Each entry names the key, the values accepted today, why others are not, and what brings them. Validation refuses
+any other value with a message saying "not supported yet" (`check_not_yet_supported`), and
+`docs/reference/configuration.md` lists every entry (rendered by `docgen`). A key leaves this list when the code
+that reads it lands, together with a test that shows its effect.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skyrl_train.config.root import SkyRLConfig
+
+
+@dataclass(frozen=True)
+class NotYetSupported:
+    """One key that accepts only `accepted` values today."""
+
+    key: str
+    """Dotted config path, e.g. `trainer.strategy`."""
+
+    accepted: tuple[Any, ...]
+    """Values that work today (the default among them)."""
+
+    reason: str
+    """Why other values do not work yet."""
+
+    planned: str
+    """What brings the other values (an issue or a release)."""
+
+    refused_example: Any
+    """A value validation refuses (used by the test that walks this list)."""
+
+
+_LORA = "LoRA adapters are not wired into the FSDP2 workers or the weight sync yet"
+_LORA_PLAN = "the LoRA and Megatron issue (a later release)"
+_ROLES = ("policy", "ref", "critic")
+_LORA_KEYS = (
+    ("rank", (0,), 8),
+    ("alpha", (16,), 32),
+    ("dropout", (0.0,), 0.1),
+    ("target_modules", ("all-linear",), ["q_proj"]),
+    ("exclude_modules", (None,), ["lm_head"]),
+)
+
+NOT_YET_SUPPORTED: tuple[NotYetSupported, ...] = (
+    NotYetSupported(
+        "trainer.strategy",
+        ("fsdp2",),
+        "the Megatron workers are GPU-only and not shipped yet",
+        _LORA_PLAN,
+        "megatron",
+    ),
+    *(
+        NotYetSupported(
+            f"trainer.{role}.model.lora.{name}",
+            accepted,
+            _LORA if name == "rank" else f"{_LORA}; this key is only read for LoRA (rank > 0)",
+            _LORA_PLAN,
+            example,
+        )
+        for role in _ROLES
+        for name, accepted, example in _LORA_KEYS
+    ),
+    *(
+        NotYetSupported(
+            f"trainer.{role}.sequence_parallel_size",
+            (1,),
+            "Ulysses sequence parallelism is not implemented in the FSDP2 workers",
+            "a later release",
+            2,
+        )
+        for role in _ROLES
+    ),
+    NotYetSupported(
+        "generator.inference_engine.remote_urls",
+        ([],),
+        "no `remote` engine backend is registered yet (engines run in Ray actors started by the trainer)",
+        "the OpenAI-compatible server issue (remote engines)",
+        ["http://127.0.0.1:8000"],
+    ),
+    NotYetSupported(
+        "data.num_workers",
+        (0,),
+        "prompts are loaded and length-filtered in the driver process; no worker pool reads data",
+        "a later release, if loading large prompt sets in the driver proves slow",
+        8,
+    ),
+)
+"""Every key that accepts only some values today."""
+
+
+def _value_at(cfg: "SkyRLConfig", key: str) -> Any:
+    value: Any = cfg
+    for name in key.split("."):
+        value = getattr(value, name)
+    return value
+
+
+def describe_accepted(entry: NotYetSupported) -> str:
+    """The accepted values as config literals, e.g. `0` or `"fsdp2"`."""
+    from skyrl_train.config.docgen import format_value
+
+    return " or ".join(format_value(value) for value in entry.accepted)
+
+
+def check_not_yet_supported(cfg: "SkyRLConfig") -> Iterator[str]:
+    """A problem for every key of `NOT_YET_SUPPORTED` set to a value outside its accepted ones."""
+    for entry in NOT_YET_SUPPORTED:
+        value = _value_at(cfg, entry.key)
+        if value not in entry.accepted:
+            yield (
+                f"{entry.key}={value!r} is not supported yet: {entry.reason}. Accepted today:"
+                f" {describe_accepted(entry)} (other values come with {entry.planned})"
+            )
