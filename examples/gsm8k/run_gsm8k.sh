@@ -20,9 +20,8 @@ CKPT_DIR="${CKPT_DIR:-$HOME/ckpts/gsm8k_1.5B}"  # checkpoints; the run resumes f
 EXPORT_DIR="${EXPORT_DIR:-$HOME/exports/gsm8k_1.5B}"
 RUN_NAME="${RUN_NAME:-gsm8k_grpo_qwen2.5_1.5b}"
 PYTHON="${PYTHON:-python}"                      # the interpreter of the environment skyrl-train is installed in
-# The config accepts `vllm`, but this version only ships the `hf` engine (transformers `generate`): `vllm` fails
-# at start-up with "unknown engine backend 'vllm'". Switch to INFERENCE_BACKEND=vllm once a vllm engine is
-# registered; everything else in this script stays the same.
+# `hf` is the project's own batched decoder and needs nothing extra; INFERENCE_BACKEND=vllm uses vLLM (installed
+# separately, see docs/inference-engines.md) and generates much faster on GPUs.
 INFERENCE_BACKEND="${INFERENCE_BACKEND:-hf}"
 
 exec "$PYTHON" -m skyrl_train.entrypoints.main_base \

@@ -1,0 +1,90 @@
+"""Render benchmark results (benchmarks/results/<name>.json) into the marked blocks of the docs pages.
+
+A page holds a block per benchmark:
+
+    <!-- results: dynamic_sampling -->
+    ...generated markdown, never edited by hand...
+    <!-- /results -->
+
+`python scripts/render_doc_results.py` rewrites every block from its JSON file; `--check` only reports the blocks
+that differ and exits 1 (tests/test_doc_results.py runs the check). A missing results file renders as a note saying
+which file to produce, so a page never shows stale numbers silently.
+"""
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "benchmarks" / "results"
+BLOCK = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
+
+
+def render_dynamic_sampling(data: dict) -> str:
+    """The dynamic-sampling benchmark: one row per run, then the machine and date it was measured on."""
+    lines = [
+        "| run | steps | sampled groups | final accuracy | groups to reach GRPO's final accuracy |",
+        "|---|---|---|---|---|",
+    ]
+    for run in data["runs"]:
+        reached = run.get("groups_to_reach_grpo_final")
+        lines.append(
+            f"| {run['name']} | {run['steps']} | {run['sampled_groups']} | {run['final_accuracy']:.3f} | "
+            f"{'not reached' if reached is None else reached} |"
+        )
+    lines.append("")
+    lines.append(
+        f"GRPO's final accuracy: {data['grpo_final_accuracy']:.3f}. Measured on {data['machine']}, {data['date']} "
+        f"(`benchmarks/results/dynamic_sampling.json`, benchmark `{data['benchmark']}`)."
+    )
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS = {"dynamic_sampling": render_dynamic_sampling}
+
+
+def render(name: str, results_dir: Path = RESULTS_DIR) -> str:
+    """The markdown for the block named `name` (a note when its results file does not exist yet)."""
+    if name not in RENDERERS:
+        raise KeyError(f"results block {name!r}: no renderer; known: {sorted(RENDERERS)}")
+    path = results_dir / f"{name}.json"
+    if not path.exists():
+        return f"*No measured results yet: run the benchmark to write `benchmarks/results/{name}.json`.*\n"
+    data = json.loads(path.read_text())
+    try:
+        return RENDERERS[name](data)
+    except KeyError as error:
+        raise KeyError(f"{path}: missing key {error} that the {name!r} renderer needs") from error
+
+
+def rendered_page(text: str, results_dir: Path = RESULTS_DIR) -> str:
+    """The page text with every results block replaced by its rendering."""
+    return BLOCK.sub(lambda m: m.group(1) + render(m.group("name"), results_dir) + m.group(4), text)
+
+
+def doc_pages() -> list[Path]:
+    return [REPO / "README.md"] + sorted((REPO / "docs").rglob("*.md")) + sorted((REPO / "examples").glob("*/README.md"))
+
+
+def main() -> int:
+    """Rewrite (or with --check, compare) every page's results blocks."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="report stale blocks and exit 1 instead of rewriting")
+    args = parser.parse_args()
+    stale = []
+    for page in doc_pages():
+        text = page.read_text()
+        new = rendered_page(text)
+        if new != text:
+            stale.append(str(page.relative_to(REPO)))
+            if not args.check:
+                page.write_text(new)
+    verb = "stale" if args.check else "rewrote"
+    print(f"render_doc_results: {verb}: {', '.join(stale) if stale else 'none'}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The measured-results blocks of the pages match what scripts/render_doc_results.py renders from the JSON files."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("render_doc_results", REPO / "scripts" / "render_doc_results.py")
+renderer = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(renderer)
+
+SAMPLE = {
+    "benchmark": "benchmarks/dynamic_sampling.py",
+    "date": "2026-11-23",
+    "machine": "2-core CPU",
+    "grpo_final_accuracy": 0.5,
+    "runs": [
+        {
+            "name": "grpo",
+            "steps": 10,
+            "sampled_groups": 320,
+            "final_accuracy": 0.5,
+            "groups_to_reach_grpo_final": 320,
+            "curve": [[0, 0.2], [10, 0.5]],
+        },
+        {
+            "name": "dapo",
+            "steps": 10,
+            "sampled_groups": 410,
+            "final_accuracy": 0.4,
+            "groups_to_reach_grpo_final": None,
+            "curve": [],
+        },
+    ],
+}
+
+
+def test_every_results_block_is_up_to_date():
+    stale = [
+        str(page.relative_to(REPO))
+        for page in renderer.doc_pages()
+        if renderer.rendered_page(page.read_text()) != page.read_text()
+    ]
+    assert not stale, f"results blocks differ from their JSON in {stale}; run python scripts/render_doc_results.py"
+
+
+def test_renders_the_dynamic_sampling_shape(tmp_path):
+    (tmp_path / "dynamic_sampling.json").write_text(json.dumps(SAMPLE))
+    page = "before\n<!-- results: dynamic_sampling -->\nold numbers\n<!-- /results -->\nafter\n"
+    text = renderer.rendered_page(page, tmp_path)
+    assert "old numbers" not in text and text.startswith("before\n") and text.endswith("<!-- /results -->\nafter\n")
+    assert "| dapo | 10 | 410 | 0.400 | not reached |" in text
+    assert "| grpo | 10 | 320 | 0.500 | 320 |" in text
+    assert "Measured on 2-core CPU, 2026-11-23" in text
+    assert renderer.rendered_page(text, tmp_path) == text  # rendering is idempotent
+
+
+def test_missing_results_file_renders_a_note(tmp_path):
+    text = renderer.rendered_page("<!-- results: dynamic_sampling -->\n<!-- /results -->", tmp_path)
+    assert "No measured results yet" in text and "benchmarks/results/dynamic_sampling.json" in text
+
+
+def test_bad_results_file_names_the_missing_key(tmp_path):
+    (tmp_path / "dynamic_sampling.json").write_text(json.dumps({"benchmark": "x"}))
+    try:
+        renderer.rendered_page("<!-- results: dynamic_sampling -->\n<!-- /results -->", tmp_path)
+    except KeyError as error:
+        assert "dynamic_sampling.json" in str(error) and "runs" in str(error)
+    else:
+        raise AssertionError("a results file without `runs` must be refused")
