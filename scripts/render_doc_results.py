@@ -65,7 +65,9 @@ def rendered_page(text: str, results_dir: Path = RESULTS_DIR) -> str:
 
 
 def doc_pages() -> list[Path]:
-    return [REPO / "README.md"] + sorted((REPO / "docs").rglob("*.md")) + sorted((REPO / "examples").glob("*/README.md"))
+    return (
+        [REPO / "README.md"] + sorted((REPO / "docs").rglob("*.md")) + sorted((REPO / "examples").glob("*/README.md"))
+    )
 
 
 def main() -> int:
