@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
@@ -32,6 +32,9 @@ from skyrl_train.utils.timer import PhaseTimer
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy
 from skyrl_train.workers.group import WorkerGroup
+
+if TYPE_CHECKING:
+    from skyrl_train.rewards.scorer import RewardScorer
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +66,14 @@ class RayPPOTrainer:
         weight_sync: WeightSyncStrategy,
         tracker: Tracker,
         verify_weight_sync: bool = False,
+        reward_scorer: Optional[RewardScorer] = None,
     ) -> None:
         self.cfg, self.tokenizer = cfg, tokenizer
         self.train_loader, self.eval_items = train_loader, eval_items
         self.policy, self.ref, self.critic = policy, ref, critic
         self.client, self.generator, self.weight_sync, self.tracker = client, generator, weight_sync, tracker
         self.verify_weight_sync = verify_weight_sync
+        self.reward_scorer = reward_scorer  # None: the env's rewards are used as the generator placed them
         self.algorithm = cfg.trainer.algorithm
         self.colocated = cfg.trainer.placement.colocate_all
         self.n_samples = cfg.generator.n_samples_per_prompt
@@ -121,13 +126,16 @@ class RayPPOTrainer:
         """One training step on a batch of prompts; returns its metrics."""
         timer = PhaseTimer()
         with timer("step"):
+            generator_input = self.generator_input(items)
             with timer("generate"):
-                output = await self.generator.generate(self.generator_input(items))
+                output = await self.generator.generate(generator_input)
             if self.colocated:
                 await self.client.sleep()
             with timer("reward"):
+                scoring = {} if self.reward_scorer is None else await self.reward_scorer.score(generator_input, output)
                 batch = TrainingBatch.from_trajectories(output.trajectories, self.tokenizer.pad_token_id)
                 metrics = reward_metrics(output, self.n_samples)
+                metrics.update(scoring)
             with timer("fwd_logprobs"):
                 old_logprobs, ref_logprobs, values = await self.forward_passes(batch)
                 metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
