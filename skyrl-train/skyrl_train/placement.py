@@ -29,7 +29,7 @@ class RoleSlot:
 
 @dataclass
 class Placement:
-    """The slots of policy, ref, critic and engines."""
+    """The slots of policy, ref, critic, reward model and engines."""
 
     slots: dict[str, RoleSlot] = field(default_factory=dict)
     groups: list[Any] = field(default_factory=list)
@@ -59,7 +59,7 @@ def engine_count(cfg: Any) -> int:
 
 
 def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Placement:
-    """Create placement groups for `roles` (subset of policy, ref, critic) plus the engines, per the config."""
+    """Create placement groups for `roles` (subset of policy, ref, critic, reward) plus the engines, per the config."""
     placement_cfg = cfg.trainer.placement
     on_gpu = cfg.resolved_device() == "cuda"
     cpus = placement_cfg.num_cpus_per_worker

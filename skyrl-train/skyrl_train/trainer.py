@@ -14,7 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
@@ -35,6 +35,9 @@ from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy
 from skyrl_train.workers.accounting import reduction_denominator
 from skyrl_train.workers.group import WorkerGroup
+
+if TYPE_CHECKING:
+    from skyrl_train.rewards.scorer import RewardScorer
 
 logger = logging.getLogger(__name__)
 
@@ -66,12 +69,14 @@ class RayPPOTrainer:
         weight_sync: WeightSyncStrategy,
         tracker: Tracker,
         verify_weight_sync: bool = False,
+        reward_scorer: Optional[RewardScorer] = None,
     ) -> None:
         self.cfg, self.tokenizer = cfg, tokenizer
         self.train_loader, self.eval_items = train_loader, eval_items
         self.policy, self.ref, self.critic = policy, ref, critic
         self.client, self.generator, self.weight_sync, self.tracker = client, generator, weight_sync, tracker
         self.verify_weight_sync = verify_weight_sync
+        self.reward_scorer = reward_scorer  # None: the env's rewards are used as the generator placed them
         self.algorithm = cfg.trainer.algorithm
         self.colocated = cfg.trainer.placement.colocate_all
         self.n_samples = cfg.generator.n_samples_per_prompt
@@ -80,7 +85,8 @@ class RayPPOTrainer:
             ctrl = self.algorithm.kl_ctrl
             self.kl_controller = make_kl_controller(ctrl.type, ctrl.kl_coef, ctrl.kl_target, ctrl.horizon)
         self.checkpoints = TrainerCheckpoints(cfg, policy, critic, train_loader)
-        self.rollouts = RolloutCollector(cfg, generator, self.generator_input, self.next_batch)
+        score = None if reward_scorer is None else reward_scorer.score
+        self.rollouts = RolloutCollector(cfg, generator, self.generator_input, self.next_batch, score=score)
         self.global_step = 0
         self.weight_version = 0
         self.initial_eval: dict[str, float] = {}

@@ -8,3 +8,38 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+import pytest  # noqa: E402
+
+
+def _build_tiny_reward_model(directory, tokenizer=None, seed: int = 0, scale: float = 0.3) -> str:
+    """Save a size-1 tiny `Qwen2ForSequenceClassification` (one label) with `tokenizer` (default: the char tokenizer)
+    in `directory`. Weights are drawn with std `scale` so different texts get clearly different scores."""
+    from transformers import Qwen2ForSequenceClassification
+
+    from skyrl_train.models.tiny import TinyModelSpec, tiny_model_config
+    from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+
+    config = tiny_model_config(TinyModelSpec(size=1))
+    config.num_labels = 1
+    generator = torch.Generator().manual_seed(seed)
+    model = Qwen2ForSequenceClassification(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0, scale, generator=generator)
+    model.save_pretrained(directory)
+    save_tokenizer(tokenizer if tokenizer is not None else build_char_tokenizer(), directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def build_reward_model():
+    """`build_reward_model(directory, tokenizer=None, seed=0, scale=0.3) -> path`: save a tiny reward model."""
+    return _build_tiny_reward_model
+
+
+@pytest.fixture(scope="session")
+def tiny_reward_model_dir(tmp_path_factory):
+    """A tiny reward model (Qwen2 sequence classifier, char tokenizer with its chat template) saved as a HF folder."""
+    return _build_tiny_reward_model(tmp_path_factory.mktemp("tiny_reward_model"))

@@ -46,3 +46,21 @@ def test_ray_address_joins_a_cluster_instead_of_starting_one(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "auto")
     assert ray_init_kwargs(_cfg(), ["policy"])["address"] == "auto"  # RAY_ADDRESS when the config has none
     assert ray_init_kwargs(_cfg("trainer.placement.ray_address=ray://h:1"), ["policy"])["address"] == "ray://h:1"
+
+
+def test_a_separate_reward_model_adds_its_own_workers_to_the_cpus_needed():
+    from skyrl_train.config import SkyRLConfig
+    from skyrl_train.placement import cpus_needed
+
+    overrides = [
+        "trainer.placement.colocate_all=false",
+        "trainer.placement.policy_num_gpus_per_node=2",
+        "trainer.placement.reward_num_gpus_per_node=3",
+        "trainer.placement.num_cpus_per_worker=2",
+        "reward.model.path=rm",
+    ]
+    cfg = SkyRLConfig.from_cli_overrides(overrides, validate=False)
+    # policy 2 + reward 3 + 1 engine workers, 2 CPUs each; the ref shares the policy's bundles
+    assert cpus_needed(cfg, ["policy", "ref", "reward"]) == 2 * (2 + 3 + 1)
+    colocated = SkyRLConfig.from_cli_overrides([*overrides[1:], "trainer.placement.colocate_all=true"], validate=False)
+    assert cpus_needed(colocated, ["policy", "ref", "reward"]) == 2 * 2  # everyone shares the policy's bundles

@@ -28,6 +28,7 @@ from skyrl_train.config.errors import (
     UnknownConfigKeyError,
 )
 from skyrl_train.config.generator import ChatTemplateConfig, GeneratorConfig, InferenceEngineConfig, SamplingParams
+from skyrl_train.config.reward import RewardConfig, RewardModelConfig
 from skyrl_train.config.roles import (
     CriticConfig,
     FSDPConfig,
@@ -72,6 +73,8 @@ __all__ = [
     "PlacementConfig",
     "PolicyConfig",
     "RefConfig",
+    "RewardConfig",
+    "RewardModelConfig",
     "SAPOConfig",
     "SamplingParams",
     "SkyRLConfig",

@@ -113,6 +113,7 @@ def prepare_hydra_args(args: Sequence[str]) -> list[str]:
 def render_resolved_config(cfg: SkyRLConfig) -> str:
     """The validated config as YAML, followed by the derived facts (which optional models are built)."""
     flags = f"needs_ref_model={cfg.needs_ref_model} needs_critic={cfg.needs_critic}"
+    flags += f" needs_reward_model={cfg.needs_reward_model}"
     return f"# resolved SkyRL config\n{cfg.to_yaml()}# derived: {flags}\n"
 
 

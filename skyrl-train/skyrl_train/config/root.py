@@ -11,6 +11,7 @@ from skyrl_train.config.environment import EnvironmentConfig
 from skyrl_train.config.errors import ConfigTypeError
 from skyrl_train.config.generator import GeneratorConfig
 from skyrl_train.config.overrides import apply_overrides, parse_overrides, resolve_interpolations
+from skyrl_train.config.reward import RewardConfig
 from skyrl_train.config.trainer import TrainerConfig
 from skyrl_train.config.typecheck import build_dataclass, describe_value, to_plain_dict
 from skyrl_train.config.validation import validate_config
@@ -18,7 +19,7 @@ from skyrl_train.config.validation import validate_config
 
 @dataclass
 class SkyRLConfig:
-    """The whole run configuration: `data`, `trainer`, `generator` and `environment` sections.
+    """The whole run configuration: `data`, `trainer`, `generator`, `environment` and `reward` sections.
 
     Build it with `from_cli_overrides(["trainer.seed=1", ...])`, `from_yaml_file(path)` or `from_dict(d)`; all of
     them type-check every key and run the cross-field checks of `validate()`.
@@ -35,6 +36,9 @@ class SkyRLConfig:
 
     environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
     """skyrl-gym environments and their settings."""
+
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Reward managers (user scoring functions) and the reward model, and how their scores combine."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], validate: bool = True) -> "SkyRLConfig":
@@ -91,6 +95,11 @@ class SkyRLConfig:
     def needs_critic(self) -> bool:
         """True when a critic is built: `trainer.critic.model.path` is set."""
         return bool(self.trainer.critic.model.path)
+
+    @property
+    def needs_reward_model(self) -> bool:
+        """True when a reward-model worker group is built: `reward.model.path` is set."""
+        return bool(self.reward.model.path)
 
     @property
     def max_input_length(self) -> int:

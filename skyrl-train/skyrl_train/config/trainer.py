@@ -40,6 +40,13 @@ class PlacementConfig:
     critic_num_gpus_per_node: int = 1
     """GPUs (or CPU worker processes) of the critic on each node."""
 
+    reward_num_nodes: int = 1
+    """Nodes the reward model (`reward.model`) is spread over."""
+
+    reward_num_gpus_per_node: int = 1
+    """GPUs (or CPU worker processes) of the reward model on each node. Colocated (`colocate_all`), the reward model
+    shares the policy's GPUs and needs as many as the policy."""
+
     num_cpus_per_worker: float = 1.0
     """CPUs Ray reserves for each worker process (on CPU machines this bounds how many workers fit)."""
 

@@ -5,6 +5,7 @@ Checks are plain functions in `ERROR_CHECKS` (problems that make the run fail or
 not an error: a user-registered estimator may read the values.
 """
 
+import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -34,6 +35,8 @@ _POSITIVE_INTS = (
     "trainer.placement.ref_num_gpus_per_node",
     "trainer.placement.critic_num_nodes",
     "trainer.placement.critic_num_gpus_per_node",
+    "trainer.placement.reward_num_nodes",
+    "trainer.placement.reward_num_gpus_per_node",
     "trainer.policy.sequence_parallel_size",
     "trainer.ref.sequence_parallel_size",
     "trainer.critic.sequence_parallel_size",
@@ -45,6 +48,9 @@ _POSITIVE_INTS = (
     "generator.sampling_params.max_generate_length",
     "generator.eval_sampling_params.max_generate_length",
     "environment.max_env_workers",
+    "reward.num_workers",
+    "reward.model.micro_batch_size_per_gpu",
+    "reward.model.max_length",
 )
 
 _NON_NEGATIVE_FLOATS = (
@@ -69,14 +75,20 @@ def get_path(cfg: object, path: str) -> object:
 
 
 def role_world_size(cfg: "SkyRLConfig", role: str) -> int:
-    """Worker processes of `role` (`policy`, `ref` or `critic`): nodes times GPUs (or CPU workers) per node."""
+    """Worker processes of `role` (`policy`, `ref`, `critic` or `reward`): nodes times GPUs (or CPU workers) per
+    node."""
     placement = cfg.trainer.placement
     return getattr(placement, f"{role}_num_nodes") * getattr(placement, f"{role}_num_gpus_per_node")
 
 
 def role_data_parallel_size(cfg: "SkyRLConfig", role: str) -> int:
     """Data-parallel ranks of `role`: its world size divided by its sequence-parallel size."""
-    return role_world_size(cfg, role) // getattr(cfg.trainer, role).sequence_parallel_size
+    return role_world_size(cfg, role) // role_section(cfg, role).sequence_parallel_size
+
+
+def role_section(cfg: "SkyRLConfig", role: str) -> object:
+    """The config section of `role`: `trainer.<role>` for policy, ref and critic, `reward.model` for reward."""
+    return cfg.reward.model if role == "reward" else getattr(cfg.trainer, role)
 
 
 def _trained_roles(cfg: "SkyRLConfig") -> list[str]:
@@ -84,7 +96,9 @@ def _trained_roles(cfg: "SkyRLConfig") -> list[str]:
 
 
 def _used_roles(cfg: "SkyRLConfig") -> list[str]:
-    return _trained_roles(cfg) + (["ref"] if cfg.needs_ref_model else [])
+    return (
+        _trained_roles(cfg) + (["ref"] if cfg.needs_ref_model else []) + (["reward"] if cfg.needs_reward_model else [])
+    )
 
 
 def check_ranges(cfg: "SkyRLConfig") -> Iterator[str]:
@@ -201,8 +215,11 @@ def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
 
 
 def check_sequence_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
-    """Each used role's sequence-parallel size divides its number of workers."""
+    """Each used role's sequence-parallel size divides its number of workers (the reward model's is refused in
+    `check_rewards` unless it is 1)."""
     for role in _used_roles(cfg):
+        if role == "reward":
+            continue
         sp = getattr(cfg.trainer, role).sequence_parallel_size
         world = role_world_size(cfg, role)
         if sp >= 1 and world % sp:
@@ -309,6 +326,57 @@ def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
         yield "generator.inference_engine.weight_sync_backend=cuda_ipc needs CUDA: use shm with trainer.device=cpu"
 
 
+def _is_function_spec(spec: str) -> bool:
+    target, _, name = spec.rpartition(":")
+    return bool(target.strip()) and name.isidentifier()
+
+
+def check_rewards(cfg: "SkyRLConfig") -> Iterator[str]:
+    """A reward manager has the function it calls; combinations with a model have one; unsupported settings are
+    refused."""
+    reward = cfg.reward
+    calls_function = reward.manager != "env"
+    if calls_function and not reward.function:
+        yield (
+            f"reward.manager={reward.manager} calls a user scoring function: set reward.function to"
+            " 'package.module:name' or '/path/to/file.py:name'"
+        )
+    if reward.function and not calls_function:
+        yield (
+            "reward.function is set but reward.manager=env keeps the environment's rewards and never calls it: set"
+            " reward.manager to naive, batch or parallel, or unset reward.function"
+        )
+    if reward.function and not _is_function_spec(reward.function):
+        yield f"reward.function={reward.function!r} must look like 'package.module:name' or '/path/to/file.py:name'"
+    if reward.combine in ("sum", "model") and not cfg.needs_reward_model:
+        yield (
+            f"reward.combine={reward.combine} adds a reward model's score: set reward.model.path, or use"
+            " reward.combine=by_row"
+        )
+    if reward.combine == "model" and calls_function:
+        yield (
+            f"reward.combine=model uses only the reward model's score, so reward.manager={reward.manager} would"
+            " never be used: set reward.manager=env, or reward.combine to sum or by_row"
+        )
+    if not reward.timeout_s > 0:
+        yield f"reward.timeout_s must be positive, got {reward.timeout_s}"
+    if not math.isfinite(reward.model_coef):
+        yield f"reward.model_coef must be a finite number, got {reward.model_coef}"
+    if reward.model.sequence_parallel_size != 1:
+        yield (
+            f"reward.model.sequence_parallel_size={reward.model.sequence_parallel_size}: sequence parallelism is not"
+            " supported for the reward model; set it to 1"
+        )
+    if cfg.generator.step_wise_trajectories and (calls_function or cfg.needs_reward_model):
+        used = [f"reward.manager={reward.manager}"] if calls_function else []
+        used += ["reward.model.path"] if cfg.needs_reward_model else []
+        yield (
+            f"generator.step_wise_trajectories=true is not supported with {' and '.join(used)}: rewards are"
+            " rescored per episode; set step_wise_trajectories=false, or keep reward.manager=env without a reward"
+            " model"
+        )
+
+
 def warn_unused_models(cfg: "SkyRLConfig") -> Iterator[str]:
     """A critic that `gae` does not use, or a reference path set while KL is off, only costs GPUs."""
     algorithm = cfg.trainer.algorithm
@@ -342,6 +410,7 @@ ERROR_CHECKS: list[Check] = [
     check_models,
     check_generator,
     check_placement,
+    check_rewards,
 ]
 """Checks whose findings make `validate_config` raise; append your own to extend validation."""
 

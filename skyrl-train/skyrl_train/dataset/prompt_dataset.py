@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union
 
 from skyrl_train.dataset.loading import DataPath, load_files
@@ -58,7 +58,8 @@ def measure_prompt_lengths(
 class PromptDataset:
     """Prompts read from parquet/jsonl/json files or fsspec URLs, checked against the row contract.
 
-    Rows are validated when loaded (see `schema.validate_row`; `default_env_class` fills a missing env class).
+    Rows are validated when loaded (see `schema.validate_row`; `default_env_class` fills a missing env class; a
+    `reward_spec.method` in `unsupported_reward_methods` is refused, naming the row and what to change).
     Prompts whose chat-templated length (with the generation prompt) exceeds `max_prompt_length` tokens are dropped,
     never truncated; `num_too_long` counts them and a warning names an example. Items are `PromptItem` dicts, deep
     copies, so an env may change its prompt or extras without touching the dataset.
@@ -73,6 +74,7 @@ class PromptDataset:
         prompt_key: str = "prompt",
         env_class_key: str = "env_class",
         chat_template_kwargs: Optional[dict[str, Any]] = None,
+        unsupported_reward_methods: Optional[Mapping[str, str]] = None,
     ) -> None:
         if isinstance(max_prompt_length, bool) or not isinstance(max_prompt_length, int) or max_prompt_length <= 0:
             raise ValueError(f"max_prompt_length must be a positive integer, got {max_prompt_length!r}")
@@ -94,6 +96,7 @@ class PromptDataset:
                         default_env_class=default_env_class,
                         prompt_key=prompt_key,
                         env_class_key=env_class_key,
+                        unsupported_reward_methods=unsupported_reward_methods,
                     )
                 )
                 uids.append(f"{file_index}:{row_index}")

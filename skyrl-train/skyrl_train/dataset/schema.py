@@ -56,7 +56,7 @@ def _check_prompt(messages: Any, fail: Fail, column: str) -> None:
             fail(f"{where}.role", f"expected one of {ALLOWED_ROLES}, got {message['role']!r}")
 
 
-def _check_reward_spec(spec: Any, fail: Fail) -> None:
+def _check_reward_spec(spec: Any, fail: Fail, unsupported: Mapping[str, str]) -> None:
     if not isinstance(spec, Mapping):
         fail("reward_spec", f"expected a {{method, ground_truth}} mapping, got {_describe(spec)}")
     if "method" not in spec:
@@ -65,6 +65,8 @@ def _check_reward_spec(spec: Any, fail: Fail) -> None:
         fail("reward_spec.method", f"expected one of {REWARD_METHODS}, got {spec['method']!r}")
     if spec["method"] == "rule" and spec.get("ground_truth") is None:
         fail("reward_spec.ground_truth", "method 'rule' needs a ground_truth (missing or null)")
+    if spec["method"] in unsupported:
+        fail("reward_spec.method", f"{spec['method']!r} is not available in this run: {unsupported[spec['method']]}")
 
 
 def validate_row(
@@ -75,12 +77,15 @@ def validate_row(
     default_env_class: Optional[str] = None,
     prompt_key: str = "prompt",
     env_class_key: str = "env_class",
+    unsupported_reward_methods: Optional[Mapping[str, str]] = None,
 ) -> dict[str, Any]:
     """Check `row` (row `index` of file `source`) and return a copy with its defaults filled.
 
     Filled defaults: `env_class_key` from `default_env_class` when the row has none (null or missing),
     `data_source` = DEFAULT_DATA_SOURCE and `extra_info` = {} when missing or null. `reward_spec` is optional (an env
-    may read its answer from another column), but when present it must follow the contract.
+    may read its answer from another column), but when present it must follow the contract; a method listed in
+    `unsupported_reward_methods` (method -> what to change, e.g. `reward_model` when no reward model is configured)
+    is refused.
     Raises DatasetSchemaError naming the file, row and column.
     """
 
@@ -110,7 +115,7 @@ def validate_row(
         fail("data_source", f"expected a string, got {_describe(checked['data_source'])}")
 
     if checked.get("reward_spec") is not None:
-        _check_reward_spec(checked["reward_spec"], fail)
+        _check_reward_spec(checked["reward_spec"], fail, unsupported_reward_methods or {})
 
     if checked.get("extra_info") is None:
         checked["extra_info"] = {}

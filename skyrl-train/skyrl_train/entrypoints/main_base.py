@@ -28,12 +28,14 @@ from skyrl_train.inference.ray_engine import create_engine_actors
 from skyrl_train.models.chat_templates import apply_chat_template_config
 from skyrl_train.models.loading import load_tokenizer
 from skyrl_train.placement import Placement, init_ray, plan_placement
+from skyrl_train.rewards.functions import load_reward_function
+from skyrl_train.rewards.scorer import RewardScorer
 from skyrl_train.trainer import RayPPOTrainer, TrainResult, optimizer_steps_per_training_step, total_training_steps
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.plots import plot_curves
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import make_weight_sync_strategy, resolve_strategy_name
-from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker
+from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, RewardModelWorker
 from skyrl_train.workers.group import WorkerGroup
 
 logger = logging.getLogger(__name__)
@@ -50,15 +52,20 @@ class BasePPOExp:
         self.engines: list[Any] = []
         self.total_steps: Optional[int] = None
         """Training steps of the run; set by `prepare` (with the tokenizer, datasets and loader)."""
+        self.reward_group: Optional[WorkerGroup] = None
+        self.reward_scorer: Optional[RewardScorer] = None
 
     # ----- hooks --------------------------------------------------------------------------------------------------
     def roles(self) -> list[str]:
-        """The worker roles this run needs: policy, plus ref when KL is used, plus critic when configured."""
+        """The worker roles this run needs: policy, plus ref when KL is used, critic and reward model when
+        configured."""
         roles = ["policy"]
         if self.cfg.needs_ref_model:
             roles.append("ref")
         if self.cfg.needs_critic:
             roles.append("critic")
+        if self.cfg.needs_reward_model:
+            roles.append("reward")
         return roles
 
     def get_tokenizer(self) -> Any:
@@ -68,6 +75,9 @@ class BasePPOExp:
 
     def _dataset(self, files: list[str], tokenizer: Any) -> PromptDataset:
         data = self.cfg.data
+        unsupported = {}
+        if not self.cfg.needs_reward_model:
+            unsupported["reward_model"] = "no reward model is configured; set reward.model.path"
         return PromptDataset(
             files,
             tokenizer,
@@ -76,6 +86,7 @@ class BasePPOExp:
             prompt_key=data.prompt_key,
             env_class_key=data.env_class_key,
             chat_template_kwargs=dict(self.cfg.generator.chat_template_kwargs),
+            unsupported_reward_methods=unsupported,
         )
 
     def get_train_dataset(self, tokenizer: Any) -> PromptDataset:
@@ -100,12 +111,14 @@ class BasePPOExp:
         return plan_placement(self.cfg, self.roles())
 
     def get_worker_groups(self, placement: Placement, total_steps: int):
-        """Create and initialise the policy, ref and critic groups (None for roles not used)."""
-        classes = {"policy": PolicyWorker, "ref": RefWorker, "critic": CriticWorker}
+        """Create and initialise the policy, ref and critic groups (None for roles not used), and the reward-model
+        group (kept as `self.reward_group`) when `reward.model.path` is set."""
+        classes = {"policy": PolicyWorker, "ref": RefWorker, "critic": CriticWorker, "reward": RewardModelWorker}
         paths = {
             "policy": self.cfg.trainer.policy.model.path,
             "ref": self.cfg.ref_model_path,
             "critic": self.cfg.trainer.critic.model.path,
+            "reward": self.cfg.reward.model.path,
         }
         from skyrl_train.config.validation import role_world_size
 
@@ -126,10 +139,20 @@ class BasePPOExp:
         for role, group in made.items():
             group.run_all("import_registries", blob)
             # decaying LR schedules count optimizer steps: several per training step with mini-batches / PPO epochs
-            optimizer_steps = None if role == "ref" else total_steps * optimizer_steps_per_training_step(self.cfg, role)
+            trained = role in ("policy", "critic")
+            optimizer_steps = total_steps * optimizer_steps_per_training_step(self.cfg, role) if trained else None
             group.init_model(paths[role], optimizer_steps)
         self.groups = list(made.values())
+        self.reward_group = made.get("reward")
         return made.get("policy"), made.get("ref"), made.get("critic")
+
+    def get_reward_scorer(self, tokenizer: Any) -> Optional[RewardScorer]:
+        """The scorer of `reward.*` (manager function, reward model, combine rule); None when the env's rewards are
+        used as they are (`reward.manager: env` and no reward model)."""
+        if self.cfg.reward.manager == "env" and self.reward_group is None:
+            return None
+        self.reward_scorer = RewardScorer.from_config(self.cfg, tokenizer, self.reward_group)
+        return self.reward_scorer
 
     def get_inference_engines(self, placement: Placement) -> list[Any]:
         """Engine actors serving the policy's initial weights."""
@@ -212,6 +235,7 @@ class BasePPOExp:
         generator = self.get_generator(client, tokenizer)
         weight_sync = await self.get_weight_sync(policy, engines)
         tracker = self.get_tracker(total_steps)
+        reward_scorer = self.get_reward_scorer(tokenizer)
         trainer = self.get_trainer(
             tokenizer=tokenizer,
             train_loader=loader,
@@ -223,6 +247,7 @@ class BasePPOExp:
             generator=generator,
             weight_sync=weight_sync,
             tracker=tracker,
+            reward_scorer=reward_scorer,
         )
         try:
             result = await trainer.train()
@@ -241,6 +266,8 @@ class BasePPOExp:
     def run(self) -> TrainResult:
         """Check names and load the data (`prepare`), start (or join) Ray, build everything, train, and release the
         actors."""
+        if self.cfg.reward.function:
+            load_reward_function(self.cfg.reward.function)  # a wrong path or name fails before Ray starts
         self.prepare()
         init_ray(self.cfg, self.roles(), address=self.cfg.trainer.placement.ray_address)
         try:
@@ -249,7 +276,9 @@ class BasePPOExp:
             self.shutdown()
 
     def shutdown(self) -> None:
-        """Kill this run's actors and placement groups (Ray itself keeps running)."""
+        """Kill this run's actors, scoring processes and placement groups (Ray itself keeps running)."""
+        if self.reward_scorer is not None:
+            self.reward_scorer.close()
         for group in self.groups:
             group.shutdown()
         for engine in self.engines:

@@ -1,14 +1,16 @@
 """Splitting a batch over data-parallel ranks and joining their results (pure functions, no Ray).
 
 Rows are split into equal contiguous shards, rank r taking the r-th. When the row count is not a multiple of the
-rank count, copies of the last row with an all-zero `loss_mask` (and zero rewards) are appended: they change no loss
-or gradient (but they do count as rows for `seq_mean_token_sum_norm`) and are dropped from the joined results.
+rank count, copies of the last row are appended; in a `TrainingBatch` they get an all-zero `loss_mask` (and zero
+rewards): they change no loss or gradient (but they do count as rows for `seq_mean_token_sum_norm`). Their results
+are dropped from the joined output. Any batch with `__len__` and `select(indices)` can be sharded (e.g. the reward
+model's `ScoringBatch`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -19,6 +21,17 @@ PAD_UID_SUFFIX = "#pad"
 """Appended to the uid of padding rows."""
 
 
+class ShardableBatch(Protocol):
+    """A batch `WorkerGroup.run_sharded` can split: a row count and row selection."""
+
+    def __len__(self) -> int: ...
+
+    def select(self, indices: list[int]) -> Any: ...
+
+
+Batch = TypeVar("Batch", bound=ShardableBatch)
+
+
 def padded_size(num_rows: int, num_shards: int) -> int:
     """The smallest multiple of `num_shards` that is >= `num_rows`."""
     if num_shards <= 0:
@@ -26,14 +39,16 @@ def padded_size(num_rows: int, num_shards: int) -> int:
     return -(-num_rows // num_shards) * num_shards
 
 
-def pad_batch(batch: TrainingBatch, num_shards: int) -> TrainingBatch:
-    """`batch` plus loss-masked copies of its last row up to a multiple of `num_shards` rows."""
+def pad_batch(batch: Batch, num_shards: int) -> Batch:
+    """`batch` plus copies of its last row (loss-masked in a `TrainingBatch`) up to a multiple of `num_shards` rows."""
     if len(batch) == 0:
         raise ValueError("cannot shard an empty batch")
     extra = padded_size(len(batch), num_shards) - len(batch)
     if extra == 0:
         return batch
     padded = batch.select(list(range(len(batch))) + [len(batch) - 1] * extra)
+    if not isinstance(padded, TrainingBatch):
+        return padded
     padded.loss_mask[len(batch) :] = 0
     padded.token_rewards[len(batch) :] = 0
     padded.uids[len(batch) :] = [uid + PAD_UID_SUFFIX for uid in padded.uids[len(batch) :]]
@@ -48,9 +63,7 @@ def pad_rows(tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
     return torch.cat([tensor, torch.zeros((extra, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)])
 
 
-def shard_arguments(
-    batch: TrainingBatch, num_shards: int, extras: Mapping[str, Any]
-) -> list[tuple[TrainingBatch, dict[str, Any]]]:
+def shard_arguments(batch: Batch, num_shards: int, extras: Mapping[str, Any]) -> list[tuple[Batch, dict[str, Any]]]:
     """Per rank: (its rows of the padded batch, its keyword arguments). Tensor arguments with one row per batch row
     are padded with zeros and split like the batch; every other argument goes to all ranks unchanged."""
     padded = pad_batch(batch, num_shards)

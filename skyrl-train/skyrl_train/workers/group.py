@@ -11,7 +11,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.training_batch import TrainingBatch
-from skyrl_train.workers.dispatch import join_results, shard_arguments
+from skyrl_train.workers.dispatch import ShardableBatch, join_results, shard_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class WorkerGroup:
         """Call `method(*args, **kwargs)` on every actor and wait; returns the per-rank results in rank order."""
         return ray.get(self.submit_all(method, *args, **kwargs))
 
-    def run_sharded(self, method: str, batch: TrainingBatch, **kwargs: Any) -> Any:
+    def run_sharded(self, method: str, batch: TrainingBatch | ShardableBatch, **kwargs: Any) -> Any:
         """Split `batch` (and per-row tensor kwargs) evenly over the ranks, call `method(shard, **shard_kwargs)` on
         each, and join the results: tensors concatenated in row order, metric dicts averaged (see `dispatch`)."""
         shards = shard_arguments(batch, self.world_size, kwargs)

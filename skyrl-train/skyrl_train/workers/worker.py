@@ -1,4 +1,4 @@
-"""`BaseWorker`: one rank of a role (policy, ref, critic) that loads, shards, trains, gathers and saves a model.
+"""`BaseWorker`: one rank of a role (policy, ref, critic, reward) that loads, shards, trains, gathers and saves a model.
 
 A plain class: `WorkerGroup` wraps it with `ray.remote`, and tests may also run it in-process (world size 1). The
 run config arrives as a plain dict (`SkyRLConfig.to_dict()`) and is rebuilt here, so every setting (optimizer,
@@ -35,15 +35,25 @@ ROLE_SECTIONS: dict[str, Callable[[SkyRLConfig], Any]] = {
     "policy": lambda cfg: cfg.trainer.policy,
     "ref": lambda cfg: cfg.trainer.ref,
     "critic": lambda cfg: cfg.trainer.critic,
+    "reward": lambda cfg: cfg.reward.model,
 }
-"""The `trainer.<role>` config section of each role."""
+"""The config section of each role: `trainer.<role>`, and `reward.model` for the reward model."""
 
 ROLE_MODEL_PATHS: dict[str, Callable[[SkyRLConfig], Optional[str]]] = {
     "policy": lambda cfg: cfg.trainer.policy.model.path,
     "ref": lambda cfg: cfg.ref_model_path,
     "critic": lambda cfg: cfg.trainer.critic.model.path,
+    "reward": lambda cfg: cfg.reward.model.path,
 }
 """The model a role loads when `init_model` is given no path."""
+
+ROLE_MODEL_PATH_KEYS: dict[str, str] = {
+    "policy": "trainer.policy.model.path",
+    "ref": "trainer.ref.model.path",
+    "critic": "trainer.critic.model.path",
+    "reward": "reward.model.path",
+}
+"""The config key holding each role's model path (named in errors)."""
 
 
 class BaseWorker:
@@ -54,7 +64,7 @@ class BaseWorker:
     """
 
     trainable: bool = False
-    """Whether the role has an optimizer (policy, critic) or is forward-only (ref)."""
+    """Whether the role has an optimizer (policy, critic) or is forward-only (ref, reward)."""
 
     def __init__(
         self,
@@ -102,7 +112,7 @@ class BaseWorker:
         init_process_group(self.rank, self.world_size, self.master_addr, self.master_port, self.device)
         path = model_path or ROLE_MODEL_PATHS[self.role](self.cfg)
         if not path:
-            raise ValueError(f"no model path for role {self.role!r}: set trainer.{self.role}.model.path")
+            raise ValueError(f"no model path for role {self.role!r}: set {ROLE_MODEL_PATH_KEYS[self.role]}")
         self._check_supported()
         torch.manual_seed(self.cfg.trainer.seed)  # identical freshly initialised weights (e.g. value heads) per rank
         model = self.load_model(path)

@@ -110,6 +110,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     ),
     "trainer.critic.optimizer.scheduler": (_CRITIC_SECTION, _WARMUP),
     "trainer.critic.optimizer.num_warmup_steps": (_CRITIC_SECTION, _WARMUP),
+    "reward.model.fsdp.*": (
+        "workers/strategy/test_fsdp2.py::test_fsdp_section_sets_the_shard_options",
+        "workers/test_reward_worker.py::test_bf16_compute_dtype_changes_scores_only_by_rounding",
+    ),
     "trainer.*.fsdp.*": (
         "workers/strategy/test_fsdp2.py::test_fsdp_section_sets_the_shard_options",
         "workers/strategy/test_fsdp2.py::test_fsdp_size_must_divide_the_world",
@@ -329,6 +333,33 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         f"{_GENERATOR}::test_env_failures_are_recorded_masked_and_counted",
     ),
     "environment.env_configs": (_GENERATOR_KEYS,),
+    # reward models and reward managers
+    "reward.manager": (
+        "rewards/test_managers.py::test_make_reward_manager_follows_the_config",
+        "rewards/test_managers.py::test_batch_calls_once_with_lists",
+    ),
+    "reward.function": (
+        "rewards/test_functions.py::test_file_and_module_specs_load_the_named_function",
+        "rewards/test_managers.py::test_naive_calls_once_per_response_and_reports_failures",
+    ),
+    "reward.num_workers": ("rewards/test_process_pool.py::test_num_workers_processes_serve_the_calls",),
+    "reward.timeout_s": ("rewards/test_process_pool.py::test_timeout_s_decides_whether_a_slow_call_finishes",),
+    "reward.combine": (
+        "rewards/test_scorer.py::test_by_row_gives_model_rows_the_model_score_and_keeps_the_rest",
+        "rewards/test_scorer.py::test_model_combine_drops_the_env_reward",
+    ),
+    "reward.model_coef": ("rewards/test_scorer.py::test_sum_adds_model_coef_times_the_score_to_the_manager_reward",),
+    "reward.model.path": (
+        "trainer/test_trainer_rewards.py::test_one_step_trains_on_the_reward_models_scores",
+        "workers/test_reward_worker.py::test_missing_model_path_names_the_reward_key",
+    ),
+    "reward.model.sequence_parallel_size": (
+        "workers/test_reward_worker.py::test_sequence_parallel_is_refused_naming_the_key",
+    ),
+    "reward.model.micro_batch_size_per_gpu": (
+        "workers/test_reward_worker.py::test_micro_batch_size_sets_forward_passes_but_not_scores",
+    ),
+    "reward.model.max_length": ("rewards/test_model_input.py::test_long_inputs_keep_their_last_tokens",),
     # DAPO, KL in reward, normalisation and offloading (trainer step and workers)
     "trainer.algorithm.dynamic_sampling.type": (
         "test_rollouts.py::test_filter_generates_until_the_batch_is_full_of_informative_groups",

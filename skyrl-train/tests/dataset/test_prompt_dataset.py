@@ -158,3 +158,14 @@ def test_tokenizer_without_chat_template_is_named(tmp_path):
     plain.chat_template = None
     with pytest.raises(ValueError, match="PromptDataset needs a tokenizer with a chat template"):
         PromptDataset([write_jsonl(tmp_path / "a.jsonl", [row("1")])], plain, max_prompt_length=64)
+
+
+def test_rows_asking_for_an_unavailable_reward_method_are_refused(tmp_path, tokenizer):
+    rows = [row("1"), row("2", reward_spec={"method": "reward_model"})]
+    path = write_jsonl(tmp_path / "rm.jsonl", rows)
+    unsupported = {"reward_model": "no reward model is configured; set reward.model.path"}
+    with pytest.raises(
+        DatasetSchemaError, match=r"rm\.jsonl, row 1, column 'reward_spec\.method'.*reward\.model\.path"
+    ):
+        PromptDataset([path], tokenizer, max_prompt_length=64, unsupported_reward_methods=unsupported)
+    assert len(PromptDataset([path], tokenizer, max_prompt_length=64)) == 2

@@ -130,3 +130,15 @@ def test_custom_prompt_and_env_class_keys():
     assert checked["env"] == "e"
     with pytest.raises(DatasetSchemaError, match="column 'messages': missing"):
         validate_row({"prompt": row["messages"], "env": "e"}, source="f", index=0, prompt_key="messages")
+
+
+def test_a_method_the_run_cannot_score_is_refused_naming_the_row():
+    row = good_row(reward_spec={"method": "reward_model"})
+    unsupported = {"reward_model": "no reward model is configured; set reward.model.path"}
+    with pytest.raises(
+        DatasetSchemaError,
+        match=r"f, row 3, column 'reward_spec.method': 'reward_model' is not available in this run: no reward model",
+    ):
+        validate_row(row, source="f", index=3, unsupported_reward_methods=unsupported)
+    rule_row = good_row()
+    assert validate_row(rule_row, source="f", index=0, unsupported_reward_methods=unsupported) == rule_row

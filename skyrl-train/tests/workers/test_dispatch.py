@@ -41,3 +41,14 @@ def test_join_results_drops_padding_rows_and_combines_metrics():
     assert join_results([{"loss": 1.0}, {"loss": 2.0}], 3) == {"loss": 1.5}
     assert join_results([None, None], 3) is None
     assert join_results([1.5, 2.5], 3) == [1.5, 2.5]
+
+
+def test_any_batch_with_select_is_sharded_by_repeating_its_last_row():
+    from skyrl_train.workers.reward_worker import ScoringBatch
+
+    batch = ScoringBatch([[1], [2, 2], [3, 3, 3]])
+    shards = shard_arguments(batch, 2, {})
+    assert [shard.token_ids for shard, _ in shards] == [[[1], [2, 2]], [[3, 3, 3], [3, 3, 3]]]
+    assert join_results([torch.tensor([0.1, 0.2]), torch.tensor([0.3, 0.3])], len(batch)).tolist() == pytest.approx(
+        [0.1, 0.2, 0.3]
+    )
