@@ -28,6 +28,7 @@ from skyrl_train.config.errors import (
     UnknownConfigKeyError,
 )
 from skyrl_train.config.generator import ChatTemplateConfig, GeneratorConfig, InferenceEngineConfig, SamplingParams
+from skyrl_train.config.health import HealthConfig
 from skyrl_train.config.roles import (
     CriticConfig,
     FSDPConfig,
@@ -59,6 +60,7 @@ __all__ = [
     "EnvironmentConfig",
     "FSDPConfig",
     "GeneratorConfig",
+    "HealthConfig",
     "InferenceEngineConfig",
     "KLControllerConfig",
     "KLCovConfig",

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
+from skyrl_train.config.health import check_health
 
 if TYPE_CHECKING:
     from skyrl_train.config.root import SkyRLConfig
@@ -296,6 +297,7 @@ ERROR_CHECKS: list[Check] = [
     check_models,
     check_generator,
     check_placement,
+    check_health,
 ]
 """Checks whose findings make `validate_config` raise; append your own to extend validation."""
 
