@@ -25,6 +25,7 @@ from skyrl_train.generators.base import GeneratorInterface
 from skyrl_train.generators.from_config import sampling_params_from_config
 from skyrl_train.generators.metrics import pass_at_n
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
+from skyrl_train.health import HealthMonitor
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.rollouts import RolloutCollector
 from skyrl_train.trainer_checkpoints import TrainerCheckpoints
@@ -87,6 +88,7 @@ class RayPPOTrainer:
         self.checkpoints = TrainerCheckpoints(cfg, policy, critic, train_loader)
         score = None if reward_scorer is None else reward_scorer.score
         self.rollouts = RolloutCollector(cfg, generator, self.generator_input, self.next_batch, score=score)
+        self.health = HealthMonitor.from_config(cfg)
         self.global_step = 0
         self.weight_version = 0
         self.initial_eval: dict[str, float] = {}
@@ -114,6 +116,7 @@ class RayPPOTrainer:
             if interval > 0 and self.global_step % interval == 0 and self.global_step < max_steps:
                 metrics.update(await self.evaluate())
             self.tracker.log(metrics, step=self.global_step)
+            self.health.raise_if_stopping()  # after logging, so the alerting step reaches the tracker
             self.checkpoints.after_step(self.global_step, self.state(), last=self.global_step >= max_steps)
         if self.eval_items:
             final_eval = await self.evaluate()
@@ -182,6 +185,7 @@ class RayPPOTrainer:
         generated = float(batch.response_mask.sum())
         metrics["trainer/tokens_per_second"] = generated / max(timer.seconds["step"], 1e-9)
         metrics["trainer/global_step"] = float(self.global_step)
+        metrics.update(self.health.observe(self.global_step, metrics))
         return metrics
 
     # ----- phases -------------------------------------------------------------------------------------------------

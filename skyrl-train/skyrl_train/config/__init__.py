@@ -28,6 +28,7 @@ from skyrl_train.config.errors import (
     UnknownConfigKeyError,
 )
 from skyrl_train.config.generator import ChatTemplateConfig, GeneratorConfig, InferenceEngineConfig, SamplingParams
+from skyrl_train.config.health import HealthConfig
 from skyrl_train.config.reward import RewardConfig, RewardModelConfig
 from skyrl_train.config.roles import (
     CriticConfig,
@@ -60,6 +61,7 @@ __all__ = [
     "EnvironmentConfig",
     "FSDPConfig",
     "GeneratorConfig",
+    "HealthConfig",
     "InferenceEngineConfig",
     "KLControllerConfig",
     "KLCovConfig",

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from skyrl_train.config.algorithm import AlgorithmConfig
+from skyrl_train.config.health import HealthConfig
 from skyrl_train.config.roles import CriticConfig, PolicyConfig, RefConfig
 
 
@@ -157,6 +158,9 @@ class TrainerConfig:
 
     eval_batch_size: int = 1024
     """Prompts per evaluation generation batch."""
+
+    health: HealthConfig = field(default_factory=HealthConfig)
+    """Per-step checks of training health (clip fraction, KL, entropy, grad norm, rewards) and their thresholds."""
 
     def __post_init__(self) -> None:
         if isinstance(self.logger, str):

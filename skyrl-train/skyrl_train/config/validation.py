@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
 from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS, RESERVED_SAMPLING_KWARGS
+from skyrl_train.config.health import check_health
 from skyrl_train.config.unsupported import check_not_yet_supported
 
 if TYPE_CHECKING:
@@ -411,6 +412,7 @@ ERROR_CHECKS: list[Check] = [
     check_generator,
     check_placement,
     check_rewards,
+    check_health,
 ]
 """Checks whose findings make `validate_config` raise; append your own to extend validation."""
 

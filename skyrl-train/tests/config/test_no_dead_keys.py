@@ -333,6 +333,27 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         f"{_GENERATOR}::test_env_failures_are_recorded_masked_and_counted",
     ),
     "environment.env_configs": (_GENERATOR_KEYS,),
+    # training-health checks
+    "trainer.health.enabled": ("test_health.py::test_disabled_monitor_returns_nothing_and_never_stops",),
+    "trainer.health.warmup_steps": (
+        "test_health.py::test_a_failing_check_alerts_after_warmup_plus_patience_steps",
+        "test_health.py::test_failures_shorter_than_patience_or_inside_warmup_do_not_alert",
+    ),
+    "trainer.health.patience": ("test_health.py::test_a_failing_check_alerts_after_warmup_plus_patience_steps",),
+    "trainer.health.stop_on_alert": (
+        "test_health.py::test_stop_on_alert_raises_with_the_same_message_naming_the_key",
+        "trainer/test_trainer_health.py::test_stop_on_alert_ends_the_run_after_logging_the_alert",
+    ),
+    "trainer.health.max_*": (
+        "test_health.py::test_absolute_thresholds_compare_against_the_configured_value",
+        "test_health.py::test_null_threshold_turns_the_check_off",
+    ),
+    "trainer.health.entropy_collapse_ratio": ("test_health.py::test_entropy_collapse_is_relative_to_the_warmup_mean",),
+    "trainer.health.grad_norm_*": (
+        "test_health.py::test_grad_norm_spike_needs_the_factor_and_adapts_through_the_window",
+    ),
+    "trainer.health.reward_*": ("test_health.py::test_reward_collapse_follows_the_moving_average_from_its_best",),
+    "trainer.health.no_signal_steps": ("test_health.py::test_no_reward_signal_needs_its_own_number_of_steps",),
     # reward models and reward managers
     "reward.manager": (
         "rewards/test_managers.py::test_make_reward_manager_follows_the_config",
