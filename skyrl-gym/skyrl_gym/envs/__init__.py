@@ -13,8 +13,10 @@ BUILTIN_ENVS: dict[str, str] = {
     "countdown": "skyrl_gym.envs.synthetic.countdown:CountdownEnv",
     "reverse": "skyrl_gym.envs.synthetic.reverse:ReverseEnv",
     "code": "skyrl_gym.envs.code.env:CodeEnv",
+    "lcb": "skyrl_gym.envs.code.lcb:LCBEnv",
     "text2sql": "skyrl_gym.envs.text2sql.env:Text2SQLEnv",
     "search": "skyrl_gym.envs.search.env:SearchEnv",
+    "searchcode": "skyrl_gym.envs.searchcode.env:SearchCodeEnv",
     "mcp": "skyrl_gym.envs.mcp.env:MCPEnv",
 }
 

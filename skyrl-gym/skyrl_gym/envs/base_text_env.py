@@ -89,6 +89,10 @@ class BaseTextEnv(Env[ConversationType, str]):
     the turn, validates the output, ends the episode once `max_turns` turns were taken (metadata `truncated`), and
     keeps the per-episode tallies behind `get_metrics`. A subclass that needs full control may override `step`.
 
+    A single-turn env (`max_turns == 1`) stepped without `init` starts an implicit episode, as if `init([])` had been
+    called (so a subclass's `init` runs with an empty prompt); until `init` is called explicitly, every step is such a
+    one-turn episode of its own. A multi-turn env stepped before `init` raises `EnvStateError`.
+
     Constructor convention: `(env_config, extras)`. `env_config` is the env's section of the run config; `extras` are
     the dataset row's other columns (`reward_spec`, `extra_info`, `data_source`, ...) plus `max_turns` from the
     generator. `max_turns` is read from extras, then env_config, then `default_max_turns`.
@@ -107,6 +111,7 @@ class BaseTextEnv(Env[ConversationType, str]):
         self.turns = 0
         self.episode_reward = 0.0
         self._started = False
+        self._implicit = False  # the current episode was started by `step`, not by `init`
         self._done = False
         self._closed = False
 
@@ -147,19 +152,36 @@ class BaseTextEnv(Env[ConversationType, str]):
         self.turns = 0
         self.episode_reward = 0.0
         self._started = True
+        self._implicit = False
         self._done = False
+
+    def _begin_implicit_episode(self) -> None:
+        """Start the episode `step` needs when `init` was not called: only for single-turn envs (see class doc)."""
+        name = type(self).__name__
+        if self.max_turns != 1:
+            raise EnvStateError(
+                f"{name}.step called before init(); a multi-turn env (max_turns={self.max_turns}) needs "
+                "env.init(prompt) first (only single-turn envs start an episode implicitly)"
+            )
+        self.init([])
+        if not self._started:
+            raise EnvStateError(
+                f"{name}.init did not start an episode; an init override must call super().init(prompt) or "
+                "self._begin_episode()"
+            )
+        self._implicit = True
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """Take one turn: count it, run `_step`, validate the result and apply the `max_turns` limit."""
         name = type(self).__name__
         if self._closed:
             raise EnvStateError(f"{name}.step called after close()")
-        if not self._started:
-            raise EnvStateError(f"{name}.step called before init()")
-        if self._done:
-            raise EnvStateError(f"{name}.step called after the episode ended (done=True); call init() to restart")
         if not isinstance(action, str):
             raise TypeError(f"{name}.step expects the model's text as a str, got {type(action).__name__}")
+        if not self._started or (self._done and self._implicit):
+            self._begin_implicit_episode()
+        if self._done:
+            raise EnvStateError(f"{name}.step called after the episode ended (done=True); call init() to restart")
         self.turns += 1
         output = check_step_output(self._step(action), name)
         if not output["done"] and self.turns >= self.max_turns:

@@ -15,13 +15,19 @@ from skyrl_gym.tools.schema import function_schema
 
 @dataclass(frozen=True)
 class ToolResult:
-    """The outcome of one tool call. `ok=False` carries a human-readable `error` for the model to read."""
+    """The outcome of one tool call. `ok=False` carries a human-readable `error` for the model to read.
+
+    `service_error=True` marks a failure of the service behind the tool (a retrieval server that is down or answers
+    with an HTTP error, a sandbox that cannot start), as opposed to a failure the call itself caused; an env may turn
+    it into a failed step instead of showing it to the model.
+    """
 
     name: str
     ok: bool
     output: str = ""
     error: Optional[str] = None
     data: Any = None
+    service_error: bool = False
 
     @property
     def text(self) -> str:

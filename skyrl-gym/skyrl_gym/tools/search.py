@@ -2,7 +2,8 @@
 
 Connection errors, timeouts and 5xx answers are retried with exponential backoff; when the server stays
 unreachable the tool returns a failed `ToolResult` whose error says so ("search server unavailable at URL after N
-attempts: reason"), never an exception and never a silent empty result.
+attempts: reason"), never an exception and never a silent empty result. Failures of the server (unreachable, an HTTP
+error status, a malformed response) are flagged `service_error=True`; an empty query is the caller's failure.
 """
 
 from __future__ import annotations
@@ -121,12 +122,12 @@ class SearchToolGroup(ToolGroup):
         response, reason = self._post_with_retries(payload)
         if response is None:
             message = f"search server unavailable at {self.url} after {self.max_attempts} attempts: {reason}"
-            return ToolResult("search", False, error=message)
+            return ToolResult("search", False, error=message, service_error=True)
         if response.status_code != 200:
             message = (
                 f"search server at {self.url} rejected the query (HTTP {response.status_code}): {response.text[:300]}"
             )
-            return ToolResult("search", False, error=message)
+            return ToolResult("search", False, error=message, service_error=True)
         try:
             body = response.json()
             documents = body["result"][0]
@@ -135,7 +136,7 @@ class SearchToolGroup(ToolGroup):
             text = format_documents(documents)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             message = f"search server at {self.url} sent an unexpected response ({exc}): {response.text[:200]}"
-            return ToolResult("search", False, error=message)
+            return ToolResult("search", False, error=message, service_error=True)
         return ToolResult("search", True, output=text, data=documents)
 
     def close(self) -> None:

@@ -112,3 +112,90 @@ def test_aggregate_metrics_averages_numeric_keys_only():
     episodes = [{"turns": 1, "solved": True, "name": "a"}, {"turns": 3, "solved": False}, {"turns": 2}]
     assert EchoEnv.aggregate_metrics(episodes) == {"turns": 2.0, "solved": 0.5}
     assert EchoEnv.aggregate_metrics([]) == {}
+
+
+# ----- implicit episodes (stepping a single-turn env without init, as SkyRL's examples do) --------------------------
+class CountingEnv(BaseTextEnv):
+    """Single-turn: records every init prompt; the reward is 1.0 when the action equals the ground truth."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.init_prompts = []
+
+    def init(self, prompt):
+        self.init_prompts.append(prompt)
+        self.truth = self.ground_truth()  # read at init, as the built-in single-turn envs do
+        return super().init(prompt)
+
+    def _step(self, action):
+        return {"observations": [], "reward": float(action == self.truth), "done": True}
+
+
+def test_single_turn_step_without_init_starts_an_implicit_episode():
+    env = CountingEnv(extras={"reward_spec": {"ground_truth": "yes"}})
+    out = env.step("yes")
+    assert out["reward"] == 1.0 and out["done"] is True
+    assert env.init_prompts == [[]]  # the subclass's init ran, with an empty prompt
+    assert env.get_metrics() == {"turns": 1, "episode_reward": 1.0}
+    # every further step without init is an episode of its own, with fresh tallies
+    assert env.step("no")["reward"] == 0.0
+    assert env.init_prompts == [[], []] and env.get_metrics() == {"turns": 1, "episode_reward": 0.0}
+
+
+def test_after_an_explicit_init_a_finished_episode_still_needs_init():
+    env = CountingEnv(extras={"reward_spec": {"ground_truth": "yes"}})
+    env.step("yes")  # implicit
+    env.init([{"role": "user", "content": "q"}])  # explicit from now on
+    env.step("yes")
+    with pytest.raises(EnvStateError, match="after the episode ended"):
+        env.step("yes")
+    assert len(env.init_prompts) == 2
+
+
+def test_implicit_init_errors_surface_from_step():
+    env = CountingEnv(extras={})
+    with pytest.raises(ValueError, match=r"needs extras\['reward_spec'\]\['ground_truth'\]"):
+        env.step("yes")
+
+
+def test_single_turn_is_decided_by_max_turns_not_by_the_class():
+    env = EchoEnv(extras={"max_turns": 1})  # EchoEnv defaults to 3 turns
+    assert env.step("go")["done"] is True  # implicit episode, truncated after its one turn
+    with pytest.raises(EnvStateError, match=r"before init\(\); a multi-turn env \(max_turns=2\) needs env.init"):
+        EchoEnv(extras={"max_turns": 2}).step("go")
+
+
+def test_an_init_override_that_never_starts_the_episode_is_named():
+    class BrokenInit(CountingEnv):
+        def init(self, prompt):
+            return prompt, {}
+
+    with pytest.raises(EnvStateError, match=r"BrokenInit.init did not start an episode"):
+        BrokenInit().step("x")
+
+
+def test_closed_env_is_not_restarted_implicitly():
+    env = CountingEnv(extras={"reward_spec": {"ground_truth": "yes"}})
+    env.close()
+    with pytest.raises(EnvStateError, match="after close"):
+        env.step("yes")
+    assert env.init_prompts == []
+
+
+def test_a_skyrl_style_env_that_overrides_step_still_runs():
+    """SkyRL's env shape: no-argument super().__init__(), its own max_turns and turn counting, `step` overridden."""
+
+    class SkyRLStyle(BaseTextEnv):
+        def __init__(self, env_config=None, extras={}):  # noqa: B006 (SkyRL's signature)
+            super().__init__()
+            self.answer = extras["reward_spec"]["ground_truth"]
+            self.max_turns = 2
+
+        def step(self, action):
+            self.turns += 1
+            done = action == self.answer or self.turns >= self.max_turns
+            return {"observations": [], "reward": float(action == self.answer), "done": done, "metadata": {}}
+
+    env = SkyRLStyle({}, {"reward_spec": {"ground_truth": "4"}})
+    assert env.step("3") == {"observations": [], "reward": 0.0, "done": False, "metadata": {}}
+    assert env.step("4")["reward"] == 1.0 and env.turns == 2

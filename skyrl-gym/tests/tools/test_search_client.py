@@ -114,7 +114,7 @@ def test_unreachable_server_gives_a_clear_error():
     group = SearchToolGroup(url, max_attempts=2, backoff_base_s=0.01)
     result = group.call("search", {"query": "anything"})
     group.close()
-    assert not result.ok
+    assert not result.ok and result.service_error
     assert result.error.startswith(f"search server unavailable at {url}/retrieve after 2 attempts: ConnectError")
     assert result.text.startswith("Error: search server unavailable")
 
@@ -135,7 +135,7 @@ def test_client_errors_are_not_retried():
         group = SearchToolGroup(server.url, topk=500, max_attempts=3, backoff_base_s=0.01)
         result = group.call("search", {"query": "x"})
         group.close()
-    assert len(server.requests) == 1
+    assert len(server.requests) == 1 and result.service_error
     assert result.error.startswith(f"search server at {server.url}/retrieve rejected the query (HTTP 422): ")
     assert "topk" in result.error
 
@@ -147,7 +147,7 @@ def test_malformed_responses_are_reported(body):
         group = SearchToolGroup(server.url, max_attempts=1)
         result = group.call("search", {"query": "x"})
         group.close()
-    assert not result.ok and "sent an unexpected response" in result.error
+    assert not result.ok and "sent an unexpected response" in result.error and result.service_error
 
 
 @pytest.mark.integration
@@ -156,7 +156,7 @@ def test_empty_result_list_is_said_plainly():
         group = SearchToolGroup(server.url)
         result = group.call("search", {"query": "nothing matches"})
         group.close()
-    assert result.ok and result.output == "No documents matched the query."
+    assert result.ok and result.output == "No documents matched the query." and not result.service_error
 
 
 @pytest.mark.integration
@@ -166,6 +166,7 @@ def test_empty_query_is_refused_without_a_request():
         result = group.call("search", {"query": "   "})
         group.close()
     assert result.error == "the search query is empty" and server.requests == []
+    assert not result.service_error  # the caller's fault, not the server's
 
 
 @pytest.mark.integration

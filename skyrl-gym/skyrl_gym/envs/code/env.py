@@ -30,25 +30,27 @@ class CodeEnv(BaseTextEnv):
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
+        name = type(self).__name__
         config = dict(self.env_config)
         unknown = sorted(set(config) - set(ENV_KEYS) - set(SandboxLimits.field_names()))
         if unknown:
             raise ValueError(
-                f"CodeEnv env_config has unknown keys {unknown}; allowed: {list(ENV_KEYS)} and the SandboxLimits "
+                f"{name} env_config has unknown keys {unknown}; allowed: {list(ENV_KEYS)} and the SandboxLimits "
                 f"fields {list(SandboxLimits.field_names())}"
             )
         partial = config.pop("partial_credit", False)
         if not isinstance(partial, bool):
-            raise ValueError(f"CodeEnv env_config 'partial_credit' must be true or false, got {partial!r}")
+            raise ValueError(f"{name} env_config 'partial_credit' must be true or false, got {partial!r}")
         self.partial_credit: bool = partial
         budget = config.pop("total_timeout_s", None)
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0):
-            raise ValueError(f"CodeEnv env_config 'total_timeout_s' must be a positive number, got {budget!r}")
+            raise ValueError(f"{name} env_config 'total_timeout_s' must be a positive number, got {budget!r}")
         self.total_timeout_s: Optional[float] = budget
         config.pop("max_turns", None)
-        self.limits: SandboxLimits = SandboxLimits.from_mapping(config, where="CodeEnv env_config")
+        self.limits: SandboxLimits = SandboxLimits.from_mapping(config, where=f"{name} env_config")
         self.tests: list[CodeTest] = []
         self.report: Optional[TestReport] = None
+        self.program: Optional[str] = None
         self.code_found = False
 
     def _default_fn_name(self) -> Optional[str]:
@@ -57,16 +59,32 @@ class CodeEnv(BaseTextEnv):
             return None
         return extra_info.get("fn_name")
 
+    def _parse_tests(self) -> list[CodeTest]:
+        """The row's tests from `reward_spec.ground_truth` (ValueError naming the bad test and field)."""
+        return parse_tests(self.ground_truth(), default_fn_name=self._default_fn_name())
+
+    def _run_tests(self, program: str) -> TestReport:
+        """Run the extracted program against the episode's tests in the sandbox."""
+        return run_tests(
+            program,
+            self.tests,
+            self.limits,
+            stop_at_first_failure=not self.partial_credit,
+            total_timeout_s=self.total_timeout_s,
+        )
+
     def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
         """Start an episode: validate the ground-truth tests (ValueError on malformed ones) and return the prompt."""
         self._begin_episode()
-        self.tests = parse_tests(self.ground_truth(), default_fn_name=self._default_fn_name())
+        self.tests = self._parse_tests()
         self.report = None
+        self.program = None
         self.code_found = False
         return prompt, {}
 
     def _step(self, action: str) -> BaseTextEnvStepOutput:
         program = extract_code_block(action)
+        self.program = program
         self.code_found = program is not None
         if program is None:
             self.report = TestReport(total=len(self.tests))
@@ -80,13 +98,7 @@ class CodeEnv(BaseTextEnv):
             return BaseTextEnvStepOutput(
                 observations=[], reward=0.0, done=True, metadata=metadata, postprocessed_action=None
             )
-        self.report = run_tests(
-            program,
-            self.tests,
-            self.limits,
-            stop_at_first_failure=not self.partial_credit,
-            total_timeout_s=self.total_timeout_s,
-        )
+        self.report = self._run_tests(program)
         reward = self.report.reward(self.partial_credit)
         return BaseTextEnvStepOutput(
             observations=[], reward=reward, done=True, metadata=self.report.to_metadata(), postprocessed_action=None

@@ -38,7 +38,8 @@ def _decode_args(text: str, where: str) -> tuple[Any, ...]:
     return tuple(args)
 
 
-def _as_list(ground_truth: Any) -> list[Any]:
+def load_test_list(ground_truth: Any) -> list[Any]:
+    """The raw test list of a ground truth given as a list, a JSON string of one, or a numpy array (from parquet)."""
     if isinstance(ground_truth, str):
         try:
             ground_truth = json.loads(ground_truth)
@@ -67,7 +68,7 @@ def parse_tests(ground_truth: Any, default_fn_name: Optional[str] = None) -> lis
     (`extra_info.fn_name`).
     """
     tests = []
-    for index, raw in enumerate(_as_list(ground_truth)):
+    for index, raw in enumerate(load_test_list(ground_truth)):
         where = f"reward_spec.ground_truth[{index}]"
         if not isinstance(raw, dict):
             raise ValueError(f"{where} is {type(raw).__name__}; expected a dict with 'input', 'output', 'testtype'")

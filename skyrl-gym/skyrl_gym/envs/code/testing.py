@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -122,6 +123,15 @@ def normalize_output(text: str) -> str:
     return "\n".join(lines)
 
 
+OutputMatcher = Callable[[str, str], bool]
+"""Judges a stdin test: `(expected, got) -> passed`, with the test's expected output and the program's stdout."""
+
+
+def outputs_match(expected: str, got: str) -> bool:
+    """The `code` env's stdout rule: equal after `normalize_output` (per-line trailing whitespace ignored)."""
+    return normalize_output(got) == normalize_output(expected)
+
+
 def _runtime_error_detail(result: SandboxResult) -> str:
     lines = [line for line in result.stderr.rstrip().splitlines() if line.strip()]
     tail = "\n".join(lines[-TRACEBACK_LINES:])
@@ -159,13 +169,15 @@ def _limits_for(test: CodeTest, limits: SandboxLimits) -> SandboxLimits:
     return limits if limits.max_output_bytes >= needed else limits.replace(max_output_bytes=needed)
 
 
-def run_stdin_test(program: str, test: CodeTest, limits: SandboxLimits) -> tuple[TestOutcome, SandboxResult]:
-    """Run the program on the test's input and compare its stdout line by line (trailing whitespace ignored)."""
+def run_stdin_test(
+    program: str, test: CodeTest, limits: SandboxLimits, match: OutputMatcher = outputs_match
+) -> tuple[TestOutcome, SandboxResult]:
+    """Run the program on the test's input and judge its stdout with `match` (default: `outputs_match`)."""
     result = run_python(program, stdin=test.input, limits=_limits_for(test, limits))
     failure = _sandbox_failure(result)
     if failure:
         return TestOutcome(test.index, False, *failure, wall_time_s=result.wall_time_s), result
-    if normalize_output(result.stdout) == normalize_output(test.output):
+    if match(test.output, result.stdout):
         return TestOutcome(test.index, True, wall_time_s=result.wall_time_s), result
     detail = _wrong_answer(test, test.output, result.stdout)
     return TestOutcome(test.index, False, WRONG_ANSWER, detail, result.wall_time_s), result
@@ -205,10 +217,12 @@ def run_tests(
     limits: SandboxLimits,
     stop_at_first_failure: bool = True,
     total_timeout_s: Optional[float] = None,
+    match: OutputMatcher = outputs_match,
 ) -> TestReport:
     """Run the tests in order, each in a fresh sandbox; stop at the first failure unless told otherwise.
 
-    With `total_timeout_s`, tests not started before the budget ran out count as failed (kind `timeout`).
+    With `total_timeout_s`, tests not started before the budget ran out count as failed (kind `timeout`). `match`
+    judges the stdout of stdin tests.
     """
     report = TestReport(total=len(tests))
     started = time.monotonic()
@@ -219,8 +233,10 @@ def run_tests(
             if stop_at_first_failure:
                 break
             continue
-        runner = run_functional_test if test.testtype == "functional" else run_stdin_test
-        outcome, result = runner(program, test, limits)
+        if test.testtype == "functional":
+            outcome, result = run_functional_test(program, test, limits)
+        else:
+            outcome, result = run_stdin_test(program, test, limits, match)
         if not report.sandbox_layers:
             report.sandbox_layers = result.active_layers
         report.outcomes.append(outcome)
