@@ -35,11 +35,24 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+OPEN_ENVS: list = []
+
+
+@pytest.fixture(autouse=True)
+def close_envs():
+    """Close every env a test built, so no HTTP connection outlives its test (a later test's gc would warn)."""
+    yield
+    while OPEN_ENVS:
+        OPEN_ENVS.pop().close()
+
+
 def make_env(url: str, ground_truth=None, **config) -> SearchEnv:
     truth = {"target": ["Mont Blanc", "Monte Bianco"]} if ground_truth is None else ground_truth
-    return SearchEnv(
+    env = SearchEnv(
         {"search_url": url, "topk": 2, **config}, {"reward_spec": {"method": "rule", "ground_truth": truth}}
     )
+    OPEN_ENVS.append(env)
+    return env
 
 
 # ----- the reward rule ----------------------------------------------------------------------------------------------

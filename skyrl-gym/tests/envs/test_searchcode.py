@@ -35,11 +35,23 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+OPEN_ENVS: list = []
+
+
+@pytest.fixture(autouse=True)
+def close_envs():
+    """Close every env a test built, so no HTTP connection outlives its test."""
+    yield
+    while OPEN_ENVS:
+        OPEN_ENVS.pop().close()
+
+
 def make_env(url: str, ground_truth="32", max_turns=None, **config) -> SearchCodeEnv:
     extras = {"reward_spec": {"method": "rule", "ground_truth": ground_truth}}
     if max_turns is not None:
         extras["max_turns"] = max_turns
     env = skyrl_gym.make("searchcode", env_config={"search_url": url, "topk": 1, **config}, extras=extras)
+    OPEN_ENVS.append(env)
     env.init(PROMPT)
     return env
 
@@ -135,7 +147,6 @@ def test_search_then_python_then_solution(server):
         "answered": True,
         "correct": True,
     }
-    env.close()
 
 
 @pytest.mark.integration
