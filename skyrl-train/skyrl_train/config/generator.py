@@ -5,6 +5,10 @@ from typing import Any, Literal
 
 from skyrl_train.config.roles import Dtype
 
+PLANNED_ENGINE_BACKENDS = ("sglang", "remote")
+"""Engine backends the product names that have no builder in this version (refused at start-up; the doctor lists them
+with that reason)."""
+
 
 @dataclass
 class InferenceEngineConfig:

@@ -212,11 +212,12 @@ def _probe(
 
 def engine_backends() -> list[BackendStatus]:
     """Every engine backend the config accepts or the registry holds."""
-    from skyrl_train.config.generator import InferenceEngineConfig
+    from skyrl_train.config.generator import PLANNED_ENGINE_BACKENDS, InferenceEngineConfig
     from skyrl_train.inference.ray_engine import ENGINE_BUILDERS
 
     registered = ENGINE_BUILDERS.names()
-    names = list(dict.fromkeys(_config_names(InferenceEngineConfig, "backend") + registered))
+    accepted = _config_names(InferenceEngineConfig, "backend") + list(PLANNED_ENGINE_BACKENDS)
+    names = list(dict.fromkeys(registered + accepted))
     extras = {"vllm": _vllm_platform_problem}
     where = "inference.ray_engine.ENGINE_BUILDERS"
     return [_probe("engine backend", name, name in registered, where, registered, extras.get(name)) for name in names]
