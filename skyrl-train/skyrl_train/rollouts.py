@@ -172,6 +172,7 @@ class RolloutCollector:
         kind = self.sampling.type
         if kind is None:
             output, metrics = await self.generate_round(items, 0)
+            output.metrics.update(metrics)  # scoring and shaping metrics reach the step's metrics
             return Rollouts(output, 1, _group_count(output.trajectories), metrics)
         if kind == "filter":
             return await self._filter(items)

@@ -172,6 +172,7 @@ def test_no_dynamic_sampling_generates_once_and_shapes_rewards():
     assert len(generator.calls) == 1 and rollouts.rounds == 1
     # 3 generated tokens of a 3-token budget with a 2-token buffer: penalty (1 - 3) / 2 = -1
     assert [t.reward for t in rollouts.output.trajectories] == pytest.approx([0.0, 0.0, -1.0, -1.0])
+    assert rollouts.output.metrics["reward/overlong_penalized"] == 4.0  # shaping metrics reach the step's metrics
 
 
 def test_replace_trains_on_the_last_batch_as_it_is_when_the_data_runs_out():
