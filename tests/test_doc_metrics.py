@@ -36,6 +36,10 @@ NAME = re.compile(r"`((?:" + "|".join(PREFIXES) + r")/[A-Za-z0-9_<>*./{},-]+)`")
 NOT_IN_SHORT_RUN = {
     "dynamic_sampling/": "only with trainer.algorithm.dynamic_sampling.type set (DAPO); logged in skyrl_train/rollouts.py",
     "environment/near_miss/": "the custom env of docs/custom-env-training.md, not the arithmetic env of the run",
+    "reward/function/": "only with a reward manager (reward.manager != env): tests/rewards/test_managers.py",
+    "reward/manager_": "only with a reward manager (reward.manager != env): tests/rewards/test_scorer.py",
+    "reward/model_": "only with a reward model (reward.model.path): tests/trainer/test_trainer_rewards.py",
+    "reward/rule_score": "only with a reward manager or model: tests/rewards/test_scorer.py",
 }
 
 
