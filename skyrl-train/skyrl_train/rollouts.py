@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from skyrl_train.algorithms.dapo import soft_overlong_punishment, zero_variance_group_mask
@@ -40,7 +40,6 @@ class Rollouts:
     """Generation batches it took."""
     sampled_groups: int = 0
     """Prompt groups generated over all rounds (the cost)."""
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def group_of(trajectory: Trajectory) -> str:
@@ -173,7 +172,7 @@ class RolloutCollector:
         if kind is None:
             output, metrics = await self.generate_round(items, 0)
             output.metrics.update(metrics)  # scoring and shaping metrics reach the step's metrics
-            return Rollouts(output, 1, _group_count(output.trajectories), metrics)
+            return Rollouts(output, 1, _group_count(output.trajectories))
         if kind == "filter":
             return await self._filter(items)
         if kind == "replace":
@@ -217,7 +216,7 @@ class RolloutCollector:
         metrics = _mean_metrics(shaping)
         metrics.update(self._sampling_metrics(rounds, sampled, min(len(kept), target), 0))
         merged = _mean_metrics([output.metrics for output in outputs])
-        return Rollouts(GeneratorOutput(trajectories, {**merged, **metrics}), rounds, sampled, metrics)
+        return Rollouts(GeneratorOutput(trajectories, {**merged, **metrics}), rounds, sampled)
 
     async def _replace(self, items: list[dict[str, Any]]) -> Rollouts:
         """POLARIS: replace groups without variance by copies of informative ones when enough are informative,
@@ -231,7 +230,7 @@ class RolloutCollector:
                     logger.warning("dynamic sampling: the training data ran out; training on the last batch as it is")
                     metrics = {**_mean_metrics(shaping), **self._sampling_metrics(round_index, sampled, 0, 0)}
                     last = GeneratorOutput(output.trajectories, {**output.metrics, **metrics})
-                    return Rollouts(last, round_index, sampled, metrics)
+                    return Rollouts(last, round_index, sampled)
                 items = next_items
             output, round_metrics = await self.generate_round(items, round_index)
             sampled += _group_count(output.trajectories)
@@ -244,7 +243,7 @@ class RolloutCollector:
                     self._sampling_metrics(round_index + 1, sampled, _group_count(trajectories) - count, count)
                 )
                 output = GeneratorOutput(trajectories, {**output.metrics, **metrics})
-                return Rollouts(output, round_index + 1, sampled, metrics)
+                return Rollouts(output, round_index + 1, sampled)
             logger.warning(
                 "dynamic sampling (replace): at most %.0f%% of the groups have reward variance; sampling another batch",
                 100 * self.sampling.min_replace_ratio,

@@ -224,7 +224,7 @@ class RayPPOTrainer:
     def apply_kl_in_reward(self, batch, old_logprobs, ref_logprobs) -> dict[str, float]:
         """Subtract `beta * KL(policy || ref)` per generated token from the rewards (`algorithms.kl.kl_in_reward`),
         then feed the controller the KL it documents: the mean over sequences of each sequence's summed KL."""
-        mask = batch.response_mask * batch.valid[:, None].to(batch.response_mask.dtype)
+        mask = batch.valid_response_mask
         beta = self.kl_controller.value
         estimator = self.algorithm.kl_estimator_type
         batch.token_rewards, kl = kl_in_reward(batch.token_rewards, old_logprobs, ref_logprobs, mask, beta, estimator)
@@ -384,7 +384,7 @@ def reward_metrics(output: GeneratorOutput, n_samples: int) -> dict[str, float]:
 
 def logprob_metrics(batch: TrainingBatch, old: torch.Tensor, ref: Optional[torch.Tensor]) -> dict[str, float]:
     """Train-vs-rollout logprob difference (engine and trainer should agree for equal weights) and KL to ref."""
-    mask = batch.response_mask * batch.valid[:, None].to(batch.response_mask.dtype)
+    mask = batch.valid_response_mask
     metrics: dict[str, float] = {}
     if batch.rollout_logprobs is not None and mask.sum() > 0:
         diff = (old - batch.rollout_logprobs).abs()

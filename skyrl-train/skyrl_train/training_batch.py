@@ -43,6 +43,11 @@ class TrainingBatch:
             self.valid = torch.ones(self.input_ids.shape[0], dtype=torch.bool)
 
     @property
+    def valid_response_mask(self) -> torch.Tensor:
+        """`response_mask` with the rows whose environment failed zeroed: the generated tokens that have a reward."""
+        return self.response_mask * self.valid[:, None].to(self.response_mask.dtype)
+
+    @property
     def response_width(self) -> int:
         """R: the padded response length."""
         return self.response_mask.shape[1]
