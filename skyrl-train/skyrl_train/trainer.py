@@ -165,8 +165,10 @@ class RayPPOTrainer:
                 metrics = reward_metrics(output, self.n_samples)
                 self.sampled_groups_total += rollouts.sampled_groups
                 metrics["trainer/sampled_groups_total"] = float(self.sampled_groups_total)
+            on_policy = self.takes_one_policy_update(batch)
+            metrics["policy/old_logprobs_from_update"] = float(on_policy)
             with timer("fwd_logprobs"):
-                old_logprobs, ref_logprobs, values = await self.forward_passes(batch)
+                old_logprobs, ref_logprobs, values = await self.forward_passes(batch, with_policy=not on_policy)
                 metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
             if self.kl_controller is not None:
                 metrics.update(self.apply_kl_in_reward(batch, old_logprobs, ref_logprobs))
@@ -208,15 +210,25 @@ class RayPPOTrainer:
             batch_metadata={"global_step": self.global_step, "training_phase": "train", "round": round_index},
         )
 
-    async def forward_passes(self, batch: TrainingBatch):
-        """Old policy logprobs, reference logprobs (when KL is used) and critic values (when there is a critic)."""
-        calls = [asyncio.to_thread(self.policy.run_sharded, "forward", batch)]
+    def takes_one_policy_update(self, batch: TrainingBatch) -> bool:
+        """True when the policy takes exactly one optimizer step on this batch and nothing before it needs the old
+        log-probs (no KL-in-reward): the old policy is then the current one, so its log-probs come from the update's
+        own forward (`forward_backward(on_policy=True)`) instead of a separate forward pass. Reported as the metric
+        `policy/old_logprobs_from_update` (1 = skipped)."""
+        one_pass = self.cfg.trainer.update_epochs_per_batch == 1
+        one_mini_batch = len(self.mini_batches(batch, self.cfg.trainer.policy_mini_batch_size)) == 1
+        return one_pass and one_mini_batch and self.kl_controller is None
+
+    async def forward_passes(self, batch: TrainingBatch, with_policy: bool = True):
+        """Old policy logprobs (None unless `with_policy`), reference logprobs (when KL is used) and critic values
+        (when there is a critic)."""
+        calls = [asyncio.to_thread(self.policy.run_sharded, "forward", batch)] if with_policy else []
         if self.ref is not None:
             calls.append(asyncio.to_thread(self.ref.run_sharded, "forward", batch))
         if self.critic is not None:
             calls.append(asyncio.to_thread(self.critic.run_sharded, "forward", batch))
         results = list(await asyncio.gather(*calls))
-        old = results.pop(0)
+        old = results.pop(0) if with_policy else None
         ref = results.pop(0) if self.ref is not None else None
         values = results.pop(0) if self.critic is not None else None
         return old, ref, values
@@ -280,12 +292,16 @@ class RayPPOTrainer:
                     "forward_backward",
                     batch.select(rows),
                     advantages=advantages[index],
-                    old_logprobs=old_logprobs[index],
+                    old_logprobs=None if old_logprobs is None else old_logprobs[index],
+                    on_policy=old_logprobs is None,
                     ref_logprobs=None if ref_logprobs is None else ref_logprobs[index],
                     loss_denominator=self.loss_denominator(batch.loss_mask[index]),
                 )
                 grad_norms = await asyncio.to_thread(self.policy.run_all, "optim_step")
                 metrics["policy/grad_norm"] = float(grad_norms[0])
+                if old_logprobs is None and "policy/logprob_diff_vs_rollout" in metrics:
+                    # the update's forward is the trainer's only look at this batch: report its engine difference
+                    metrics["policy/rollout_train_logprob_abs_diff_mean"] = metrics["policy/logprob_diff_vs_rollout"]
                 collected.append(metrics)
         return average_metrics(collected)
 
@@ -382,10 +398,15 @@ def reward_metrics(output: GeneratorOutput, n_samples: int) -> dict[str, float]:
     return metrics
 
 
-def logprob_metrics(batch: TrainingBatch, old: torch.Tensor, ref: Optional[torch.Tensor]) -> dict[str, float]:
-    """Train-vs-rollout logprob difference (engine and trainer should agree for equal weights) and KL to ref."""
+def logprob_metrics(
+    batch: TrainingBatch, old: Optional[torch.Tensor], ref: Optional[torch.Tensor]
+) -> dict[str, float]:
+    """Train-vs-rollout logprob difference (engine and trainer should agree for equal weights) and KL to ref; none
+    without the old log-probs (then the policy update reports the difference, see `takes_one_policy_update`)."""
     mask = batch.valid_response_mask
     metrics: dict[str, float] = {}
+    if old is None:
+        return metrics
     if batch.rollout_logprobs is not None and mask.sum() > 0:
         diff = (old - batch.rollout_logprobs).abs()
         metrics["policy/rollout_train_logprob_abs_diff_mean"] = float(masked_mean(diff, mask))

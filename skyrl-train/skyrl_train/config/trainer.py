@@ -98,7 +98,8 @@ class TrainerConfig:
     """Prompts per training step; each yields `generator.n_samples_per_prompt` trajectories."""
 
     policy_mini_batch_size: int = 256
-    """Prompts per policy optimizer step; must divide `train_batch_size`."""
+    """Prompts per policy optimizer step; must divide `train_batch_size`. Equal to it (with one update epoch and no
+    KL in the reward), the step skips the separate old-log-prob forward: see `policy/old_logprobs_from_update`."""
 
     critic_mini_batch_size: int = 256
     """Prompts per critic optimizer step; must divide `train_batch_size`."""

@@ -100,8 +100,13 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         loss_fn: Optional[str] = None,
         loss_fn_config: Optional[Mapping[str, Any]] = None,
         loss_denominator: Optional[float] = None,
+        on_policy: bool = False,
     ) -> dict[str, float]:
         """Accumulate the gradient of the objective over this rank's mini-batch shard; returns `policy/*` metrics.
+
+        `on_policy=True` (with `old_logprobs=None`) says the weights are still those that sampled the batch's
+        "old" policy, as in a step with one optimizer step: the old log-probs are then this pass's own log-probs,
+        detached (the ratio is 1 and its gradient is the plain policy gradient), which saves a separate forward.
 
         The policy loss is `loss_fn` (default `trainer.algorithm.policy_loss_type`) with `PolicyLossConfig` fields
         from `trainer.algorithm`, overridden by `loss_fn_config`; plus `kl_loss_coef * KL(ref)` when `use_kl_loss`
@@ -116,6 +121,8 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         settings = ObjectiveSettings.from_config(self.cfg.trainer.algorithm, loss_fn, loss_fn_config)
         if settings.kl_loss_coef is not None and ref_logprobs is None:  # checked before any collective starts
             raise ValueError("trainer.algorithm.use_kl_loss is true but forward_backward got ref_logprobs=None")
+        if on_policy and old_logprobs is not None:
+            raise ValueError("forward_backward: on_policy=True takes old_logprobs from this pass; pass old_logprobs=None")
         reduction, max_seq_len = settings.loss_config.loss_reduction, settings.loss_config.max_seq_len
         denominator = self.mini_batch_denominator(reduction, batch.loss_mask, max_seq_len, loss_denominator)
         scale = self.gradient_average_factor
@@ -132,7 +139,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
                 entropy,
                 loss_mask,
                 advantages=_rows(advantages, indices, micro, self.device),
-                old_log_probs=_rows(old_logprobs, indices, micro, self.device),
+                old_log_probs=log_probs.detach() if on_policy else _rows(old_logprobs, indices, micro, self.device),
                 ref_log_probs=_rows(ref_logprobs, indices, micro, self.device),
                 rollout_log_probs=micro.batch.rollout_logprobs,
             )

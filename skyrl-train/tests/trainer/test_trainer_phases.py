@@ -81,3 +81,24 @@ def test_mini_batches_follow_the_role_mini_batch_sizes():
     batch = _batch()
     assert trainer.mini_batches(batch, trainer.cfg.trainer.policy_mini_batch_size) == [[0, 1, 2, 3]]  # 2 prompts x 2
     assert trainer.mini_batches(batch, trainer.cfg.trainer.critic_mini_batch_size) == [[0, 1], [2, 3]]
+
+
+def test_the_old_logprob_forward_is_skipped_only_for_one_policy_update():
+    batch = _batch()  # 2 prompts x 2 samples
+    assert _trainer("trainer.policy_mini_batch_size=2", "generator.n_samples_per_prompt=2").takes_one_policy_update(
+        batch
+    )
+    # two mini-batches, a second pass over the batch, or KL in the reward all need the log-probs before any update
+    assert not _trainer("trainer.policy_mini_batch_size=1", "generator.n_samples_per_prompt=2").takes_one_policy_update(
+        batch
+    )
+    two_epochs = _trainer(
+        "trainer.policy_mini_batch_size=2", "generator.n_samples_per_prompt=2", "trainer.update_epochs_per_batch=2"
+    )
+    assert not two_epochs.takes_one_policy_update(batch)
+    kl_in_reward = _trainer(
+        "trainer.policy_mini_batch_size=2", "generator.n_samples_per_prompt=2",
+        "trainer.algorithm.use_kl_in_reward=true",
+        "trainer.algorithm.use_kl_loss=false",
+    )
+    assert not kl_in_reward.takes_one_policy_update(batch)

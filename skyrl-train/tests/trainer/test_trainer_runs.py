@@ -26,7 +26,7 @@ def _changed(before, after):
     "estimator, extra",
     [
         ("grpo", []),
-        ("rloo", []),
+        ("rloo", ["trainer.policy_mini_batch_size=4"]),  # one optimizer step: no separate old-logprob forward
         ("reinforce++", []),
         ("gae", ["trainer.critic.model.path=${trainer.policy.model.path}"]),
     ],
@@ -45,6 +45,9 @@ def test_one_step_per_estimator_trains_and_syncs(
     assert history["weight_sync/verified_tensors"][-1][1] > 0  # checksums of every engine matched the policy
     assert history["weight_sync/version"][-1][1] == 2.0  # initial sync, then one per step
     assert history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
+    one_update = "trainer.policy_mini_batch_size=4" in extra
+    assert history["policy/old_logprobs_from_update"][-1][1] == float(one_update)
+    assert ("policy/rollout_train_logprob_abs_diff_max" in history) != one_update  # only a separate forward has it
     exported = experiment.trainer.checkpoints.exported_paths[-1]
     assert _changed(_weights(tiny_model_dir), _weights(exported)), "the policy's weights did not change"
     if estimator == "gae":

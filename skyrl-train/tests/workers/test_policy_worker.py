@@ -92,6 +92,29 @@ def test_update_metrics_and_grad_norm(
     assert any(not torch.equal(before[name], after[name]) for name in before)
 
 
+def test_on_policy_update_needs_no_old_logprob_forward(
+    single_rank_group, worker_config, make_batch, grpo_advantages, full_gradients
+):
+    """One optimizer step on fresh rollouts: the old log-probs are the current ones, so `on_policy=True` (old taken
+    from the update's own forward, detached) gives the gradient of the update fed a separate forward's log-probs."""
+    batch = make_batch(rows=6, seed=3)
+    advantages = grpo_advantages(batch)
+    config = worker_config("trainer.micro_train_batch_size_per_gpu=4")
+    separate = _policy(config, single_rank_group)
+    expected_metrics = separate.forward_backward(batch, advantages, separate.forward(batch))
+    expected = full_gradients(separate)
+    fused = _policy(config, single_rank_group)
+    metrics = fused.forward_backward(batch, advantages, None, on_policy=True)
+    gradients = full_gradients(fused)
+    # Same weights, same rows: the two passes differ only by eval- vs train-mode forward order of float sums.
+    for name, grad in expected.items():
+        assert torch.allclose(gradients[name], grad, rtol=1e-4, atol=1e-7), name
+    assert metrics["policy/approx_kl"] == pytest.approx(0.0, abs=1e-7) and metrics["policy/clip_frac"] == 0.0
+    assert metrics["policy/loss"] == pytest.approx(expected_metrics["policy/loss"], rel=1e-4, abs=1e-7)
+    with pytest.raises(ValueError, match="on_policy=True"):
+        fused.forward_backward(batch, advantages, batch.rollout_logprobs, on_policy=True)
+
+
 def test_warmup_schedule_and_scheduler_errors(single_rank_group, worker_config, make_batch, grpo_advantages):
     config = worker_config("trainer.policy.optimizer.num_warmup_steps=2")
     worker = _policy(config, single_rank_group)
