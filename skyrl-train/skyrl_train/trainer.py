@@ -265,6 +265,7 @@ class RayPPOTrainer:
             gamma=self.algorithm.gamma,
             lambd=self.algorithm.lambd,
             norm_by_std=self.algorithm.grpo_norm_by_std,
+            epsilon=self.algorithm.grpo_std_epsilon,
         )
         advantages[rows], returns[rows] = subset_advantages.float(), subset_returns.float()
         if self.algorithm.advantage_batch_normalize and batch.loss_mask.sum() > 1:
@@ -398,9 +399,7 @@ def reward_metrics(output: GeneratorOutput, n_samples: int) -> dict[str, float]:
     return metrics
 
 
-def logprob_metrics(
-    batch: TrainingBatch, old: Optional[torch.Tensor], ref: Optional[torch.Tensor]
-) -> dict[str, float]:
+def logprob_metrics(batch: TrainingBatch, old: Optional[torch.Tensor], ref: Optional[torch.Tensor]) -> dict[str, float]:
     """Train-vs-rollout logprob difference (engine and trainer should agree for equal weights) and KL to ref; none
     without the old log-probs (then the policy update reports the difference, see `takes_one_policy_update`)."""
     mask = batch.valid_response_mask

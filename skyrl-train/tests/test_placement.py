@@ -1,16 +1,21 @@
 """Placement without Ray: the actor environment, the CPUs a placement needs, and how Ray is started or joined
 (placement groups themselves are exercised by the Ray trainer tests)."""
 
-from skyrl_train.config import SkyRLConfig
+import pytest
+
+from skyrl_train.config import ConfigValidationError, SkyRLConfig
 from skyrl_train.placement import actor_env_vars, cpus_needed, ray_init_kwargs
 
 
 def test_actors_default_to_no_openmp_spinning_and_user_values_win(monkeypatch):
     monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     env = actor_env_vars()
     assert env["KMP_BLOCKTIME"] == "0" and env["TOKENIZERS_PARALLELISM"] == "false"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
     monkeypatch.setenv("KMP_BLOCKTIME", "50")
-    assert actor_env_vars()["KMP_BLOCKTIME"] == "50"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert actor_env_vars()["KMP_BLOCKTIME"] == "50" and actor_env_vars()["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def _cfg(*overrides):
@@ -64,3 +69,9 @@ def test_a_separate_reward_model_adds_its_own_workers_to_the_cpus_needed():
     assert cpus_needed(cfg, ["policy", "ref", "reward"]) == 2 * (2 + 3 + 1)
     colocated = SkyRLConfig.from_cli_overrides([*overrides[1:], "trainer.placement.colocate_all=true"], validate=False)
     assert cpus_needed(colocated, ["policy", "ref", "reward"]) == 2 * 2  # everyone shares the policy's bundles
+
+
+def test_thread_counts_below_one_are_refused_with_the_key():
+    for key in ("trainer.placement.num_threads_per_worker", "generator.inference_engine.num_threads"):
+        with pytest.raises(ConfigValidationError, match=key.replace(".", r"\.")):
+            SkyRLConfig.from_cli_overrides(["trainer.device=cpu", f"{key}=0"])

@@ -204,6 +204,9 @@ class AlgorithmConfig:
     grpo_norm_by_std: bool = True
     """GRPO divides group-centred rewards by the group's std; false gives Dr. GRPO's mean-only centring."""
 
+    grpo_std_epsilon: float = 1e-6
+    """Added to the group's std before GRPO divides by it (keeps near-uniform groups from blowing up)."""
+
     advantage_batch_normalize: bool = False
     """After the estimator, z-score the advantages over every trained token of the batch (`loss_mask`): subtract
     their mean and divide by their standard deviation."""

@@ -1,7 +1,7 @@
 """The `generator` section: inference engines, sampling parameters and the multi-turn rollout loop."""
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from skyrl_train.config.roles import Dtype
 
@@ -22,6 +22,11 @@ class InferenceEngineConfig:
 
     num_engines: int = 1
     """Engine replicas; prompts are spread across them."""
+
+    num_threads: Optional[int] = None
+    """Torch threads of each engine actor (CPU engines; vLLM-CPU takes it as `OMP_NUM_THREADS` when unset); null:
+    the engine's share of its bundle's CPUs (`trainer.placement.num_cpus_per_worker`, divided among colocated
+    roles) rounded down, at least 1."""
 
     tensor_parallel_size: int = 1
     """GPUs each engine shards its model over."""

@@ -51,6 +51,12 @@ class PlacementConfig:
     num_cpus_per_worker: float = 1.0
     """CPUs Ray reserves for each worker process (on CPU machines this bounds how many workers fit)."""
 
+    num_threads_per_worker: Optional[int] = None
+    """Torch intra-op threads of each policy/ref/critic/reward worker process; null: its share of the bundle's CPUs
+    rounded down, at least 1 (`num_cpus_per_worker` divided among the roles sharing the bundle: 1 thread in the
+    quickstart). Actors run with `OMP_WAIT_POLICY=PASSIVE`, so more threads than free cores slow a step down
+    instead of stalling it (see benchmarks/thread_counts.py)."""
+
     ray_address: Optional[str] = None
     """Ray cluster to join, e.g. `ray://head:10001` or `auto`; null uses `RAY_ADDRESS` if set, else starts a local
     cluster sized for the run."""

@@ -62,6 +62,7 @@ _NON_NEGATIVE_FLOATS = (
     "trainer.algorithm.cispo.eps_clip_high",
     "trainer.algorithm.kl_loss_coef",
     "trainer.algorithm.entropy_loss_coef",
+    "trainer.algorithm.grpo_std_epsilon",
     "generator.sampling_params.temperature",
     "generator.eval_sampling_params.temperature",
 )
@@ -107,6 +108,9 @@ def check_ranges(cfg: "SkyRLConfig") -> Iterator[str]:
     for path in _POSITIVE_INTS:
         if get_path(cfg, path) < 1:
             yield f"{path} must be at least 1, got {get_path(cfg, path)}"
+    for path in ("trainer.placement.num_threads_per_worker", "generator.inference_engine.num_threads"):
+        if get_path(cfg, path) is not None and get_path(cfg, path) < 1:
+            yield f"{path} must be null (the bundle's CPUs) or at least 1, got {get_path(cfg, path)}"
     for path in _NON_NEGATIVE_FLOATS:
         if get_path(cfg, path) < 0:
             yield f"{path} must not be negative, got {get_path(cfg, path)}"

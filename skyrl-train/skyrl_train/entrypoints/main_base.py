@@ -134,6 +134,7 @@ class BasePPOExp:
                 bundle_offset=slot.bundle_offset,
                 num_cpus_per_worker=slot.num_cpus,
                 num_gpus_per_worker=slot.num_gpus,
+                num_threads=self.cfg.trainer.placement.num_threads_per_worker,
             )
         blob = export_user_registrations()
         for role, group in made.items():
@@ -165,6 +166,7 @@ class BasePPOExp:
             bundle_offset=slot.bundle_offset,
             num_cpus_per_engine=slot.num_cpus,
             num_gpus_per_engine=slot.num_gpus,
+            num_threads=self.cfg.generator.inference_engine.num_threads,
         )
         return self.engines
 

@@ -21,6 +21,7 @@ from skyrl_train.algorithms.registry import Registry
 from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput
 from skyrl_train.models.loading import resolve_dtype
+from skyrl_train.utils.threads import actor_threads
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver
 from skyrl_train.weight_sync.chunks import dtype_name
 from skyrl_train.weight_sync.strategy import make_receiver
@@ -128,6 +129,7 @@ class EngineActor:
             "dtype": dtype_name(dtype),
             "device": torch.device(self.settings.device).type,
             "weight_version": self.engine.weight_version,
+            "torch_threads": torch.get_num_threads(),
         }
 
     async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
@@ -275,17 +277,19 @@ def create_engine_actors(
     bundle_offset: int = 0,
     num_cpus_per_engine: float = 1.0,
     num_gpus_per_engine: Optional[float] = None,
-    num_threads: int = 1,
+    num_threads: Optional[int] = None,
     tokenizer_path: Optional[str] = None,
 ) -> list[RayEngineProxy]:
     """Start `num_engines` engine actors serving `model_path` (settings from `cfg`) and wait until they loaded.
 
     With a `placement_group`, engine i takes bundle `bundle_offset + i`. `num_gpus_per_engine` defaults to 1 on CUDA
-    and 0 on CPU; `num_threads` is each actor's torch thread count.
+    and 0 on CPU; `num_threads` is each actor's torch thread count (default: `num_cpus_per_engine` rounded down, at
+    least 1).
     """
     if num_engines < 1:
         raise ValueError(f"num_engines must be >= 1, got {num_engines}")
-    settings = EngineSettings.from_config(cfg, model_path, tokenizer_path=tokenizer_path, num_threads=num_threads)
+    threads = actor_threads(num_threads, num_cpus_per_engine)
+    settings = EngineSettings.from_config(cfg, model_path, tokenizer_path=tokenizer_path, num_threads=threads)
     ENGINE_BUILDERS.get(settings.backend)  # fail here, not in the actors, on an unknown backend
     if num_gpus_per_engine is None:
         num_gpus_per_engine = 1 if torch.device(settings.device).type == "cuda" else 0

@@ -11,6 +11,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.utils.threads import actor_threads
 from skyrl_train.workers.dispatch import ShardableBatch, join_results, shard_arguments
 
 logger = logging.getLogger(__name__)
@@ -20,8 +21,8 @@ class WorkerGroup:
     """`num_workers` Ray actors of `worker_cls` forming one data-parallel (FSDP) group for `role`.
 
     Rank 0 is created first and picks the rendezvous address (its node IP and a free port); the other ranks join
-    it. With a placement group, rank r runs in bundle `bundle_offset + r`. Each actor runs
-    `max(1, int(num_cpus_per_worker))` torch threads.
+    it. With a placement group, rank r runs in bundle `bundle_offset + r`. Each actor runs `num_threads` torch
+    threads (default `max(1, int(num_cpus_per_worker))`).
     """
 
     def __init__(
@@ -34,13 +35,14 @@ class WorkerGroup:
         bundle_offset: int = 0,
         num_cpus_per_worker: float = 1,
         num_gpus_per_worker: float = 0,
+        num_threads: Optional[int] = None,
     ) -> None:
         if num_workers <= 0:
             raise ValueError(f"num_workers must be positive, got {num_workers}")
         self.role = role
         cfg_dict = cfg.to_dict() if isinstance(cfg, SkyRLConfig) else dict(cfg)
         remote_cls = ray.remote(worker_cls)
-        threads = max(1, int(num_cpus_per_worker))
+        threads = actor_threads(num_threads, num_cpus_per_worker)
 
         def actor_class(rank: int) -> Any:
             options: dict[str, Any] = {"num_cpus": num_cpus_per_worker, "num_gpus": num_gpus_per_worker}

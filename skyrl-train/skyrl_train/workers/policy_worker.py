@@ -122,7 +122,9 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         if settings.kl_loss_coef is not None and ref_logprobs is None:  # checked before any collective starts
             raise ValueError("trainer.algorithm.use_kl_loss is true but forward_backward got ref_logprobs=None")
         if on_policy and old_logprobs is not None:
-            raise ValueError("forward_backward: on_policy=True takes old_logprobs from this pass; pass old_logprobs=None")
+            raise ValueError(
+                "forward_backward: on_policy=True takes old_logprobs from this pass; pass old_logprobs=None"
+            )
         reduction, max_seq_len = settings.loss_config.loss_reduction, settings.loss_config.max_seq_len
         denominator = self.mini_batch_denominator(reduction, batch.loss_mask, max_seq_len, loss_denominator)
         scale = self.gradient_average_factor

@@ -8,6 +8,7 @@ FSDP, micro-batch sizes, algorithm knobs, device, seed) comes from the same conf
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
@@ -190,6 +191,14 @@ class BaseWorker:
         return float(self.world_size)
 
     # ----- optimizer, weights, checkpoints ------------------------------------------------------------------------
+
+    def runtime_info(self) -> dict[str, Any]:
+        """This worker process: pid, torch intra-op threads and the OpenMP wait policy it runs with."""
+        return {
+            "pid": os.getpid(),
+            "torch_threads": torch.get_num_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        }
 
     def take_compute_seconds(self) -> dict[str, float]:
         """Seconds spent in `forward` / `forward_backward` / `optim_step` since the last call (see ComputeClock)."""

@@ -26,6 +26,8 @@ _MAIN_BASE = "entrypoints/test_main_base.py"
 _DATA_KEYS = f"{_MAIN_BASE}::test_data_keys_reach_the_datasets_and_the_loader"
 _COLUMNS = f"{_MAIN_BASE}::test_custom_columns_and_the_default_env_class"
 _PLACEMENT = "test_placement.py::test_cpus_needed_follows_the_placement_keys"
+_THREADS = "utils/test_threads.py::test_thread_counts_default_to_the_cpu_share_and_follow_their_keys"
+_THREADS_IN_ACTORS = "trainer/test_trainer_runs.py::test_one_step_per_estimator_trains_and_syncs"
 _POLICY_SECTION = "workers/test_policy_worker.py::test_each_role_builds_from_its_own_section"
 _CRITIC_SECTION = "workers/test_critic_worker.py::test_the_critic_builds_from_its_own_section"
 _ADAMW = "workers/strategy/test_optimizer.py::test_adamw_takes_lr_betas_and_weight_decay_and_skips_frozen_parameters"
@@ -79,6 +81,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "config/test_validation.py::test_each_check_triggers_with_its_message",
     ),
     "trainer.placement.num_cpus_per_worker": (_PLACEMENT,),
+    "trainer.placement.num_threads_per_worker": (_THREADS, _THREADS_IN_ACTORS),
     "trainer.placement.ray_address": ("test_placement.py::test_ray_address_joins_a_cluster_instead_of_starting_one",),
     "trainer.device": ("config/test_root.py::test_resolved_device_keeps_an_explicit_choice", _HF_BUILDER),
     # roles: model paths, optimizers, FSDP, memory savers
@@ -135,6 +138,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.algorithm.gamma": (_ADVANTAGES,),
     "trainer.algorithm.lambd": (_ADVANTAGES,),
     "trainer.algorithm.grpo_norm_by_std": (_ADVANTAGES,),
+    "trainer.algorithm.grpo_std_epsilon": (_ADVANTAGES,),
     "trainer.algorithm.policy_loss_type": (
         _OBJECTIVE,
         _NAMES,
@@ -241,6 +245,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         _NAMES,
         "trainer/test_trainer_vllm.py::test_two_steps_with_vllm_engines",
     ),
+    "generator.inference_engine.num_threads": (_THREADS, _THREADS_IN_ACTORS),
     "generator.inference_engine.num_engines": (
         _PLACEMENT,
         "trainer/test_trainer_vllm.py::test_two_steps_with_vllm_engines",

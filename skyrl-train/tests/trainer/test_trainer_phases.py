@@ -50,6 +50,8 @@ def test_advantages_follow_the_estimator_and_its_settings():
     grpo, _ = _trainer().advantages(batch, None)
     # group "a": rewards 1, 0 -> mean 0.5, std 0.7071 (unbiased) -> +-0.7071 on every token
     assert torch.allclose(grpo[0], torch.full((3,), 0.7071), atol=1e-3)
+    padded_std, _ = _trainer("trainer.algorithm.grpo_std_epsilon=1.0").advantages(batch, None)
+    assert torch.allclose(padded_std[0], torch.full((3,), 0.5 / 1.7071), atol=1e-4)
     mean_only, _ = _trainer("trainer.algorithm.grpo_norm_by_std=false").advantages(batch, None)
     assert torch.allclose(mean_only[0], torch.full((3,), 0.5))
     plain, _ = _trainer("trainer.algorithm.advantage_estimator=reinforce++").advantages(batch, None)
@@ -97,7 +99,8 @@ def test_the_old_logprob_forward_is_skipped_only_for_one_policy_update():
     )
     assert not two_epochs.takes_one_policy_update(batch)
     kl_in_reward = _trainer(
-        "trainer.policy_mini_batch_size=2", "generator.n_samples_per_prompt=2",
+        "trainer.policy_mini_batch_size=2",
+        "generator.n_samples_per_prompt=2",
         "trainer.algorithm.use_kl_in_reward=true",
         "trainer.algorithm.use_kl_loss=false",
     )

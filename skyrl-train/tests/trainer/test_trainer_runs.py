@@ -4,6 +4,7 @@ verified weight sync, and trainer/engine logprob agreement."""
 import math
 
 import pytest
+import ray
 import torch
 from safetensors.torch import load_file
 
@@ -22,12 +23,21 @@ def _changed(before, after):
     return any(not torch.equal(before[name], after[name]) for name in before if name in after)
 
 
+class RecordingExp(BasePPOExp):
+    """Records what the worker and engine actors report about their process just before they are released."""
+
+    def shutdown(self) -> None:
+        self.worker_info = [info for group in self.groups for info in group.run_all("runtime_info")]
+        self.engine_info = ray.get([engine.handle.engine_info.remote() for engine in self.engines])
+        super().shutdown()
+
+
 @pytest.mark.parametrize(
     "estimator, extra",
     [
         ("grpo", []),
         ("rloo", ["trainer.policy_mini_batch_size=4"]),  # one optimizer step: no separate old-logprob forward
-        ("reinforce++", []),
+        ("reinforce++", ["trainer.placement.num_threads_per_worker=2", "generator.inference_engine.num_threads=2"]),
         ("gae", ["trainer.critic.model.path=${trainer.policy.model.path}"]),
     ],
 )
@@ -36,10 +46,13 @@ def test_one_step_per_estimator_trains_and_syncs(
 ):
     extra = [e.replace("${trainer.policy.model.path}", tiny_model_dir) for e in extra]
     cfg = make_config(tiny_model_dir, data_dir, tmp_path, f"trainer.algorithm.advantage_estimator={estimator}", *extra)
-    experiment = BasePPOExp(cfg, verify_weight_sync=True)
+    experiment = RecordingExp(cfg, verify_weight_sync=True)
     result = experiment.run()
     history = result.history
     assert result.global_step == 1
+    threads = 2 if "trainer.placement.num_threads_per_worker=2" in extra else 1  # default: the bundle's 1 CPU
+    assert {info["torch_threads"] for info in experiment.worker_info} == {threads}
+    assert {info["torch_threads"] for info in experiment.engine_info} == {threads}
     loss = history["policy/loss"][-1][1]
     assert math.isfinite(loss)
     assert history["weight_sync/verified_tensors"][-1][1] > 0  # checksums of every engine matched the policy
