@@ -46,7 +46,7 @@ def render_minimal_grpo(data: dict) -> str:
     """One run of examples/minimal_grpo.py: its settings, accuracy before/after, wall time, the eval curve."""
     settings = data["settings"]
     lines = [
-        "| steps | prompts x samples | lr | torch threads | held-out accuracy before -> after | wall time | per step |",
+        "| steps | prompts x samples | lr | torch threads | held-out accuracy before -> after | wall time, all in | per step |",
         "|---|---|---|---|---|---|---|",
         f"| {settings['steps']} | {settings['prompts']} x {settings['group']} | {settings['lr']:g} | "
         f"{settings['threads']} | {data['accuracy_before']:.3f} -> {data['accuracy_after']:.3f} "
