@@ -42,16 +42,37 @@ def render_dynamic_sampling(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS = {"dynamic_sampling": render_dynamic_sampling}
+def render_minimal_grpo(data: dict) -> str:
+    """One run of examples/minimal_grpo.py: its settings, accuracy before/after, wall time, the eval curve."""
+    settings = data["settings"]
+    lines = [
+        "| steps | prompts x samples | lr | torch threads | held-out accuracy before -> after | wall time, all in | per step |",
+        "|---|---|---|---|---|---|---|",
+        f"| {settings['steps']} | {settings['prompts']} x {settings['group']} | {settings['lr']:g} | "
+        f"{settings['threads']} | {data['accuracy_before']:.3f} -> {data['accuracy_after']:.3f} "
+        f"({settings['eval_size']} problems, greedy) | {data['seconds']:.0f} s | {data['seconds'] / settings['steps']:.2f} s |",
+        "",
+        "Held-out accuracy by step: " + ", ".join(f"{step}: {acc:.3f}" for step, acc in data["evaluations"]) + ".",
+        f"Measured on {data['machine']}, {data['date']} (`benchmarks/results/minimal_grpo.json`, written by "
+        "`python examples/minimal_grpo.py --results benchmarks/results/minimal_grpo.json`).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS = {"dynamic_sampling": render_dynamic_sampling, "minimal_grpo": render_minimal_grpo}
 
 
 def render(name: str, results_dir: Path = RESULTS_DIR) -> str:
-    """The markdown for the block named `name` (a note when its results file does not exist yet)."""
-    if name not in RENDERERS:
-        raise KeyError(f"results block {name!r}: no renderer; known: {sorted(RENDERERS)}")
+    """The markdown for the block named `name` (a note when its results file does not exist yet).
+
+    A block may name a benchmark that writes no results file yet (its note says which file is missing); once the
+    file exists, a renderer for it must be added to RENDERERS.
+    """
     path = results_dir / f"{name}.json"
     if not path.exists():
         return f"*No measured results yet: run the benchmark to write `benchmarks/results/{name}.json`.*\n"
+    if name not in RENDERERS:
+        raise KeyError(f"results block {name!r}: {path} exists but has no renderer; known: {sorted(RENDERERS)}")
     data = json.loads(path.read_text())
     try:
         return RENDERERS[name](data)

@@ -68,3 +68,36 @@ def test_bad_results_file_names_the_missing_key(tmp_path):
         assert "dynamic_sampling.json" in str(error) and "runs" in str(error)
     else:
         raise AssertionError("a results file without `runs` must be refused")
+
+
+def test_block_for_a_benchmark_without_results_file_or_renderer_renders_a_note(tmp_path):
+    text = renderer.rendered_page("<!-- results: vs_trl -->\n<!-- /results -->", tmp_path)
+    assert "No measured results yet" in text and "benchmarks/results/vs_trl.json" in text
+
+
+def test_results_file_without_a_renderer_is_refused(tmp_path):
+    (tmp_path / "vs_trl.json").write_text("{}")
+    try:
+        renderer.rendered_page("<!-- results: vs_trl -->\n<!-- /results -->", tmp_path)
+    except KeyError as error:
+        assert "vs_trl" in str(error) and "no renderer" in str(error)
+    else:
+        raise AssertionError("a results file that no renderer reads must be refused, not shown as a note")
+
+
+def test_renders_the_minimal_grpo_shape(tmp_path):
+    run = {
+        "benchmark": "examples/minimal_grpo.py",
+        "date": "2026-11-23",
+        "machine": "2 CPUs, x86_64, torch 2.13.0+cpu",
+        "settings": {"steps": 300, "prompts": 32, "group": 8, "lr": 2e-4, "eval_size": 200, "threads": 2},
+        "accuracy_before": 0.25,
+        "accuracy_after": 0.6,
+        "evaluations": [[0, 0.25], [150, 0.5], [300, 0.6]],
+        "seconds": 150.0,
+    }
+    (tmp_path / "minimal_grpo.json").write_text(json.dumps(run))
+    text = renderer.rendered_page("<!-- results: minimal_grpo -->\n<!-- /results -->", tmp_path)
+    assert "| 300 | 32 x 8 | 0.0002 | 2 | 0.250 -> 0.600 (200 problems, greedy) | 150 s | 0.50 s |" in text
+    assert "Held-out accuracy by step: 0: 0.250, 150: 0.500, 300: 0.600." in text
+    assert "Measured on 2 CPUs, x86_64, torch 2.13.0+cpu, 2026-11-23" in text
