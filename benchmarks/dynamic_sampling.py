@@ -13,7 +13,8 @@ two differently) and evaluate greedy accuracy on the same held-out problems ever
 against sampled prompt groups (the generation cost), and the groups each run needed to first reach `grpo`'s final
 accuracy. Results go to `--out` as JSON (read by docs/algorithms.md's table) and a PNG plot.
 
-    python benchmarks/dynamic_sampling.py [--steps 450] [--eval-every 25] [--out benchmarks/results] [key=value ...]
+    python benchmarks/dynamic_sampling.py [--steps 450] [--eval-every 25] [--out benchmarks/results]
+        [--filter-override key=value ...] [key=value ...]
 """
 
 from __future__ import annotations
@@ -105,6 +106,24 @@ def run(name: str, overrides: list[str], budget: Optional[float] = None) -> dict
     }
 
 
+def reused_grpo_run(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The grpo run of an earlier results file, after checking it was measured with the same settings."""
+    record = json.loads(path.read_text())
+    for key, wanted in (("steps", args.steps), ("eval_every", args.eval_every), ("overrides", args.overrides)):
+        if key in record and record[key] != wanted:
+            raise SystemExit(f"--reuse-grpo {path}: its {key} is {record[key]!r}, this run asks for {wanted!r}")
+    grpo = next((r for r in record["runs"] if r["name"] == "grpo"), None)
+    if grpo is None:
+        raise SystemExit(f"--reuse-grpo {path}: no run named 'grpo' in it")
+    print(f"dynamic_sampling: grpo taken from {path} (measured {record.get('date', '?')})", flush=True)
+    return {key: value for key, value in grpo.items() if key != "groups_to_reach_grpo_final"}
+
+
+def reused_date(path: Path) -> str:
+    """The measurement date of an earlier results file."""
+    return json.loads(path.read_text()).get("date", "?")
+
+
 def plot(results: list[dict[str, Any]], path: Path) -> None:
     """Accuracy against sampled prompt groups, one line per run."""
     import matplotlib
@@ -130,6 +149,19 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=450, help="GRPO training steps (sets the generation budget)")
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--out", default="benchmarks/results", help="directory for the JSON results and the plot")
+    parser.add_argument(
+        "--filter-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for the filter run only (repeatable), e.g. trainer.train_batch_size=16",
+    )
+    parser.add_argument(
+        "--reuse-grpo",
+        metavar="JSON",
+        help="take the grpo run from an earlier results file of this script (same --steps, --eval-every and "
+        "overrides, checked) instead of running it again: the run is deterministic on one machine (seeded rollouts)",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides applied to both runs, key=value")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -149,10 +181,14 @@ def main() -> int:
             "trainer.hf_save_interval=-1",
         ]
         base = quickstart.quickstart_overrides(str(model_dir), scratch / "data", scratch / "grpo") + common
-        results.append(run("grpo", base + [f"trainer.max_training_steps={args.steps}"] + args.overrides))
+        if args.reuse_grpo:
+            results.append(reused_grpo_run(Path(args.reuse_grpo), args))
+        else:
+            results.append(run("grpo", base + [f"trainer.max_training_steps={args.steps}"] + args.overrides))
         filtered = quickstart.quickstart_overrides(str(model_dir), scratch / "data", scratch / "filter") + common
         filtered += ["trainer.algorithm.dynamic_sampling.type=filter", f"trainer.max_training_steps={args.steps}"]
-        results.append(run("filter", filtered + args.overrides, budget=results[0]["sampled_groups"]))
+        filtered += args.overrides + args.filter_override
+        results.append(run("filter", filtered, budget=results[0]["sampled_groups"]))
     target = results[0]["final_accuracy"]
     print(f"\nheld-out accuracy vs prompt groups sampled ({os.cpu_count()} CPUs, {platform.machine()})")
     print(
@@ -171,6 +207,11 @@ def main() -> int:
         "date": datetime.date.today().isoformat(),
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {platform.python_version()}",
         "grpo_final_accuracy": target,
+        "overrides": args.overrides,
+        "steps": args.steps,
+        "eval_every": args.eval_every,
+        "grpo_reused_from": args.reuse_grpo and {"file": args.reuse_grpo, "date": reused_date(Path(args.reuse_grpo))},
+        "filter_overrides": args.filter_override,
         "runs": results,
     }
     (out / "dynamic_sampling.json").write_text(json.dumps(record, indent=1))

@@ -34,7 +34,21 @@ def render_dynamic_sampling(data: dict) -> str:
             f"| {run['name']} | {run['steps']} | {run['sampled_groups']} | {run['final_accuracy']:.3f} | "
             f"{'not reached' if reached is None else reached} |"
         )
+    budgets = [4000, 8000, 12000]
+    lines += ["", "| run | " + " | ".join(f"best accuracy within {b} groups" for b in budgets) + " |"]
+    lines.append("|---|" + "---|" * len(budgets))
+    for run in data["runs"]:
+        at = [
+            max((acc for groups, acc in run["curve"] if groups <= budget), default=float("nan")) for budget in budgets
+        ]
+        lines.append(f"| {run['name']} | " + " | ".join(f"{value:.3f}" for value in at) + " |")
     lines.append("")
+    filter_overrides = data.get("filter_overrides") or []
+    if filter_overrides:
+        lines.append("The filter run's own overrides: " + ", ".join(f"`{o}`" for o in filter_overrides) + ".")
+    reused = data.get("grpo_reused_from")
+    if reused:
+        lines.append(f"The grpo run was measured on {reused['date']} by an earlier run of the script (deterministic).")
     lines.append(
         f"GRPO's final accuracy: {data['grpo_final_accuracy']:.3f}. Measured on {data['machine']}, {data['date']} "
         f"(`benchmarks/results/dynamic_sampling.json`, benchmark `{data['benchmark']}`)."
