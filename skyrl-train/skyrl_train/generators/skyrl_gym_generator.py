@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -277,22 +278,21 @@ class SkyRLGymGenerator(GeneratorInterface):
     # ----- batched single-turn mode -----------------------------------------------------------------------------
     async def _batched(self, gi: GeneratorInput, params: SamplingParams) -> list[list[Trajectory]]:
         count = len(gi.prompts)
-        envs, inits, failures = [None] * count, [None] * count, {}
-        for i in range(count):
-            try:
-                envs[i] = await self._env_call(self._make_env, gi.env_classes[i], gi.env_extras[i])
-                inits[i] = await self._env_call(envs[i].init, gi.prompts[i])
-            except Exception as exc:
-                failures[i] = {
-                    "kind": "init",
-                    "reason": f"{type(exc).__name__}: {exc}",
-                    "detail": traceback.format_exc(),
-                }
+        # Every episode starts concurrently: one thread-pool round trip per call costs ~0.25 ms, which 2 x 256
+        # sequential calls per step turned into a tenth of the quickstart's step.
+        started = await asyncio.gather(*(self._start_episode(gi, i) for i in range(count)))
+        envs = [env for env, _, _ in started]
+        inits = [init for _, init, _ in started]
+        failures = {i: failure for i, (_, _, failure) in enumerate(started) if failure is not None}
         live = [i for i in range(count) if i not in failures]
-        prompts = [
-            prompt_token_ids(self.tokenizer, inits[i][0], inits[i][1].get("tools"), self.settings.chat_template_kwargs)
-            for i in live
-        ]
+        templated: dict[str, list[int]] = {}  # the samples of one prompt share its chat-templated ids
+        prompts = []
+        for i in live:
+            messages, tools = inits[i][0], inits[i][1].get("tools")
+            key = json.dumps([messages, tools], sort_keys=True, default=repr)
+            if key not in templated:
+                templated[key] = prompt_token_ids(self.tokenizer, messages, tools, self.settings.chat_template_kwargs)
+            prompts.append(list(templated[key]))
         out = None
         if live:
             start = time.perf_counter()
@@ -332,10 +332,18 @@ class SkyRLGymGenerator(GeneratorInterface):
             )
             self._apply_reward_rules(trajectory)
             results.append([trajectory])
-        for env in envs:
-            if env is not None:
-                await self._env_call(env.close)
+        await asyncio.gather(*(self._env_call(env.close) for env in envs if env is not None))
         return results
+
+    async def _start_episode(self, gi: GeneratorInput, i: int) -> tuple[Any, Any, Optional[dict[str, str]]]:
+        """Make and init the env of row `i`: (env or None, init output or None, failure record or None)."""
+        env = None
+        try:
+            env = await self._env_call(self._make_env, gi.env_classes[i], gi.env_extras[i])
+            return env, await self._env_call(env.init, gi.prompts[i]), None
+        except Exception as exc:
+            failure = {"kind": "init", "reason": f"{type(exc).__name__}: {exc}", "detail": traceback.format_exc()}
+            return env, None, failure
 
     def close(self) -> None:
         """Stop the env thread pool."""

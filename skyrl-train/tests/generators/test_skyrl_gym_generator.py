@@ -9,6 +9,7 @@ import pytest
 import skyrl_gym
 from skyrl_gym import BaseTextEnv
 from skyrl_train.generators import GeneratorInput, GeneratorSettings, SkyRLGymGenerator
+from skyrl_train.generators.chat import prompt_token_ids
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
@@ -163,6 +164,29 @@ def test_env_failures_are_recorded_masked_and_counted(tokenizer, client):
         missing.trajectories[0].env_error["kind"] == "init"
         and "ground_truth" in missing.trajectories[0].env_error["reason"]
     )
+
+
+def test_batched_mode_starts_every_episode_keeps_failures_per_row_and_templates_each_prompt(tokenizer, client):
+    params = SamplingParams(max_tokens=4, temperature=0)
+    good = {"reward_spec": {"method": "rule", "ground_truth": "5"}, "data_source": "t"}
+    gi = GeneratorInput(
+        prompts=[[{"role": "user", "content": text}] for text in ["What is 2+3?", "What is 2+3?", "Hi", "What?"]],
+        env_classes=["arithmetic", "arithmetic", "arithmetic", "arithmetic"],
+        env_extras=[good, good, {"reward_spec": {"method": "rule"}, "data_source": "t"}, good],
+        uids=["a", "a", "b", "c"],
+    )
+    out = asyncio.run(
+        SkyRLGymGenerator(client, tokenizer, GeneratorSettings(sampling_params=params, batched=True)).generate(gi)
+    )
+    rows = out.trajectories
+    assert [t.uid for t in rows] == ["a", "a", "b", "c"]  # row order kept although episodes start concurrently
+    assert rows[2].env_error["kind"] == "init" and "ground_truth" in rows[2].env_error["reason"]
+    assert all(t.env_error is None for t in (rows[0], rows[1], rows[3]))
+    for row, prompt in zip([rows[0], rows[1], rows[3]], [gi.prompts[0], gi.prompts[1], gi.prompts[3]]):
+        assert row.prompt_token_ids == prompt_token_ids(tokenizer, prompt)
+    assert rows[0].prompt_token_ids != rows[3].prompt_token_ids
+    rows[0].prompt_token_ids.append(-1)  # each row owns its ids, even where the template was computed once
+    assert rows[1].prompt_token_ids != rows[0].prompt_token_ids
 
 
 def test_length_limit_overlong_filtering_and_zero_reward_on_non_stop(tokenizer, client):
