@@ -122,6 +122,7 @@ def summarize(run: dict[str, Any], warmup_steps: int) -> dict[str, Any]:
     return {
         **run,
         "phase_seconds": phases,
+        "phase_seconds_per_step": run["phase_seconds"],
         "steps": len(run["step_seconds"]),
         "seconds_per_step": seconds,
         "completions_per_second": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT / seconds,
@@ -510,10 +511,12 @@ def orchestrate(args: argparse.Namespace) -> int:
             command += ["--workdir", str(work), "--steps", str(args.steps)]
             if args.ours_overrides:
                 command += ["--ours-overrides", *args.ours_overrides]
-            began = time.perf_counter()
+            began, load_before = time.perf_counter(), os.getloadavg()[0]
             subprocess.run(command, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
             run = json.loads((work / f"{name}.json").read_text())
             run["process_seconds"] = time.perf_counter() - began
+            # a 1-minute load average well above the side's own threads means other work shared the machine
+            run["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
             run["accuracy_after"] = greedy_eval(run.pop("final_model"), model_dir, rows)
             runs[name] = summarize(run, args.warmup_steps)
     ratio = ratios(runs["ours"], runs["trl"])

@@ -54,6 +54,7 @@ def test_summary_and_ratios():
     )
     ours = vs_trl.summarize({"step_seconds": [9.0, 1.0, 1.0], "phase_seconds": {}, "accuracy_after": 0.6}, 1)
     assert trl["steps"] == 3 and trl["seconds_per_step"] == 2.0 and trl["phase_seconds"] == {"generate": 1.0}
+    assert trl["phase_seconds_per_step"] == {"generate": [5.0, 1.0, 1.0]}  # kept for finding drift later
     assert trl["completions_per_second"] == per_step / 2.0
     ratio = vs_trl.ratios(ours, trl)
     assert ratio["completions_per_second"] == 2.0 and ratio["seconds_per_step"] == 0.5
