@@ -73,7 +73,35 @@ def render_minimal_grpo(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS = {"dynamic_sampling": render_dynamic_sampling, "minimal_grpo": render_minimal_grpo}
+def render_vs_trl(data: dict) -> str:
+    """TRL's GRPOTrainer against our stack: one row per side, the ratio ours/TRL, then where and when it ran."""
+    settings = data["settings"]
+    lines = [
+        "| side | stack | steps | s/step | completions/s | held-out accuracy before -> after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, run in data["runs"].items():
+        lines.append(
+            f"| {name} | {run['stack']} | {run['steps']} | {run['seconds_per_step']:.3f} | "
+            f"{run['completions_per_second']:.1f} | {data['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} |"
+        )
+    ratio = data["ratios_ours_over_trl"]
+    lines.append("")
+    lines.append(
+        f"Ours / TRL: {ratio['completions_per_second']:.2f}x the completions per second, final accuracy "
+        f"{ratio['accuracy_after_difference']:+.3f}. {settings['prompts_per_step']} prompts x "
+        f"{settings['samples_per_prompt']} samples per step, {settings['max_new_tokens']} new tokens, lr "
+        f"{settings['learning_rate']:g} constant, {settings['held_out_problems']} held-out problems. Measured on "
+        f"{data['machine']}, {data['date']} (`benchmarks/results/vs_trl.json`, `benchmarks/vs_trl.py`)."
+    )
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS = {
+    "dynamic_sampling": render_dynamic_sampling,
+    "minimal_grpo": render_minimal_grpo,
+    "vs_trl": render_vs_trl,
+}
 
 
 def render(name: str, results_dir: Path = RESULTS_DIR) -> str:

@@ -71,16 +71,16 @@ def test_bad_results_file_names_the_missing_key(tmp_path):
 
 
 def test_block_for_a_benchmark_without_results_file_or_renderer_renders_a_note(tmp_path):
-    text = renderer.rendered_page("<!-- results: vs_trl -->\n<!-- /results -->", tmp_path)
-    assert "No measured results yet" in text and "benchmarks/results/vs_trl.json" in text
+    text = renderer.rendered_page("<!-- results: future_bench -->\n<!-- /results -->", tmp_path)
+    assert "No measured results yet" in text and "benchmarks/results/future_bench.json" in text
 
 
 def test_results_file_without_a_renderer_is_refused(tmp_path):
-    (tmp_path / "vs_trl.json").write_text("{}")
+    (tmp_path / "future_bench.json").write_text("{}")
     try:
-        renderer.rendered_page("<!-- results: vs_trl -->\n<!-- /results -->", tmp_path)
+        renderer.rendered_page("<!-- results: future_bench -->\n<!-- /results -->", tmp_path)
     except KeyError as error:
-        assert "vs_trl" in str(error) and "no renderer" in str(error)
+        assert "future_bench" in str(error) and "no renderer" in str(error)
     else:
         raise AssertionError("a results file that no renderer reads must be refused, not shown as a note")
 
@@ -101,3 +101,45 @@ def test_renders_the_minimal_grpo_shape(tmp_path):
     assert "| 300 | 32 x 8 | 0.0002 | 2 | 0.250 -> 0.600 (200 problems, greedy) | 150 s | 0.50 s |" in text
     assert "Held-out accuracy by step: 0: 0.250, 150: 0.500, 300: 0.600." in text
     assert "Measured on 2 CPUs, x86_64, torch 2.13.0+cpu, 2026-11-23" in text
+
+
+VS_TRL_SAMPLE = {
+    "benchmark": "vs_trl",
+    "date": "2026-11-23",
+    "machine": "2 CPUs, x86_64",
+    "settings": {
+        "prompts_per_step": 32,
+        "samples_per_prompt": 8,
+        "max_new_tokens": 8,
+        "learning_rate": 2e-4,
+        "held_out_problems": 200,
+    },
+    "accuracy_before": 0.25,
+    "runs": {
+        "trl": {
+            "stack": "trl GRPOTrainer",
+            "steps": 300,
+            "seconds_per_step": 1.0,
+            "completions_per_second": 256.0,
+            "accuracy_after": 0.6,
+        },
+        "ours": {
+            "stack": "2 FSDP2 ranks",
+            "steps": 300,
+            "seconds_per_step": 2.0,
+            "completions_per_second": 128.0,
+            "accuracy_after": 0.55,
+        },
+    },
+    "ratios_ours_over_trl": {"completions_per_second": 0.5, "accuracy_after_difference": -0.05},
+}
+
+
+def test_renders_the_vs_trl_shape(tmp_path):
+    (tmp_path / "vs_trl.json").write_text(json.dumps(VS_TRL_SAMPLE))
+    text = renderer.rendered_page("<!-- results: vs_trl -->\n<!-- /results -->\n", tmp_path)
+    assert "| trl | trl GRPOTrainer | 300 | 1.000 | 256.0 | 0.250 -> 0.600 |" in text
+    assert "| ours | 2 FSDP2 ranks | 300 | 2.000 | 128.0 | 0.250 -> 0.550 |" in text
+    assert "Ours / TRL: 0.50x the completions per second, final accuracy -0.050." in text
+    assert "Measured on 2 CPUs, x86_64, 2026-11-23" in text
+    assert renderer.rendered_page(text, tmp_path) == text
