@@ -17,10 +17,10 @@ from typing import Any, Optional
 import ray
 import torch
 
-from skyrl_train.algorithms.registry import Registry
 from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput
 from skyrl_train.models.loading import resolve_dtype
+from skyrl_train.utils.registry import Registry
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver
 from skyrl_train.weight_sync.chunks import dtype_name
 from skyrl_train.weight_sync.strategy import make_receiver

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from skyrl_train.algorithms.registry import Registry
+from skyrl_train.utils.registry import Registry
 from skyrl_train.workers.distributed import backend_for
 
 GROUP_BUILDERS = Registry("process-group backend", "GROUP_BUILDERS.add(name, fn)")

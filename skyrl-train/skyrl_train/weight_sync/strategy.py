@@ -23,8 +23,8 @@ from typing import Any, ClassVar, Optional, TypeVar
 
 import torch
 
-from skyrl_train.algorithms.registry import Registry
 from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.utils.registry import Registry
 from skyrl_train.weight_sync.base import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_TIMEOUT_S,

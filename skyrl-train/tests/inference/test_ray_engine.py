@@ -8,7 +8,6 @@ import ray
 import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 
-from skyrl_train.algorithms.registry import UnknownNameError
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.hf_engine import HFInferenceEngine
@@ -18,6 +17,7 @@ from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.utils.checksum import tensor_checksum
+from skyrl_train.utils.registry import UnknownNameError
 from skyrl_train.weight_sync import WeightChunk
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
