@@ -2,13 +2,16 @@
 
 `create_engine_actors(num_engines, model_path, cfg)` starts the actors (optionally in a placement group) and returns
 one proxy per actor; the proxies forward every `InferenceEngine` call to their actor, so `InferenceEngineClient`
-works on them unchanged. The actor also hosts the receiving half of weight sync (`init_weight_receiver`,
+works on them unchanged. Calls that pass through unchanged are made once, by `_to_engine` (actor -> engine) and
+`_to_actor` (proxy -> actor); the rest (generate and update_weights in the proxy, which track the served version,
+teardown) are written out. The actor also hosts the receiving half of weight sync (`init_weight_receiver`,
 `receive_weights`; see `skyrl_train.weight_sync`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -106,6 +109,26 @@ def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
     )
 
 
+def _to_engine(name: str) -> Callable[..., Any]:
+    """`EngineActor` method running `InferenceEngine.<name>` on the actor's engine, unchanged."""
+
+    @functools.wraps(getattr(InferenceEngine, name), updated=())
+    async def forward(self: EngineActor, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(self.engine, name)(*args, **kwargs)
+
+    return forward
+
+
+def _to_actor(name: str) -> Callable[..., Any]:
+    """`RayEngineProxy` method running `InferenceEngine.<name>` in the proxy's actor, unchanged."""
+
+    @functools.wraps(getattr(InferenceEngine, name), updated=())
+    async def forward(self: RayEngineProxy, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(self.handle, name).remote(*args, **kwargs)
+
+    return forward
+
+
 class EngineActor:
     """A Ray actor (async methods) holding one inference engine and, once initialised, a weight receiver."""
 
@@ -115,6 +138,15 @@ class EngineActor:
         builder: Callable[[EngineSettings], InferenceEngine] = ENGINE_BUILDERS.get(settings.backend)
         self.engine = builder(settings)
         self.receiver: Optional[WeightReceiver] = None
+
+    generate = _to_engine("generate")
+    sleep = _to_engine("sleep")
+    wake_up = _to_engine("wake_up")
+    pause = _to_engine("pause")
+    resume = _to_engine("resume")
+    init_weight_update = _to_engine("init_weight_update")
+    reset_prefix_cache = _to_engine("reset_prefix_cache")
+    weights_checksum = _to_engine("weights_checksum")
 
     async def engine_info(self) -> dict[str, Any]:
         """Node, process, dtype, device and served version (what weight-sync coordinators need to know)."""
@@ -130,10 +162,6 @@ class EngineActor:
             "weight_version": self.engine.weight_version,
         }
 
-    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
-        """Forwarded `InferenceEngine.generate`."""
-        return await self.engine.generate(request)
-
     async def take_compute_seconds(self) -> dict[str, float]:
         """The engine's compute seconds since the last call (`{}` for engines without a `compute_clock`)."""
         clock = getattr(self.engine, "compute_clock", None)
@@ -143,38 +171,10 @@ class EngineActor:
         """The version the engine serves."""
         return self.engine.weight_version
 
-    async def sleep(self, level: int = 1) -> None:
-        """Forwarded `InferenceEngine.sleep`."""
-        await self.engine.sleep(level)
-
-    async def wake_up(self) -> None:
-        """Forwarded `InferenceEngine.wake_up`."""
-        await self.engine.wake_up()
-
-    async def pause(self) -> None:
-        """Forwarded `InferenceEngine.pause`."""
-        await self.engine.pause()
-
-    async def resume(self) -> None:
-        """Forwarded `InferenceEngine.resume`."""
-        await self.engine.resume()
-
-    async def init_weight_update(self, **kwargs: Any) -> None:
-        """Forwarded `InferenceEngine.init_weight_update`."""
-        await self.engine.init_weight_update(**kwargs)
-
     async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> int:
         """Forwarded `InferenceEngine.update_weights` (tensors travel through Ray); returns the served version."""
         await self.engine.update_weights(named_tensors, version)
         return self.engine.weight_version
-
-    async def reset_prefix_cache(self) -> None:
-        """Forwarded `InferenceEngine.reset_prefix_cache`."""
-        await self.engine.reset_prefix_cache()
-
-    async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
-        """Forwarded `InferenceEngine.weights_checksum`."""
-        return await self.engine.weights_checksum(names)
 
     async def teardown(self) -> None:
         """Close the weight receiver and tear the engine down."""
@@ -210,6 +210,14 @@ class RayEngineProxy(InferenceEngine):
         self.handle = handle
         self._version = version
 
+    sleep = _to_actor("sleep")
+    wake_up = _to_actor("wake_up")
+    pause = _to_actor("pause")
+    resume = _to_actor("resume")
+    init_weight_update = _to_actor("init_weight_update")
+    reset_prefix_cache = _to_actor("reset_prefix_cache")
+    weights_checksum = _to_actor("weights_checksum")
+
     @property
     def weight_version(self) -> int:
         """The last served version this proxy observed."""
@@ -226,38 +234,10 @@ class RayEngineProxy(InferenceEngine):
         self._version = output.weight_version
         return output
 
-    async def sleep(self, level: int = 1) -> None:
-        """Put the actor's engine to sleep."""
-        await self.handle.sleep.remote(level)
-
-    async def wake_up(self) -> None:
-        """Wake the actor's engine."""
-        await self.handle.wake_up.remote()
-
-    async def pause(self) -> None:
-        """Pause the actor's engine."""
-        await self.handle.pause.remote()
-
-    async def resume(self) -> None:
-        """Resume the actor's engine."""
-        await self.handle.resume.remote()
-
-    async def init_weight_update(self, **kwargs: Any) -> None:
-        """Forward `init_weight_update` to the actor."""
-        await self.handle.init_weight_update.remote(**kwargs)
-
     async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Ship the tensors to the actor through Ray and install them (fine for small models; syncs use a
         `skyrl_train.weight_sync` strategy)."""
         self._version = await self.handle.update_weights.remote(list(named_tensors), version)
-
-    async def reset_prefix_cache(self) -> None:
-        """Drop the actor engine's prefix cache."""
-        await self.handle.reset_prefix_cache.remote()
-
-    async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
-        """The actor engine's parameter checksums."""
-        return await self.handle.weights_checksum.remote(names)
 
     async def teardown(self) -> None:
         """Tear the engine down and end the actor."""
