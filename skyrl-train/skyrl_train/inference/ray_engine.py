@@ -2,14 +2,15 @@
 
 `create_engine_actors(num_engines, model_path, cfg)` starts the actors (optionally in a placement group) and returns
 one proxy per actor; the proxies forward every `InferenceEngine` call to their actor, so `InferenceEngineClient`
-works on them unchanged. Calls that pass through unchanged are made once, by `_to_engine` (actor -> engine) and
-`_to_actor` (proxy -> actor); the rest (generate and update_weights in the proxy, which track the served version,
-teardown) are written out. The actor also hosts the receiving half of weight sync (`init_weight_receiver`,
+works on them unchanged. The calls both forward unchanged are listed once (`PASS_THROUGH`) and added by the
+`_forwarding` class decorator; the rest (the proxy's `generate` and `update_weights`, which track the served version,
+`teardown`) are written out. The actor also hosts the receiving half of weight sync (`init_weight_receiver`,
 `receive_weights`; see `skyrl_train.weight_sync`).
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import functools
 import os
@@ -109,26 +110,36 @@ def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
     )
 
 
-def _to_engine(name: str) -> Callable[..., Any]:
-    """`EngineActor` method running `InferenceEngine.<name>` on the actor's engine, unchanged."""
+PASS_THROUGH = ("sleep", "wake_up", "pause", "resume", "init_weight_update", "reset_prefix_cache", "weights_checksum")
+"""`InferenceEngine` calls forwarded unchanged: by `EngineActor` to its engine, by `RayEngineProxy` to its actor."""
 
-    @functools.wraps(getattr(InferenceEngine, name), updated=())
-    async def forward(self: EngineActor, *args: Any, **kwargs: Any) -> Any:
+
+def _forward(name: str, to_actor: bool) -> Callable[..., Any]:
+    """A method running `InferenceEngine.<name>` unchanged in `self.handle`'s actor (`to_actor`) or on `self.engine`."""
+
+    @functools.wraps(getattr(InferenceEngine, name), updated=())  # name, docstring, signature; not the abstract flag
+    async def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if to_actor:
+            return await getattr(self.handle, name).remote(*args, **kwargs)
         return await getattr(self.engine, name)(*args, **kwargs)
 
     return forward
 
 
-def _to_actor(name: str) -> Callable[..., Any]:
-    """`RayEngineProxy` method running `InferenceEngine.<name>` in the proxy's actor, unchanged."""
+def _forwarding(names: tuple[str, ...], to_actor: bool) -> Callable[[type], type]:
+    """Class decorator adding a `_forward` method for each of `names` (the ABC then counts them as implemented)."""
 
-    @functools.wraps(getattr(InferenceEngine, name), updated=())
-    async def forward(self: RayEngineProxy, *args: Any, **kwargs: Any) -> Any:
-        return await getattr(self.handle, name).remote(*args, **kwargs)
+    def decorate(cls: type) -> type:
+        for name in names:
+            if name in vars(cls):
+                raise TypeError(f"{cls.__name__} defines {name} itself; drop it from the forwarded names")
+            setattr(cls, name, _forward(name, to_actor))
+        return abc.update_abstractmethods(cls)
 
-    return forward
+    return decorate
 
 
+@_forwarding(("generate", *PASS_THROUGH), to_actor=False)
 class EngineActor:
     """A Ray actor (async methods) holding one inference engine and, once initialised, a weight receiver."""
 
@@ -138,15 +149,6 @@ class EngineActor:
         builder: Callable[[EngineSettings], InferenceEngine] = ENGINE_BUILDERS.get(settings.backend)
         self.engine = builder(settings)
         self.receiver: Optional[WeightReceiver] = None
-
-    generate = _to_engine("generate")
-    sleep = _to_engine("sleep")
-    wake_up = _to_engine("wake_up")
-    pause = _to_engine("pause")
-    resume = _to_engine("resume")
-    init_weight_update = _to_engine("init_weight_update")
-    reset_prefix_cache = _to_engine("reset_prefix_cache")
-    weights_checksum = _to_engine("weights_checksum")
 
     async def engine_info(self) -> dict[str, Any]:
         """Node, process, dtype, device and served version (what weight-sync coordinators need to know)."""
@@ -199,6 +201,7 @@ class EngineActor:
             self.receiver = None
 
 
+@_forwarding(PASS_THROUGH, to_actor=True)
 class RayEngineProxy(InferenceEngine):
     """An `InferenceEngine` whose calls run in an `EngineActor` (`handle`).
 
@@ -209,14 +212,6 @@ class RayEngineProxy(InferenceEngine):
     def __init__(self, handle: Any, version: int = 0) -> None:
         self.handle = handle
         self._version = version
-
-    sleep = _to_actor("sleep")
-    wake_up = _to_actor("wake_up")
-    pause = _to_actor("pause")
-    resume = _to_actor("resume")
-    init_weight_update = _to_actor("init_weight_update")
-    reset_prefix_cache = _to_actor("reset_prefix_cache")
-    weights_checksum = _to_actor("weights_checksum")
 
     @property
     def weight_version(self) -> int:
