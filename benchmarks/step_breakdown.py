@@ -32,7 +32,7 @@ import ray
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp
-from skyrl_train.models.embedded import get_embedded_model
+from skyrl_train.recipes.embedded import get_embedded_model
 from skyrl_train.trainer import RayPPOTrainer
 
 REPO = Path(__file__).resolve().parent.parent

@@ -35,7 +35,7 @@ from typing import Any
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp
-from skyrl_train.models.embedded import get_embedded_model
+from skyrl_train.recipes.embedded import get_embedded_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_breakdown import load_quickstart  # noqa: E402

@@ -149,7 +149,7 @@ def greedy_eval(model_dir: str | Path, tokenizer_dir: str | Path, rows: list[dic
     """Held-out greedy accuracy of the weights in `model_dir`, with the tokenizer of `tokenizer_dir`: the same code
     (the warm start's `greedy_accuracy`: `hf` engine, env scoring) for every model compared here."""
     from skyrl_train.models.loading import load_causal_lm, load_tokenizer
-    from skyrl_train.models.warm_start import greedy_accuracy
+    from skyrl_train.recipes.warm_start import greedy_accuracy
 
     model = load_causal_lm(str(model_dir), dtype="float32", device="cpu").eval()
     tokenizer = load_tokenizer(str(tokenizer_dir), padding_side="left")
@@ -482,7 +482,7 @@ def machine() -> str:
 def orchestrate(args: argparse.Namespace) -> int:
     """Build the model and data, run both sides in fresh processes, evaluate, print and write the results."""
     from skyrl_gym.envs.synthetic.generate import write_dataset
-    from skyrl_train.models.embedded import get_embedded_model
+    from skyrl_train.recipes.embedded import get_embedded_model
 
     logging.basicConfig(level=logging.WARNING)
     quickstart = load_quickstart()

@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from skyrl_train.models.embedded import get_embedded_model, read_description
-from skyrl_train.models.warm_start import WarmStartSettings, warm_start
+from skyrl_train.recipes.embedded import get_embedded_model, read_description
+from skyrl_train.recipes.warm_start import WarmStartSettings, warm_start
 
 
 def main() -> int:

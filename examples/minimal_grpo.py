@@ -43,9 +43,9 @@ from skyrl_train.algorithms import PolicyLossConfig, compute_advantages, compute
 from skyrl_train.algorithms.rewards import scalar_rewards_to_token_level
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.types import SamplingParams
-from skyrl_train.models.embedded import get_embedded_model, load_embedded_model
 from skyrl_train.models.logprobs import response_logprobs
-from skyrl_train.models.warm_start import WarmStartSettings
+from skyrl_train.recipes.embedded import get_embedded_model, load_embedded_model
+from skyrl_train.recipes.warm_start import WarmStartSettings
 
 MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)
 """The quickstart's embedded model: 0.41 M parameters, warm-started on addition to ~25 % greedy accuracy (cached)."""

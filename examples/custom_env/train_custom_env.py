@@ -30,8 +30,8 @@ from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.synthetic.generate import generate_splits
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp
-from skyrl_train.models.embedded import get_embedded_model
-from skyrl_train.models.warm_start import WarmStartSettings
+from skyrl_train.recipes.embedded import get_embedded_model
+from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.trainer import TrainResult
 
 ENV_ID = "digit_credit"

@@ -25,8 +25,8 @@ from pathlib import Path
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp
-from skyrl_train.models.embedded import get_embedded_model
-from skyrl_train.models.warm_start import WarmStartSettings
+from skyrl_train.recipes.embedded import get_embedded_model
+from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.trainer import TrainResult
 
 MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)  # the quickstart's model

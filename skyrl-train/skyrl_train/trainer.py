@@ -284,44 +284,42 @@ class RayPPOTrainer:
 
     async def train_policy(self, batch, advantages, old_logprobs, ref_logprobs) -> dict[str, float]:
         """`update_epochs_per_batch` passes over the policy mini-batches: forward_backward, then an optimizer step."""
-        collected: list[dict[str, float]] = []
-        for _ in range(self.cfg.trainer.update_epochs_per_batch):
-            for rows in self.mini_batches(batch, self.cfg.trainer.policy_mini_batch_size):
-                index = torch.tensor(rows)
-                metrics = await asyncio.to_thread(
-                    self.policy.run_sharded,
-                    "forward_backward",
-                    batch.select(rows),
-                    advantages=advantages[index],
-                    old_logprobs=None if old_logprobs is None else old_logprobs[index],
-                    on_policy=old_logprobs is None,
-                    ref_logprobs=None if ref_logprobs is None else ref_logprobs[index],
-                    loss_denominator=self.loss_denominator(batch.loss_mask[index]),
-                )
-                grad_norms = await asyncio.to_thread(self.policy.run_all, "optim_step")
-                metrics["policy/grad_norm"] = float(grad_norms[0])
-                if old_logprobs is None and "policy/logprob_diff_vs_rollout" in metrics:
-                    # the update's forward is the trainer's only look at this batch: report its engine difference
-                    metrics["policy/rollout_train_logprob_abs_diff_mean"] = metrics["policy/logprob_diff_vs_rollout"]
-                collected.append(metrics)
-        return average_metrics(collected)
+        mini_batch_size = self.cfg.trainer.policy_mini_batch_size
+        per_row = {"advantages": advantages, "old_logprobs": old_logprobs, "ref_logprobs": ref_logprobs}
+        on_policy = old_logprobs is None  # see takes_one_policy_update
+        metrics = await self.train_role(self.policy, "policy", batch, mini_batch_size, per_row, on_policy=on_policy)
+        if on_policy and "policy/logprob_diff_vs_rollout" in metrics:
+            # the update's forward is the trainer's only look at this batch: report its engine difference
+            metrics["policy/rollout_train_logprob_abs_diff_mean"] = metrics["policy/logprob_diff_vs_rollout"]
+        return metrics
 
     async def train_critic(self, batch, returns, values) -> dict[str, float]:
         """Critic mini-batch updates on the returns, clipped around the values it predicted before the update."""
+        mini_batch_size = self.cfg.trainer.critic_mini_batch_size
+        return await self.train_role(
+            self.critic, "critic", batch, mini_batch_size, {"returns": returns, "old_values": values}
+        )
+
+    async def train_role(
+        self, group, role: str, batch, mini_batch_size: int, per_row: dict, **options: Any
+    ) -> dict[str, float]:
+        """`update_epochs_per_batch` passes over `role`'s mini-batches: `forward_backward` on each (with those rows of
+        every `per_row` tensor, None stays None, and the `options` as they are), then an optimizer step; metrics
+        averaged, plus `<role>/grad_norm`."""
         collected: list[dict[str, float]] = []
         for _ in range(self.cfg.trainer.update_epochs_per_batch):
-            for rows in self.mini_batches(batch, self.cfg.trainer.critic_mini_batch_size):
+            for rows in self.mini_batches(batch, mini_batch_size):
                 index = torch.tensor(rows)
                 metrics = await asyncio.to_thread(
-                    self.critic.run_sharded,
+                    group.run_sharded,
                     "forward_backward",
                     batch.select(rows),
-                    returns=returns[index],
-                    old_values=values[index],
+                    **{name: None if values is None else values[index] for name, values in per_row.items()},
+                    **options,
                     loss_denominator=self.loss_denominator(batch.loss_mask[index]),
                 )
-                grad_norms = await asyncio.to_thread(self.critic.run_all, "optim_step")
-                metrics["critic/grad_norm"] = float(grad_norms[0])
+                grad_norms = await asyncio.to_thread(group.run_all, "optim_step")
+                metrics[f"{role}/grad_norm"] = float(grad_norms[0])
                 collected.append(metrics)
         return average_metrics(collected)
 

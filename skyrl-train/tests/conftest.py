@@ -1,4 +1,5 @@
-"""Test-wide settings for skyrl-train: no hub access, one torch thread per process on the 2-core CI machine."""
+"""Test-wide settings and fixtures for skyrl-train: no hub access, one torch thread per process on the 2-core CI
+machine, the session's local Ray cluster and an in-process single-rank process group."""
 
 import os
 
@@ -43,3 +44,32 @@ def build_reward_model():
 def tiny_reward_model_dir(tmp_path_factory):
     """A tiny reward model (Qwen2 sequence classifier, char tokenizer with its chat template) saved as a HF folder."""
     return _build_tiny_reward_model(tmp_path_factory.mktemp("tiny_reward_model"))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster (4 CPUs) shared by every test of the session that asks for it; left running if the
+    session found Ray already up."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def single_rank_group():
+    """A world-size-1 gloo process group in this process, so workers can run in-process (no Ray)."""
+    import torch.distributed as dist
+
+    from skyrl_train.workers.distributed import free_port
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield ("127.0.0.1", 0)
+    if created:
+        dist.destroy_process_group()

@@ -16,10 +16,10 @@ from skyrl_gym.envs.synthetic.generate import generate_splits
 from skyrl_train.algorithms import PolicyLossConfig, compute_advantages, compute_policy_loss
 from skyrl_train.generators import GeneratorInput, GeneratorSettings, SkyRLGymGenerator
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient, SamplingParams
-from skyrl_train.models.embedded import get_embedded_model
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.logprobs import response_logprobs
-from skyrl_train.models.warm_start import WarmStartSettings
+from skyrl_train.recipes.embedded import get_embedded_model
+from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.training_batch import TrainingBatch
 
 SETTINGS = WarmStartSettings(target_low=0.15)  # 2-digit addition, size 2; stop the warm start at >= 15% accuracy

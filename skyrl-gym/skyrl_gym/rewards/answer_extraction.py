@@ -22,9 +22,12 @@ END_OF_TURN_MARKERS: tuple[str, ...] = (
     "<|end_of_text|>",
     "<|end|>",
     "<end_of_turn>",
+    "<|eos|>",
+    "<eos>",
     "</s>",
     "<｜end▁of▁sentence｜>",
 )
+"""End-of-turn / end-of-sequence strings of common chat templates; every env removes them before reading an answer."""
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _ANSWER_LINE = re.compile(r"answer\s*[:：]\s*([^\n]*)", re.IGNORECASE)

@@ -5,6 +5,7 @@ import time
 import pytest
 
 from skyrl_gym.rewards.answer_extraction import (
+    END_OF_TURN_MARKERS,
     MAX_ANSWER_CHARS,
     MAX_BRACE_DEPTH,
     extract_answer_line,
@@ -79,6 +80,15 @@ def test_boxed_wins_over_an_answer_line():
 )
 def test_end_of_turn_markers_are_stripped(response):
     assert extract_final_answer(response) == "7"
+
+
+def test_every_end_of_turn_marker_is_stripped_by_the_math_and_the_synthetic_envs():
+    from skyrl_gym.envs.synthetic.base import extract_answer
+
+    for marker in END_OF_TURN_MARKERS:
+        assert strip_end_markers(f"Answer: 7{marker}") == "Answer: 7", marker
+        assert extract_answer(f"<answer>7</answer>{marker}") == "7", marker
+    assert {"<|im_end|>", "<eos>", "<end_of_turn>", "<｜end▁of▁sentence｜>"} <= set(END_OF_TURN_MARKERS)
 
 
 def test_mangled_marker_is_not_stripped():

@@ -6,7 +6,7 @@ this package registers every built-in estimator, loss, reduction and KL estimato
 
 | module | job |
 |---|---|
-| registry | name -> function registries, decorators, shipping user registrations to other processes |
+| registry | the four algorithm registries (each a `skyrl_train.utils.registry.Registry`), decorators, user-entry export |
 | masked, groups, rewards | masked statistics; per-group statistics; token-level rewards and returns-to-go |
 | advantages | gae, grpo, rloo, reinforce++, reinforce++_baseline, remax |
 | policy_losses | regular, dual_clip, gspo, cispo, sapo, importance_sampling, cross_entropy |
@@ -91,9 +91,6 @@ from skyrl_train.algorithms.registry import (
     KL_ESTIMATORS,
     LOSS_REDUCTIONS,
     POLICY_LOSSES,
-    Registry,
-    RegistryError,
-    UnknownNameError,
     export_user_registrations,
     import_user_registrations,
     register_advantage_estimator,
@@ -120,10 +117,7 @@ __all__ = [
     "GroupStats",
     "OffPolicyConfig",
     "PolicyLossConfig",
-    "Registry",
-    "RegistryError",
     "SampledGroups",
-    "UnknownNameError",
     "as_policy_loss_config",
     "cispo_policy_loss",
     "clip_cov_policy_loss",

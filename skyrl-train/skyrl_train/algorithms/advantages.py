@@ -29,7 +29,7 @@ from typing import Any, Optional, Protocol
 
 import torch
 
-from skyrl_train.algorithms.groups import GroupIndex, group_ids, group_stats
+from skyrl_train.algorithms.groups import GroupIndex, GroupStats, group_ids, group_stats
 from skyrl_train.algorithms.masked import masked_whiten, zero_masked
 from skyrl_train.algorithms.registry import ADVANTAGE_ESTIMATORS
 from skyrl_train.algorithms.rewards import discounted_returns, scalar_rewards_to_token_level, sequence_scores
@@ -68,6 +68,17 @@ def _require(value: Any, argument: str, estimator: str, meaning: str) -> Any:
     if value is None:
         raise ValueError(f"advantage estimator '{estimator}' needs `{argument}` ({meaning}); it was None")
     return value
+
+
+def _grouped_scores(
+    estimator: str, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Optional[GroupIndex]
+) -> tuple[torch.Tensor, torch.Tensor, GroupStats]:
+    """(score per sample [B], group id per sample [B], per-group statistics) after checking the inputs."""
+    _check_rewards(token_level_rewards, response_mask)
+    index = _require(index, "index", estimator, "group id per sample")
+    scores = sequence_scores(token_level_rewards.float(), response_mask)
+    gids, num_groups = group_ids(index, scores.shape[0], scores.device)
+    return scores, gids, group_stats(scores, gids, num_groups)
 
 
 def _broadcast(per_sample: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -129,11 +140,7 @@ def grpo_advantages(
     With `norm_by_std=False` the division is skipped (Dr. GRPO). A group of one sample gets advantage 0.
     returns equal advantages.
     """
-    _check_rewards(token_level_rewards, response_mask)
-    index = _require(index, "index", "grpo", "group id per sample")
-    scores = sequence_scores(token_level_rewards.float(), response_mask)
-    gids, num_groups = group_ids(index, scores.shape[0], scores.device)
-    stats = group_stats(scores, gids, num_groups)
+    scores, gids, stats = _grouped_scores("grpo", token_level_rewards, response_mask, index)
     centered = scores - stats.mean[gids]  # a singleton is its own mean, so it gets exactly 0
     if norm_by_std:
         centered = centered / (stats.std[gids] + epsilon)
@@ -154,11 +161,7 @@ def rloo_advantages(
 
     Equals n / (n - 1) * (score - group mean). A group of one sample gets advantage 0. returns equal advantages.
     """
-    _check_rewards(token_level_rewards, response_mask)
-    index = _require(index, "index", "rloo", "group id per sample")
-    scores = sequence_scores(token_level_rewards.float(), response_mask)
-    gids, num_groups = group_ids(index, scores.shape[0], scores.device)
-    stats = group_stats(scores, gids, num_groups)
+    scores, gids, stats = _grouped_scores("rloo", token_level_rewards, response_mask, index)
     count = stats.count[gids]
     others_mean = (stats.mean[gids] * count - scores) / (count - 1).clamp(min=1.0)
     per_sample = torch.where(count > 1, scores - others_mean, torch.zeros_like(scores))
@@ -196,13 +199,8 @@ def reinforce_plus_plus_baseline_advantages(
     The shifted token rewards are r_t - [t is the last valid token] * mean(scores of the group); their discounted
     return-to-go is whitened over the batch. A group of one sample subtracts its own score.
     """
-    _check_rewards(token_level_rewards, response_mask)
-    index = _require(index, "index", "reinforce++_baseline", "group id per sample")
-    rewards = token_level_rewards.float()
-    scores = sequence_scores(rewards, response_mask)
-    gids, num_groups = group_ids(index, scores.shape[0], scores.device)
-    group_mean = group_stats(scores, gids, num_groups).mean[gids]
-    shifted = rewards - scalar_rewards_to_token_level(group_mean, response_mask)
+    _, gids, stats = _grouped_scores("reinforce++_baseline", token_level_rewards, response_mask, index)
+    shifted = token_level_rewards.float() - scalar_rewards_to_token_level(stats.mean[gids], response_mask)
     returns = discounted_returns(shifted, response_mask, gamma)
     return masked_whiten(returns, response_mask), returns
 

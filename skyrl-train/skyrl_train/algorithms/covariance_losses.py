@@ -20,16 +20,7 @@ from typing import Optional
 import torch
 
 from skyrl_train.algorithms.masked import masked_count, masked_mean, zero_masked
-from skyrl_train.algorithms.policy_loss_config import as_policy_loss_config
-from skyrl_train.algorithms.policy_losses import (
-    ConfigLike,
-    Metrics,
-    clipped_surrogate,
-    finalize_policy_loss,
-    log_ratio_and_ratio,
-    ratio_metrics,
-    require_tensor,
-)
+from skyrl_train.algorithms.policy_losses import ConfigLike, Metrics, RatioLoss, clipped_surrogate
 from skyrl_train.algorithms.registry import POLICY_LOSSES
 
 
@@ -70,25 +61,15 @@ def clip_cov_policy_loss(
     see the module docstring) have their per-token loss detached: the loss value is unchanged, their gradient is 0.
     Metric `clip_cov_frac`: detached tokens / valid tokens.
     """
-    cfg = as_policy_loss_config(config)
-    old = require_tensor(old_log_probs, "old_log_probs", "clip_cov", loss_mask)
-    adv = zero_masked(require_tensor(advantages, "advantages", "clip_cov", loss_mask).detach().float(), loss_mask)
-    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
-    per_token, metrics = clipped_surrogate(ratio, adv, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
-    cov = token_covariance(log_probs, adv, loss_mask)
+    ctx = RatioLoss.prepare("clip_cov", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
+    cfg = ctx.config
+    per_token, metrics = clipped_surrogate(ctx.ratio, ctx.advantages, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
+    cov = token_covariance(log_probs, ctx.advantages, loss_mask)
     eligible = (cov >= cfg.clip_cov_lb) & (cov <= cfg.clip_cov_ub)
     selected = select_top_tokens(cov, eligible, cfg.clip_cov_ratio, loss_mask)
     per_token = torch.where(selected, per_token.detach(), per_token)
     metrics["clip_cov_frac"] = masked_mean(selected.float(), loss_mask)
-    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
-    return finalize_policy_loss(
-        per_token,
-        loss_mask=loss_mask,
-        config=cfg,
-        old_log_probs=old,
-        rollout_log_probs=rollout_log_probs,
-        metrics=metrics,
-    )
+    return ctx.finish(per_token, metrics)
 
 
 @POLICY_LOSSES.register("kl_cov", builtin=True)
@@ -106,21 +87,10 @@ def kl_cov_policy_loss(
     The top k valid tokens by cov_t (k from kl_cov_frac, see the module docstring; no bounds) get the penalty.
     Metric `kl_cov_frac`: penalised tokens / valid tokens.
     """
-    cfg = as_policy_loss_config(config)
-    old = require_tensor(old_log_probs, "old_log_probs", "kl_cov", loss_mask)
-    adv = zero_masked(require_tensor(advantages, "advantages", "kl_cov", loss_mask).detach().float(), loss_mask)
-    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
-    cov = token_covariance(log_probs, adv, loss_mask)
-    selected = select_top_tokens(cov, loss_mask.bool(), cfg.kl_cov_frac, loss_mask)
-    penalty = torch.where(selected, cfg.kl_cov_coef * log_ratio.abs(), torch.zeros_like(log_ratio))
-    per_token = -adv * ratio + penalty
-    metrics = {"kl_cov_frac": masked_mean(selected.float(), loss_mask)}
-    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
-    return finalize_policy_loss(
-        per_token,
-        loss_mask=loss_mask,
-        config=cfg,
-        old_log_probs=old,
-        rollout_log_probs=rollout_log_probs,
-        metrics=metrics,
-    )
+    ctx = RatioLoss.prepare("kl_cov", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
+    cov = token_covariance(log_probs, ctx.advantages, loss_mask)
+    selected = select_top_tokens(cov, loss_mask.bool(), ctx.config.kl_cov_frac, loss_mask)
+    log_ratio = ctx.log_ratio
+    penalty = torch.where(selected, ctx.config.kl_cov_coef * log_ratio.abs(), torch.zeros_like(log_ratio))
+    per_token = -ctx.advantages * ctx.ratio + penalty
+    return ctx.finish(per_token, {"kl_cov_frac": masked_mean(selected.float(), loss_mask)})

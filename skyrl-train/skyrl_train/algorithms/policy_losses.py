@@ -24,6 +24,7 @@ Register your own loss with `@register_policy_loss("name")` and select it with `
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 import torch
@@ -113,6 +114,61 @@ def finalize_policy_loss(
     return loss, {key: value.detach() for key, value in metrics.items()}
 
 
+@dataclass
+class RatioLoss:
+    """The setup every ratio-based loss shares (`prepare`) and its last step (`finish`).
+
+    `prepare` resolves the config, checks the anchor log-probs (`old_log_probs`, or `rollout_log_probs` with
+    `anchor="rollout_log_probs"`) and the advantages, naming the loss in errors, and takes log r and r against the
+    anchor. `finish` adds the ratio metrics and applies `finalize_policy_loss`.
+    """
+
+    config: PolicyLossConfig
+    loss_mask: torch.Tensor
+    advantages: torch.Tensor
+    """Detached float32 advantages, 0 on masked-out tokens."""
+    log_ratio: torch.Tensor
+    ratio: torch.Tensor
+    old_log_probs: Optional[torch.Tensor]
+    rollout_log_probs: Optional[torch.Tensor]
+
+    @classmethod
+    def prepare(
+        cls,
+        loss: str,
+        log_probs: torch.Tensor,
+        old_log_probs: Optional[torch.Tensor],
+        advantages: Optional[torch.Tensor],
+        loss_mask: torch.Tensor,
+        config: ConfigLike,
+        rollout_log_probs: Optional[torch.Tensor],
+        anchor: str = "old_log_probs",
+    ) -> RatioLoss:
+        """Check the inputs of policy loss `loss` and compute its ratio against `anchor`."""
+        cfg = as_policy_loss_config(config)
+        anchor_log_probs = old_log_probs if anchor == "old_log_probs" else rollout_log_probs
+        anchor_log_probs = require_tensor(anchor_log_probs, anchor, loss, loss_mask)
+        adv = zero_masked(require_tensor(advantages, "advantages", loss, loss_mask).detach().float(), loss_mask)
+        log_ratio, ratio = log_ratio_and_ratio(log_probs, anchor_log_probs, loss_mask)
+        return cls(cfg, loss_mask, adv, log_ratio, ratio, old_log_probs, rollout_log_probs)
+
+    def finish(
+        self, per_token_loss: torch.Tensor, metrics: Metrics, ratio_stats: Optional[Metrics] = None
+    ) -> tuple[torch.Tensor, Metrics]:
+        """Add `ratio_stats` (default: `ratio_metrics` of this ratio) to `metrics`, then `finalize_policy_loss`."""
+        metrics.update(
+            ratio_metrics(self.ratio, self.log_ratio, self.loss_mask) if ratio_stats is None else ratio_stats
+        )
+        return finalize_policy_loss(
+            per_token_loss,
+            loss_mask=self.loss_mask,
+            config=self.config,
+            old_log_probs=self.old_log_probs,
+            rollout_log_probs=self.rollout_log_probs,
+            metrics=metrics,
+        )
+
+
 @POLICY_LOSSES.register("regular", builtin=True)
 def regular_policy_loss(
     *,
@@ -124,20 +180,11 @@ def regular_policy_loss(
     rollout_log_probs: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """Clipped PPO with asymmetric clip-higher: max(-A r, -A clip(r, 1 - eps_clip_low, 1 + eps_clip_high))."""
-    cfg = as_policy_loss_config(config)
-    old = require_tensor(old_log_probs, "old_log_probs", "regular", loss_mask)
-    adv = zero_masked(require_tensor(advantages, "advantages", "regular", loss_mask).detach().float(), loss_mask)
-    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
-    per_token, metrics = clipped_surrogate(ratio, adv, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
-    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
-    return finalize_policy_loss(
-        per_token,
-        loss_mask=loss_mask,
-        config=cfg,
-        old_log_probs=old,
-        rollout_log_probs=rollout_log_probs,
-        metrics=metrics,
+    ctx = RatioLoss.prepare("regular", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
+    per_token, metrics = clipped_surrogate(
+        ctx.ratio, ctx.advantages, loss_mask, ctx.config.eps_clip_low, ctx.config.eps_clip_high
     )
+    return ctx.finish(per_token, metrics)
 
 
 @POLICY_LOSSES.register("dual_clip", builtin=True)
@@ -154,23 +201,13 @@ def dual_clip_policy_loss(
 
     Metric `dual_clip_frac`: fraction of valid tokens where the cap is active.
     """
-    cfg = as_policy_loss_config(config)
-    old = require_tensor(old_log_probs, "old_log_probs", "dual_clip", loss_mask)
-    adv = zero_masked(require_tensor(advantages, "advantages", "dual_clip", loss_mask).detach().float(), loss_mask)
-    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
-    ppo, metrics = clipped_surrogate(ratio, adv, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
-    cap = -adv * cfg.clip_ratio_c
+    ctx = RatioLoss.prepare("dual_clip", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
+    adv = ctx.advantages
+    ppo, metrics = clipped_surrogate(ctx.ratio, adv, loss_mask, ctx.config.eps_clip_low, ctx.config.eps_clip_high)
+    cap = -adv * ctx.config.clip_ratio_c
     per_token = torch.where(adv < 0, torch.minimum(ppo, cap), ppo)
     metrics["dual_clip_frac"] = masked_mean(((adv < 0) & (ppo > cap)).float(), loss_mask)
-    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
-    return finalize_policy_loss(
-        per_token,
-        loss_mask=loss_mask,
-        config=cfg,
-        old_log_probs=old,
-        rollout_log_probs=rollout_log_probs,
-        metrics=metrics,
-    )
+    return ctx.finish(per_token, metrics)
 
 
 @POLICY_LOSSES.register("gspo", builtin=True)
@@ -190,26 +227,17 @@ def gspo_policy_loss(
     eps_clip_low/high (the GSPO paper uses ranges around 3e-4..4e-4) and the paper reduces with sequence_mean.
     Ratio metrics describe s.
     """
-    cfg = as_policy_loss_config(config)
-    old = require_tensor(old_log_probs, "old_log_probs", "gspo", loss_mask)
-    adv = zero_masked(require_tensor(advantages, "advantages", "gspo", loss_mask).detach().float(), loss_mask)
-    log_ratio, _ = log_ratio_and_ratio(log_probs, old, loss_mask)
-    seq_log_ratio = masked_mean(log_ratio, loss_mask, dim=-1)
+    ctx = RatioLoss.prepare("gspo", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
+    seq_log_ratio = masked_mean(ctx.log_ratio, loss_mask, dim=-1)
     own_grad = zero_masked(log_probs.float() - log_probs.detach().float(), loss_mask)
     token_log_ratio = seq_log_ratio.detach()[:, None] + own_grad
     ratio = safe_exp(token_log_ratio)
-    per_token, metrics = clipped_surrogate(ratio, adv, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
+    per_token, metrics = clipped_surrogate(
+        ratio, ctx.advantages, loss_mask, ctx.config.eps_clip_low, ctx.config.eps_clip_high
+    )
     seq_mask = (loss_mask != 0).any(dim=-1)
     seq_log_ratio = seq_log_ratio.detach()
-    metrics.update(ratio_metrics(safe_exp(seq_log_ratio), seq_log_ratio, seq_mask))
-    return finalize_policy_loss(
-        per_token,
-        loss_mask=loss_mask,
-        config=cfg,
-        old_log_probs=old,
-        rollout_log_probs=rollout_log_probs,
-        metrics=metrics,
-    )
+    return ctx.finish(per_token, metrics, ratio_metrics(safe_exp(seq_log_ratio), seq_log_ratio, seq_mask))
 
 
 @POLICY_LOSSES.register("cispo", builtin=True)
@@ -228,24 +256,13 @@ def cispo_policy_loss(
     old_log_probs or, with cispo_anchor="rollout", against rollout_log_probs. `clip_frac` counts valid tokens whose
     weight was clipped.
     """
-    cfg = as_policy_loss_config(config)
-    anchor_name = "old_log_probs" if cfg.cispo_anchor == "old" else "rollout_log_probs"
-    anchor = old_log_probs if cfg.cispo_anchor == "old" else rollout_log_probs
-    anchor = require_tensor(anchor, anchor_name, "cispo", loss_mask)
-    adv = zero_masked(require_tensor(advantages, "advantages", "cispo", loss_mask).detach().float(), loss_mask)
-    log_ratio, ratio = log_ratio_and_ratio(log_probs, anchor, loss_mask)
-    low, high = 1.0 - cfg.cispo_eps_clip_low, 1.0 + cfg.cispo_eps_clip_high
-    weight = ratio.clamp(low, high).detach()
-    per_token = -weight * adv * zero_masked(log_probs.float(), loss_mask)
-    metrics = {"clip_frac": masked_mean(((ratio < low) | (ratio > high)).float(), loss_mask)}
-    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
-    return finalize_policy_loss(
-        per_token,
-        loss_mask=loss_mask,
-        config=cfg,
-        old_log_probs=old_log_probs,
-        rollout_log_probs=rollout_log_probs,
-        metrics=metrics,
+    anchor = "old_log_probs" if as_policy_loss_config(config).cispo_anchor == "old" else "rollout_log_probs"
+    ctx = RatioLoss.prepare("cispo", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs, anchor)
+    low, high = 1.0 - ctx.config.cispo_eps_clip_low, 1.0 + ctx.config.cispo_eps_clip_high
+    weight = ctx.ratio.clamp(low, high).detach()
+    per_token = -weight * ctx.advantages * zero_masked(log_probs.float(), loss_mask)
+    return ctx.finish(
+        per_token, {"clip_frac": masked_mean(((ctx.ratio < low) | (ctx.ratio > high)).float(), loss_mask)}
     )
 
 
@@ -264,23 +281,11 @@ def sapo_policy_loss(
     tau = tau_pos where A > 0, else tau_neg. The gate's slope is 1 at r = 1 and decays smoothly away from it.
     Metric `gate_mean`: mean gate over valid tokens.
     """
-    cfg = as_policy_loss_config(config)
-    old = require_tensor(old_log_probs, "old_log_probs", "sapo", loss_mask)
-    adv = zero_masked(require_tensor(advantages, "advantages", "sapo", loss_mask).detach().float(), loss_mask)
-    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
-    tau = torch.where(adv > 0, torch.full_like(adv, cfg.tau_pos), torch.full_like(adv, cfg.tau_neg))
-    gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
-    per_token = -gate * adv
-    metrics = {"gate_mean": masked_mean(gate.detach(), loss_mask)}
-    metrics.update(ratio_metrics(ratio, log_ratio, loss_mask))
-    return finalize_policy_loss(
-        per_token,
-        loss_mask=loss_mask,
-        config=cfg,
-        old_log_probs=old,
-        rollout_log_probs=rollout_log_probs,
-        metrics=metrics,
-    )
+    ctx = RatioLoss.prepare("sapo", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
+    adv = ctx.advantages
+    tau = torch.where(adv > 0, torch.full_like(adv, ctx.config.tau_pos), torch.full_like(adv, ctx.config.tau_neg))
+    gate = torch.sigmoid(tau * (ctx.ratio - 1.0)) * 4.0 / tau
+    return ctx.finish(-gate * adv, {"gate_mean": masked_mean(gate.detach(), loss_mask)})
 
 
 @POLICY_LOSSES.register("importance_sampling", builtin=True)
@@ -294,21 +299,10 @@ def importance_sampling_policy_loss(
     rollout_log_probs: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """Unclipped importance-sampled policy gradient: -r * A (Tinker's `importance_sampling`)."""
-    cfg = as_policy_loss_config(config)
-    old = require_tensor(old_log_probs, "old_log_probs", "importance_sampling", loss_mask)
-    adv = zero_masked(
-        require_tensor(advantages, "advantages", "importance_sampling", loss_mask).detach().float(), loss_mask
+    ctx = RatioLoss.prepare(
+        "importance_sampling", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs
     )
-    log_ratio, ratio = log_ratio_and_ratio(log_probs, old, loss_mask)
-    metrics = ratio_metrics(ratio, log_ratio, loss_mask)
-    return finalize_policy_loss(
-        -ratio * adv,
-        loss_mask=loss_mask,
-        config=cfg,
-        old_log_probs=old,
-        rollout_log_probs=rollout_log_probs,
-        metrics=metrics,
-    )
+    return ctx.finish(-ctx.ratio * ctx.advantages, {})
 
 
 @POLICY_LOSSES.register("cross_entropy", builtin=True)

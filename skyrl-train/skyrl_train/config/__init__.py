@@ -27,7 +27,7 @@ from skyrl_train.config.errors import (
     OverrideSyntaxError,
     UnknownConfigKeyError,
 )
-from skyrl_train.config.generator import ChatTemplateConfig, GeneratorConfig, InferenceEngineConfig, SamplingParams
+from skyrl_train.config.generator import ChatTemplateConfig, GeneratorConfig, InferenceEngineConfig, SamplingConfig
 from skyrl_train.config.health import HealthConfig
 from skyrl_train.config.reward import RewardConfig, RewardModelConfig
 from skyrl_train.config.roles import (
@@ -78,7 +78,7 @@ __all__ = [
     "RewardConfig",
     "RewardModelConfig",
     "SAPOConfig",
-    "SamplingParams",
+    "SamplingConfig",
     "SkyRLConfig",
     "TrainerConfig",
     "UnknownConfigKeyError",

@@ -81,8 +81,8 @@ RESERVED_SAMPLING_KWARGS = (
 
 
 @dataclass
-class SamplingParams:
-    """Sampling settings for one generation call."""
+class SamplingConfig:
+    """Sampling settings for one generation call (the generator turns them into the engines' `SamplingParams`)."""
 
     max_generate_length: int = 1024
     """Maximum new tokens per generation call (per turn in multi-turn rollouts)."""
@@ -144,10 +144,10 @@ class GeneratorConfig:
     inference_engine: InferenceEngineConfig = field(default_factory=InferenceEngineConfig)
     """The inference engines."""
 
-    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    sampling_params: SamplingConfig = field(default_factory=SamplingConfig)
     """Sampling for training rollouts."""
 
-    eval_sampling_params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=0.0))
+    eval_sampling_params: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
     """Sampling for evaluation (greedy by default)."""
 
     n_samples_per_prompt: int = 5

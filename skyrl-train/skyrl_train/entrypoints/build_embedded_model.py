@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any, Optional
 
-from skyrl_train.models.embedded import get_embedded_model, read_description
-from skyrl_train.models.warm_start import WarmStartSettings
+from skyrl_train.recipes.embedded import get_embedded_model, read_description
+from skyrl_train.recipes.warm_start import WarmStartSettings
 
 
 def build_parser() -> argparse.ArgumentParser:

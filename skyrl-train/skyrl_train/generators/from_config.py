@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS
+from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS, SamplingConfig
 from skyrl_train.generators.skyrl_gym_generator import GeneratorSettings
 from skyrl_train.inference.types import SamplingParams
 
 
-def sampling_params_from_config(section: Any) -> SamplingParams:
+def sampling_params_from_config(section: SamplingConfig) -> SamplingParams:
     """`generator.sampling_params` / `eval_sampling_params` as engine `SamplingParams`.
 
     `max_generate_length` is the per-turn token budget; `logprobs` set (not null) returns sampled-token logprobs and

@@ -2,13 +2,17 @@
 
 `create_engine_actors(num_engines, model_path, cfg)` starts the actors (optionally in a placement group) and returns
 one proxy per actor; the proxies forward every `InferenceEngine` call to their actor, so `InferenceEngineClient`
-works on them unchanged. The actor also hosts the receiving half of weight sync (`init_weight_receiver`,
+works on them unchanged. The calls both forward unchanged are listed once (`PASS_THROUGH`) and added by the
+`_forwarding` class decorator; the rest (the proxy's `generate` and `update_weights`, which track the served version,
+`teardown`) are written out. The actor also hosts the receiving half of weight sync (`init_weight_receiver`,
 `receive_weights`; see `skyrl_train.weight_sync`).
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -17,10 +21,10 @@ from typing import Any, Optional
 import ray
 import torch
 
-from skyrl_train.algorithms.registry import Registry
 from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput
 from skyrl_train.models.loading import resolve_dtype
+from skyrl_train.utils.registry import Registry
 from skyrl_train.utils.threads import actor_threads
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver
 from skyrl_train.weight_sync.chunks import dtype_name
@@ -107,6 +111,36 @@ def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
     )
 
 
+PASS_THROUGH = ("sleep", "wake_up", "pause", "resume", "init_weight_update", "reset_prefix_cache", "weights_checksum")
+"""`InferenceEngine` calls forwarded unchanged: by `EngineActor` to its engine, by `RayEngineProxy` to its actor."""
+
+
+def _forward(name: str, to_actor: bool) -> Callable[..., Any]:
+    """A method running `InferenceEngine.<name>` unchanged in `self.handle`'s actor (`to_actor`) or on `self.engine`."""
+
+    @functools.wraps(getattr(InferenceEngine, name), updated=())  # name, docstring, signature; not the abstract flag
+    async def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if to_actor:
+            return await getattr(self.handle, name).remote(*args, **kwargs)
+        return await getattr(self.engine, name)(*args, **kwargs)
+
+    return forward
+
+
+def _forwarding(names: tuple[str, ...], to_actor: bool) -> Callable[[type], type]:
+    """Class decorator adding a `_forward` method for each of `names` (the ABC then counts them as implemented)."""
+
+    def decorate(cls: type) -> type:
+        for name in names:
+            if name in vars(cls):
+                raise TypeError(f"{cls.__name__} defines {name} itself; drop it from the forwarded names")
+            setattr(cls, name, _forward(name, to_actor))
+        return abc.update_abstractmethods(cls)
+
+    return decorate
+
+
+@_forwarding(("generate", *PASS_THROUGH), to_actor=False)
 class EngineActor:
     """A Ray actor (async methods) holding one inference engine and, once initialised, a weight receiver."""
 
@@ -132,10 +166,6 @@ class EngineActor:
             "torch_threads": torch.get_num_threads(),
         }
 
-    async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
-        """Forwarded `InferenceEngine.generate`."""
-        return await self.engine.generate(request)
-
     async def take_compute_seconds(self) -> dict[str, float]:
         """The engine's compute seconds since the last call (`{}` for engines without a `compute_clock`)."""
         clock = getattr(self.engine, "compute_clock", None)
@@ -145,38 +175,10 @@ class EngineActor:
         """The version the engine serves."""
         return self.engine.weight_version
 
-    async def sleep(self, level: int = 1) -> None:
-        """Forwarded `InferenceEngine.sleep`."""
-        await self.engine.sleep(level)
-
-    async def wake_up(self) -> None:
-        """Forwarded `InferenceEngine.wake_up`."""
-        await self.engine.wake_up()
-
-    async def pause(self) -> None:
-        """Forwarded `InferenceEngine.pause`."""
-        await self.engine.pause()
-
-    async def resume(self) -> None:
-        """Forwarded `InferenceEngine.resume`."""
-        await self.engine.resume()
-
-    async def init_weight_update(self, **kwargs: Any) -> None:
-        """Forwarded `InferenceEngine.init_weight_update`."""
-        await self.engine.init_weight_update(**kwargs)
-
     async def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> int:
         """Forwarded `InferenceEngine.update_weights` (tensors travel through Ray); returns the served version."""
         await self.engine.update_weights(named_tensors, version)
         return self.engine.weight_version
-
-    async def reset_prefix_cache(self) -> None:
-        """Forwarded `InferenceEngine.reset_prefix_cache`."""
-        await self.engine.reset_prefix_cache()
-
-    async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
-        """Forwarded `InferenceEngine.weights_checksum`."""
-        return await self.engine.weights_checksum(names)
 
     async def teardown(self) -> None:
         """Close the weight receiver and tear the engine down."""
@@ -201,6 +203,7 @@ class EngineActor:
             self.receiver = None
 
 
+@_forwarding(PASS_THROUGH, to_actor=True)
 class RayEngineProxy(InferenceEngine):
     """An `InferenceEngine` whose calls run in an `EngineActor` (`handle`).
 
@@ -228,38 +231,10 @@ class RayEngineProxy(InferenceEngine):
         self._version = output.weight_version
         return output
 
-    async def sleep(self, level: int = 1) -> None:
-        """Put the actor's engine to sleep."""
-        await self.handle.sleep.remote(level)
-
-    async def wake_up(self) -> None:
-        """Wake the actor's engine."""
-        await self.handle.wake_up.remote()
-
-    async def pause(self) -> None:
-        """Pause the actor's engine."""
-        await self.handle.pause.remote()
-
-    async def resume(self) -> None:
-        """Resume the actor's engine."""
-        await self.handle.resume.remote()
-
-    async def init_weight_update(self, **kwargs: Any) -> None:
-        """Forward `init_weight_update` to the actor."""
-        await self.handle.init_weight_update.remote(**kwargs)
-
     async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Ship the tensors to the actor through Ray and install them (fine for small models; syncs use a
         `skyrl_train.weight_sync` strategy)."""
         self._version = await self.handle.update_weights.remote(list(named_tensors), version)
-
-    async def reset_prefix_cache(self) -> None:
-        """Drop the actor engine's prefix cache."""
-        await self.handle.reset_prefix_cache.remote()
-
-    async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
-        """The actor engine's parameter checksums."""
-        return await self.handle.weights_checksum.remote(names)
 
     async def teardown(self) -> None:
         """Tear the engine down and end the actor."""

@@ -13,6 +13,7 @@ from skyrl_train.weight_sync.base import (
     WeightReceiver,
     WeightSender,
     WeightSyncError,
+    WeightTarget,
 )
 from skyrl_train.weight_sync.strategy import (
     WEIGHT_SYNC_STRATEGIES,
@@ -33,6 +34,7 @@ __all__ = [
     "WeightReceiver",
     "WeightSender",
     "WeightSyncError",
+    "WeightTarget",
     "WEIGHT_SYNC_STRATEGIES",
     "WeightSenderHost",
     "WeightSyncStrategy",

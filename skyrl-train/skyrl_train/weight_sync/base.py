@@ -13,12 +13,11 @@ import abc
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import ray
 import torch
 
-from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.weight_sync.chunks import NamedTensors, cast_tensors, dtype_from_name, dtype_name, plan_chunks
 
@@ -88,6 +87,21 @@ class VerifyReport:
     def ok(self) -> bool:
         """True when no engine differs from the sender."""
         return not self.mismatches
+
+
+class WeightTarget(Protocol):
+    """What a `WeightReceiver` installs into: the weight half of `skyrl_train.inference.InferenceEngine`.
+
+    Declared here so that weight sync depends on no engine code (the engines' actors build receivers, not the other
+    way round); every `InferenceEngine` satisfies it.
+    """
+
+    @property
+    def weight_version(self) -> int:
+        """The version of the weights being served."""
+
+    async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Install new weights (all or a subset, by parameter name) and serve them as `version`."""
 
 
 class WeightSender(abc.ABC):
@@ -168,7 +182,7 @@ class WeightReceiver(abc.ABC):
     Built by `make_receiver(strategy_name, init_info, engine)`; `receive(chunk)` is called once per chunk.
     """
 
-    def __init__(self, init_info: dict[str, Any], engine: InferenceEngine) -> None:
+    def __init__(self, init_info: dict[str, Any], engine: WeightTarget) -> None:
         self.init_info = init_info
         self.engine = engine
 

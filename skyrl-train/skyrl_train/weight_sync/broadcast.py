@@ -14,8 +14,7 @@ from typing import Any
 import ray
 import torch
 
-from skyrl_train.inference.base import InferenceEngine
-from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSender
+from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSender, WeightTarget
 from skyrl_train.weight_sync.chunks import dtype_from_name, pack, unpack
 from skyrl_train.weight_sync.process_group import backend_for_device, broadcast_from_rank0, host_store, join_group
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy, register_weight_sync_strategy
@@ -56,7 +55,7 @@ class BroadcastSender(WeightSender):
 class BroadcastReceiver(WeightReceiver):
     """An engine's rank in the sync group: receives each chunk's buffer and installs its views."""
 
-    def __init__(self, init_info: dict[str, Any], engine: InferenceEngine) -> None:
+    def __init__(self, init_info: dict[str, Any], engine: WeightTarget) -> None:
         super().__init__(init_info, engine)
         self.device = init_info["device"]
         self.group = _join(init_info)

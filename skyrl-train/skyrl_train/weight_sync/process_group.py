@@ -15,8 +15,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from skyrl_train.algorithms.registry import Registry
-from skyrl_train.workers.distributed import backend_for
+from skyrl_train.utils.collectives import backend_for
+from skyrl_train.utils.registry import Registry
 
 GROUP_BUILDERS = Registry("process-group backend", "GROUP_BUILDERS.add(name, fn)")
 """Backend name -> fn(store, rank, world_size, timeout) returning a process group."""

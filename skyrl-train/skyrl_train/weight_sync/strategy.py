@@ -23,8 +23,7 @@ from typing import Any, ClassVar, Optional, TypeVar
 
 import torch
 
-from skyrl_train.algorithms.registry import Registry
-from skyrl_train.inference.base import InferenceEngine
+from skyrl_train.utils.registry import Registry
 from skyrl_train.weight_sync.base import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_TIMEOUT_S,
@@ -33,6 +32,7 @@ from skyrl_train.weight_sync.base import (
     WeightReceiver,
     WeightSender,
     WeightSyncError,
+    WeightTarget,
 )
 
 S = TypeVar("S", bound=type)
@@ -60,7 +60,7 @@ def make_sender(strategy_name: str, init_info: dict[str, Any]) -> WeightSender:
     return WEIGHT_SYNC_STRATEGIES.get(strategy_name).sender_cls(init_info)
 
 
-def make_receiver(strategy_name: str, init_info: dict[str, Any], engine: InferenceEngine) -> WeightReceiver:
+def make_receiver(strategy_name: str, init_info: dict[str, Any], engine: WeightTarget) -> WeightReceiver:
     """Build the receiver half of strategy `strategy_name` for a local `engine` (blocks while it connects)."""
     return WEIGHT_SYNC_STRATEGIES.get(strategy_name).receiver_cls(init_info, engine)
 

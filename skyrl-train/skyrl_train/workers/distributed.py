@@ -9,10 +9,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-logger = logging.getLogger(__name__)
+from skyrl_train.utils.collectives import backend_for
 
-BACKEND_BY_DEVICE_TYPE = {"cpu": "gloo", "cuda": "nccl"}
-"""Collective backend used for each device type: the same torch.distributed calls run on both."""
+logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = timedelta(minutes=10)
 """How long collectives (and the rendezvous) wait for the other ranks."""
@@ -30,15 +29,6 @@ def resolve_device(name: str) -> torch.device:
             raise RuntimeError("trainer.device is 'cuda' but torch sees no GPU in this worker; use 'cpu' or 'auto'")
         return torch.device("cuda", torch.cuda.current_device())
     raise ValueError(f"device must be 'cpu' or 'cuda' (trainer.device resolved), got {name!r}")
-
-
-def backend_for(device: torch.device) -> str:
-    """`gloo` for CPU, `nccl` for CUDA."""
-    if device.type not in BACKEND_BY_DEVICE_TYPE:
-        raise ValueError(
-            f"no collective backend for device type {device.type!r}; expected {list(BACKEND_BY_DEVICE_TYPE)}"
-        )
-    return BACKEND_BY_DEVICE_TYPE[device.type]
 
 
 def node_ip() -> str:

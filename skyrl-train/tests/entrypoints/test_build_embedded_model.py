@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from skyrl_train.entrypoints.build_embedded_model import build_parser, main, settings_from_args
-from skyrl_train.models.embedded import embedded_model_dir
-from skyrl_train.models.warm_start import WarmStartSettings
+from skyrl_train.recipes.embedded import embedded_model_dir
+from skyrl_train.recipes.warm_start import WarmStartSettings
 
 torch.set_num_threads(1)
 

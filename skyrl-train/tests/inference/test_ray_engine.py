@@ -2,22 +2,32 @@
 with the same engine run in this process; the client over proxies; lifecycle calls; settings; teardown."""
 
 import asyncio
+import inspect
 
 import pytest
 import ray
 import torch
 from ray.util.placement_group import placement_group, remove_placement_group
 
-from skyrl_train.algorithms.registry import UnknownNameError
 from skyrl_train.config import SkyRLConfig
+from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.hf_engine import HFInferenceEngine
-from skyrl_train.inference.ray_engine import EngineSettings, build_hf_engine, create_engine_actors
+from skyrl_train.inference.ray_engine import (
+    PASS_THROUGH,
+    EngineActor,
+    EngineSettings,
+    RayEngineProxy,
+    _forwarding,
+    build_hf_engine,
+    create_engine_actors,
+)
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.utils.checksum import tensor_checksum
+from skyrl_train.utils.registry import UnknownNameError
 from skyrl_train.weight_sync import WeightChunk
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -131,6 +141,18 @@ def test_settings_come_from_config_and_bad_arguments_fail_before_starting_actors
         create_engine_actors(1, "/models/m", sglang)
     vllm = EngineSettings.from_config({**CFG, "generator": {"inference_engine": {"backend": "vllm"}}}, "/models/m")
     assert (vllm.backend, vllm.enable_prefix_caching, vllm.tensor_parallel_size, vllm.seed) == ("vllm", True, 1, 42)
+
+
+def test_forwarded_methods_carry_the_interface_signature_and_docstring():
+    for cls, names in ((EngineActor, ("generate", *PASS_THROUGH)), (RayEngineProxy, PASS_THROUGH)):
+        for name in names:
+            method, interface = getattr(cls, name), getattr(InferenceEngine, name)
+            assert inspect.iscoroutinefunction(method), (cls, name)
+            assert inspect.signature(method) == inspect.signature(interface), (cls, name)
+            assert method.__doc__ == interface.__doc__, (cls, name)
+    assert RayEngineProxy.__abstractmethods__ == frozenset()
+    with pytest.raises(TypeError, match="RayEngineProxy defines generate itself"):
+        _forwarding(("generate",), to_actor=True)(RayEngineProxy)
 
 
 async def test_teardown_ends_the_actor(cluster):  # last: it ends engine 1

@@ -1,25 +1,14 @@
-"""Shared fixtures for the Ray trainer tests: one local Ray cluster, a tiny model folder and a small dataset."""
+"""Shared fixtures for the Ray trainer tests: a tiny model folder and a small dataset (Ray: tests/conftest.py)."""
 
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="session")

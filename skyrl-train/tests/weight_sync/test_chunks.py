@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from skyrl_train.algorithms.registry import UnknownNameError
+from skyrl_train.utils.registry import UnknownNameError
 from skyrl_train.weight_sync import WeightChunk, make_weight_sync_strategy, resolve_strategy_name
 from skyrl_train.weight_sync.chunks import cast_tensors, dtype_from_name, dtype_name, pack, plan_chunks, unpack
 

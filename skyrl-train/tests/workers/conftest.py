@@ -89,21 +89,6 @@ def worker_config(tiny_model_dir):
     return build
 
 
-@pytest.fixture(scope="module")
-def single_rank_group():
-    """A world-size-1 gloo process group in this process, so workers can run in-process (no Ray)."""
-    import torch.distributed as dist
-
-    from skyrl_train.workers.distributed import free_port
-
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    yield ("127.0.0.1", 0)
-    if created:
-        dist.destroy_process_group()
-
-
 @pytest.fixture
 def parameter_values():
     """`parameter_values(worker)`: full (unsharded) parameter values of an in-process worker."""

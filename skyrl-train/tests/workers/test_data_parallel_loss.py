@@ -5,7 +5,6 @@ counts. Before, each rank divided by its own shard's count and FSDP then average
 import random
 
 import pytest
-import ray
 import torch
 
 from skyrl_train.config import SkyRLConfig
@@ -15,16 +14,6 @@ from skyrl_train.workers import PolicyWorker, WorkerGroup
 from skyrl_train.workers.accounting import reduction_denominator
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def _uneven_batch() -> TrainingBatch:

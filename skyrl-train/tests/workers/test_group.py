@@ -1,7 +1,6 @@
 """WorkerGroup on local Ray with 2 FSDP2 ranks on CPU: sharded forward, updates, weights, checkpoints, critic."""
 
 import pytest
-import ray
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -15,16 +14,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TRAINING_STEPS = 10
 """Length of the cosine LR schedule: the LR changes at every step, so a restored scheduler is visible."""
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def _policy_config(tiny_model_dir):

@@ -8,22 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypedDict
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.rewards.answer_extraction import END_OF_TURN_MARKERS
 from skyrl_gym.tools.parsing import extract_tag
 
 MAX_DIFFICULTY = 10
 """The highest difficulty any family accepts (difficulty 1 is the easiest)."""
-
-END_OF_TURN_MARKERS: tuple[str, ...] = (
-    "<|im_end|>",
-    "<|endoftext|>",
-    "<|eot_id|>",
-    "<|end_of_text|>",
-    "<|end|>",
-    "<|eos|>",
-    "<eos>",
-    "</s>",
-)
-"""End-of-turn / end-of-sequence strings removed from a response before its answer is read."""
 
 
 class Problem(TypedDict):

@@ -7,8 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from skyrl_train.models import embedded
-from skyrl_train.models.embedded import (
+from skyrl_train.models.tokenizer import build_char_tokenizer
+from skyrl_train.recipes import embedded
+from skyrl_train.recipes.embedded import (
     DESCRIPTION_FILE,
     REQUIRED_FILES,
     cache_key,
@@ -18,8 +19,7 @@ from skyrl_train.models.embedded import (
     load_embedded_model,
     read_description,
 )
-from skyrl_train.models.tokenizer import build_char_tokenizer
-from skyrl_train.models.warm_start import WarmStartSettings
+from skyrl_train.recipes.warm_start import WarmStartSettings
 
 torch.set_num_threads(1)
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from skyrl_train.models import warm_start as ws
 from skyrl_train.models.tokenizer import build_char_tokenizer
-from skyrl_train.models.warm_start import (
+from skyrl_train.recipes import warm_start as ws
+from skyrl_train.recipes.warm_start import (
     WarmStartSettings,
     answer_loss,
     batch_order,

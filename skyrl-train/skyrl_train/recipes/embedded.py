@@ -26,7 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tokenizer import save_tokenizer
-from skyrl_train.models.warm_start import WarmStartSettings, make_splits, sampled_stats, warm_start
+from skyrl_train.recipes.warm_start import WarmStartSettings, make_splits, sampled_stats, warm_start
 
 CODE_VERSION = "1"
 """Bump whenever the warm start, tokenizer or tiny model change what a given setting builds (it renames the cache)."""
