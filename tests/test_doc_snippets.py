@@ -19,7 +19,8 @@ directory); `.venv/bin/python` and a bare `python` mean the interpreter running 
 `bash scripts/quickstart.sh` means `python examples/quickstart/run_quickstart.py` (the script's set-up step installs
 packages; what it runs afterwards is that command, which `test_quickstart_sh_runs_the_quickstart_script` checks).
 An argument `...` stands for the reader's own arguments (model, data) and is dropped, so with `run-with --dry-run`
-the rest of the command is checked against the defaults.
+the rest of the command is checked against the defaults. Plain python commands (no pipes, redirections or shell
+variables) run through one warm interpreter that imports the stack once and forks a process per command.
 
 An `output` block is compared with the standard output of the code block above it (all its commands, for a shell
 block): line by line after dropping trailing spaces and leading/trailing blank lines. Two notations cover what
