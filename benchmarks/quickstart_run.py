@@ -91,6 +91,7 @@ def main() -> int:
     args, arguments = parser.parse_known_args()
     with tempfile.TemporaryDirectory(prefix="quickstart_run_") as scratch:
         work = Path(args.work or scratch)
+        load_before = os.getloadavg()[0]
         lines, seconds = run_quickstart(work, arguments)
         jsonl = work / "logs" / "jsonl" / "quickstart" / "grpo_addition.jsonl"
         rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
@@ -99,6 +100,8 @@ def main() -> int:
             "date": datetime.date.today().isoformat(),
             "machine": machine(),
             "arguments": arguments,
+            # the machine may be shared: a load above the core count means the run competed for the CPUs
+            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             **summarize(lines, rows, seconds),
         }
     out = Path(args.results)

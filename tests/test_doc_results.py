@@ -104,3 +104,7 @@ def test_renders_the_quickstart_run(tmp_path):
     (tmp_path / "quickstart.json").write_text(json.dumps(shortened))
     text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
     assert "`python benchmarks/quickstart_run.py trainer.max_training_steps=2` (a shortened run" in text
+    loaded = dict(QUICKSTART, load_average_1min=[3.19, 2.5])
+    (tmp_path / "quickstart.json").write_text(json.dumps(loaded))
+    text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
+    assert "one run; 1-minute load average 3.2 at the start and 2.5 at the end;" in text
