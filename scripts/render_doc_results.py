@@ -97,9 +97,41 @@ def render_vs_trl(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_quickstart(data: dict) -> str:
+    """One quickstart run (benchmarks/quickstart_run.py): the model, accuracy before/after, the eval curve, time."""
+    model = data["model"]
+    curve = ", ".join(f"{step}: {accuracy:.3f}" for step, accuracy in data["eval_curve"])
+    step_time = data["mean_step_seconds"]
+    lines = [
+        "| measured | value |",
+        "|---|---|",
+        f"| embedded model | {model['num_parameters'] / 1e6:.2f} M parameters; warm start: {model['warm_start_steps']} "
+        f"steps, greedy accuracy {model['warm_start_greedy_accuracy']:.3f} on {model['held_out_problems']} held-out "
+        "problems |",
+        f"| eval accuracy (greedy pass@1) | {data['accuracy_before']:.3f} before, {data['accuracy_after']:.3f} after |",
+        f"| eval curve (step: accuracy) | {curve} |",
+        f"| training steps | {data['steps']}, of which {data['health_alert_steps']} raised a health alert |",
+        f"| wall-clock time | {data['wall_seconds'] / 60:.1f} min for the whole command (set-up included)"
+        + ("" if step_time is None else f"; {step_time:.2f} s per step on average")
+        + " |",
+        "",
+    ]
+    arguments = " ".join(data["arguments"])
+    how = f"`python {data['benchmark']}{' ' + arguments if arguments else ''}`"
+    what = "a shortened run, not the default settings" if arguments else "the quickstart's default settings, one run"
+    if "load_average_1min" in data:  # other work on the machine slows the run down
+        start, end = data["load_average_1min"]
+        what += f"; 1-minute load average {start:.1f} at the start and {end:.1f} at the end"
+    lines.append(
+        f"Measured on {data['machine']}, {data['date']}, by {how} ({what}; `benchmarks/results/quickstart.json`)."
+    )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {
     "dynamic_sampling": render_dynamic_sampling,
     "minimal_grpo": render_minimal_grpo,
+    "quickstart": render_quickstart,
     "vs_trl": render_vs_trl,
 }
 

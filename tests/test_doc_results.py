@@ -143,3 +143,43 @@ def test_renders_the_vs_trl_shape(tmp_path):
     assert "Ours / TRL: 0.50x the completions per second, final accuracy -0.050." in text
     assert "Measured on 2 CPUs, x86_64, 2026-11-23" in text
     assert renderer.rendered_page(text, tmp_path) == text
+
+
+QUICKSTART = {
+    "benchmark": "benchmarks/quickstart_run.py",
+    "date": "2026-11-23",
+    "machine": "2 CPUs, x86_64",
+    "arguments": [],
+    "model": {
+        "num_parameters": 410752,
+        "warm_start_steps": 270,
+        "warm_start_greedy_accuracy": 0.26171875,
+        "held_out_problems": 256,
+    },
+    "steps": 450,
+    "accuracy_before": 0.25,
+    "accuracy_after": 0.6,
+    "eval_curve": [[0, 0.25], [450, 0.6]],
+    "health_alert_steps": 0,
+    "wall_seconds": 480.0,
+    "mean_step_seconds": 0.9,
+}
+
+
+def test_renders_the_quickstart_run(tmp_path):
+    (tmp_path / "quickstart.json").write_text(json.dumps(QUICKSTART))
+    text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
+    assert "| embedded model | 0.41 M parameters; warm start: 270 steps, greedy accuracy 0.262 on 256 held-out" in text
+    assert "| eval accuracy (greedy pass@1) | 0.250 before, 0.600 after |" in text
+    assert "| eval curve (step: accuracy) | 0: 0.250, 450: 0.600 |" in text
+    assert "| training steps | 450, of which 0 raised a health alert |" in text
+    assert "| wall-clock time | 8.0 min for the whole command (set-up included); 0.90 s per step on average |" in text
+    assert "Measured on 2 CPUs, x86_64, 2026-11-23, by `python benchmarks/quickstart_run.py` (the quickstart's" in text
+    shortened = dict(QUICKSTART, arguments=["trainer.max_training_steps=2"])
+    (tmp_path / "quickstart.json").write_text(json.dumps(shortened))
+    text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
+    assert "`python benchmarks/quickstart_run.py trainer.max_training_steps=2` (a shortened run" in text
+    loaded = dict(QUICKSTART, load_average_1min=[3.19, 2.5])
+    (tmp_path / "quickstart.json").write_text(json.dumps(loaded))
+    text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
+    assert "one run; 1-minute load average 3.2 at the start and 2.5 at the end;" in text

@@ -4,8 +4,9 @@ Everything specific to the task lives in this file: the env class (`DigitCreditE
 skyrl-gym (in this driver process, before the run: the generator and its envs run here), the dataset rows naming
 it, and the config that points the trainer at it. Nothing in skyrl_gym or skyrl_train is edited.
 
-    python examples/custom_env/train_custom_env.py                       # 20 GRPO steps (~40 s) on the embedded model
+    python examples/custom_env/train_custom_env.py                       # 20 GRPO steps on the embedded model
     python examples/custom_env/train_custom_env.py environment.env_configs.digit_credit.exact_bonus=0.0
+    python examples/custom_env/train_custom_env.py --dry-run             # print the resolved config, start nothing
 
 The embedded tiny model only knows 2-digit addition asked as "a+b=", so the task keeps that format
 and changes the reward: a reply whose digits are partly right earns part of the reward. The last line is always
@@ -29,8 +30,10 @@ import skyrl_gym
 from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.synthetic.generate import generate_splits
 from skyrl_train.config import SkyRLConfig
+from skyrl_train.config.cli import render_resolved_config
+from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.entrypoints.main_base import BasePPOExp
-from skyrl_train.recipes.embedded import get_embedded_model
+from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.trainer import TrainResult
 
@@ -228,10 +231,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="outputs/custom_env", help="where data, checkpoints and exports go")
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--test-size", type=int, default=128, help=f"at most {MODEL.eval_examples}")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved config and exit (builds and writes nothing)"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options and key=value overrides in any order
     if args.test_size > MODEL.eval_examples:
         parser.error(f"--test-size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
+    if args.dry_run:  # the config the run would use, with the model's cache folder (which may not exist yet)
+        register_env()
+        out_dir = Path(args.out).resolve()
+        data = {split: out_dir / "data" / f"{split}.parquet" for split in ("train", "test")}
+        model_dir = str(embedded_model_dir(MODEL))
+        cfg = SkyRLConfig.from_cli_overrides(custom_env_overrides(model_dir, data, out_dir) + args.overrides)
+        check_registered_names(cfg)
+        print(render_resolved_config(cfg), end="")
+        return 0
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     print(f"custom_env: GRPO on the user env {ENV_ID!r} (registered in this driver)", flush=True)

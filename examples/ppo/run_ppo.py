@@ -7,6 +7,7 @@ with them, shared-memory weight sync after every step.
 
     python examples/ppo/run_ppo.py                                 # 20 steps, a few minutes on a laptop
     python examples/ppo/run_ppo.py trainer.max_training_steps=60   # any config key can be overridden
+    python examples/ppo/run_ppo.py --dry-run                       # print the resolved config, start nothing
 
 The last line is always `ppo: eval accuracy before=<float> after=<float>`.
 """
@@ -24,8 +25,10 @@ from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
+from skyrl_train.config.cli import render_resolved_config
+from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.entrypoints.main_base import BasePPOExp
-from skyrl_train.recipes.embedded import get_embedded_model
+from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.trainer import TrainResult
 
@@ -135,10 +138,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="outputs/ppo", help="where data, checkpoints and exports go")
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--test-size", type=int, default=200, help=f"at most {MODEL.eval_examples}")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved config and exit (builds and writes nothing)"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # options and key=value overrides in any order
     if args.test_size > MODEL.eval_examples:
         parser.error(f"--test-size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
+    if args.dry_run:  # the config the run would use, with the model's cache folder (which may not exist yet)
+        out_dir = Path(args.out).resolve()
+        model_dir = str(embedded_model_dir(MODEL))
+        cfg = SkyRLConfig.from_cli_overrides(ppo_overrides(model_dir, out_dir / "data", out_dir) + args.overrides)
+        check_registered_names(cfg)
+        print(render_resolved_config(cfg), end="")
+        return 0
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     print("ppo: policy + critic (GAE) + reference on Ray, 2 FSDP2 ranks each, 2 colocated hf engines", flush=True)

@@ -3,7 +3,8 @@
 Steps: (1) build or reuse the warm-started tiny model (cached under $SKYRL_CACHE); (2) write the addition dataset;
 (3) train with `BasePPOExp`: Ray, 2 FSDP2 policy ranks over gloo, 2 hf engine actors colocated with them, shared-
 memory weight sync after every step; (4) report held-out accuracy before and after, the checkpoint, the HF export
-and the curve plot. Extra `key=value` arguments override the config (e.g. `trainer.max_training_steps=10`).
+and the curve plot. Extra `key=value` arguments override the config (e.g. `trainer.max_training_steps=10`);
+`--dry-run` prints the resolved config and exits (no model is built, no data written, Ray is not started).
 
 The last line is always `quickstart: eval accuracy before=<float> after=<float>`.
 """
@@ -19,8 +20,10 @@ from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
+from skyrl_train.config.cli import render_resolved_config
+from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.entrypoints.main_base import BasePPOExp
-from skyrl_train.recipes.embedded import get_embedded_model, read_description
+from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model, read_description
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.weight_sync.strategy import resolve_strategy_name
 
@@ -92,13 +95,22 @@ def main() -> int:
     parser.add_argument("--out", default="outputs/quickstart", help="where data, checkpoints and exports go")
     parser.add_argument("--train-size", type=int, default=8000)
     parser.add_argument("--test-size", type=int, default=200, help="at most 256: the warm start's held-out split")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved config and exit (builds and writes nothing)"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # options and key=value overrides in any order
     if args.test_size > MODEL.eval_examples:
         parser.error(f"--test-size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     out_dir = Path(args.out).resolve()
+    if args.dry_run:  # the config the run would use, with the model's cache folder (which may not exist yet)
+        overrides = quickstart_overrides(str(embedded_model_dir(MODEL)), out_dir / "data", out_dir) + args.overrides
+        cfg = SkyRLConfig.from_cli_overrides(overrides)
+        check_registered_names(cfg)
+        print(render_resolved_config(cfg), end="")
+        return 0
 
     print("quickstart: [1/3] embedded model (built once, then cached)", flush=True)
     model_dir = get_embedded_model(MODEL)

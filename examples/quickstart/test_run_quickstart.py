@@ -55,3 +55,17 @@ def test_short_quickstart_writes_its_outputs_and_ends_with_the_accuracy_line(tmp
     rows = [json.loads(line) for line in (tmp_path / "logs" / "jsonl" / "quickstart" / "grpo_addition.jsonl").open()]
     rates = [row["policy/lr"] for row in rows if "policy/lr" in row]
     assert len(rates) == 3 and rates == sorted(rates, reverse=True) and rates[-1] < rates[0]
+
+
+def test_dry_run_prints_the_config_with_the_overrides_and_builds_nothing(tmp_path):
+    """`--dry-run` shows the config the run would use (overrides and options in any order) and writes nothing."""
+    command = [sys.executable, str(SCRIPT), "trainer.max_training_steps=7", "--out", str(tmp_path / "qs"), "--dry-run"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("# resolved SkyRL config\n")
+    assert "  max_training_steps: 7\n" in result.stdout
+    assert f'  ckpt_path: "{tmp_path / "qs" / "ckpts"}"\n' in result.stdout
+    assert not (tmp_path / "qs").exists()  # no data written, no run started
+
+    bad = subprocess.run([*command, "trainer.max_training_step=7"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "max_training_steps" in bad.stderr  # a typo is refused with a suggestion
