@@ -128,10 +128,25 @@ def render_quickstart(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_thread_counts(data: dict) -> str:
+    """benchmarks/thread_counts.py: quickstart s/step idle and with one core kept busy, per thread setting."""
+    lines = ["| setting | idle s/step | one core busy s/step | busy / idle |", "|---|---|---|---|"]
+    for row in data["rows"]:
+        lines.append(f"| {row['setting']} | {row['idle']:.3f} | {row['busy']:.3f} | {row['busy_over_idle']:.2f} |")
+    lines.append("")
+    lines.append(
+        f"Mean `timing/step` of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration, "
+        f"each setting idle then busy, back to back. Measured on {data['machine']}, {data['date']} "
+        "(`benchmarks/results/thread_counts.json`, `benchmarks/thread_counts.py`)."
+    )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {
     "dynamic_sampling": render_dynamic_sampling,
     "minimal_grpo": render_minimal_grpo,
     "quickstart": render_quickstart,
+    "thread_counts": render_thread_counts,
     "vs_trl": render_vs_trl,
 }
 

@@ -183,3 +183,18 @@ def test_renders_the_quickstart_run(tmp_path):
     (tmp_path / "quickstart.json").write_text(json.dumps(loaded))
     text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
     assert "one run; 1-minute load average 3.2 at the start and 2.5 at the end;" in text
+
+
+def test_renders_the_thread_counts_shape(tmp_path):
+    data = {
+        "benchmark": "thread_counts",
+        "date": "2026-11-23",
+        "machine": "2 CPUs, x86_64, 3.11.7",
+        "steps": 12,
+        "warmup_steps": 3,
+        "rows": [{"setting": "defaults", "overrides": [], "idle": 1.0, "busy": 1.5, "busy_over_idle": 1.5}],
+    }
+    (tmp_path / "thread_counts.json").write_text(json.dumps(data))
+    text = renderer.rendered_page("<!-- results: thread_counts -->\n<!-- /results -->\n", tmp_path)
+    assert "| defaults | 1.000 | 1.500 | 1.50 |" in text
+    assert "steps 4-12" in text and "Measured on 2 CPUs, x86_64, 3.11.7, 2026-11-23" in text
