@@ -191,13 +191,17 @@ class BasePPOExp:
     def get_tracker(self, total_steps: int) -> Tracker:
         """Metric tracking to the configured backends."""
         trainer = self.cfg.trainer
+        backends = list(trainer.logger)
+        # Only the console takes the run length (for its progress bar); options for a backend that is not in the
+        # list are an error in Tracker, so a run that logs to e.g. only `jsonl` must not pass them.
+        options = {"console": {"total_steps": total_steps}} if "console" in backends else {}
         return Tracker(
-            list(trainer.logger),
+            backends,
             trainer.project_name,
             trainer.run_name,
             config=self.cfg.to_dict(),
             log_dir=os.path.expanduser(trainer.log_path),
-            backend_options={"console": {"total_steps": total_steps}},
+            backend_options=options,
         )
 
     def get_trainer(self, **parts: Any) -> RayPPOTrainer:

@@ -137,3 +137,17 @@ def test_no_report_when_the_cap_fits():
     message = warn_if_epochs_end_first(SkyRLConfig.from_cli_overrides(["trainer.max_training_steps=300"]), 250)
     assert "= 250 steps" in message and "trainer.epochs=2 to reach 300" in message
     assert warn_if_epochs_end_first(SkyRLConfig(), 250) is None  # no cap
+
+
+@pytest.mark.parametrize("loggers", [["jsonl"], ["console", "jsonl"]])
+def test_tracker_starts_with_or_without_the_console(tmp_path, tokenizer_dir, loggers):
+    # A run that logs only to a file used to crash here: the console's progress-bar option was passed even when
+    # the console was not among the backends.
+    experiment = _experiment(
+        tokenizer_dir, f"trainer.logger={json.dumps(loggers)}", f"trainer.log_path={tmp_path}", "trainer.run_name=r"
+    )
+    tracker = experiment.get_tracker(total_steps=3)
+    tracker.log({"reward/mean": 0.5}, step=1)
+    tracker.finish()
+    lines = (tmp_path / "jsonl" / experiment.cfg.trainer.project_name / "r.jsonl").read_text().splitlines()
+    assert [json.loads(line)["reward/mean"] for line in lines] == [0.5]
