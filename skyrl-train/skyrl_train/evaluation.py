@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 from skyrl_train.generators.base import GeneratorInterface
 from skyrl_train.generators.metrics import pass_at_n
-from skyrl_train.generators.types import GeneratorInput, Trajectory
+from skyrl_train.generators.types import GeneratorInput, GeneratorOutput, Trajectory
 from skyrl_train.inference.types import SamplingParams
 
 
@@ -75,9 +76,14 @@ async def evaluate(
     dump_path: Optional[Path] = None,
     tokenizer: Any = None,
     batch_size: Optional[int] = None,
+    score: Optional[Callable[[GeneratorInput, GeneratorOutput], Awaitable[dict[str, float]]]] = None,
 ) -> dict[str, float]:
     """Run the eval prompts through the generator, `batch_size` prompts (each with its `n_samples`) per generate
-    call (all at once when None); return the eval metrics and optionally dump the rollouts."""
+    call (all at once when None); return the eval metrics and optionally dump the rollouts.
+
+    `score` is the training run's reward scorer (`RewardScorer.score`): when given, it rescores every rollout
+    before the metrics, exactly as training rollouts are rescored, and its `reward/*` metrics come back as
+    `eval/reward/*`. Without it the env's rewards are reported."""
     if not items:
         return {}
     if batch_size is not None and batch_size < 1:
@@ -87,7 +93,13 @@ async def evaluate(
     for start in range(0, len(items), step):
         output = await generator.generate(build_eval_input(items[start : start + step], n_samples, sampling_params))
         trajectories.extend(output.trajectories)
+    scorer_metrics: dict[str, float] = {}
+    if score is not None:
+        # One call over every row: the chunks above bound the generator's batch, the scorer shards its own work.
+        scored = GeneratorOutput(trajectories=trajectories)
+        scorer_metrics = await score(build_eval_input(items, n_samples, sampling_params), scored)
     metrics = eval_metrics(trajectories, n_samples)
+    metrics.update({f"eval/{name}": value for name, value in scorer_metrics.items()})
     if dump_path is not None and tokenizer is not None:
         dump_trajectories(trajectories, {str(i["uid"]): i for i in items}, dump_path, tokenizer)
     return metrics

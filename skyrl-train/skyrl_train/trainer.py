@@ -353,6 +353,7 @@ class RayPPOTrainer:
                 dump_path=Path(local) / f"global_step_{self.global_step}.jsonl",
                 tokenizer=self.tokenizer,
                 batch_size=self.cfg.trainer.eval_batch_size,
+                score=None if self.reward_scorer is None else self.reward_scorer.score,
             )
 
 

@@ -71,3 +71,32 @@ def test_batches_of_batch_size_prompts_give_the_same_metrics_and_dump(generator,
 def test_batch_size_must_be_positive(generator):
     with pytest.raises(ValueError, match="batch_size must be >= 1 or None, got 0"):
         asyncio.run(evaluate(generator, _items(1), GREEDY, batch_size=0))
+
+
+def test_the_runs_reward_scorer_rescores_eval_rollouts(generator, tokenizer, tmp_path):
+    # A reward function that replaces the env's reward: eval must report what training would be rewarded with.
+    from skyrl_train.rewards.managers import NaiveRewardManager
+    from skyrl_train.rewards.scorer import RewardScorer
+
+    def length_score(data_source, solution_str, ground_truth, extra_info=None):
+        return 0.1 * len(solution_str) + 0.05  # never 0 or 1, so it cannot pass for an env reward
+
+    scorer = RewardScorer(tokenizer, manager=NaiveRewardManager(length_score))
+    items = _items(3)
+    metrics = asyncio.run(
+        evaluate(
+            generator,
+            items,
+            GREEDY,
+            n_samples=2,
+            dump_path=tmp_path / "d.jsonl",
+            tokenizer=tokenizer,
+            batch_size=2,
+            score=scorer.score,
+        )
+    )
+    dumped = [json.loads(line) for line in (tmp_path / "d.jsonl").read_text().splitlines()]
+    assert [row["score"] for row in dumped] == pytest.approx([0.1 * len(row["response"]) + 0.05 for row in dumped])
+    assert metrics["eval/all/mean_reward"] == pytest.approx(sum(r["score"] for r in dumped) / 6)
+    assert metrics["eval/reward/manager_scored"] == 6.0
+    assert metrics["eval/reward/manager_errors"] == 0.0
