@@ -12,15 +12,21 @@ averages over the steps after `--warmup-steps`:
 The baseline is the model compute itself: the table ends with step time / model compute and the share of the step
 spent outside model compute (framework overhead).
 
-    python benchmarks/step_breakdown.py [--steps 30] [--warmup-steps 3] [key=value ...]
+    python benchmarks/step_breakdown.py [--steps 30] [--warmup-steps 3] [--results PATH] [key=value ...]
+
+`--results benchmarks/results/step_breakdown.json` also writes the table, the machine, the date and the load average
+around the run, which `scripts/render_doc_results.py` renders on docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
+import json
 import logging
 import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -104,7 +110,7 @@ def breakdown_rows(history: dict[str, list[tuple[int, float]]], skip: int) -> li
             seconds = mean_after(history, f"timing/{phase}", skip)
             phased += seconds
             rows.append((phase, seconds, seconds / step))
-    rows.append(("(sleep / wake-up, rest)", step - phased, (step - phased) / step))
+    rows.append(("(rest: sleep / wake-up, driver)", step - phased, (step - phased) / step))
     rows.append(("step", step, 1.0))
     compute = 0.0
     for key in sorted(k for k in history if k.startswith("compute/")):
@@ -121,6 +127,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30, help="training steps to run")
     parser.add_argument("--warmup-steps", type=int, default=3, help="first steps left out of the averages")
+    parser.add_argument("--results", type=Path, help="also write the table and the machine to this JSON file")
     parser.add_argument("overrides", nargs="*", help="extra config overrides, key=value")
     args = parser.parse_args()
     if args.steps <= args.warmup_steps:
@@ -128,6 +135,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     quickstart = load_quickstart()
     model_dir = get_embedded_model(quickstart.MODEL)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="step_breakdown_") as scratch:
         out = Path(scratch)
         write_dataset(out / "data", quickstart.MODEL.task, train_size=2000, test_size=16, difficulty=2, seed=0)
@@ -150,7 +158,26 @@ def main() -> int:
     seconds_of = {name: seconds for name, seconds, _ in rows}
     step, compute = seconds_of["step"], seconds_of["model compute, total"]
     print(f"step time / model compute: {step / max(compute, 1e-9):.2f}x")
+    if args.results is not None:
+        write_results(args, rows, result.global_step, (load_before, os.getloadavg()[0]))
     return 0
+
+
+def write_results(args: argparse.Namespace, rows: list[tuple[str, float, float]], steps: int, load: tuple) -> None:
+    """The breakdown as JSON for the docs: rows, steps averaged, overrides, machine, date and load average."""
+    data = {
+        "benchmark": "step_breakdown",
+        "rows": [{"part": name, "seconds": seconds, "share": share} for name, seconds, share in rows],
+        "steps": steps,
+        "warmup_steps": args.warmup_steps,
+        "overrides": args.overrides,
+        "load_average_1min": {"before": load[0], "after": load[1]},
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {platform.python_version()}",
+    }
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"results written to {args.results}")
 
 
 if __name__ == "__main__":

@@ -142,10 +142,28 @@ def render_thread_counts(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_step_breakdown(data: dict) -> str:
+    """benchmarks/step_breakdown.py: mean seconds and share of the quickstart step per phase and per compute part."""
+    lines = ["| part | seconds | share of step |", "|---|---|---|"]
+    for row in data["rows"]:
+        name = f"**{row['part']}**" if row["part"] in ("step", "outside model compute") else row["part"]
+        lines.append(f"| {name} | {row['seconds']:.3f} | {row['share']:.1%} |")
+    lines.append("")
+    extra = "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data["overrides"] else ""
+    load = data["load_average_1min"]
+    lines.append(
+        f"Mean of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration{extra}. "
+        f"Load average {load['before']:.1f} before, {load['after']:.1f} after. Measured on {data['machine']}, "
+        f"{data['date']} (`benchmarks/results/step_breakdown.json`, `benchmarks/step_breakdown.py`)."
+    )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {
     "dynamic_sampling": render_dynamic_sampling,
     "minimal_grpo": render_minimal_grpo,
     "quickstart": render_quickstart,
+    "step_breakdown": render_step_breakdown,
     "thread_counts": render_thread_counts,
     "vs_trl": render_vs_trl,
 }

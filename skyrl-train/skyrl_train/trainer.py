@@ -79,7 +79,7 @@ class RayPPOTrainer:
         self.verify_weight_sync = verify_weight_sync
         self.reward_scorer = reward_scorer  # None: the env's rewards are used as the generator placed them
         self.algorithm = cfg.trainer.algorithm
-        self.colocated = cfg.trainer.placement.colocate_all
+        self.engines_sleep = engines_sleep_while_training(cfg)
         self.n_samples = cfg.generator.n_samples_per_prompt
         self.kl_controller = None
         if self.algorithm.use_kl_in_reward:
@@ -157,7 +157,7 @@ class RayPPOTrainer:
         with timer("step"):
             with timer("generate"):
                 rollouts = await self.rollouts.collect(items)
-            if self.colocated:
+            if self.engines_sleep:
                 await self.client.sleep()
             with timer("reward"):
                 output = rollouts.output
@@ -179,7 +179,7 @@ class RayPPOTrainer:
                     metrics.update(await self.train_critic(batch, returns, values))
             with timer("train_policy"):
                 metrics.update(await self.train_policy(batch, advantages, old_logprobs, ref_logprobs))
-            if self.colocated:
+            if self.engines_sleep:
                 await self.client.wake_up()
             with timer("weight_sync"):
                 metrics.update(await self.sync_weights())
@@ -355,6 +355,15 @@ class RayPPOTrainer:
                 batch_size=self.cfg.trainer.eval_batch_size,
                 score=None if self.reward_scorer is None else self.reward_scorer.score,
             )
+
+
+def engines_sleep_while_training(cfg: Any) -> bool:
+    """Whether the step puts the engines to sleep while the workers train: colocated runs on GPUs only.
+
+    Sleeping hands the engines' GPU memory to the workers. On CPU it frees nothing (hf keeps its weights, vLLM has no
+    sleep mode there and resets its prefix cache on every weight update), so the two RPC rounds are skipped.
+    """
+    return cfg.trainer.placement.colocate_all and cfg.resolved_device() == "cuda"
 
 
 def total_training_steps(cfg: Any, train_loader: Any) -> int:
