@@ -9,8 +9,8 @@ mask zeroed) and is counted, never turned into an unannounced zero reward.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
+import logging
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -22,10 +22,13 @@ import skyrl_gym
 from skyrl_gym import check_step_output, failed_step
 from skyrl_train.generators.base import GeneratorInterface
 from skyrl_train.generators.chat import ObservationRenderer, prompt_token_ids
+from skyrl_train.generators.env_pool import EnvCallResult, EnvPool
 from skyrl_train.generators.metrics import rollout_metrics
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput, Trajectory
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,12 +87,12 @@ class SkyRLGymGenerator(GeneratorInterface):
         self.renderer = (
             ObservationRenderer(tokenizer, settings.chat_template_kwargs) if settings.max_turns > 1 else None
         )
-        self._pool = concurrent.futures.ThreadPoolExecutor(settings.max_env_workers, thread_name_prefix="skyrl-env")
-        self._timing = {"llm": 0.0, "env": 0.0}
+        self.env_pool = EnvPool(settings.max_env_workers, settings.env_step_timeout_s)
+        self._llm_seconds = 0.0
 
     async def generate(self, generator_input: GeneratorInput) -> GeneratorOutput:
         """Roll out every prompt; returns trajectories in input order and the batch metrics."""
-        self._timing = {"llm": 0.0, "env": 0.0}
+        self._llm_seconds, self.env_pool.seconds = 0.0, 0.0
         params = generator_input.sampling_params or self.settings.sampling_params
         if params.n != 1:
             raise ValueError(
@@ -101,30 +104,32 @@ class SkyRLGymGenerator(GeneratorInterface):
         else:
             episodes = await asyncio.gather(*(self._episode(generator_input, i, params) for i in range(count)))
         finals = [steps[-1] for steps in episodes]
-        metrics = rollout_metrics(finals, self._timing["llm"], self._timing["env"])
+        metrics = rollout_metrics(finals, self._llm_seconds, self.env_pool.seconds)
         trajectories = [t for steps in episodes for t in steps] if self.settings.step_wise_trajectories else finals
         return GeneratorOutput(trajectories=trajectories, metrics=metrics)
 
     # ----- env calls off the event loop ---------------------------------------------------------------------------
-    async def _env_call(self, fn, *args):
-        loop = asyncio.get_running_loop()
-        start = time.perf_counter()
-        try:
-            return await asyncio.wait_for(
-                loop.run_in_executor(self._pool, fn, *args), timeout=self.settings.env_step_timeout_s
-            )
-        finally:
-            self._timing["env"] += time.perf_counter() - start
-
     async def _safe_step(self, env, text: str) -> dict[str, Any]:
-        name = type(env).__name__
         try:
-            return check_step_output(await self._env_call(env.step, text), name)
+            return self._step_outcome(env, EnvCallResult(value=await self.env_pool.call(env.step, text)))
         except TimeoutError:
-            return failed_step(f"{name}.step did not return within {self.settings.env_step_timeout_s} s", "timeout")
+            return self._step_outcome(env, EnvCallResult(timed_out=True))
         except Exception as exc:
+            return self._step_outcome(env, EnvCallResult(error=exc))
+
+    def _step_outcome(self, env, result: EnvCallResult) -> dict[str, Any]:
+        """The checked step output, or a failed step naming the timeout or the exception."""
+        name = type(env).__name__
+        if result.timed_out:
+            return failed_step(f"{name}.step did not return within {self.settings.env_step_timeout_s} s", "timeout")
+        if result.error is not None:
+            exc = result.error
             detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             return failed_step(f"{name}.step raised {type(exc).__name__}: {exc}", "exception", detail)
+        try:
+            return check_step_output(result.value, name)
+        except Exception as exc:
+            return self._step_outcome(env, EnvCallResult(error=exc))
 
     async def _generate(self, input_ids: list[int], params: SamplingParams, session: str):
         start = time.perf_counter()
@@ -132,7 +137,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             request = InferenceEngineInput(prompt_token_ids=[input_ids], sampling_params=params, session_ids=[session])
             return await self.client.generate(request)
         finally:
-            self._timing["llm"] += time.perf_counter() - start
+            self._llm_seconds += time.perf_counter() - start
 
     # ----- one episode ------------------------------------------------------------------------------------------
     def _make_env(self, env_class: str, extras: dict[str, Any]):
@@ -143,8 +148,8 @@ class SkyRLGymGenerator(GeneratorInterface):
         env_class, extras, uid = gi.env_classes[index], gi.env_extras[index], gi.uids[index]
         base = dict(uid=uid, env_class=env_class, data_source=extras.get("data_source"))
         try:
-            env = await self._env_call(self._make_env, env_class, extras)
-            messages, info = await self._env_call(env.init, gi.prompts[index])
+            env = await self.env_pool.call(self._make_env, env_class, extras)
+            messages, info = await self.env_pool.call(env.init, gi.prompts[index])
         except Exception as exc:
             error = {"kind": "init", "reason": f"{type(exc).__name__}: {exc}", "detail": traceback.format_exc()}
             return [self._failed_before_start(base, gi.prompts[index], error)]
@@ -152,7 +157,7 @@ class SkyRLGymGenerator(GeneratorInterface):
         try:
             return await self._run_turns(env, messages, info, params, base, session=f"{uid}/{index}", seed=seed)
         finally:
-            await self._env_call(env.close)
+            await self.env_pool.call(env.close)
 
     async def _run_turns(self, env, messages, info, params, base, session, seed=None) -> list[Trajectory]:
         prompt_ids = prompt_token_ids(self.tokenizer, messages, info.get("tools"), self.settings.chat_template_kwargs)
@@ -278,9 +283,12 @@ class SkyRLGymGenerator(GeneratorInterface):
     # ----- batched single-turn mode -----------------------------------------------------------------------------
     async def _batched(self, gi: GeneratorInput, params: SamplingParams) -> list[list[Trajectory]]:
         count = len(gi.prompts)
-        # Every episode starts concurrently: one thread-pool round trip per call costs ~0.25 ms, which 2 x 256
-        # sequential calls per step turned into a tenth of the quickstart's step.
-        started = await asyncio.gather(*(self._start_episode(gi, i) for i in range(count)))
+        # Each phase (make + init, step, close) is one batch of pool calls: an event-loop round trip per row cost
+        # more than the synthetic envs' own work.
+        calls = [lambda i=i: self._start_episode(gi, i) for i in range(count)]
+        started = [
+            self._started(result, gi.env_classes[i]) for i, result in enumerate(await self.env_pool.call_all(calls))
+        ]
         envs = [env for env, _, _ in started]
         inits = [init for _, init, _ in started]
         failures = {i: failure for i, (_, _, failure) in enumerate(started) if failure is not None}
@@ -300,8 +308,10 @@ class SkyRLGymGenerator(GeneratorInterface):
             out = await self.client.generate(
                 InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params, seeds=seeds)
             )
-            self._timing["llm"] += time.perf_counter() - start
-        steps = await asyncio.gather(*(self._safe_step(envs[i], out.responses[k]) for k, i in enumerate(live)))
+            self._llm_seconds += time.perf_counter() - start
+        step_calls = [lambda i=i, k=k: envs[i].step(out.responses[k]) for k, i in enumerate(live)]
+        step_results = await self.env_pool.call_all(step_calls)
+        steps = [self._step_outcome(envs[i], result) for i, result in zip(live, step_results)]
         results: list[list[Trajectory]] = []
         position = {i: k for k, i in enumerate(live)}
         for i in range(count):
@@ -332,19 +342,35 @@ class SkyRLGymGenerator(GeneratorInterface):
             )
             self._apply_reward_rules(trajectory)
             results.append([trajectory])
-        await asyncio.gather(*(self._env_call(env.close) for env in envs if env is not None))
+        closing = [env.close for env in envs if env is not None]
+        failed_closes = [r for r in await self.env_pool.call_all(closing) if r.error is not None or r.timed_out]
+        if failed_closes:  # the episodes are complete: report the leak, keep the rollouts
+            first = failed_closes[0]
+            logger.warning(
+                "%d of %d env close() calls failed or timed out; first: %s",
+                len(failed_closes),
+                len(closing),
+                "timeout" if first.timed_out else f"{type(first.error).__name__}: {first.error}",
+            )
         return results
 
-    async def _start_episode(self, gi: GeneratorInput, i: int) -> tuple[Any, Any, Optional[dict[str, str]]]:
-        """Make and init the env of row `i`: (env or None, init output or None, failure record or None)."""
+    def _start_episode(self, gi: GeneratorInput, i: int) -> tuple[Any, Any, Optional[dict[str, str]]]:
+        """Make and init the env of row `i` (in a pool thread): (env or None, init output or None, failure or None)."""
         env = None
         try:
-            env = await self._env_call(self._make_env, gi.env_classes[i], gi.env_extras[i])
-            return env, await self._env_call(env.init, gi.prompts[i]), None
+            env = self._make_env(gi.env_classes[i], gi.env_extras[i])
+            return env, env.init(gi.prompts[i]), None
         except Exception as exc:
             failure = {"kind": "init", "reason": f"{type(exc).__name__}: {exc}", "detail": traceback.format_exc()}
             return env, None, failure
 
+    def _started(self, result: EnvCallResult, env_class: str) -> tuple[Any, Any, Optional[dict[str, str]]]:
+        """`_start_episode`'s tuple, or a failure record when making and initialising the env timed out."""
+        if result.timed_out:
+            reason = f"{env_class}: make + init did not return within {self.settings.env_step_timeout_s} s"
+            return None, None, {"kind": "init", "reason": reason}
+        return result.value  # _start_episode catches its own exceptions
+
     def close(self) -> None:
         """Stop the env thread pool."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.env_pool.shutdown()

@@ -39,12 +39,32 @@ class SlowEnv(BaseTextEnv):
         return {"observations": [], "reward": 1.0, "done": True}
 
 
+class SlowStartEnv(BaseTextEnv):
+    def init(self, prompt):
+        time.sleep(2)
+        return super().init(prompt)
+
+    def _step(self, action):
+        return {"observations": [], "reward": 1.0, "done": True}
+
+
+class LeakyEnv(BaseTextEnv):
+    """Scores like a correct answer, then fails to clean up."""
+
+    def _step(self, action):
+        return {"observations": [], "reward": 1.0, "done": True}
+
+    def close(self):
+        raise OSError("could not remove the scratch dir")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def test_envs():
-    for name, cls in {"chatty": ChattyEnv, "broken": BrokenEnv, "slow": SlowEnv}.items():
+    envs = {"chatty": ChattyEnv, "broken": BrokenEnv, "slow": SlowEnv, "slow_start": SlowStartEnv, "leaky": LeakyEnv}
+    for name, cls in envs.items():
         skyrl_gym.register(name, cls)
     yield
-    for name in ("chatty", "broken", "slow"):
+    for name in envs:
         skyrl_gym.deregister(name)
 
 
@@ -187,6 +207,29 @@ def test_batched_mode_starts_every_episode_keeps_failures_per_row_and_templates_
     assert rows[0].prompt_token_ids != rows[3].prompt_token_ids
     rows[0].prompt_token_ids.append(-1)  # each row owns its ids, even where the template was computed once
     assert rows[1].prompt_token_ids != rows[0].prompt_token_ids
+
+
+def test_batched_mode_times_out_slow_rows_alone_and_keeps_rollouts_whose_close_fails(tokenizer, client, caplog):
+    params = SamplingParams(max_tokens=3, temperature=0)
+    settings = GeneratorSettings(sampling_params=params, batched=True, env_step_timeout_s=0.5)
+    extras = {"reward_spec": {"method": "rule", "ground_truth": "5"}, "data_source": "t"}
+    classes = ["arithmetic", "slow", "slow_start", "broken", "leaky"]
+    gi = GeneratorInput(
+        prompts=[[{"role": "user", "content": "What is 2+3?"}] for _ in classes],
+        env_classes=classes,
+        env_extras=[dict(extras) for _ in classes],
+        uids=[str(i) for i in range(len(classes))],
+    )
+    with caplog.at_level("WARNING"):
+        out = asyncio.run(SkyRLGymGenerator(client, tokenizer, settings).generate(gi))
+    arithmetic, slow, slow_start, broken, leaky = out.trajectories
+    assert arithmetic.env_error is None and arithmetic.is_valid
+    assert slow.env_error["kind"] == "timeout" and "0.5 s" in slow.env_error["reason"]
+    assert slow_start.env_error["kind"] == "init" and "did not return within 0.5 s" in slow_start.env_error["reason"]
+    assert broken.env_error["kind"] == "exception" and "grader crashed" in broken.env_error["reason"]
+    assert leaky.env_error is None and leaky.reward == 1.0  # a failed close loses nothing ...
+    assert "1 of 4 env close() calls failed" in caplog.text and "scratch dir" in caplog.text  # ... and is reported
+    assert out.metrics["generate/env_errors"] == 3.0
 
 
 def test_length_limit_overlong_filtering_and_zero_reward_on_non_stop(tokenizer, client):

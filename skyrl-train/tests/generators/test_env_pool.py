@@ -1,0 +1,63 @@
+"""`EnvPool`: single calls and whole batches of env calls in a thread pool, with a time limit per call."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from skyrl_train.generators.env_pool import EnvPool
+
+
+def test_call_all_keeps_order_values_errors_and_timeouts():
+    pool = EnvPool(max_workers=4, timeout_s=0.5)
+    release = threading.Event()
+
+    def fail():
+        raise KeyError("row 1")
+
+    calls = [lambda: "a", fail, lambda: release.wait(5) and "late", lambda: 3]
+    try:
+        results = asyncio.run(pool.call_all(calls))
+    finally:
+        release.set()
+        pool.shutdown()
+    assert [r.value for r in results] == ["a", None, None, 3]
+    assert isinstance(results[1].error, KeyError)
+    assert [r.timed_out for r in results] == [False, False, True, False]
+    assert pool.seconds >= 0.5  # the batch waited for its slowest call's limit
+
+
+def test_a_call_still_queued_at_the_limit_is_cancelled_and_never_runs():
+    pool = EnvPool(max_workers=1, timeout_s=0.3)
+    ran = []
+    release = threading.Event()
+    calls = [lambda: release.wait(5), lambda: ran.append("second")]
+    try:
+        results = asyncio.run(pool.call_all(calls))
+        assert [r.timed_out for r in results] == [True, True]
+    finally:
+        release.set()
+    time.sleep(0.2)  # the first call returns now; a cancelled second call must not start after it
+    pool.shutdown()
+    assert ran == []
+
+
+def test_single_calls_raise_what_the_call_raises_or_timeout():
+    pool = EnvPool(max_workers=2, timeout_s=0.2)
+
+    async def run():
+        assert await pool.call(lambda x: x + 1, 1) == 2
+        with pytest.raises(ValueError, match="bad"):
+            await pool.call(lambda: (_ for _ in ()).throw(ValueError("bad")))
+        with pytest.raises(TimeoutError):
+            await pool.call(time.sleep, 1)
+
+    asyncio.run(run())
+    pool.shutdown()
+
+
+def test_an_empty_batch_returns_nothing():
+    pool = EnvPool(max_workers=1, timeout_s=None)
+    assert asyncio.run(pool.call_all([])) == []
+    pool.shutdown()
