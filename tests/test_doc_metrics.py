@@ -40,6 +40,7 @@ NOT_IN_SHORT_RUN = {
     "reward/manager_": "only with a reward manager (reward.manager != env): tests/rewards/test_scorer.py",
     "reward/model_": "only with a reward model (reward.model.path): tests/trainer/test_trainer_rewards.py",
     "reward/rule_score": "only with a reward manager or model: tests/rewards/test_scorer.py",
+    "eval/reward/": "only with a reward manager or model: skyrl-train/tests/test_evaluation.py",
 }
 
 
