@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen3MoeConfig
 
+from skyrl_train.config import SkyRLConfig
 from skyrl_train.config.roles import MegatronConfig
 from skyrl_train.models.megatron_convert import arch_from_hf_config, gather_state, megatron_to_hf
 from skyrl_train.models.tiny import build_tiny_model
@@ -27,8 +28,10 @@ def test_without_megatron_core_the_start_up_error_says_how_to_install_it(monkeyp
 def test_on_a_machine_without_cuda_the_strategy_refuses_to_start():
     pytest.importorskip("megatron.core")
     assert strategy_class("megatron") is MegatronStrategy
+    section = SkyRLConfig.from_cli_overrides(["trainer.strategy=megatron"], validate=False).trainer.policy
+    # the call BaseWorker.init_model makes on every rank
     with pytest.raises(RuntimeError, match=r"trainer.strategy=megatron needs CUDA GPUs .* device is 'cpu'"):
-        MegatronStrategy(MegatronConfig(), torch.device("cpu"))
+        strategy_class("megatron").from_section(section, torch.device("cpu"), None, False)
 
 
 def test_param_dtype_sets_megatron_precision():
