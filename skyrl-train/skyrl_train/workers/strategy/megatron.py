@@ -253,11 +253,11 @@ class MegatronStrategy:
             return {}
         return megatron_to_hf(gather_state(per_ep), self.arch)
 
-    def _sharded_state(self) -> dict[str, Any]:
+    def _sharded_state(self, is_loading: bool = False) -> dict[str, Any]:
         model_state = self._gpt().sharded_state_dict()
         state: dict[str, Any] = {"model": model_state}
         if self.optimizer is not None:
-            state["optimizer"] = self.optimizer.sharded_state_dict(model_state)
+            state["optimizer"] = self.optimizer.sharded_state_dict(model_state, is_loading=is_loading)
         return state
 
     def save_checkpoint(self, directory: str | os.PathLike[str], extra: Optional[dict[str, Any]] = None) -> None:
@@ -296,7 +296,7 @@ class MegatronStrategy:
             own = json.loads(own_file.read_text(encoding="utf-8"))
             if self.optimizer_offloaded:
                 self.reload_optimizer()
-            state = dist_checkpointing.load(self._sharded_state(), str(path))
+            state = dist_checkpointing.load(self._sharded_state(is_loading=True), str(path))
             self._gpt().load_state_dict(state["model"])
             if self.optimizer is not None:
                 self.optimizer.load_state_dict(state["optimizer"])
