@@ -21,6 +21,7 @@ PATHS=(
   "cuda_ipc|skyrl-train/tests/weight_sync/test_cuda_ipc.py -m gpu|trainer.placement.colocate_all=true generator.inference_engine.weight_sync_backend=cuda_ipc"
   "fsdp2_gpu|skyrl-train/tests/workers -m gpu|-"
   "vllm|skyrl-train/tests/inference/test_vllm_engine.py skyrl-train/tests/trainer/test_trainer_vllm.py -m vllm|generator.inference_engine.backend=vllm"
+  "megatron|skyrl-train/tests/workers/strategy/test_megatron.py skyrl-train/tests/workers/strategy/test_megatron_gpu.py -m megatron|trainer.strategy=megatron"
 )
 
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then

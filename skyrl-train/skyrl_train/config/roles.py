@@ -97,6 +97,31 @@ class FSDPConfig:
 
 
 @dataclass
+class MegatronConfig:
+    """Megatron-core parallelism of one role (read only with `trainer.strategy: megatron`). The role's workers
+    split into `tensor * pipeline * context` model-parallel ranks; the rest of its GPUs are data-parallel ranks
+    (the distributed optimizer shards the optimizer state over them)."""
+
+    tensor_model_parallel_size: int = 1
+    """Ranks that split every layer's weights (Megatron TP); must divide the attention heads, key/value heads and
+    MLP width of the model."""
+
+    pipeline_model_parallel_size: int = 1
+    """Ranks that split the layers into stages (Megatron PP)."""
+
+    context_parallel_size: int = 1
+    """Ranks that split each sequence (Megatron CP)."""
+
+    expert_model_parallel_size: int = 1
+    """Ranks that split the experts of a mixture-of-experts model (Megatron EP); must divide the number of experts
+    and the data-parallel size; 1 for dense models."""
+
+    param_dtype: Dtype = "bfloat16"
+    """Dtype of the model's parameters during forward and backward (the distributed optimizer keeps float32 main
+    weights); `float32` trains in full precision."""
+
+
+@dataclass
 class RefConfig:
     """The frozen reference model used for the KL penalty; built only when KL is used (`cfg.needs_ref_model`)."""
 
@@ -105,6 +130,9 @@ class RefConfig:
 
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     """Sharding of the reference model."""
+
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    """Megatron parallelism of the reference model (`trainer.strategy: megatron`)."""
 
     sequence_parallel_size: int = 1
     """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""
@@ -122,6 +150,9 @@ class PolicyConfig:
 
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     """Sharding of the policy."""
+
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    """Megatron parallelism of the policy (`trainer.strategy: megatron`)."""
 
     sequence_parallel_size: int = 1
     """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""

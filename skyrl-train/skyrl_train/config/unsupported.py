@@ -46,12 +46,23 @@ _LORA_KEYS = (
 )
 
 NOT_YET_SUPPORTED: tuple[NotYetSupported, ...] = (
-    NotYetSupported(
-        "trainer.strategy",
-        ("fsdp2",),
-        "the Megatron workers are GPU-only and not shipped yet",
-        _LORA_PLAN,
-        "megatron",
+    *(
+        NotYetSupported(
+            f"trainer.{role}.megatron.{name}",
+            (1,),
+            f"the Megatron strategy runs one {what} per rank: {why}",
+            "a later release",
+            2,
+        )
+        for role in ("policy", "ref")
+        for name, what, why in (
+            (
+                "pipeline_model_parallel_size",
+                "pipeline stage",
+                "the workers' micro-batch loop is not driven by " "megatron-core's pipeline schedules yet",
+            ),
+            ("context_parallel_size", "whole sequence", "sequences are not split across ranks yet"),
+        )
     ),
     *(
         NotYetSupported(

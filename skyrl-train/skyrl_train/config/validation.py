@@ -84,8 +84,17 @@ def role_world_size(cfg: "SkyRLConfig", role: str) -> int:
 
 
 def role_data_parallel_size(cfg: "SkyRLConfig", role: str) -> int:
-    """Data-parallel ranks of `role`: its world size divided by its sequence-parallel size."""
-    return role_world_size(cfg, role) // role_section(cfg, role).sequence_parallel_size
+    """Data-parallel ranks of `role`: its world size divided by its sequence-parallel size, or on Megatron by its
+    model-parallel size (tensor * pipeline * context)."""
+    section = role_section(cfg, role)
+    if cfg.trainer.strategy == "megatron" and hasattr(section, "megatron"):
+        return max(1, role_world_size(cfg, role) // megatron_model_parallel_size(section.megatron))
+    return role_world_size(cfg, role) // section.sequence_parallel_size
+
+
+def megatron_model_parallel_size(megatron: object) -> int:
+    """Ranks holding one copy of the model on Megatron: tensor * pipeline * context parallel sizes."""
+    return megatron.tensor_model_parallel_size * megatron.pipeline_model_parallel_size * megatron.context_parallel_size
 
 
 def role_section(cfg: "SkyRLConfig", role: str) -> object:
@@ -405,6 +414,50 @@ def warn_unused_models(cfg: "SkyRLConfig") -> Iterator[str]:
         )
 
 
+def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
+    """With `trainer.strategy=megatron`: a CUDA device, only the roles the Megatron workers implement (policy and
+    ref, full fine-tuning), and parallel sizes that fit each role's workers."""
+    if cfg.trainer.strategy != "megatron":
+        return
+    if cfg.trainer.device == "cpu":
+        yield "trainer.strategy=megatron needs CUDA GPUs (megatron-core's forward runs on CUDA): use trainer.device=cuda"
+    if cfg.needs_critic:
+        yield "trainer.strategy=megatron does not run a critic yet: unset trainer.critic.model.path or use fsdp2"
+    if cfg.needs_reward_model:
+        yield "trainer.strategy=megatron does not run a reward model yet: unset reward.model.path or use fsdp2"
+    for role in ("policy", "ref") if cfg.needs_ref_model else ("policy",):
+        section = getattr(cfg.trainer, role)
+        if section.model.lora.rank > 0:
+            yield f"trainer.{role}.model.lora.rank={section.model.lora.rank}: LoRA is not wired into Megatron workers"
+        megatron, prefix = section.megatron, f"trainer.{role}.megatron"
+        sizes = {
+            name: getattr(megatron, name)
+            for name in (
+                "tensor_model_parallel_size",
+                "pipeline_model_parallel_size",
+                "context_parallel_size",
+                "expert_model_parallel_size",
+            )
+        }
+        bad = [f"{prefix}.{name}={value}" for name, value in sizes.items() if value < 1]
+        if bad:
+            yield f"{', '.join(bad)}: parallel sizes must be at least 1"
+            continue
+        world, model_parallel = role_world_size(cfg, role), megatron_model_parallel_size(megatron)
+        if world % model_parallel:
+            yield (
+                f"{prefix}: tensor ({sizes['tensor_model_parallel_size']}) * pipeline"
+                f" ({sizes['pipeline_model_parallel_size']}) * context ({sizes['context_parallel_size']}) parallel"
+                f" sizes = {model_parallel} must divide the {role}'s {world} workers"
+                f" (trainer.placement.{role}_num_nodes * {role}_num_gpus_per_node)"
+            )
+        elif (world // model_parallel) % sizes["expert_model_parallel_size"]:
+            yield (
+                f"{prefix}.expert_model_parallel_size={sizes['expert_model_parallel_size']} must divide the {role}'s"
+                f" {world // model_parallel} data-parallel ranks"
+            )
+
+
 ERROR_CHECKS: list[Check] = [
     check_not_yet_supported,
     check_ranges,
@@ -412,6 +465,7 @@ ERROR_CHECKS: list[Check] = [
     check_algorithm_ranges,
     check_batch_sizes,
     check_sequence_parallel,
+    check_megatron,
     check_models,
     check_generator,
     check_placement,

@@ -82,6 +82,15 @@ def shard_arguments(batch: Batch, num_shards: int, extras: Mapping[str, Any]) ->
     return shards
 
 
+def data_parallel_ranks(world_size: int, model_parallel_size: int) -> list[int]:
+    """The data-parallel rank of each worker rank when `model_parallel_size` consecutive ranks hold one model copy
+    (Megatron's default rank order puts tensor parallelism innermost; 1 for FSDP2). Ranks sharing a data-parallel
+    rank get the same shard; only the first of each (its tensor-parallel rank 0) reports results."""
+    if model_parallel_size <= 0 or world_size % model_parallel_size:
+        raise ValueError(f"model_parallel_size={model_parallel_size} must be a positive divisor of {world_size} ranks")
+    return [rank // model_parallel_size for rank in range(world_size)]
+
+
 def join_results(results: list[Any], num_rows: int) -> Any:
     """Join per-rank results of a sharded call: tensors are concatenated in rank order with padding rows dropped,
     metric dicts are combined (`combine_rank_metrics`), None stays None, anything else is returned as the list."""

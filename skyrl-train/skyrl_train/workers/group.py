@@ -12,9 +12,18 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.threads import actor_threads
-from skyrl_train.workers.dispatch import ShardableBatch, join_results, shard_arguments
+from skyrl_train.workers.dispatch import ShardableBatch, data_parallel_ranks, join_results, shard_arguments
 
 logger = logging.getLogger(__name__)
+
+
+def role_model_parallel_size(cfg: Mapping[str, Any], role: str) -> int:
+    """Ranks of `role` that hold one copy of the model: Megatron's tensor-parallel size on `trainer.strategy:
+    megatron` (pipeline/context parallelism are refused by validation), else 1."""
+    trainer = cfg.get("trainer", {})
+    if trainer.get("strategy") != "megatron" or role not in ("policy", "ref"):
+        return 1
+    return int(trainer.get(role, {}).get("megatron", {}).get("tensor_model_parallel_size", 1))
 
 
 class WorkerGroup:
@@ -41,6 +50,8 @@ class WorkerGroup:
             raise ValueError(f"num_workers must be positive, got {num_workers}")
         self.role = role
         cfg_dict = cfg.to_dict() if isinstance(cfg, SkyRLConfig) else dict(cfg)
+        self.model_parallel_size = role_model_parallel_size(cfg_dict, role)
+        self.data_parallel_ranks = data_parallel_ranks(num_workers, self.model_parallel_size)
         remote_cls = ray.remote(worker_cls)
         threads = actor_threads(num_threads, num_cpus_per_worker)
 
@@ -80,9 +91,13 @@ class WorkerGroup:
     def run_sharded(self, method: str, batch: TrainingBatch | ShardableBatch, **kwargs: Any) -> Any:
         """Split `batch` (and per-row tensor kwargs) evenly over the ranks, call `method(shard, **shard_kwargs)` on
         each, and join the results: tensors concatenated in row order, metric dicts averaged (see `dispatch`)."""
-        shards = shard_arguments(batch, self.world_size, kwargs)
-        refs = [getattr(actor, method).remote(shard, **extra) for actor, (shard, extra) in zip(self.actors, shards)]
-        return join_results(ray.get(refs), len(batch))
+        shards = shard_arguments(batch, self.world_size // self.model_parallel_size, kwargs)
+        refs = [
+            getattr(actor, method).remote(shards[dp][0], **shards[dp][1])
+            for actor, dp in zip(self.actors, self.data_parallel_ranks)
+        ]
+        results = ray.get(refs)
+        return join_results(results[:: self.model_parallel_size], len(batch))
 
     def shutdown(self) -> None:
         """Kill the actors of this group."""

@@ -118,8 +118,8 @@ class BaseWorker:
         torch.manual_seed(self.cfg.trainer.seed)  # identical freshly initialised weights (e.g. value heads) per rank
         model = self.load_model(path)
         strategy_cls = strategy_class(self.cfg.trainer.strategy)
-        self.strategy = strategy_cls(
-            fsdp=self.section.fsdp,
+        self.strategy = strategy_cls.from_section(
+            self.section,
             device=self.device,
             optimizer=self.section.optimizer if self.trainable else None,
             gradient_checkpointing=self.trainable and self.section.gradient_checkpointing,
@@ -182,13 +182,15 @@ class BaseWorker:
         if dist.is_initialized() and self.world_size > 1:
             local = local.to(self.device)
             dist.all_reduce(local, op=dist.ReduceOp.SUM)
-        return float(local.item())
+        # Ranks of one model copy (Megatron tensor parallelism) hold the same rows: count them once.
+        return float(local.item()) * self.gradient_average_factor / self.world_size
 
     @property
     def gradient_average_factor(self) -> float:
-        """FSDP averages gradients over the data-parallel ranks; a rank's loss share is multiplied by this so the
-        average becomes the sum over ranks of `micro-batch loss sum / mini-batch denominator`."""
-        return float(self.world_size)
+        """The strategy averages gradients over the data-parallel ranks (all ranks on FSDP2, world / TP size on
+        Megatron); a rank's loss share is multiplied by this so the average becomes the sum over data-parallel ranks
+        of `micro-batch loss sum / mini-batch denominator`."""
+        return float(getattr(self.strategy, "data_parallel_size", self.world_size))
 
     # ----- optimizer, weights, checkpoints ------------------------------------------------------------------------
 

@@ -117,6 +117,23 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "workers/strategy/test_fsdp2.py::test_fsdp_section_sets_the_shard_options",
         "workers/test_reward_worker.py::test_bf16_compute_dtype_changes_scores_only_by_rounding",
     ),
+    "trainer.strategy": (
+        "workers/strategy/test_megatron.py::test_on_a_machine_without_cuda_the_strategy_refuses_to_start",
+        "config/test_megatron_validation.py::test_a_tp2_run_on_four_gpus_is_valid_and_has_two_data_parallel_ranks",
+    ),
+    "trainer.*.megatron.tensor_model_parallel_size": (
+        "config/test_megatron_validation.py::test_a_tp2_run_on_four_gpus_is_valid_and_has_two_data_parallel_ranks",
+        "workers/test_dispatch.py::test_tensor_parallel_ranks_share_a_data_parallel_shard",
+        "workers/strategy/test_megatron.py::test_converted_weights_load_into_megatron_gpt_model",
+    ),
+    "trainer.*.megatron.expert_model_parallel_size": (
+        "config/test_megatron_validation.py::test_expert_parallel_size_must_divide_the_data_parallel_ranks",
+        "models/test_megatron_convert.py::test_moe_round_trips_and_shards_over_experts",
+    ),
+    "trainer.*.megatron.param_dtype": (
+        "workers/strategy/test_megatron.py::test_param_dtype_sets_megatron_precision",
+        "workers/strategy/test_megatron_gpu.py::test_logits_match_the_hf_model_and_a_step_moves_the_weights",
+    ),
     "trainer.*.fsdp.*": (
         "workers/strategy/test_fsdp2.py::test_fsdp_section_sets_the_shard_options",
         "workers/strategy/test_fsdp2.py::test_fsdp_size_must_divide_the_world",

@@ -52,3 +52,18 @@ def test_any_batch_with_select_is_sharded_by_repeating_its_last_row():
     assert join_results([torch.tensor([0.1, 0.2]), torch.tensor([0.3, 0.3])], len(batch)).tolist() == pytest.approx(
         [0.1, 0.2, 0.3]
     )
+
+
+def test_tensor_parallel_ranks_share_a_data_parallel_shard():
+    from skyrl_train.workers.dispatch import data_parallel_ranks
+    from skyrl_train.workers.group import role_model_parallel_size
+
+    assert data_parallel_ranks(4, 1) == [0, 1, 2, 3]
+    assert data_parallel_ranks(4, 2) == [0, 0, 1, 1]
+    with pytest.raises(ValueError, match="model_parallel_size=3 must be a positive divisor of 4 ranks"):
+        data_parallel_ranks(4, 3)
+    megatron = {"trainer": {"strategy": "megatron", "policy": {"megatron": {"tensor_model_parallel_size": 2}}}}
+    assert role_model_parallel_size(megatron, "policy") == 2
+    assert role_model_parallel_size(megatron, "critic") == 1
+    fsdp = {"trainer": {"strategy": "fsdp2", "policy": {"megatron": {"tensor_model_parallel_size": 2}}}}
+    assert role_model_parallel_size(fsdp, "policy") == 1

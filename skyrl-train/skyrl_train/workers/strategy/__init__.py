@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from skyrl_train.workers.strategy.fsdp2 import FSDP2Strategy
+from skyrl_train.workers.strategy.megatron import MegatronStrategy
 
-STRATEGIES: dict[str, type] = {"fsdp2": FSDP2Strategy}
-"""Strategy classes by `trainer.strategy` name (`megatron` is GPU-only and not shipped yet)."""
+STRATEGIES: dict[str, type] = {"fsdp2": FSDP2Strategy, "megatron": MegatronStrategy}
+"""Strategy classes by `trainer.strategy` name (`megatron` needs CUDA and megatron-core; it imports lazily)."""
 
 
 def strategy_class(name: str) -> type:
@@ -15,4 +16,4 @@ def strategy_class(name: str) -> type:
     return STRATEGIES[name]
 
 
-__all__ = ["STRATEGIES", "FSDP2Strategy", "strategy_class"]
+__all__ = ["STRATEGIES", "FSDP2Strategy", "MegatronStrategy", "strategy_class"]

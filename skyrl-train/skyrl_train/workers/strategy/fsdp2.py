@@ -94,10 +94,22 @@ class FSDP2Strategy:
         """Optimizer steps the LR schedule spans (restored from a checkpoint when resuming)."""
         self.optimizer_offloaded = False
 
+    @classmethod
+    def from_section(
+        cls, section: Any, device: torch.device, optimizer: Optional[OptimizerConfig], gradient_checkpointing: bool
+    ) -> FSDP2Strategy:
+        """The strategy for a role's config section (`trainer.<role>` or `reward.model`: its `fsdp` settings)."""
+        return cls(fsdp=section.fsdp, device=device, optimizer=optimizer, gradient_checkpointing=gradient_checkpointing)
+
     @property
     def rank(self) -> int:
         """This process's rank in the default group."""
         return dist.get_rank()
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Ranks gradients are averaged over: all of them."""
+        return dist.get_world_size()
 
     @property
     def world_size(self) -> int:

@@ -13,9 +13,11 @@ from skyrl_train.workers.strategy.fsdp2 import capture_rng_state, layer_modules,
 
 
 def test_strategy_registry_names_the_config_field():
-    assert strategy_class("fsdp2") is FSDP2Strategy and "fsdp2" in STRATEGIES
-    with pytest.raises(ValueError, match="trainer.strategy='megatron' is not available"):
-        strategy_class("megatron")
+    assert strategy_class("fsdp2") is FSDP2Strategy and sorted(STRATEGIES) == ["fsdp2", "megatron"]
+    with pytest.raises(
+        ValueError, match=r"trainer.strategy='deepspeed' is not available; expected one of \['fsdp2', 'megatron'\]"
+    ):
+        strategy_class("deepspeed")
 
 
 def test_each_decoder_layer_is_a_shard_unit():

@@ -1,0 +1,324 @@
+"""`MegatronStrategy` (GPU): train a Hugging Face causal LM as a megatron-core `GPTModel` behind the FSDP2 contract.
+
+`prepare(hf_model)` initialises megatron-core's model-parallel groups (tensor, expert; the remaining ranks are data
+parallel), builds the `GPTModel` for the HF config, loads this rank's TP/EP shard of the converted weights
+(`skyrl_train.models.megatron_convert`), wraps it in megatron-core's `DistributedDataParallel` and builds its
+distributed optimizer (Adam with decoupled weight decay, float32 main weights, state sharded over the data-parallel
+ranks). The returned module is called like an HF model (`MegatronCausalLM`), so the workers' micro-batch loop,
+log-prob and loss code are shared with FSDP2; `backward` accumulates into megatron's gradient buffers and
+`optimizer_step` reduce-scatters them, clips, steps and copies the new weights back.
+
+`full_state_dict` gathers the TP and EP shards and converts back to HF names (weight sync and HF export);
+checkpoints go through `megatron.core.dist_checkpointing` (model and optimizer) plus one JSON file per rank with the
+LR schedule and RNG states. Pipeline and context parallelism are refused by config validation (not implemented).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from skyrl_train.config.roles import MegatronConfig, OptimizerConfig
+from skyrl_train.models.loading import resolve_dtype
+from skyrl_train.models.megatron_convert import (
+    GPTArch,
+    arch_from_hf_config,
+    check_tensor_parallel,
+    gather_state,
+    hf_to_megatron,
+    megatron_to_hf,
+    shard_state,
+    strip_extra_state,
+)
+from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
+from skyrl_train.utils.plain_values import to_jsonable
+from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
+from skyrl_train.workers.strategy.fsdp2 import move_optimizer_state
+from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM, build_gpt_model, require_megatron_runtime
+from skyrl_train.workers.strategy.optimizer import build_scheduler
+
+logger = logging.getLogger(__name__)
+
+EXTRA_STATE_FILE = "megatron_extra_state_rank{rank}.json"
+"""Per-rank JSON file of a Megatron checkpoint: LR schedule, RNG states and caller extras."""
+
+
+def megatron_optimizer_kwargs(config: OptimizerConfig, params_dtype: torch.dtype) -> dict[str, Any]:
+    """Keyword arguments of megatron-core's `OptimizerConfig` from a role's `optimizer` section (distributed Adam)."""
+    if len(config.adam_betas) != 2:
+        raise ValueError(f"optimizer.adam_betas must hold two numbers (beta1, beta2), got {config.adam_betas}")
+    return dict(
+        optimizer="adam",
+        lr=config.lr,
+        weight_decay=config.weight_decay,
+        adam_beta1=float(config.adam_betas[0]),
+        adam_beta2=float(config.adam_betas[1]),
+        clip_grad=config.max_grad_norm if config.max_grad_norm > 0 else 0.0,
+        use_distributed_optimizer=True,
+        bf16=params_dtype == torch.bfloat16,
+        fp16=params_dtype == torch.float16,
+        params_dtype=params_dtype,
+    )
+
+
+def _inner_optimizers(optimizer: Any) -> list[torch.optim.Optimizer]:
+    chained = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    return [inner.optimizer for inner in chained if getattr(inner, "optimizer", None) is not None]
+
+
+class MegatronStrategy:
+    """Megatron-core training of one model across the ranks of the default process group (CUDA only).
+
+    Same methods as `FSDP2Strategy`: `prepare`, `backward`, `optimizer_step`, `lr`, `offload_optimizer` /
+    `reload_optimizer`, `full_state_dict`, `save_checkpoint` / `load_checkpoint`, `save_hf_model`; plus
+    `data_parallel_size` (gradients are averaged over the data-parallel ranks only).
+    """
+
+    name = "megatron"
+
+    def __init__(
+        self,
+        megatron: MegatronConfig,
+        device: torch.device,
+        optimizer: Optional[OptimizerConfig] = None,
+        gradient_checkpointing: bool = False,
+        seed: int = 42,
+    ) -> None:
+        require_megatron_runtime(device)
+        for name in ("pipeline_model_parallel_size", "context_parallel_size"):
+            if getattr(megatron, name) != 1:
+                raise NotImplementedError(f"megatron.{name}={getattr(megatron, name)} is not supported yet; set 1")
+        self.megatron = megatron
+        self.device = device
+        self.optimizer_config = optimizer
+        self.gradient_checkpointing = gradient_checkpointing
+        self.seed = seed
+        self.params_dtype = resolve_dtype(megatron.param_dtype)
+        self.arch: Optional[GPTArch] = None
+        self.hf_config: Any = None
+        self.ddp_model: Any = None
+        self.model: Optional[MegatronCausalLM] = None
+        self.optimizer: Any = None
+        self.scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
+        self._lr_holder: Optional[torch.optim.Optimizer] = None
+        self.num_training_steps: Optional[int] = None
+        self.optimizer_offloaded = False
+
+    @classmethod
+    def from_section(
+        cls, section: Any, device: torch.device, optimizer: Optional[OptimizerConfig], gradient_checkpointing: bool
+    ) -> MegatronStrategy:
+        """The strategy for a role's config section (`trainer.<role>`: its `megatron` settings)."""
+        return cls(section.megatron, device, optimizer, gradient_checkpointing)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the default group."""
+        return dist.get_rank()
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Data-parallel ranks: the world size over the tensor-parallel size."""
+        return dist.get_world_size() // self.megatron.tensor_model_parallel_size
+
+    def prepare(self, model: torch.nn.Module, num_training_steps: Optional[int] = None) -> MegatronCausalLM:
+        """Build the Megatron model from the HF `model` (its config and weights), shard it and, for a trainable
+        role, build the distributed optimizer and the LR schedule."""
+        from megatron.core import parallel_state, tensor_parallel
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+        tp, ep = self.megatron.tensor_model_parallel_size, self.megatron.expert_model_parallel_size
+        torch.cuda.set_device(self.device)
+        if not parallel_state.model_parallel_is_initialized():
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, expert_model_parallel_size=ep)
+        tensor_parallel.model_parallel_cuda_manual_seed(self.seed)
+        self.hf_config = model.config
+        self.arch = arch_from_hf_config(model.config)
+        check_tensor_parallel(self.arch, tp)
+        if ep > 1 and not self.arch.is_moe:
+            raise ValueError(f"megatron.expert_model_parallel_size={ep} needs a mixture-of-experts model")
+        config, gpt = build_gpt_model(self.arch, self.params_dtype, tp, ep, recompute=self.gradient_checkpointing)
+        full = hf_to_megatron({k: v.float() for k, v in model.state_dict().items()}, self.arch, tp)
+        local = shard_state(
+            full,
+            tp,
+            parallel_state.get_tensor_model_parallel_rank(),
+            ep,
+            parallel_state.get_expert_model_parallel_rank(),
+        )
+        own = gpt.state_dict()
+        local = {name: tensor.to(self.params_dtype) for name, tensor in local.items()}
+        local.update({name: value for name, value in own.items() if name.endswith("._extra_state")})
+        gpt.load_state_dict(local, strict=True)
+        gpt.cuda(self.device)
+        del full, model
+        if self.optimizer_config is None:
+            self.ddp_model = gpt
+        else:
+            from megatron.core.optimizer import OptimizerConfig as McoreOptimizerConfig
+            from megatron.core.optimizer import get_megatron_optimizer
+
+            ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=True)
+            self.ddp_model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=gpt)
+            self.optimizer = get_megatron_optimizer(
+                McoreOptimizerConfig(**megatron_optimizer_kwargs(self.optimizer_config, self.params_dtype)),
+                [self.ddp_model],
+            )
+            # The LR schedule is a transformers schedule stepped on a one-parameter holder; its lr is copied into
+            # megatron's param groups before every step (megatron's optimizer is not a torch.optim.Optimizer).
+            self._lr_holder = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=self.optimizer_config.lr)
+            self.scheduler = build_scheduler(self._lr_holder, self.optimizer_config, num_training_steps)
+            self.num_training_steps = num_training_steps
+        self.model = MegatronCausalLM(self.ddp_model, self.arch.vocab_size)
+        return self.model
+
+    def _require_optimizer(self) -> Any:
+        if self.optimizer is None:
+            raise RuntimeError("this strategy has no optimizer: the role is forward-only (e.g. ref) or not prepared")
+        return self.optimizer
+
+    @property
+    def lr(self) -> float:
+        """Learning rate the next optimizer step uses."""
+        self._require_optimizer()
+        return float(self._lr_holder.param_groups[0]["lr"])
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate gradients of `loss` into megatron's gradient buffers (reduced at `optimizer_step`)."""
+        loss.backward()
+
+    def offload_optimizer(self) -> int:
+        """Move the distributed optimizer's Adam state to CPU; returns the bytes moved."""
+        moved = sum(move_optimizer_state(inner, torch.device("cpu")) for inner in _inner_optimizers(self.optimizer))
+        self.optimizer_offloaded = True
+        return moved
+
+    def reload_optimizer(self) -> int:
+        """Bring an offloaded optimizer state back to the GPU; returns the bytes moved."""
+        moved = sum(move_optimizer_state(inner, self.device) for inner in _inner_optimizers(self.optimizer))
+        self.optimizer_offloaded = False
+        return moved
+
+    def optimizer_step(self) -> float:
+        """Reduce-scatter the gradients, clip to `max_grad_norm`, step Adam and the LR schedule, zero the gradient
+        buffers; returns the grad norm before clipping. A non-finite norm skips the update."""
+        optimizer = self._require_optimizer()
+        if self.optimizer_offloaded:
+            self.reload_optimizer()
+        for group in optimizer.param_groups:
+            group["lr"] = self.lr
+        self.ddp_model.finish_grad_sync()
+        success, grad_norm, _ = optimizer.step()
+        grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
+        if success and np.isfinite(grad_norm):
+            self.scheduler.step()
+        else:
+            logger.warning("grad norm is %s: skipping this optimizer step", grad_norm)
+        self.ddp_model.zero_grad_buffer()
+        optimizer.zero_grad()
+        return grad_norm
+
+    def _gpt(self) -> torch.nn.Module:
+        return getattr(self.ddp_model, "module", self.ddp_model)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model with Hugging Face names on CPU (float32), gathered on rank 0 over the TP and EP groups
+        ({} on other ranks; every rank must call this)."""
+        from megatron.core import parallel_state
+
+        local = strip_extra_state(self._gpt().state_dict())
+        tp_group = parallel_state.get_tensor_model_parallel_group()
+        tp_shards = [dict() for _ in range(dist.get_world_size(tp_group))]
+        for name in sorted(local):
+            tensor = local[name].detach().float().contiguous()
+            parts = [torch.empty_like(tensor) for _ in tp_shards]
+            dist.all_gather(parts, tensor, group=tp_group)
+            for shard, part in zip(tp_shards, parts):
+                shard[name] = part.cpu()
+        ep = self.megatron.expert_model_parallel_size
+        if ep > 1:
+            gathered: list[Any] = [None] * ep
+            dist.all_gather_object(gathered, tp_shards, group=parallel_state.get_expert_model_parallel_group())
+            per_ep = gathered
+        else:
+            per_ep = [tp_shards]
+        if self.rank != 0:
+            return {}
+        return megatron_to_hf(gather_state(per_ep), self.arch)
+
+    def _sharded_state(self, is_loading: bool = False) -> dict[str, Any]:
+        model_state = self._gpt().sharded_state_dict()
+        state: dict[str, Any] = {"model": model_state}
+        if self.optimizer is not None:
+            state["optimizer"] = self.optimizer.sharded_state_dict(model_state, is_loading=is_loading)
+        return state
+
+    def save_checkpoint(self, directory: str | os.PathLike[str], extra: Optional[dict[str, Any]] = None) -> None:
+        """Write the sharded model and optimizer with `megatron.core.dist_checkpointing`, plus this rank's
+        scheduler/RNG/`extra` JSON file. Every rank must call this."""
+        from megatron.core import dist_checkpointing
+
+        with local_directory_for_writing(directory) as local:
+            path = Path(local)
+            if self.optimizer_offloaded:
+                self.reload_optimizer()
+            if self.rank == 0:
+                path.mkdir(parents=True, exist_ok=True)
+            dist.barrier()
+            dist_checkpointing.save(self._sharded_state(), str(path))
+            own: dict[str, Any] = {"rng": capture_rng_state(), "extra": extra or {}}
+            if self.scheduler is not None:
+                own["scheduler"] = self.scheduler.state_dict()
+                own["num_training_steps"] = self.num_training_steps
+            text = json.dumps(to_jsonable(own, "extra_state"))
+            (path / EXTRA_STATE_FILE.format(rank=self.rank)).write_text(text, encoding="utf-8")
+            dist.barrier()
+        dist.barrier()
+
+    def load_checkpoint(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
+        """Restore what `save_checkpoint` wrote; returns the saved `extra`."""
+        from megatron.core import dist_checkpointing
+
+        with local_directory_for_reading(directory) as local:
+            path = Path(local)
+            own_file = path / EXTRA_STATE_FILE.format(rank=self.rank)
+            if not own_file.exists():
+                raise FileNotFoundError(
+                    f"{directory}/{own_file.name} is missing: not a Megatron checkpoint of this group"
+                )
+            own = json.loads(own_file.read_text(encoding="utf-8"))
+            if self.optimizer_offloaded:
+                self.reload_optimizer()
+            state = dist_checkpointing.load(self._sharded_state(is_loading=True), str(path))
+            self._gpt().load_state_dict(state["model"])
+            if self.optimizer is not None:
+                self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None and "scheduler" in own:
+                if own.get("num_training_steps") != self.num_training_steps:
+                    self.scheduler = build_scheduler(self._lr_holder, self.optimizer_config, own["num_training_steps"])
+                    self.num_training_steps = own["num_training_steps"]
+                self.scheduler.load_state_dict(own["scheduler"])
+            restore_rng_state(own["rng"])
+            dist.barrier()
+            return own["extra"]
+
+    def save_hf_model(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> None:
+        """Gather the weights and write a Hugging Face model folder (config, safetensors, tokenizer) from rank 0."""
+        from transformers import AutoModelForCausalLM
+
+        state = self.full_state_dict()
+        if self.rank == 0:
+            with torch.device("meta"):
+                skeleton = AutoModelForCausalLM.from_config(self.hf_config)
+            with local_directory_for_writing(directory) as local:
+                skeleton.save_pretrained(local, state_dict=state, safe_serialization=True)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(local)
+        dist.barrier()

@@ -1,0 +1,165 @@
+"""Building a megatron-core `GPTModel` from a Hugging Face config, and calling it like a Hugging Face causal LM.
+
+megatron-core is imported lazily (it is an optional extra, `skyrl-train[megatron]`); `require_megatron_runtime`
+gives the start-up error on machines without it or without CUDA. Model construction and weight loading also run on
+CPU (process groups over gloo, `use_cpu_initialization=True`), which the tests use; training needs CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import torch
+
+from skyrl_train.models.megatron_convert import GPTArch
+
+
+def require_megatron_runtime(device: torch.device) -> None:
+    """Raise RuntimeError when the Megatron strategy cannot run here: megatron-core missing, or no CUDA device."""
+    if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
+        raise RuntimeError(
+            "trainer.strategy=megatron needs megatron-core: pip install 'skyrl-train[megatron]' "
+            "(megatron-core 0.16.x), or use trainer.strategy=fsdp2"
+        )
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError(
+            f"trainer.strategy=megatron needs CUDA GPUs (megatron-core's forward runs on CUDA); this worker's device "
+            f"is {device.type!r} (cuda available: {torch.cuda.is_available()}). Use trainer.strategy=fsdp2 on CPU"
+        )
+
+
+def transformer_config_kwargs(
+    arch: GPTArch,
+    params_dtype: torch.dtype,
+    tensor_parallel_size: int = 1,
+    expert_parallel_size: int = 1,
+    use_cpu_initialization: bool = False,
+    recompute: bool = False,
+) -> dict[str, Any]:
+    """Keyword arguments of megatron-core's `TransformerConfig` for `arch` (a Qwen2/Qwen3/Llama-style decoder:
+    RMSNorm, SwiGLU MLP, RoPE, no linear biases except the optional QKV bias, no dropout)."""
+    kwargs: dict[str, Any] = dict(
+        num_layers=arch.num_layers,
+        hidden_size=arch.hidden_size,
+        num_attention_heads=arch.num_attention_heads,
+        num_query_groups=arch.num_query_groups,
+        kv_channels=arch.head_dim,
+        ffn_hidden_size=arch.ffn_hidden_size,
+        normalization="RMSNorm",
+        layernorm_epsilon=arch.norm_epsilon,
+        gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu,
+        add_bias_linear=False,
+        add_qkv_bias=arch.qkv_bias,
+        qk_layernorm=arch.qk_layernorm,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=tensor_parallel_size,
+        expert_model_parallel_size=expert_parallel_size,
+        params_dtype=params_dtype,
+        bf16=params_dtype == torch.bfloat16,
+        fp16=params_dtype == torch.float16,
+        use_cpu_initialization=use_cpu_initialization,
+        # The fused kernels below need Apex/TE or CUDA extensions; the unfused paths are plain torch.
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        gradient_accumulation_fusion=False,
+    )
+    if recompute:
+        kwargs.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    if arch.is_moe:
+        kwargs.update(
+            num_moe_experts=arch.num_experts,
+            moe_ffn_hidden_size=arch.moe_ffn_hidden_size,
+            moe_router_topk=arch.moe_router_topk,
+            moe_router_pre_softmax=False,
+            # alltoall needs CUDA streams at construction; with one expert rank allgather is equivalent
+            moe_token_dispatcher_type="alltoall" if expert_parallel_size > 1 else "allgather",
+            moe_router_load_balancing_type="none",
+            moe_aux_loss_coeff=0.0,
+            moe_grouped_gemm=False,
+        )
+        if arch.shared_expert_ffn_hidden_size:
+            kwargs.update(
+                moe_shared_expert_intermediate_size=arch.shared_expert_ffn_hidden_size, moe_shared_expert_gate=True
+            )
+    return kwargs
+
+
+def build_gpt_model(
+    arch: GPTArch,
+    params_dtype: torch.dtype,
+    tensor_parallel_size: int = 1,
+    expert_parallel_size: int = 1,
+    use_cpu_initialization: bool = False,
+    recompute: bool = False,
+) -> tuple[Any, Any]:
+    """(TransformerConfig, GPTModel) for `arch` on the current model-parallel groups (`initialize_model_parallel`
+    must have run). The output layer gathers the logits over TP ranks (`parallel_output=False`); the vocabulary is
+    padded to a multiple of the TP size."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer import TransformerConfig
+
+    config = TransformerConfig(
+        **transformer_config_kwargs(
+            arch, params_dtype, tensor_parallel_size, expert_parallel_size, use_cpu_initialization, recompute
+        )
+    )
+    spec = get_gpt_layer_local_spec(
+        num_experts=arch.num_experts or None, moe_grouped_gemm=False, qk_layernorm=arch.qk_layernorm
+    )
+    model = GPTModel(
+        config,
+        spec,
+        vocab_size=arch.padded_vocab_size(tensor_parallel_size),
+        max_sequence_length=arch.max_position_embeddings,
+        parallel_output=False,
+        share_embeddings_and_output_weights=arch.tied_embeddings,
+        position_embedding_type="rope",
+        rotary_base=int(arch.rope_theta),
+    )
+    return config, model
+
+
+def megatron_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Megatron's boolean mask [B, 1, S, S] (True = masked out) from an HF padding mask [B, S] (1 = token): causal,
+    and keys that are padding are masked. A fully padded query row keeps its diagonal so softmax stays finite (its
+    output is never read)."""
+    length = attention_mask.shape[1]
+    causal = torch.tril(torch.ones(length, length, dtype=torch.bool, device=attention_mask.device))
+    allowed = causal[None] & attention_mask.bool()[:, None, :]
+    allowed |= torch.eye(length, dtype=torch.bool, device=attention_mask.device)[None]
+    return ~allowed[:, None]
+
+
+class MegatronCausalLM(torch.nn.Module):
+    """A (possibly DDP-wrapped) `GPTModel` called with Hugging Face arguments: `forward(input_ids, attention_mask,
+    position_ids)` returns an object with `.logits` [B, S, vocab] (vocab padding removed), so the workers' log-prob
+    code runs unchanged."""
+
+    def __init__(self, module: torch.nn.Module, vocab_size: int) -> None:
+        super().__init__()
+        self.module = module
+        self.vocab_size = vocab_size
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        position_ids: Optional[torch.Tensor] = None,
+        **_: Any,
+    ) -> SimpleNamespace:
+        """Logits of every position (the HF `use_cache` and similar keyword arguments are ignored)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if position_ids is None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        logits = self.module(
+            input_ids=input_ids, position_ids=position_ids, attention_mask=megatron_attention_mask(attention_mask)
+        )
+        return SimpleNamespace(logits=logits[..., : self.vocab_size])

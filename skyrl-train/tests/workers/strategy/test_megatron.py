@@ -1,0 +1,165 @@
+"""The Megatron strategy on CPU: start-up errors, and converted weights loading into megatron-core's real `GPTModel`
+built over gloo (`use_cpu_initialization=True`) for tp=1 and tp=2. Forward/backward need CUDA: see
+test_megatron_gpu.py."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import LlamaConfig, Qwen3MoeConfig
+
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.config.roles import MegatronConfig
+from skyrl_train.models.megatron_convert import arch_from_hf_config, gather_state, megatron_to_hf
+from skyrl_train.models.tiny import build_tiny_model
+from skyrl_train.recipes.warm_start import WarmStartSettings
+from skyrl_train.workers.strategy import MegatronStrategy, strategy_class
+from skyrl_train.workers.strategy.megatron_model import megatron_attention_mask, require_megatron_runtime
+
+
+def test_without_megatron_core_the_start_up_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "megatron", None)  # what importlib reports when the package is absent
+    with pytest.raises(RuntimeError, match=r"needs megatron-core: pip install 'skyrl-train\[megatron\]'"):
+        require_megatron_runtime(torch.device("cuda"))
+
+
+def test_on_a_machine_without_cuda_the_strategy_refuses_to_start():
+    pytest.importorskip("megatron.core")
+    assert strategy_class("megatron") is MegatronStrategy
+    section = SkyRLConfig.from_cli_overrides(["trainer.strategy=megatron"], validate=False).trainer.policy
+    # the call BaseWorker.init_model makes on every rank
+    with pytest.raises(RuntimeError, match=r"trainer.strategy=megatron needs CUDA GPUs .* device is 'cpu'"):
+        strategy_class("megatron").from_section(section, torch.device("cpu"), None, False)
+
+
+def test_param_dtype_sets_megatron_precision():
+    from skyrl_train.config.roles import OptimizerConfig
+    from skyrl_train.models.loading import resolve_dtype
+    from skyrl_train.workers.strategy.megatron import megatron_optimizer_kwargs
+    from skyrl_train.workers.strategy.megatron_model import transformer_config_kwargs
+
+    arch = arch_from_hf_config(build_tiny_model(WarmStartSettings().model_spec).config)
+    for name, bf16 in (("bfloat16", True), ("float32", False)):
+        dtype = resolve_dtype(MegatronConfig(param_dtype=name).param_dtype)
+        model_kwargs = transformer_config_kwargs(arch, dtype)
+        optimizer_kwargs = megatron_optimizer_kwargs(OptimizerConfig(lr=0.5, adam_betas=[0.8, 0.9]), dtype)
+        assert model_kwargs["params_dtype"] == dtype and model_kwargs["bf16"] is bf16
+        assert optimizer_kwargs["bf16"] is bf16 and optimizer_kwargs["use_distributed_optimizer"] is True
+        assert (optimizer_kwargs["lr"], optimizer_kwargs["adam_beta1"], optimizer_kwargs["adam_beta2"]) == (
+            0.5,
+            0.8,
+            0.9,
+        )
+    assert model_kwargs["num_query_groups"] == arch.num_query_groups and model_kwargs["add_qkv_bias"] is True
+
+
+def test_attention_mask_is_causal_and_masks_padding_keys():
+    mask = megatron_attention_mask(torch.tensor([[0, 1, 1], [1, 1, 1]]))
+    assert mask.shape == (2, 1, 3, 3) and mask.dtype == torch.bool
+    allowed = ~mask[:, 0]
+    assert allowed[1].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    # row 0 starts with a padding token: no real query attends to it; the pad query keeps its diagonal
+    assert allowed[0].tolist() == [[True, False, False], [False, True, False], [False, True, True]]
+
+
+# ----- real GPTModel on CPU -------------------------------------------------------------------------------------
+
+
+def _configs():
+    llama = LlamaConfig(
+        vocab_size=101,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
+    moe = Qwen3MoeConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        moe_intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    spec = WarmStartSettings().model_spec
+    return {"embedded": build_tiny_model(spec, seed=1).config, "llama": llama, "qwen3_moe": moe}
+
+
+def _hf_state(config):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+RANK_SCRIPT = """
+import sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+from transformers import AutoConfig
+from megatron.core import parallel_state
+from skyrl_train.models.megatron_convert import arch_from_hf_config, hf_to_megatron, shard_state, strip_extra_state
+from skyrl_train.workers.strategy.megatron_model import build_gpt_model
+
+folder, rank, tp, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=tp)
+parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+config = AutoConfig.from_pretrained(folder)
+arch = arch_from_hf_config(config)
+_, model = build_gpt_model(arch, torch.float32, tensor_parallel_size=tp, use_cpu_initialization=True)
+own = model.state_dict()
+local = shard_state(hf_to_megatron(torch.load(f"{folder}/hf.pt", weights_only=True), arch, tp), tp, rank)
+shapes = sorted((n, tuple(t.shape)) for n, t in strip_extra_state(own).items())
+expected = sorted((n, tuple(t.shape)) for n, t in local.items())
+local.update({n: v for n, v in own.items() if n.endswith("._extra_state")})
+model.load_state_dict(local, strict=True)
+state = {n: t.clone() for n, t in strip_extra_state(model.state_dict()).items()}
+torch.save({"shapes": shapes, "expected": expected, "state": state}, f"{folder}/rank{rank}.pt")
+parallel_state.destroy_model_parallel()
+torch.distributed.destroy_process_group()
+"""
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(("name", "tp"), [("embedded", 1), ("qwen3_moe", 1), ("llama", 2), ("embedded", 2)])
+def test_converted_weights_load_into_megatron_gpt_model(name, tp, tmp_path):
+    pytest.importorskip("megatron.core")
+    config = _configs()[name]
+    hf_state = _hf_state(config)
+    config.save_pretrained(tmp_path)
+    torch.save(hf_state, tmp_path / "hf.pt")
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT, encoding="utf-8")
+    port = str(_free_port())
+    ranks = [
+        subprocess.Popen([sys.executable, str(script), str(tmp_path), str(rank), str(tp), port], stderr=subprocess.PIPE)
+        for rank in range(tp)
+    ]
+    for rank, process in enumerate(ranks):
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, f"rank {rank}: {stderr.decode()[-2000:]}"
+    results = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in range(tp)]
+    for rank, result in enumerate(results):
+        assert result["shapes"] == result["expected"], f"rank {rank}: names/shapes differ from megatron-core's"
+    # What the real modules hold after loading, gathered over the TP ranks, converts back to the HF weights exactly
+    back = megatron_to_hf(gather_state([[result["state"] for result in results]]), arch_from_hf_config(config))
+    assert sorted(back) == sorted(hf_state)
+    for key, tensor in hf_state.items():
+        assert torch.equal(back[key], tensor), key
