@@ -37,4 +37,7 @@ log "installing skyrl-gym, skyrl-train, skyrl-agent, skyrl-tx (editable, dev ext
   -e "skyrl-train[dev]" \
   -e "skyrl-agent[dev]" \
   -e "skyrl-tx[dev]" 2> >(quiet_pip_warnings >&2)
+# megatron-core (2.5 MB) for the CPU tests of the Megatron strategy (weights load into its real GPTModel over gloo).
+# --no-deps: its requirements (torch, numpy, packaging) are installed above, and pip must not touch torch.
+"${PIP[@]}" install -q --no-deps "megatron-core==0.16.1" 2> >(quiet_pip_warnings >&2)
 "$VENV/bin/python" -c "import skyrl_gym, skyrl_train, skyrl_agent, skyrl_tx; print('[setup] packages import')"

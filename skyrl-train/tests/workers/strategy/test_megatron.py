@@ -138,7 +138,9 @@ def _free_port():
         return sock.getsockname()[1]
 
 
-@pytest.mark.parametrize(("name", "tp"), [("embedded", 1), ("qwen3_moe", 1), ("llama", 2), ("embedded", 2)])
+# Two cases keep CI short (each is a subprocess of 20-35 s): tensor parallel on the embedded model, and MoE. The
+# round trips of every architecture at every size are checked without megatron in tests/models/test_megatron_convert.py.
+@pytest.mark.parametrize(("name", "tp"), [("embedded", 2), ("qwen3_moe", 1)])
 def test_converted_weights_load_into_megatron_gpt_model(name, tp, tmp_path):
     pytest.importorskip("megatron.core")
     config = _configs()[name]
