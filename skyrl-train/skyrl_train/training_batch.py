@@ -62,24 +62,34 @@ class TrainingBatch:
             raise ValueError("TrainingBatch.from_trajectories needs at least one trajectory")
         prompt_width = max(len(t.prompt_token_ids) for t in trajectories)
         response_width = max(1, max(len(t.response_ids) for t in trajectories))
-        count = len(trajectories)
-        input_ids = torch.full((count, prompt_width + response_width), pad_token_id, dtype=torch.long)
-        attention = torch.zeros_like(input_ids)
-        response_mask = torch.zeros((count, response_width), dtype=torch.float32)
-        rewards = torch.zeros((count, response_width), dtype=torch.float32)
+        # Rows are padded as Python lists and converted once per field: a tensor per row and field cost ~10 us each,
+        # which for a few hundred rows was most of the step's "reward" phase.
+        ids_rows, attention_rows, mask_rows, reward_rows, logprob_rows = [], [], [], [], []
         has_logprobs = all(t.rollout_logprobs is not None for t in trajectories)
-        logprobs = torch.zeros((count, response_width), dtype=torch.float32) if has_logprobs else None
         for i, t in enumerate(trajectories):
             p, r = len(t.prompt_token_ids), len(t.response_ids)
-            input_ids[i, prompt_width - p : prompt_width] = torch.tensor(t.prompt_token_ids, dtype=torch.long)
-            attention[i, prompt_width - p : prompt_width] = 1
-            if r:
-                input_ids[i, prompt_width : prompt_width + r] = torch.tensor(t.response_ids, dtype=torch.long)
-                attention[i, prompt_width : prompt_width + r] = 1
-                response_mask[i, :r] = torch.tensor(t.loss_mask, dtype=torch.float32)
-                rewards[i, :r] = torch.tensor(t.token_rewards, dtype=torch.float32)
-                if logprobs is not None:
-                    logprobs[i, :r] = torch.tensor(t.rollout_logprobs, dtype=torch.float32)
+            per_token = {"loss_mask": t.loss_mask, "token_rewards": t.token_rewards}
+            if has_logprobs:
+                per_token["rollout_logprobs"] = t.rollout_logprobs
+            for name, values in per_token.items():
+                if len(values) != r:
+                    raise ValueError(
+                        f"trajectory {i} (uid {t.uid!r}): {name} has {len(values)} entries for {r} response tokens"
+                    )
+            left, right = prompt_width - p, response_width - r
+            ids_rows.append(
+                [pad_token_id] * left + list(t.prompt_token_ids) + list(t.response_ids) + [pad_token_id] * right
+            )
+            attention_rows.append([0] * left + [1] * (p + r) + [0] * right)
+            mask_rows.append(list(t.loss_mask) + [0] * right)
+            reward_rows.append(list(t.token_rewards) + [0.0] * right)
+            if has_logprobs:
+                logprob_rows.append(list(t.rollout_logprobs) + [0.0] * right)
+        input_ids = torch.tensor(ids_rows, dtype=torch.long)
+        attention = torch.tensor(attention_rows, dtype=torch.long)
+        response_mask = torch.tensor(mask_rows, dtype=torch.float32)
+        rewards = torch.tensor(reward_rows, dtype=torch.float32)
+        logprobs = torch.tensor(logprob_rows, dtype=torch.float32) if has_logprobs else None
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         trained = torch.tensor([t.is_trained for t in trajectories], dtype=torch.float32)
         return cls(

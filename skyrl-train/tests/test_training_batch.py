@@ -91,3 +91,14 @@ def test_trainer_logprobs_match_engine_logprobs_with_equal_weights(temperature):
     difference = (trainer_lp - batch.rollout_logprobs).abs()[mask]
     assert difference.max().item() < PARITY_TOLERANCE
     assert entropy.shape == trainer_lp.shape and bool((entropy[mask] > 0).all())
+
+
+@pytest.mark.parametrize("field", ["loss_mask", "token_rewards", "rollout_logprobs"])
+def test_per_token_lists_of_the_wrong_length_name_the_row_and_the_field(field):
+    from skyrl_train.training_batch import TrainingBatch
+
+    good = _trajectory([5, 6], [8, 9], logprobs=[-0.1, -0.2], uid="a")
+    bad = _trajectory([5], [8, 9, 10], logprobs=[-0.1, -0.2, -0.3], uid="b")
+    setattr(bad, field, getattr(bad, field)[:2])
+    with pytest.raises(ValueError, match=f"trajectory 1 \\(uid 'b'\\): {field} has 2 entries for 3 response tokens"):
+        TrainingBatch.from_trajectories([good, bad], pad_token_id=0)
