@@ -97,7 +97,9 @@ def engine_kwargs(
     `enable_memory_saver` (sleep releases GPU memory), `enable_weights_cpu_backup` (sleep level 1 keeps the weights,
     in host memory) and `enable_deterministic_inference` (SGLang honours per-request seeds only in that mode, and
     batch-invariant kernels keep a row's sample independent of its batch). Set any of them false in
-    `engine_init_kwargs` to trade that guarantee for speed or memory.
+    `engine_init_kwargs` to trade that guarantee for speed or memory. `attention_backend` defaults to `triton`, which
+    deterministic mode accepts on every CUDA GPU and head size (left unset, SGLang picks `fa3` below Blackwell, which
+    needs a Hopper GPU); set it to `fa3` or `flashinfer` where those run.
     """
     kwargs: dict[str, Any] = {
         "model_path": model_path,
@@ -112,6 +114,7 @@ def engine_kwargs(
         "enable_memory_saver": True,
         "enable_weights_cpu_backup": True,
         "enable_deterministic_inference": True,
+        "attention_backend": "triton",
     }
     kwargs.update(extra or {})
     return kwargs

@@ -106,6 +106,7 @@ def test_every_engine_key_reaches_the_sglang_engine_arguments():
         "enable_memory_saver": True,
         "enable_weights_cpu_backup": False,  # engine_init_kwargs win
         "enable_deterministic_inference": True,
+        "attention_backend": "triton",
         "context_length": 512,
     }
     defaults = engine_kwargs_from_settings(EngineSettings.from_config(SkyRLConfig(), "/models/m"))
