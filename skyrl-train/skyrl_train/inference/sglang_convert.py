@@ -6,7 +6,7 @@
   cannot do the way our contract says.
 - `parse_output`: one SGLang generate output (`output_ids` and `meta_info`) as one of our output rows.
 - `byte_bucket_layout`: where each tensor of a packed weight-sync chunk lies in its bytes, for SGLang's
-  `flattened_bucket` load format.
+  `flattened_bucket` load format; `unpad`: a parameter read back from SGLang without its vocabulary padding.
 - `import_sglang`: the package, or an ImportError that says how to get it.
 
 Written against SGLang 0.5.23 (`python/sglang/srt/entrypoints/engine.py`, `managers/io_struct.py`,
@@ -271,3 +271,13 @@ def byte_bucket_layout(shapes: Sequence[Sequence[int]], dtype: torch.dtype) -> l
         layout.append((tuple(int(dim) for dim in shape), start, end))
         start = end
     return layout
+
+
+def unpad(served: torch.Tensor, shape: Optional[Sequence[int]]) -> torch.Tensor:
+    """`served` cut to `shape` where it is larger (SGLang pads vocabulary rows to a multiple of 64); unchanged when
+    `shape` is None, equal, or not contained in it (a real mismatch, left for the checksum to catch)."""
+    if shape is None or tuple(served.shape) == tuple(shape) or served.dim() != len(shape):
+        return served
+    if any(have < want for have, want in zip(served.shape, shape)):
+        return served
+    return served[tuple(slice(0, int(want)) for want in shape)]

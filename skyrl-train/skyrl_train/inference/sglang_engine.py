@@ -8,7 +8,9 @@ synchronous methods wrap) with the request objects of `sglang.srt.managers.io_st
 
 Concurrent `generate` calls are gathered (`QueuedEngine`) and handed to SGLang as one batch of token-id prompts;
 each of a prompt's `n` samples is its own request seeded `seed + j` (`sampling_seed`, honoured in SGLang's
-deterministic mode, which `sglang_convert.engine_kwargs` turns on). Logprobs are SGLang's default:
+deterministic mode, which `sglang_convert.engine_kwargs` turns on). An unseeded sample gets a fresh seed from the
+engine's own generator (seeded by `random_seed`): in deterministic mode SGLang would give every unseeded request the
+same seed, so the samples of one prompt would all be equal. Logprobs are SGLang's default:
 `log_softmax(logits / temperature)` before top-k/top-p/min-p (greedy: temperature 1), the contract of
 `SamplingParams`.
 
@@ -24,6 +26,7 @@ parameters back with `get_weights_by_name`.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterable
 from typing import Any, Optional
 
@@ -35,6 +38,7 @@ from skyrl_train.inference.sglang_convert import (
     logprob_request,
     parse_output,
     sampling_params_dict,
+    unpad,
 )
 from skyrl_train.inference.types import SamplingParams
 from skyrl_train.models.loading import load_tokenizer
@@ -91,7 +95,8 @@ class SGLangInferenceEngine(QueuedEngine):
         self._scheduler_paused = False
         self._update_open = False
         self._paused_for_update = False
-        self._synced_names: dict[str, None] = {}
+        self._synced_shapes: dict[str, tuple[int, ...]] = {}
+        self._unseeded = random.Random(self.settings.get("random_seed"))
 
     # ----- generation -----------------------------------------------------------------------------------------
     @property
@@ -121,7 +126,7 @@ class SGLangInferenceEngine(QueuedEngine):
             return_logprob, top_count = logprob_request(item.params)
             for prompt, seed in zip(item.prompts, item.seeds):
                 for sample in range(item.params.n):
-                    sample_seed = None if seed is None else seed + sample
+                    sample_seed = self._unseeded.getrandbits(62) if seed is None else seed + sample
                     input_ids.append(prompt)
                     sampling.append(
                         sampling_params_dict(
@@ -219,9 +224,9 @@ class SGLangInferenceEngine(QueuedEngine):
                 self._paused_for_update = False
                 await self.resume()
 
-    def record_names(self, names: Iterable[str]) -> None:
-        """Remember parameter names the trainer sent (the ones `weights_checksum` reads back)."""
-        self._synced_names.update(dict.fromkeys(names))
+    def record_shapes(self, names: Iterable[str], shapes: Iterable[Iterable[int]]) -> None:
+        """Remember the parameters the trainer sent and their shapes (what `weights_checksum` reads back)."""
+        self._synced_shapes.update((name, tuple(int(dim) for dim in shape)) for name, shape in zip(names, shapes))
 
     async def load_tensor_payloads(self, payloads: list[bytes], load_format: Optional[str], flush_cache: bool) -> None:
         """`update_weights_from_tensor` with one serialized payload per tensor-parallel rank."""
@@ -275,22 +280,24 @@ class SGLangInferenceEngine(QueuedEngine):
             await self.close_weight_update(None)
             raise
         await self.close_weight_update(version)
-        self.record_names(name for name, _ in tensors)
+        self.record_shapes([name for name, _ in tensors], [tensor.shape for _, tensor in tensors])
 
     async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
         """Checksums of the served parameters under HF names, read back with SGLang's `get_weights_by_name`
-        (default: every name a weight update brought). Needs `tensor_parallel_size=1` (SGLang returns rank 0's shard
-        of most parameters) and a model class for which SGLang implements `get_weights_by_name` (Llama-family
-        classes in SGLang 0.5.23; names it cannot read are left out)."""
+        (default: every parameter a weight update brought). Needs `tensor_parallel_size=1` (SGLang returns rank 0's
+        shard of most parameters) and a model class for which SGLang implements `get_weights_by_name` (Llama-family
+        classes in SGLang 0.5.23; names it cannot read are left out). SGLang pads the vocabulary rows of embeddings
+        and the LM head; the rows beyond the shape the trainer sent are cut off before the checksum."""
         if self.tensor_parallel_size != 1:
             raise NotImplementedError("SGLangInferenceEngine.weights_checksum needs tensor_parallel_size=1")
-        wanted = list(names) if names is not None else list(self._synced_names)
+        wanted = list(names) if names is not None else list(self._synced_shapes)
         checksums = {}
         for name in wanted:
             request = self.io.GetWeightsByNameReqInput(name=name, truncate_size=WHOLE_TENSOR)
             values = await self.manager.get_weights_by_name(request, None)
             if values is not None:
-                checksums[name] = tensor_checksum(torch.tensor(values, dtype=torch.float64))
+                served = unpad(torch.tensor(values, dtype=torch.float64), self._synced_shapes.get(name))
+                checksums[name] = tensor_checksum(served)
         if wanted and not checksums:
             raise NotImplementedError(
                 f"SGLang's get_weights_by_name returned nothing for {wanted[:3]}...: it is implemented only for some "

@@ -78,7 +78,7 @@ class SGLangSessionReceiver(WeightReceiver):
         except BaseException:
             await engine.close_weight_update(None)
             raise
-        engine.record_names(chunk.names)
+        engine.record_shapes(chunk.names, chunk.shapes)
         if chunk.final:
             await engine.close_weight_update(chunk.version)
         return engine.weight_version

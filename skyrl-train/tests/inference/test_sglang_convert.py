@@ -30,6 +30,7 @@ from skyrl_train.inference.sglang_convert import (
     logprob_request,
     parse_output,
     sampling_params_dict,
+    unpad,
 )
 from skyrl_train.inference.sglang_sync import SharedCudaBytes, bucket_payload
 from skyrl_train.inference.types import SamplingParams
@@ -239,6 +240,15 @@ def test_a_packed_chunk_read_as_sglang_byte_bucket_gives_back_every_tensor():
         for tensor, (shape, start, end) in zip(cast, layout):
             # FlattenedTensorBucket.reconstruct_tensors: flattened[start:end].view(dtype).reshape(shape)
             assert torch.equal(flat[start:end].view(dtype).reshape(shape), tensor)
+
+
+def test_vocabulary_padding_is_cut_off_before_a_checksum():
+    sent = torch.randn(101, 8)
+    served = torch.cat([sent, torch.zeros(27, 8)])  # SGLang pads 101 vocabulary rows to 128
+    assert torch.equal(unpad(served, (101, 8)), sent)
+    assert unpad(served, None) is served and unpad(sent, (101, 8)) is sent
+    assert unpad(sent, (128, 8)) is sent  # smaller than sent: a real mismatch, left for the checksum
+    assert unpad(sent, (101, 8, 1)) is sent
 
 
 @dataclasses.dataclass

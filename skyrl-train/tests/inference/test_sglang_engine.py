@@ -136,6 +136,9 @@ async def test_seeded_samples_do_not_depend_on_the_batch(engine, served, tokeniz
     alone = await _run(engine, prompt_token_ids=prompts[1:2], sampling_params=params, seeds=[6])
     assert together.response_ids[2:4] == alone.response_ids
     assert together.response_ids[2] != together.response_ids[3]  # sample j draws from seed + j
+    four = SamplingParams(max_tokens=10, temperature=1.0, n=4, ignore_eos=True)
+    unseeded = await _run(engine, prompt_token_ids=prompts[:1], sampling_params=four)
+    assert len({tuple(ids) for ids in unseeded.response_ids}) > 1  # unseeded samples differ from each other
 
 
 async def test_stop_strings_stop_tokens_and_the_context_limit(engine, served, tokenizer):
