@@ -22,7 +22,7 @@ PATHS=(
   "cuda_ipc|skyrl-train/tests/weight_sync/test_cuda_ipc.py -m gpu|trainer.placement.colocate_all=true generator.inference_engine.weight_sync_backend=cuda_ipc"
   "fsdp2_gpu|skyrl-train/tests/workers -m gpu|-"
   "vllm|skyrl-train/tests/inference/test_vllm_engine.py skyrl-train/tests/trainer/test_trainer_vllm.py -m vllm|generator.inference_engine.backend=vllm"
-  "sglang|skyrl-train/tests/inference/test_sglang_engine.py -m sglang|generator.inference_engine.backend=sglang generator.inference_engine.model_dtype=bfloat16"
+  "sglang|skyrl-train/tests/inference/test_sglang_engine.py -m sglang|generator.inference_engine.backend=sglang generator.inference_engine.model_dtype=bfloat16 trainer.placement.policy_num_gpus_per_node=1 generator.inference_engine.num_engines=1"
 )
 
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
