@@ -284,6 +284,16 @@ class RayEngineProxy(InferenceEngine):
             ray.kill(self.handle)
 
 
+def check_engine_backend(settings: EngineSettings) -> None:
+    """Fail now, with the reason, when the settings' backend is not registered or its builder's `preflight` refuses
+    them (e.g. `sglang` without its package or a GPU). Runs in the driver; `BasePPOExp.prepare` calls it before Ray
+    starts and `create_engine_actors` before any actor starts."""
+    builder = ENGINE_BUILDERS.get(settings.backend)
+    preflight = getattr(builder, "preflight", None)
+    if preflight is not None:
+        preflight(settings)
+
+
 def create_engine_actors(
     num_engines: int,
     model_path: str,
@@ -305,10 +315,7 @@ def create_engine_actors(
         raise ValueError(f"num_engines must be >= 1, got {num_engines}")
     threads = actor_threads(num_threads, num_cpus_per_engine)
     settings = EngineSettings.from_config(cfg, model_path, tokenizer_path=tokenizer_path, num_threads=threads)
-    builder = ENGINE_BUILDERS.get(settings.backend)  # fail here, not in the actors, on an unknown backend
-    preflight = getattr(builder, "preflight", None)
-    if preflight is not None:
-        preflight(settings)
+    check_engine_backend(settings)  # fail here, not in the actors
     if num_gpus_per_engine is None:
         num_gpus_per_engine = 1 if torch.device(settings.device).type == "cuda" else 0
     actor_class = ray.remote(EngineActor)
