@@ -16,12 +16,14 @@ LOG_DIR="${SKYRL_GPU_SMOKE_LOGS:-$ROOT/gpu_smoke_logs}"
 mkdir -p "$LOG_DIR"
 
 # name | pytest arguments (paths and a marker expression) | quickstart overrides ("-" = no quickstart for this path)
+# Every quickstart also gets trainer.device=cuda (the quickstart's own config is the CPU one).
 PATHS=(
   "broadcast|skyrl-train/tests/weight_sync -m gpu|trainer.placement.colocate_all=false generator.inference_engine.weight_sync_backend=broadcast"
   "cuda_ipc|skyrl-train/tests/weight_sync/test_cuda_ipc.py -m gpu|trainer.placement.colocate_all=true generator.inference_engine.weight_sync_backend=cuda_ipc"
   "fsdp2_gpu|skyrl-train/tests/workers -m gpu|-"
   "vllm|skyrl-train/tests/inference/test_vllm_engine.py skyrl-train/tests/trainer/test_trainer_vllm.py -m vllm|generator.inference_engine.backend=vllm"
   "megatron|skyrl-train/tests/workers/strategy/test_megatron.py skyrl-train/tests/workers/strategy/test_megatron_gpu.py -m megatron|trainer.strategy=megatron"
+  "sglang|skyrl-train/tests/inference/test_sglang_engine.py -m sglang|generator.inference_engine.backend=sglang generator.inference_engine.model_dtype=bfloat16 trainer.placement.policy_num_gpus_per_node=1 generator.inference_engine.num_engines=1"
 )
 
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -49,7 +51,7 @@ for entry in "${PATHS[@]}"; do
     echo "=== $name: 5-step quickstart ($overrides)"
     # shellcheck disable=SC2086
     if "$PY" examples/quickstart/run_quickstart.py --out "$LOG_DIR/$name.quickstart" \
-      trainer.max_training_steps=5 $overrides >"$LOG_DIR/$name.quickstart.log" 2>&1; then
+      trainer.max_training_steps=5 trainer.device=cuda $overrides >"$LOG_DIR/$name.quickstart.log" 2>&1; then
       quickstart="pass"
     else
       quickstart="FAIL"

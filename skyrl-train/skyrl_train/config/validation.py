@@ -185,6 +185,11 @@ def check_sampling(cfg: "SkyRLConfig") -> Iterator[str]:
                 f"{prefix}.additional_kwargs sets {shadowing}, which first-class fields set: use"
                 f" {prefix}.<field> instead (max_generate_length for max_tokens)"
             )
+        if backend == "sglang" and params.repetition_penalty != 1.0:
+            yield (
+                f"{prefix}.repetition_penalty={params.repetition_penalty} is not supported by the sglang engine: SGLang"
+                " penalises only the tokens it generated, not the prompt's; set it to 1.0 or use backend=vllm or hf"
+            )
         engine_only = [n for n in names if n not in ENGINE_FIELD_SAMPLING_KWARGS and n not in RESERVED_SAMPLING_KWARGS]
         if backend == "hf" and engine_only:
             yield (

@@ -44,6 +44,7 @@ BACKEND_MODULES = {
 
 INSTALL_HINTS = {
     "vllm": "install it with `pip install vllm` (CUDA) or `bash scripts/setup_vllm.sh` (CPU build, own venv)",
+    "sglang": "install it on a CUDA machine with `pip install 'skyrl-train[sglang]'`",
 }
 """How to get a backend's missing package, where the project supports it."""
 

@@ -24,7 +24,7 @@ from skyrl_train.dataset import PromptDataset, StatefulDataLoader
 from skyrl_train.generators import SkyRLGymGenerator
 from skyrl_train.generators.from_config import generator_settings_from_config
 from skyrl_train.inference.client import InferenceEngineClient
-from skyrl_train.inference.ray_engine import create_engine_actors
+from skyrl_train.inference.ray_engine import EngineSettings, check_engine_backend, create_engine_actors
 from skyrl_train.models.chat_templates import apply_chat_template_config
 from skyrl_train.models.loading import load_tokenizer
 from skyrl_train.placement import Placement, init_ray, plan_placement
@@ -212,8 +212,10 @@ class BasePPOExp:
     def prepare(self) -> None:
         """Everything that needs no Ray: check the config's registry names, load the tokenizer and datasets, check
         the env classes of their rows, and count the run's steps (warning when the epochs end before
-        `max_training_steps`). `run` calls it before starting Ray, so a wrong name or path fails in seconds."""
+        `max_training_steps`). `run` calls it before starting Ray, so a wrong name or path, or an engine backend that
+        cannot run here, fails in seconds."""
         check_registered_names(self.cfg)
+        check_engine_backend(EngineSettings.from_config(self.cfg, self.cfg.trainer.policy.model.path or ""))
         self.tokenizer = self.get_tokenizer()
         self.train_dataset = self.get_train_dataset(self.tokenizer)
         self.train_loader = self.get_train_loader(self.train_dataset)

@@ -5,7 +5,12 @@ one proxy per actor; the proxies forward every `InferenceEngine` call to their a
 works on them unchanged. The calls both forward unchanged are listed once (`PASS_THROUGH`) and added by the
 `_forwarding` class decorator; the rest (the proxy's `generate` and `update_weights`, which track the served version,
 `teardown`) are written out. The actor also hosts the receiving half of weight sync (`init_weight_receiver`,
-`receive_weights`; see `skyrl_train.weight_sync`).
+`receive_weights`; see `skyrl_train.weight_sync`): an engine may bring its own receiver for a strategy
+(`make_weight_receiver`, e.g. the sglang engine's workers join a `broadcast` group themselves), else the strategy's
+generic one installs through `update_weights`.
+
+A builder may carry a `preflight(settings)` that `create_engine_actors` runs in the driver before any actor starts,
+so a backend that cannot work here (a missing package, no GPU) fails at once with the reason.
 """
 
 from __future__ import annotations
@@ -111,6 +116,31 @@ def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
     )
 
 
+def sglang_preflight(settings: EngineSettings) -> None:
+    """Refuse the sglang backend before any actor starts: it needs the sglang package and a CUDA device."""
+    from skyrl_train.inference.sglang_convert import SGLANG_INSTALL_HINT, sglang_available
+
+    if not sglang_available():
+        raise ImportError(f"{SGLANG_INSTALL_HINT} (no module named 'sglang' in this Python environment)")
+    if torch.device(settings.device).type != "cuda":
+        raise ValueError(
+            f"generator.inference_engine.backend=sglang runs on CUDA GPUs only; the engines' device is "
+            f"{settings.device!r} (trainer.device): use backend=vllm or hf on CPU"
+        )
+
+
+@ENGINE_BUILDERS.register("sglang", builtin=True)
+def build_sglang_engine(settings: EngineSettings) -> InferenceEngine:
+    """SGLang's offline engine in this actor (CUDA only), loading `settings.model_path` in `settings.dtype`."""
+    from skyrl_train.inference.sglang_convert import engine_kwargs_from_settings
+    from skyrl_train.inference.sglang_engine import SGLangInferenceEngine
+
+    return SGLangInferenceEngine(engine_kwargs_from_settings(settings), device=settings.device)
+
+
+build_sglang_engine.preflight = sglang_preflight  # type: ignore[attr-defined]
+
+
 PASS_THROUGH = ("sleep", "wake_up", "pause", "resume", "init_weight_update", "reset_prefix_cache", "weights_checksum")
 """`InferenceEngine` calls forwarded unchanged: by `EngineActor` to its engine, by `RayEngineProxy` to its actor."""
 
@@ -164,6 +194,7 @@ class EngineActor:
             "device": torch.device(self.settings.device).type,
             "weight_version": self.engine.weight_version,
             "torch_threads": torch.get_num_threads(),
+            "sync_ranks": int(getattr(self.engine, "weight_sync_ranks", 1)),
         }
 
     async def take_compute_seconds(self) -> dict[str, float]:
@@ -186,9 +217,14 @@ class EngineActor:
         await self.engine.teardown()
 
     async def init_weight_receiver(self, strategy_name: str, init_info: dict[str, Any]) -> None:
-        """Create this engine's receiver of weight-sync strategy `strategy_name` (replacing an earlier one)."""
+        """Create this engine's receiver of weight-sync strategy `strategy_name` (replacing an earlier one): the
+        engine's own (`make_weight_receiver`) when it has one for the strategy, else the strategy's generic one."""
         await self.close_weight_receiver()
-        self.receiver = await asyncio.to_thread(make_receiver, strategy_name, init_info, self.engine)
+        own = getattr(self.engine, "make_weight_receiver", None)
+        receiver = await own(strategy_name, init_info) if own is not None else None
+        if receiver is None:
+            receiver = await asyncio.to_thread(make_receiver, strategy_name, init_info, self.engine)
+        self.receiver = receiver
 
     async def receive_weights(self, chunk: WeightChunk) -> int:
         """Receive and install one chunk from the sender; returns the version served afterwards."""
@@ -197,10 +233,14 @@ class EngineActor:
         return await self.receiver.receive(chunk)
 
     async def close_weight_receiver(self) -> None:
-        """Drop the weight receiver, if any."""
-        if self.receiver is not None:
-            self.receiver.close()
-            self.receiver = None
+        """Drop the weight receiver, if any (awaiting its `aclose` when it has one)."""
+        receiver, self.receiver = self.receiver, None
+        if receiver is not None:
+            aclose = getattr(receiver, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            else:
+                receiver.close()
 
 
 @_forwarding(PASS_THROUGH, to_actor=True)
@@ -244,6 +284,16 @@ class RayEngineProxy(InferenceEngine):
             ray.kill(self.handle)
 
 
+def check_engine_backend(settings: EngineSettings) -> None:
+    """Fail now, with the reason, when the settings' backend is not registered or its builder's `preflight` refuses
+    them (e.g. `sglang` without its package or a GPU). Runs in the driver; `BasePPOExp.prepare` calls it before Ray
+    starts and `create_engine_actors` before any actor starts."""
+    builder = ENGINE_BUILDERS.get(settings.backend)
+    preflight = getattr(builder, "preflight", None)
+    if preflight is not None:
+        preflight(settings)
+
+
 def create_engine_actors(
     num_engines: int,
     model_path: str,
@@ -265,7 +315,7 @@ def create_engine_actors(
         raise ValueError(f"num_engines must be >= 1, got {num_engines}")
     threads = actor_threads(num_threads, num_cpus_per_engine)
     settings = EngineSettings.from_config(cfg, model_path, tokenizer_path=tokenizer_path, num_threads=threads)
-    ENGINE_BUILDERS.get(settings.backend)  # fail here, not in the actors, on an unknown backend
+    check_engine_backend(settings)  # fail here, not in the actors
     if num_gpus_per_engine is None:
         num_gpus_per_engine = 1 if torch.device(settings.device).type == "cuda" else 0
     actor_class = ray.remote(EngineActor)

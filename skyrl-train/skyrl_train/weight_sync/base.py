@@ -190,11 +190,16 @@ class WeightReceiver(abc.ABC):
     async def receive(self, chunk: WeightChunk) -> int:
         """Take one chunk from the transport, install it, and return the version the engine now serves."""
 
-    async def install(self, chunk: WeightChunk, named_tensors: NamedTensors) -> int:
-        """Copy a chunk into the engine; only the final chunk switches the served version."""
+    def check_version(self, chunk: WeightChunk) -> int:
+        """The version the engine serves now; an error when the first chunk of a sync does not bring a newer one."""
         current = self.engine.weight_version
         if chunk.index == 0 and chunk.version <= current:
             raise WeightSyncError(f"received version {chunk.version}, but the engine already serves version {current}")
+        return current
+
+    async def install(self, chunk: WeightChunk, named_tensors: NamedTensors) -> int:
+        """Copy a chunk into the engine; only the final chunk switches the served version."""
+        current = self.check_version(chunk)
         await self.engine.update_weights(named_tensors, chunk.version if chunk.final else current)
         return self.engine.weight_version
 

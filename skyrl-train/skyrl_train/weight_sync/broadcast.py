@@ -2,7 +2,11 @@
 
 The group (gloo on CPU, NCCL on CUDA) spans the sender and every engine and is built from a TCPStore the coordinator
 hosts, so it leaves the workers' default group alone. Each chunk is packed into one flat buffer; its metadata goes
-to the engines through Ray, then one collective moves the bytes. Works across machines.
+to the engines through Ray, then one collective moves its bytes (a `uint8` view, so a receiver may take the bytes as
+one flat byte bucket, as SGLang's `update_weights_from_distributed` does). Works across machines.
+
+An engine takes `sync_ranks` consecutive ranks (its `engine_info`, default 1): engines whose tensor-parallel workers
+join the group themselves (SGLang) take one per worker; the sender is always rank 0.
 """
 
 from __future__ import annotations
@@ -18,6 +22,16 @@ from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSend
 from skyrl_train.weight_sync.chunks import dtype_from_name, pack, unpack
 from skyrl_train.weight_sync.process_group import backend_for_device, broadcast_from_rank0, host_store, join_group
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy, register_weight_sync_strategy
+
+
+def rank_offsets(sync_ranks: list[int]) -> list[int]:
+    """First group rank of each engine (rank 0 is the sender), then the group's world size: `[1, 1 + r0, ...]`."""
+    offsets = [1]
+    for index, count in enumerate(sync_ranks):
+        if count < 1:
+            raise ValueError(f"engine {index} reports sync_ranks={count}; every engine takes at least one rank")
+        offsets.append(offsets[-1] + count)
+    return offsets
 
 
 def _join(init_info: dict[str, Any]) -> Any:
@@ -44,7 +58,7 @@ class BroadcastSender(WeightSender):
         """Tell the engines the chunk's layout, broadcast its bytes, wait for them to install it."""
         buffer = pack(tensors)
         refs = self.notify_engines(chunk)
-        broadcast_from_rank0(self.group, buffer)
+        broadcast_from_rank0(self.group, buffer.view(torch.uint8))
         self.wait_engines(refs, chunk)
 
     def close(self) -> None:
@@ -62,9 +76,10 @@ class BroadcastReceiver(WeightReceiver):
 
     async def receive(self, chunk: WeightChunk) -> int:
         """Join the chunk's broadcast (in a thread, so the engine keeps serving) and install the result."""
-        buffer = torch.empty(chunk.numel, dtype=dtype_from_name(chunk.dtype), device=self.device)
+        dtype = dtype_from_name(chunk.dtype)
+        buffer = torch.empty(chunk.numel * dtype.itemsize, dtype=torch.uint8, device=self.device)
         await asyncio.to_thread(broadcast_from_rank0, self.group, buffer)
-        return await self.install(chunk, unpack(buffer, chunk.names, chunk.shapes))
+        return await self.install(chunk, unpack(buffer.view(dtype), chunk.names, chunk.shapes))
 
     def close(self) -> None:
         """Drop the group."""
@@ -73,7 +88,8 @@ class BroadcastReceiver(WeightReceiver):
 
 @register_weight_sync_strategy("broadcast", builtin=True)
 class BroadcastStrategy(WeightSyncStrategy):
-    """Weights broadcast over a dedicated gloo/NCCL group: sender rank 0, engine i rank i + 1."""
+    """Weights broadcast over a dedicated gloo/NCCL group: sender rank 0, then each engine's `sync_ranks` ranks in
+    engine order (engine i starts at `1 + sum of the ranks before it`)."""
 
     sender_cls = BroadcastSender
     receiver_cls = BroadcastReceiver
@@ -88,15 +104,16 @@ class BroadcastStrategy(WeightSyncStrategy):
         """Host the rendezvous store here and give every side its rank."""
         host = ray.util.get_node_ip_address()
         self._store = host_store(host, self.timeout_s)
+        first_ranks = rank_offsets([int(info.get("sync_ranks", 1)) for info in engine_infos])
         group = {
             **common,
             "store_host": host,
             "store_port": self._store.port,
             "group_name": f"skyrl_weight_sync_{uuid.uuid4().hex[:8]}",
-            "world_size": 1 + len(engine_infos),
+            "world_size": first_ranks[-1],
             "backend": backend_for_device(common["device"]),
         }
-        return {**group, "rank": 0}, [{**group, "rank": 1 + index} for index in range(len(engine_infos))]
+        return {**group, "rank": 0}, [{**group, "rank": rank} for rank in first_ranks[:-1]]
 
     async def close(self) -> None:
         """Release both sides and stop the rendezvous store."""

@@ -1,9 +1,11 @@
 """The `cuda_ipc` strategy (GPU only): engines on the sender's GPUs map each chunk's CUDA buffer through CUDA IPC.
 
-The sender packs a chunk into one CUDA buffer and shares it with `torch.multiprocessing.reductions.reduce_tensor`
-(a rebuild function and its arguments, including the CUDA IPC memory handle); each engine rebuilds the tensor on its
-own view of the same GPU (found by device UUID, since `CUDA_VISIBLE_DEVICES` may number it differently), copies
-the tensors into its model and drops the mapping; the sender frees the buffer once every engine acknowledged.
+The sender packs a chunk into one CUDA buffer and shares its bytes (a `uint8` view) with
+`torch.multiprocessing.reductions.reduce_tensor` (a rebuild function and its arguments, including the CUDA IPC memory
+handle); each engine rebuilds the tensor on its own view of the same GPU (found by device UUID, since
+`CUDA_VISIBLE_DEVICES` may number it differently), copies the tensors into its model and drops the mapping; the
+sender frees the buffer once every engine acknowledged. An engine whose model lives in another process (SGLang) may
+hand the handle on to that process unopened, as one flat byte bucket.
 `shm` is this strategy's CPU twin.
 """
 
@@ -16,7 +18,7 @@ import torch
 from torch.multiprocessing.reductions import reduce_tensor
 
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSender, WeightSyncError
-from skyrl_train.weight_sync.chunks import pack, unpack
+from skyrl_train.weight_sync.chunks import dtype_from_name, pack, unpack
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy, register_weight_sync_strategy
 
 DEVICE_ARGUMENT = 6
@@ -55,7 +57,7 @@ class CudaIpcSender(WeightSender):
         """Pack on the GPU, publish the IPC handle, keep the buffer alive until every engine copied it."""
         buffer = pack(tensors)
         torch.cuda.current_stream(buffer.device).synchronize()  # the engines read it from other streams
-        rebuild, arguments = reduce_tensor(buffer)
+        rebuild, arguments = reduce_tensor(buffer.view(torch.uint8))
         chunk.payload = {"rebuild": rebuild, "arguments": arguments, "device_uuid": device_uuid(buffer.device)}
         try:
             self.wait_engines(self.notify_engines(chunk), chunk)
@@ -71,7 +73,7 @@ class CudaIpcReceiver(WeightReceiver):
         """Map the sender's buffer, install it, synchronise, and drop the mapping."""
         arguments = list(chunk.payload["arguments"])
         arguments[DEVICE_ARGUMENT] = local_device_index(chunk.payload["device_uuid"])
-        buffer = chunk.payload["rebuild"](*arguments)
+        buffer = chunk.payload["rebuild"](*arguments).view(dtype_from_name(chunk.dtype))
         try:
             version = await self.install(chunk, unpack(buffer, chunk.names, chunk.shapes))
             torch.cuda.synchronize(buffer.device)

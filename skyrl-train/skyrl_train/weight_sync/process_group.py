@@ -1,10 +1,15 @@
 """Stand-alone process groups for weight sync, built from a TCPStore without touching the default group.
 
 `torch.distributed.init_process_group` may be called at most once per process and the policy workers already use it
-for FSDP, so the sync group is constructed directly: a client `TCPStore` (the coordinator hosts the server), a
-`PrefixStore` naming the group, and the backend's process-group class (`ProcessGroupGloo` on CPU,
+for FSDP, so the sync group is constructed directly: a client `TCPStore` (the coordinator hosts the server), the
+store keys of the group (`group_store`), and the backend's process-group class (`ProcessGroupGloo` on CPU,
 `ProcessGroupNCCL` on CUDA). Collectives are called on the returned object, never through `torch.distributed.*`
 functions, so nothing is registered globally.
+
+The keys are laid out the way a process that creates the group through torch's own helpers does it: SGLang's
+`init_weights_update_group` connects to the same store (`tcp://host:port`), wraps it in a `PrefixStore` named after
+the group, and builds the backend with `torch.distributed`'s `_new_process_group_helper`, which adds the group name
+and the device type. With the same nesting here, SGLang's tensor-parallel workers and our own ranks join one group.
 """
 
 from __future__ import annotations
@@ -51,6 +56,23 @@ def host_store(host: str, timeout_s: float) -> dist.TCPStore:
     return dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout_s))
 
 
+GROUP_DEVICES = {"gloo": "cpu", "nccl": "cuda"}
+"""The device type each built-in process-group backend serves (part of the store keys; a backend registered by a
+user is keyed by its own name)."""
+
+
+def group_store(store: dist.Store, group_name: str, backend: str) -> dist.Store:
+    """The view of `store` a rank of group `group_name` uses: `<group>/<group>//<device>//<key>`.
+
+    The outer prefix is the one `init_custom_process_group` (SGLang's, as used by its `init_weights_update_group`)
+    adds; the inner two are those of torch's `_new_process_group_helper` for a backend of one device type (`nccl`;
+    `cpu:gloo` on CPU), so a rank created through those helpers and a rank created here find the same keys.
+    """
+    outer = dist.PrefixStore(group_name, store)
+    named = dist.PrefixStore(f"{group_name}/", outer)
+    return dist.PrefixStore(f"{GROUP_DEVICES.get(backend, backend)}/", named)
+
+
 def join_group(
     host: str, port: int, group_name: str, rank: int, world_size: int, backend: str, timeout_s: float
 ) -> dist.ProcessGroup:
@@ -60,7 +82,9 @@ def join_group(
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
     builder: Callable[..., dist.ProcessGroup] = GROUP_BUILDERS.get(backend)
-    return builder(dist.PrefixStore(f"{group_name}/", store), rank, world_size, timeout)
+    group = builder(group_store(store, group_name, backend), rank, world_size, timeout)
+    group._set_sequence_number_for_group()  # as torch's helper does after building a gloo or nccl backend
+    return group
 
 
 def broadcast_from_rank0(group: dist.ProcessGroup, tensor: torch.Tensor) -> None:

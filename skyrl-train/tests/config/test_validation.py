@@ -185,6 +185,10 @@ CASES = {
         ["generator.sampling_params.additional_kwargs={presence_penalty: 0.5, ignore_eos: true}"],
         "generator.sampling_params.additional_kwargs ['presence_penalty'] are not supported by the hf engine",
     ),
+    "repetition penalty with the sglang engine": (
+        ["generator.inference_engine.backend=sglang", "generator.eval_sampling_params.repetition_penalty=1.2"],
+        "generator.eval_sampling_params.repetition_penalty=1.2 is not supported by the sglang engine",
+    ),
     "tensor parallelism with the hf engine": (
         ["generator.inference_engine.tensor_parallel_size=2", "generator.inference_engine.num_engines=1"],
         "generator.inference_engine.tensor_parallel_size must be 1 with backend=hf",
@@ -195,6 +199,15 @@ CASES = {
 def test_vllm_only_sampling_kwargs_pass_validation_with_the_vllm_engine():
     overrides = [
         "generator.inference_engine.backend=vllm",
+        "generator.sampling_params.additional_kwargs={presence_penalty: 0.5}",
+    ]
+    assert problems_of(*overrides) == []
+
+
+def test_the_sglang_engine_passes_validation_on_gpu_with_its_own_sampling_kwargs():
+    overrides = [
+        "trainer.device=cuda",
+        "generator.inference_engine.backend=sglang",
         "generator.sampling_params.additional_kwargs={presence_penalty: 0.5}",
     ]
     assert problems_of(*overrides) == []

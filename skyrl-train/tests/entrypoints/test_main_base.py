@@ -1,6 +1,7 @@
 """`BasePPOExp.prepare`: what a run does before Ray starts. Data keys reach the datasets and the loader, registry names
 (the config's and the dataset rows') are checked, and a step cap the epochs cannot reach is reported."""
 
+import importlib.util
 import json
 import logging
 
@@ -112,6 +113,18 @@ def test_unregistered_env_class_in_the_rows_fails_before_ray_starts(tmp_path, to
 def test_unregistered_config_name_fails_before_the_data_loads(tokenizer_dir):
     experiment = _experiment(tokenizer_dir, "trainer.algorithm.policy_loss_type=regulr", "data.train_data=['/missing']")
     with pytest.raises(ConfigValidationError, match="policy_loss_type='regulr' is not a registered policy loss"):
+        experiment.prepare()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")
+def test_an_engine_backend_that_cannot_run_here_fails_before_the_data_loads(tokenizer_dir):
+    experiment = _experiment(
+        tokenizer_dir,
+        "trainer.device=cuda",
+        "generator.inference_engine.backend=sglang",
+        "data.train_data=['/missing']",
+    )
+    with pytest.raises(ImportError, match="backend=sglang needs the sglang package"):
         experiment.prepare()
 
 

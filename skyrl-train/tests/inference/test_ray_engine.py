@@ -2,6 +2,7 @@
 with the same engine run in this process; the client over proxies; lifecycle calls; settings; teardown."""
 
 import asyncio
+import importlib.util
 import inspect
 
 import pytest
@@ -21,6 +22,7 @@ from skyrl_train.inference.ray_engine import (
     _forwarding,
     build_hf_engine,
     create_engine_actors,
+    sglang_preflight,
 )
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
@@ -136,11 +138,28 @@ def test_settings_come_from_config_and_bad_arguments_fail_before_starting_actors
     assert settings.max_batch_size == 1024  # generator.inference_engine.max_num_seqs default
     with pytest.raises(ValueError, match="num_engines must be >= 1"):
         create_engine_actors(0, "/models/m", CFG)
-    sglang = {"generator": {"inference_engine": {"backend": "sglang"}}, "trainer": {"device": "cpu"}}
-    with pytest.raises(UnknownNameError, match="unknown engine backend 'sglang'"):
-        create_engine_actors(1, "/models/m", sglang)
+    remote = {"generator": {"inference_engine": {"backend": "no_such_backend"}}, "trainer": {"device": "cpu"}}
+    with pytest.raises(UnknownNameError, match="unknown engine backend 'no_such_backend'"):
+        create_engine_actors(1, "/models/m", remote)
     vllm = EngineSettings.from_config({**CFG, "generator": {"inference_engine": {"backend": "vllm"}}}, "/models/m")
     assert (vllm.backend, vllm.enable_prefix_caching, vllm.tensor_parallel_size, vllm.seed) == ("vllm", True, 1, 42)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")
+def test_sglang_is_refused_before_any_actor_starts_when_the_package_is_missing():
+    sglang = {"generator": {"inference_engine": {"backend": "sglang"}}, "trainer": {"device": "cpu"}}
+    with pytest.raises(ImportError, match=r"backend=sglang needs the sglang package.*no module named 'sglang'"):
+        create_engine_actors(1, "/models/m", sglang)
+
+
+def test_sglang_preflight_refuses_a_cpu_device(tmp_path, monkeypatch):
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "__init__.py").write_text("")  # an importable stand-in: only the device check is left
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings = EngineSettings(model_path="/models/m", backend="sglang", device="cpu")
+    with pytest.raises(ValueError, match="backend=sglang runs on CUDA GPUs only; the engines' device is 'cpu'"):
+        sglang_preflight(settings)
+    sglang_preflight(EngineSettings(model_path="/models/m", backend="sglang", device="cuda"))
 
 
 def test_forwarded_methods_carry_the_interface_signature_and_docstring():
