@@ -1,5 +1,12 @@
 """Checkpoint and resume: stop after step k, resume, and the next step matches an uninterrupted run; a corrupt or
-half-written newest checkpoint is detected and the previous one is used."""
+half-written newest checkpoint is detected and the previous one is used.
+
+One uninterrupted 3-step run (checkpoint every step, cosine LR, adaptive KL in the reward, eval before training) is
+shared by the tests: each resumes from a copy of its checkpoints, so a module costs four runs instead of seven. A run
+"stopped after step 2" is that run's checkpoint directory without step 3: the step-2 checkpoint a run writes does not
+depend on whether the run would have gone on, and `latest_valid` finds the newest committed checkpoint by scanning
+the directories (the marker file is only a hint).
+"""
 
 import os
 import shutil
@@ -12,35 +19,57 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RESUME_TOLERANCE = 1e-5  # step-3 metrics of a resumed run vs an uninterrupted one (same seeds, fp32, 1 thread)
 COMPARED = ["reward/mean", "policy/loss", "policy/grad_norm", "policy/approx_kl", "policy/entropy"]
+SCHEDULE = [
+    "trainer.ckpt_interval=1",
+    "trainer.policy.optimizer.scheduler=cosine",
+    "trainer.algorithm.use_kl_in_reward=true",
+    "trainer.algorithm.kl_ctrl.type=adaptive",
+    "trainer.algorithm.kl_ctrl.kl_coef=0.05",
+    "trainer.algorithm.kl_ctrl.kl_target=0.001",
+    "trainer.algorithm.kl_ctrl.horizon=32",  # 16 trajectories a step: the coefficient moves by up to 10 %
+    "trainer.eval_before_train=true",
+]
 
 
 def _run(make_config, model_dir, data_dir, out_dir, *extra):
-    return BasePPOExp(make_config(model_dir, data_dir, out_dir, "trainer.ckpt_interval=1", *extra)).run()
+    return BasePPOExp(make_config(model_dir, data_dir, out_dir, *SCHEDULE, *extra)).run()
 
 
 def _at(result, key, step):
     return dict(result.history[key])[step]
 
 
-def test_resumed_run_matches_uninterrupted_run(ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path):
-    full = _run(make_config, tiny_model_dir, data_dir, tmp_path / "full", "trainer.max_training_steps=3")
-    _run(make_config, tiny_model_dir, data_dir, tmp_path / "split", "trainer.max_training_steps=2")
+@pytest.fixture(scope="module")
+def uninterrupted(ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path_factory):
+    """The 3-step run every test compares against, and its output folder."""
+    out = tmp_path_factory.mktemp("uninterrupted")
+    return _run(make_config, tiny_model_dir, data_dir, out, "trainer.max_training_steps=3"), out
+
+
+def _stopped_after_step_2(uninterrupted_out, target):
+    """A copy of the uninterrupted run's checkpoints as a run that stopped after step 2 would have left them."""
+    shutil.copytree(uninterrupted_out / "ckpts", target / "ckpts")
+    shutil.rmtree(target / "ckpts" / "global_step_3")
+    (target / "ckpts" / "latest_checkpointed_step.txt").write_text("2")
+    return target / "ckpts"
+
+
+def test_resumed_run_matches_uninterrupted_run(uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path):
+    full, full_out = uninterrupted
+    _stopped_after_step_2(full_out, tmp_path)
     resumed = _run(
-        make_config,
-        tiny_model_dir,
-        data_dir,
-        tmp_path / "split",
-        "trainer.max_training_steps=3",
-        "trainer.resume_mode=latest",
+        make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=3", "trainer.resume_mode=latest"
     )
     assert resumed.global_step == 3 and sorted(dict(resumed.history["reward/mean"])) == [3]
-    for key in COMPARED:
+    for key in COMPARED + ["policy/lr", "reward/kl_penalty_coef"]:
         assert _at(resumed, key, 3) == pytest.approx(_at(full, key, 3), abs=RESUME_TOLERANCE), key
 
 
-def test_corrupt_newest_checkpoint_falls_back_to_previous(ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path):
-    _run(make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2")
-    ckpts = tmp_path / "ckpts"
+def test_corrupt_newest_checkpoint_falls_back_to_previous(
+    uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path
+):
+    full, full_out = uninterrupted
+    ckpts = _stopped_after_step_2(full_out, tmp_path)
     assert sorted(os.listdir(ckpts)) == ["global_step_1", "global_step_2", "latest_checkpointed_step.txt"]
     # half-written: the policy shard directory of step 2 loses a file after the manifest was written
     policy_files = sorted((ckpts / "global_step_2" / "policy").rglob("*"))
@@ -51,35 +80,26 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(ray_cluster, make_conf
     resumed = _run(
         make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.resume_mode=latest"
     )
-    # resumed from step 1 (step 2 is corrupt), so step 2 ran again
+    # resumed from step 1 (step 2 is corrupt), so step 2 ran again, as the uninterrupted run ran it
     assert sorted(dict(resumed.history["reward/mean"])) == [2]
+    for key in COMPARED:
+        assert _at(resumed, key, 2) == pytest.approx(_at(full, key, 2), abs=RESUME_TOLERANCE), key
 
 
 def test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+    uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path
 ):
     """A run resumed with a longer `max_training_steps` continues the checkpoint's cosine schedule, its adaptive KL
     coefficient, and reports the eval it ran before training."""
-    schedule = [
-        "trainer.policy.optimizer.scheduler=cosine",
-        "trainer.algorithm.use_kl_in_reward=true",
-        "trainer.algorithm.kl_ctrl.type=adaptive",
-        "trainer.algorithm.kl_ctrl.kl_coef=0.05",
-        "trainer.algorithm.kl_ctrl.kl_target=0.001",
-        "trainer.algorithm.kl_ctrl.horizon=32",  # 16 trajectories a step: the coefficient moves by up to 10 %
-        "trainer.eval_before_train=true",
-    ]
-    full = _run(make_config, tiny_model_dir, data_dir, tmp_path / "full", "trainer.max_training_steps=3", *schedule)
-    checkpoint = tmp_path / "full" / "ckpts" / "global_step_2"
+    full, full_out = uninterrupted
     resumed = _run(
         make_config,
         tiny_model_dir,
         data_dir,
-        tmp_path / "resumed",
+        tmp_path,
         "trainer.max_training_steps=5",
         "trainer.resume_mode=path",
-        f"trainer.resume_path={checkpoint}",
-        *schedule,
+        f"trainer.resume_path={full_out / 'ckpts' / 'global_step_2'}",
     )
     assert resumed.initial_eval == full.initial_eval and "eval/all/pass_at_1" in resumed.initial_eval
     # step 1 sees KL 0 (policy == ref), so the controller lowers the coefficient: at step 3 it is no longer kl_coef
