@@ -43,42 +43,53 @@ def _full_gradients(worker) -> dict:
     return {n: p.grad.full_tensor().clone() for n, p in worker.model.named_parameters() if p.grad is not None}
 
 
-def _gradient(tiny_model_dir, world_size, reduction, batch, advantages, pass_denominator):
+def _drop_gradients(worker) -> None:
+    worker.model.zero_grad(set_to_none=True)
+
+
+@pytest.fixture(scope="module")
+def groups(ray_cluster, tiny_model_dir):
+    """A 1-rank and a 2-rank policy group, shared by every reduction (each call passes its own `loss_reduction`)."""
     overrides = [
         "trainer.device=cpu",
         f"trainer.policy.model.path={tiny_model_dir}",
         "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
         "trainer.policy.gradient_checkpointing=false",
         "trainer.algorithm.use_kl_loss=false",
-        f"trainer.algorithm.loss_reduction={reduction}",
         "trainer.algorithm.max_seq_len=16",
         "trainer.micro_train_batch_size_per_gpu=2",
     ]
     cfg = SkyRLConfig.from_cli_overrides(overrides, validate=False)
-    group = WorkerGroup("policy", PolicyWorker, world_size, cfg)
+    made = {}
     try:
-        group.init_model()
-        extra = {}
-        if pass_denominator:
-            extra["loss_denominator"] = reduction_denominator(reduction, batch.loss_mask, 16)
-        old = batch.rollout_logprobs + 0.05 * batch.response_mask
-        metrics = group.run_sharded("forward_backward", batch, advantages=advantages, old_logprobs=old, **extra)
-        return group.run_all("execute", _full_gradients)[0], metrics["policy/loss"]
+        for world_size in (1, 2):
+            made[world_size] = WorkerGroup("policy", PolicyWorker, world_size, cfg)
+            made[world_size].init_model()
+        yield made
     finally:
-        group.shutdown()
+        for group in made.values():
+            group.shutdown()
+
+
+def _gradient(group, reduction, batch, advantages, pass_denominator):
+    group.run_all("execute", _drop_gradients)
+    extra = {"loss_fn_config": {"loss_reduction": reduction}}
+    if pass_denominator:
+        extra["loss_denominator"] = reduction_denominator(reduction, batch.loss_mask, 16)
+    old = batch.rollout_logprobs + 0.05 * batch.response_mask
+    metrics = group.run_sharded("forward_backward", batch, advantages=advantages, old_logprobs=old, **extra)
+    return group.run_all("execute", _full_gradients)[0], metrics["policy/loss"]
 
 
 @pytest.mark.parametrize(
     "reduction, pass_denominator",
     [("token_mean", False), ("token_mean", True), ("sequence_mean", False), ("seq_mean_token_sum_norm", True)],
 )
-def test_one_and_two_ranks_give_the_same_gradient(
-    ray_cluster, tiny_model_dir, grpo_advantages, reduction, pass_denominator
-):
+def test_one_and_two_ranks_give_the_same_gradient(groups, grpo_advantages, reduction, pass_denominator):
     batch = _uneven_batch()
     advantages = grpo_advantages(batch, seed=3)
-    one, loss_one = _gradient(tiny_model_dir, 1, reduction, batch, advantages, pass_denominator)
-    two, loss_two = _gradient(tiny_model_dir, 2, reduction, batch, advantages, pass_denominator)
+    one, loss_one = _gradient(groups[1], reduction, batch, advantages, pass_denominator)
+    two, loss_two = _gradient(groups[2], reduction, batch, advantages, pass_denominator)
     # float32 sums in another order (and gloo's reduce-scatter): agreement to ~1e-6 relative
     assert loss_two == pytest.approx(loss_one, rel=1e-4)
     norm = torch.sqrt(sum((g.double() ** 2).sum() for g in one.values()))
