@@ -48,9 +48,56 @@ def _bundle(cpus: float, gpus: int) -> dict[str, float]:
     return bundle
 
 
-def _ready(group: Any, timeout_s: float) -> Any:
-    ray.get(group.ready(), timeout=timeout_s)
+def _strategy(num_nodes: int) -> str:
+    """`PACK` for a role on one node (its bundles together); `SPREAD` when the role asks for several nodes, so its
+    bundles go to different nodes as evenly as the cluster allows."""
+    return "SPREAD" if num_nodes > 1 else "PACK"
+
+
+def _missing_resources(bundles: list[dict[str, float]]) -> list[str]:
+    """What the cluster lacks to ever grant `bundles`: a shortfall of a resource in total, or a bundle no single
+    node can hold. Empty when the cluster could grant them (other groups may still be holding the resources)."""
+    missing = []
+    totals: dict[str, float] = {}
+    for bundle in bundles:
+        for name, amount in bundle.items():
+            totals[name] = totals.get(name, 0.0) + amount
+    cluster = ray.cluster_resources()
+    for name, amount in sorted(totals.items()):
+        if cluster.get(name, 0.0) < amount:
+            missing.append(f"{name}: needs {amount:g} in total, the cluster has {cluster.get(name, 0.0):g}")
+    nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+    largest = {name: max((node.get(name, 0.0) for node in nodes), default=0.0) for name in totals}
+    for name, amount in sorted(bundles[0].items()):
+        if amount > largest[name]:
+            missing.append(f"{name}: one bundle needs {amount:g}, the largest node has {largest[name]:g}")
+    return missing
+
+
+def _reserve(role: str, bundles: list[dict[str, float]], strategy: str, timeout_s: float) -> Any:
+    """A ready placement group, or an error naming what is missing (at once when the cluster can never grant it,
+    else after `timeout_s`)."""
+    missing = _missing_resources(bundles)
+    if missing:
+        raise RuntimeError(
+            f"placement of {role}: {len(bundles)} bundle(s) of {bundles[0]} cannot be granted: " + "; ".join(missing)
+        )
+    group = placement_group(bundles, strategy=strategy)
+    try:
+        ray.get(group.ready(), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        ray.util.remove_placement_group(group)
+        raise RuntimeError(
+            f"placement of {role}: {len(bundles)} bundle(s) of {bundles[0]} ({strategy}) not granted within "
+            f"{timeout_s:g} s; available now: {ray.available_resources()} (other runs or actors may hold them)"
+        ) from None
     return group
+
+
+def bundle_nodes(group: Any) -> list[str]:
+    """The node id of each bundle of a ready placement group, in bundle order."""
+    table = ray.util.placement_group_table(group)
+    return [table["bundles_to_node_id"][index] for index in sorted(table["bundles_to_node_id"])]
 
 
 def engine_count(cfg: Any) -> int:
@@ -59,7 +106,11 @@ def engine_count(cfg: Any) -> int:
 
 
 def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Placement:
-    """Create placement groups for `roles` (subset of policy, ref, critic, reward) plus the engines, per the config."""
+    """Create placement groups for `roles` (subset of policy, ref, critic, reward) plus the engines, per the config.
+
+    A role on several nodes (`<role>_num_nodes` > 1; colocated: `policy_num_nodes`) is placed `SPREAD`, else
+    `PACK`. A placement the cluster can never grant fails at once naming the missing resources; one it cannot grant
+    yet fails after `timeout_s`."""
     placement_cfg = cfg.trainer.placement
     on_gpu = cfg.resolved_device() == "cuda"
     cpus = placement_cfg.num_cpus_per_worker
@@ -67,7 +118,8 @@ def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Plac
     plan = Placement()
     if placement_cfg.colocate_all:
         width = role_world_size(cfg, "policy")
-        group = _ready(placement_group([_bundle(cpus, gpu) for _ in range(width)], strategy="PACK"), timeout_s)
+        strategy = _strategy(placement_cfg.policy_num_nodes)
+        group = _reserve("colocated roles", [_bundle(cpus, gpu) for _ in range(width)], strategy, timeout_s)
         plan.groups.append(group)
         members = len(roles) + 1  # the roles plus the engines share every bundle
         for role in [*roles, "engine"]:
@@ -80,11 +132,12 @@ def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Plac
             plan.slots["ref"] = RoleSlot(slot.placement_group, 0, slot.num_cpus, slot.num_gpus)
             continue
         width = role_world_size(cfg, role)
-        group = _ready(placement_group([_bundle(cpus, gpu) for _ in range(width)], strategy="PACK"), timeout_s)
+        strategy = _strategy(getattr(placement_cfg, f"{role}_num_nodes"))
+        group = _reserve(role, [_bundle(cpus, gpu) for _ in range(width)], strategy, timeout_s)
         plan.groups.append(group)
         plan.slots[role] = RoleSlot(group, 0, cpus, gpu)
     engines = engine_count(cfg)
-    group = _ready(placement_group([_bundle(cpus, gpu) for _ in range(engines)], strategy="PACK"), timeout_s)
+    group = _reserve("engines", [_bundle(cpus, gpu) for _ in range(engines)], "PACK", timeout_s)
     plan.groups.append(group)
     plan.slots["engine"] = RoleSlot(group, 0, cpus, gpu)
     return plan

@@ -75,3 +75,23 @@ def test_thread_counts_below_one_are_refused_with_the_key():
     for key in ("trainer.placement.num_threads_per_worker", "generator.inference_engine.num_threads"):
         with pytest.raises(ConfigValidationError, match=key.replace(".", r"\.")):
             SkyRLConfig.from_cli_overrides(["trainer.device=cpu", f"{key}=0"])
+
+
+@pytest.mark.integration
+def test_a_placement_the_cluster_cannot_grant_fails_at_once_naming_what_is_missing(ray_cluster):
+    """Bundles larger than the (one-node) session cluster, in total or each: refused before any waiting."""
+    import ray
+
+    from skyrl_train.placement import plan_placement
+
+    have = int(ray.cluster_resources()["CPU"])
+    half = have // 2 + 1  # two such bundles exceed the cluster, one fits
+    cfg = _cfg(f"trainer.placement.num_cpus_per_worker={half}", "trainer.placement.policy_num_gpus_per_node=2")
+    with pytest.raises(RuntimeError) as raised:
+        plan_placement(cfg, ["policy"], timeout_s=600)  # no wait: the cluster can never grant it
+    message = str(raised.value)
+    assert message.startswith(f"placement of colocated roles: 2 bundle(s) of {{'CPU': {half}")
+    assert f"CPU: needs {2 * half} in total, the cluster has {have}" in message
+    big = _cfg(f"trainer.placement.num_cpus_per_worker={have + 1}", "trainer.placement.colocate_all=false")
+    with pytest.raises(RuntimeError, match=f"placement of policy: .*one bundle needs {have + 1}, the largest node has"):
+        plan_placement(big, ["policy"], timeout_s=600)

@@ -34,7 +34,8 @@ from skyrl_train.trainer import RayPPOTrainer, TrainResult, optimizer_steps_per_
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.plots import plot_curves
 from skyrl_train.utils.tracking import Tracker
-from skyrl_train.weight_sync.strategy import make_weight_sync_strategy, resolve_strategy_name
+from skyrl_train.weight_sync.node_aware import connect_auto_weight_sync, describe_weight_sync
+from skyrl_train.weight_sync.strategy import make_weight_sync_strategy
 from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, RewardModelWorker
 from skyrl_train.workers.group import WorkerGroup
 
@@ -179,13 +180,20 @@ class BasePPOExp:
         return SkyRLGymGenerator(client, tokenizer, generator_settings_from_config(self.cfg))
 
     async def get_weight_sync(self, policy: WorkerGroup, engines: list[Any]):
-        """The weight-sync strategy, connected between policy rank 0 and the engines."""
-        engine_cfg = self.cfg.generator.inference_engine
-        name = resolve_strategy_name(
-            engine_cfg.weight_sync_backend, self.cfg.trainer.placement.colocate_all, self.cfg.resolved_device()
-        )
-        strategy = make_weight_sync_strategy(name, compute_checksums=self.verify_weight_sync)
-        await strategy.init(sender=policy.actors[0], engines=engines)
+        """The weight-sync strategy, connected between policy rank 0 and the engines. `auto` picks per engine from
+        where it runs (`connect_auto_weight_sync`): on a colocated run, engines on rank 0's node take shm / CUDA
+        IPC and engines on other nodes the broadcast group."""
+        backend = self.cfg.generator.inference_engine.weight_sync_backend
+        colocated, device = self.cfg.trainer.placement.colocate_all, self.cfg.resolved_device()
+        sender = policy.actors[0]
+        if backend == "auto":
+            strategy = await connect_auto_weight_sync(
+                sender, engines, colocated, device, compute_checksums=self.verify_weight_sync
+            )
+        else:
+            strategy = make_weight_sync_strategy(backend, compute_checksums=self.verify_weight_sync)
+            await strategy.init(sender=sender, engines=engines)
+        logger.info("weight sync: %s", describe_weight_sync(strategy))
         return strategy
 
     def get_tracker(self, total_steps: int) -> Tracker:

@@ -2,10 +2,11 @@
 
 Built-in strategies: `broadcast` (torch.distributed group; gloo on CPU, NCCL on GPU), `shm` (shared memory, one
 machine, CPU), `cuda_ipc` (CUDA IPC, colocated GPUs) and `checkpoint` (safetensors files). Importing this package
-registers them all.
+registers them all. `auto` is resolved per engine by `node_aware.connect_auto_weight_sync` (same node as the
+sender: the local transport; another node: `broadcast`), with `MixedStrategy` when one run needs both.
 """
 
-from skyrl_train.weight_sync import broadcast, checkpoint, cuda_ipc, shm  # noqa: F401,E402  (registers built-ins)
+from skyrl_train.weight_sync import broadcast, checkpoint, cuda_ipc, node_aware, shm  # noqa: F401 (registers them)
 from skyrl_train.weight_sync.base import (
     SendResult,
     VerifyReport,
@@ -15,6 +16,7 @@ from skyrl_train.weight_sync.base import (
     WeightSyncError,
     WeightTarget,
 )
+from skyrl_train.weight_sync.node_aware import MixedStrategy, connect_auto_weight_sync, plan_by_node
 from skyrl_train.weight_sync.strategy import (
     WEIGHT_SYNC_STRATEGIES,
     WeightSenderHost,
@@ -28,6 +30,9 @@ from skyrl_train.weight_sync.strategy import (
 )
 
 __all__ = [
+    "MixedStrategy",
+    "connect_auto_weight_sync",
+    "plan_by_node",
     "SendResult",
     "VerifyReport",
     "WeightChunk",

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Optional, TypeVar
 
+import ray
 import torch
 
 from skyrl_train.utils.registry import Registry
@@ -55,8 +56,19 @@ def register_weight_sync_strategy(name: str, *, builtin: bool = False) -> Callab
     return decorator
 
 
+_COMPOSITE_SENDERS: dict[str, type[WeightSender]] = {}
+"""Senders made of other strategies' senders (e.g. `mixed`); built by name but not `weight_sync_backend` choices."""
+
+
+def register_composite_sender(name: str, sender_cls: type[WeightSender]) -> None:
+    """Let `make_sender(name, ...)` build `sender_cls` (a sender that drives several strategies' senders)."""
+    _COMPOSITE_SENDERS[name] = sender_cls
+
+
 def make_sender(strategy_name: str, init_info: dict[str, Any]) -> WeightSender:
     """Build the sender half of strategy `strategy_name` in this process (blocks while its transport connects)."""
+    if strategy_name in _COMPOSITE_SENDERS:
+        return _COMPOSITE_SENDERS[strategy_name](init_info)
     return WEIGHT_SYNC_STRATEGIES.get(strategy_name).sender_cls(init_info)
 
 
@@ -71,8 +83,9 @@ def make_weight_sync_strategy(name: str, **options: Any) -> WeightSyncStrategy:
 
 
 def resolve_strategy_name(backend: str, colocated: bool, device: str) -> str:
-    """`generator.inference_engine.weight_sync_backend` with `auto` resolved: `cuda_ipc` (GPU) or `shm` (CPU) when
-    the engines share the policy's machine, else `broadcast`."""
+    """`generator.inference_engine.weight_sync_backend` with `auto` resolved without looking at nodes: `cuda_ipc`
+    (GPU) or `shm` (CPU) when colocated, else `broadcast`. The trainer resolves `auto` per engine instead
+    (`node_aware.connect_auto_weight_sync`), so colocated engines on other nodes get `broadcast`."""
     if backend != "auto":
         return backend
     if not colocated:
@@ -97,6 +110,10 @@ class WeightSenderHost:
             self._weight_sender.close()
         self._weight_sender = make_sender(strategy_name, init_info)
 
+    def weight_sender_node_id(self) -> str:
+        """The Ray node this actor runs on (where the sender's local transports reach)."""
+        return ray.get_runtime_context().get_node_id()
+
     @property
     def weight_sender(self) -> WeightSender:
         """The sender made by `init_weight_sender`."""
@@ -105,7 +122,8 @@ class WeightSenderHost:
         return self._weight_sender
 
 
-def _handle_of(engine: Any, index: int) -> Any:
+def engine_handle(engine: Any, index: int) -> Any:
+    """The Ray actor handle of `engines[index]` (a `RayEngineProxy`); a clear error for anything else."""
     handle = getattr(engine, "handle", None)
     if handle is None:
         raise TypeError(
@@ -157,7 +175,24 @@ class WeightSyncStrategy(abc.ABC):
         if not engines:
             raise ValueError("init: engines is empty; weight sync needs at least one engine")
         self.engines = list(engines)
-        self.handles = [_handle_of(engine, index) for index, engine in enumerate(engines)]
+        self.handles = [engine_handle(engine, index) for index, engine in enumerate(engines)]
+        engine_infos, common = await self.describe_engines()
+        sender_info, receiver_infos = self.build_init_infos(common, engine_infos)
+        sender_info = {**sender_info, "engine_handles": self.handles}
+        receivers = [
+            handle.init_weight_receiver.remote(self.name, info) for handle, info in zip(self.handles, receiver_infos)
+        ]
+        if sender is None:
+            creating = asyncio.to_thread(make_sender, self.name, sender_info)
+        else:
+            creating = sender.init_weight_sender.remote(self.name, sender_info)
+        made, *_ = await asyncio.wait_for(asyncio.gather(creating, *receivers), timeout=self.timeout_s)
+        self._local_sender = made if sender is None else None
+        self._remote_sender = sender
+
+    async def describe_engines(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Each engine's `engine_info` (of `self.handles`), and the fields every side's `init_info` shares; the
+        engines must agree on dtype and device."""
         engine_infos = list(await asyncio.gather(*(handle.engine_info.remote() for handle in self.handles)))
         for key in ("dtype", "device"):
             values = sorted({info[key] for info in engine_infos})
@@ -173,18 +208,7 @@ class WeightSyncStrategy(abc.ABC):
             "start_version": self.version,
             "engine_node_ids": [info["node_id"] for info in engine_infos],
         }
-        sender_info, receiver_infos = self.build_init_infos(common, engine_infos)
-        sender_info = {**sender_info, "engine_handles": self.handles}
-        receivers = [
-            handle.init_weight_receiver.remote(self.name, info) for handle, info in zip(self.handles, receiver_infos)
-        ]
-        if sender is None:
-            creating = asyncio.to_thread(make_sender, self.name, sender_info)
-        else:
-            creating = sender.init_weight_sender.remote(self.name, sender_info)
-        made, *_ = await asyncio.wait_for(asyncio.gather(creating, *receivers), timeout=self.timeout_s)
-        self._local_sender = made if sender is None else None
-        self._remote_sender = sender
+        return engine_infos, common
 
     async def sync(
         self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: Optional[int] = None

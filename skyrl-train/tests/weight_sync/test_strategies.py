@@ -20,7 +20,13 @@ from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
-from skyrl_train.weight_sync import WeightSenderHost, WeightSyncError, make_weight_sync_strategy
+from skyrl_train.weight_sync import (
+    MixedStrategy,
+    WeightSenderHost,
+    WeightSyncError,
+    connect_auto_weight_sync,
+    make_weight_sync_strategy,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -132,12 +138,19 @@ async def _reset_to_model_a(setup):
     return version
 
 
-@pytest.mark.parametrize("strategy_name", ["broadcast", "shm", "checkpoint"])
+def _strategy(name):
+    options = {"chunk_bytes": CHUNK_BYTES, "compute_checksums": True, "timeout_s": 60}
+    if name == "mixed":  # what `auto` builds when engine 1 runs on another node than the sender
+        return MixedStrategy([("shm", [0]), ("broadcast", [1])], **options)
+    return make_weight_sync_strategy(name, **options)
+
+
+@pytest.mark.parametrize("strategy_name", ["broadcast", "shm", "checkpoint", "mixed"])
 async def test_remote_sender_sync_installs_new_model_and_verify_names_corruption(setup, strategy_name):
     assert setup["expected_a"] != setup["expected_b"]  # otherwise the test could not tell the models apart
     engines, sender = setup["engines"], setup["policy"][0]
     start_version = await _reset_to_model_a(setup)
-    strategy = make_weight_sync_strategy(strategy_name, chunk_bytes=CHUNK_BYTES, compute_checksums=True, timeout_s=60)
+    strategy = _strategy(strategy_name)
     await strategy.init(sender, engines)
     try:
         result = await sender.push_weights.remote()
@@ -190,3 +203,14 @@ async def test_sync_needs_a_local_sender_and_engine_proxies(setup):
             await strategy.sync([("model.norm.weight", torch.ones(128))])
     finally:
         await strategy.close()
+
+
+async def test_auto_on_one_node_takes_the_local_transport_for_every_engine(setup):
+    engines, sender = setup["engines"], setup["policy"][0]
+    colocated = await connect_auto_weight_sync(sender, engines, colocated=True, device="cpu", timeout_s=60)
+    separate = await connect_auto_weight_sync(sender, engines, colocated=False, device="cpu", timeout_s=60)
+    try:
+        assert (colocated.name, separate.name) == ("shm", "broadcast")
+    finally:
+        await colocated.close()
+        await separate.close()

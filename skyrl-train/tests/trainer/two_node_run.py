@@ -1,0 +1,100 @@
+"""Train on a simulated two-node Ray cluster (`ray.cluster_utils.Cluster`: two raylets on this machine, 2 CPUs
+each) and print, per run, where every actor ran, which weight-sync transport each engine got, and the metrics.
+
+Run by `test_two_nodes.py` in a child process, so the cluster never meets the test session's own Ray:
+
+    python two_node_run.py MODEL_DIR DATA_DIR OUT_DIR   # prints one JSON object per run
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import ray
+from ray.cluster_utils import Cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import tiny_config  # noqa: E402  (the trainer tests' tiny config)
+
+from skyrl_train.entrypoints.main_base import BasePPOExp  # noqa: E402
+from skyrl_train.weight_sync.node_aware import describe_weight_sync  # noqa: E402
+
+RUNS = {
+    # rank i and engine i share bundle i; two nodes asked for, so the bundles spread: engine 1 is on the other node
+    "colocated": (
+        True,
+        [
+            "trainer.placement.policy_num_nodes=2",
+            "trainer.placement.policy_num_gpus_per_node=1",
+            "trainer.max_training_steps=2",
+        ],
+    ),
+    # both policy ranks fill one node; the engine can only go to the other
+    "separate": (
+        False,
+        [
+            "trainer.placement.num_cpus_per_worker=1",
+            "trainer.placement.policy_num_gpus_per_node=2",
+            "trainer.max_training_steps=1",
+        ],
+    ),
+}
+
+
+class WhereExp(BasePPOExp):
+    """Records the weight-sync plan and the node of every worker and engine before the actors are released."""
+
+    async def get_weight_sync(self, policy, engines):
+        strategy = await super().get_weight_sync(policy, engines)
+        self.sync_plan = describe_weight_sync(strategy)
+        return strategy
+
+    def shutdown(self) -> None:
+        self.worker_nodes = [ray.get(actor.weight_sender_node_id.remote()) for actor in self.groups[0].actors]
+        self.engine_nodes = [info["node_id"] for info in ray.get([e.handle.engine_info.remote() for e in self.engines])]
+        super().shutdown()
+
+
+def main(model_dir: str, data_dir: str, out_dir: str) -> None:
+    """Start the two-node cluster, run each entry of RUNS on it, print what happened."""
+    cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 2})
+    cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    try:
+        nodes = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
+        for name, (colocate, overrides) in RUNS.items():
+            cfg = tiny_config(
+                model_dir,
+                Path(data_dir),
+                Path(out_dir) / name,
+                "generator.inference_engine.weight_sync_backend=auto",
+                *overrides,
+                colocate=colocate,
+            )
+            experiment = WhereExp(cfg, verify_weight_sync=True)
+            result = experiment.run()
+            print(
+                json.dumps(
+                    {
+                        "run": name,
+                        "nodes": nodes,
+                        "worker_nodes": experiment.worker_nodes,
+                        "engine_nodes": experiment.engine_nodes,
+                        "sync_plan": experiment.sync_plan,
+                        "global_step": result.global_step,
+                        "verified": dict(result.history["weight_sync/verified_tensors"]),
+                        "versions": dict(result.history["weight_sync/version"]),
+                        "loss": dict(result.history["policy/loss"]),
+                    }
+                ),
+                flush=True,
+            )
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
