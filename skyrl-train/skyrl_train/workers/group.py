@@ -26,6 +26,11 @@ def role_model_parallel_size(cfg: Mapping[str, Any], role: str) -> int:
     return int(trainer.get(role, {}).get("megatron", {}).get("tensor_model_parallel_size", 1))
 
 
+class WorkerGroupError(RuntimeError):
+    """A rank of a worker group is gone (its actor or node died, or its result was lost); names the role, rank and
+    method."""
+
+
 class WorkerGroup:
     """`num_workers` Ray actors of `worker_cls` forming one data-parallel (FSDP) group for `role`.
 
@@ -86,7 +91,7 @@ class WorkerGroup:
 
     def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call `method(*args, **kwargs)` on every actor and wait; returns the per-rank results in rank order."""
-        return ray.get(self.submit_all(method, *args, **kwargs))
+        return self.wait_all(self.submit_all(method, *args, **kwargs), method)
 
     def run_sharded(self, method: str, batch: TrainingBatch | ShardableBatch, **kwargs: Any) -> Any:
         """Split `batch` (and per-row tensor kwargs) evenly over the ranks, call `method(shard, **shard_kwargs)` on
@@ -96,8 +101,31 @@ class WorkerGroup:
             getattr(actor, method).remote(shards[dp][0], **shards[dp][1])
             for actor, dp in zip(self.actors, self.data_parallel_ranks)
         ]
-        results = ray.get(refs)
+        results = self.wait_all(refs, method)
         return join_results(results[:: self.model_parallel_size], len(batch))
+
+    def wait_all(self, refs: list[ray.ObjectRef], method: str) -> list[Any]:
+        """The results of one call per rank (`refs` in rank order), failing as soon as any rank fails: a method
+        that raised re-raises its exception; a dead actor or node raises `WorkerGroupError` naming the rank.
+
+        `ray.get(refs)` would wait for every rank first, and the ranks still alive may be blocked in a collective
+        with the failed one (gloo / NCCL time out only after minutes): a dead actor or node would hang the run.
+        """
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayTaskError:
+                    raise  # the method raised: its own exception type (and Ray's remote traceback), at once
+                except Exception as exc:  # the actor or its node died, or its result was lost
+                    raise WorkerGroupError(
+                        f"{self.role} rank {rank_of[ref]} of {len(refs)} failed in {method}: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+        return ray.get(refs)
 
     def shutdown(self) -> None:
         """Kill the actors of this group."""

@@ -10,10 +10,14 @@ the directories (the marker file is only a hint).
 
 import os
 import shutil
+import time
 
 import pytest
+import ray
 
 from skyrl_train.entrypoints.main_base import BasePPOExp
+from skyrl_train.trainer import RayPPOTrainer
+from skyrl_train.workers.group import WorkerGroupError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -110,3 +114,44 @@ def test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before(
     # lr 1e-3, 2 optimizer steps per training step: step 3 runs optimizer steps 4 and 5. The checkpoint's 6-step
     # cosine gives (0.25 + 0.067) / 2 * 1e-3 = 1.6e-4 there; a rebuilt 10-step one would give 5.8e-4.
     assert _at(resumed, "policy/lr", 3) == pytest.approx(1.58e-4, rel=0.02)
+
+
+class RankDiesTrainer(RayPPOTrainer):
+    """Kills policy rank 1 as step 2's policy update starts: rank 0 is then alone in an FSDP collective."""
+
+    async def train_policy(self, batch, advantages, old_logprobs, ref_logprobs):
+        if self.global_step == 2:
+            ray.kill(self.policy.actors[1])
+        return await super().train_policy(batch, advantages, old_logprobs, ref_logprobs)
+
+
+class RankDiesExp(BasePPOExp):
+    def get_trainer(self, **parts):
+        return RankDiesTrainer(self.cfg, verify_weight_sync=self.verify_weight_sync, **parts)
+
+
+def _free_cpus_settle(expected, seconds=20.0):
+    """Free CPUs of the cluster once released actors and placement groups are returned (Ray frees them async)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and ray.available_resources().get("CPU", 0.0) < expected:
+        time.sleep(0.5)
+    return ray.available_resources().get("CPU", 0.0)
+
+
+def test_a_dead_rank_stops_the_run_naming_it_and_resume_continues_exactly(
+    uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path
+):
+    full, _ = uninterrupted
+    free_before = ray.available_resources().get("CPU", 0.0)
+    with pytest.raises(WorkerGroupError, match=r"policy rank 1 of 2 failed in forward_backward: \w*ActorDiedError"):
+        # the uninterrupted run's length: the cosine schedule depends on it
+        RankDiesExp(make_config(tiny_model_dir, data_dir, tmp_path, *SCHEDULE, "trainer.max_training_steps=3")).run()
+    # rank 0, blocked in a collective with the dead rank, the engines and the placement groups are all released
+    assert _free_cpus_settle(free_before) >= free_before
+    assert sorted(os.listdir(tmp_path / "ckpts")) == ["global_step_1", "latest_checkpointed_step.txt"]
+    resumed = _run(
+        make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.resume_mode=latest"
+    )
+    assert sorted(dict(resumed.history["reward/mean"])) == [2]
+    for key in COMPARED:
+        assert _at(resumed, key, 2) == pytest.approx(_at(full, key, 2), abs=RESUME_TOLERANCE), key
