@@ -6,6 +6,12 @@ every CPU strategy (`broadcast`, `shm`, `checkpoint`), plus the plain Ray object
 counts the bytes one engine receives (after casting).
 
     python benchmarks/weight_sync.py [--size 4] [--engines 2] [--dtype bfloat16] [--chunk-mb 32] [--repeats 3]
+    python benchmarks/weight_sync.py --two-nodes   # same-node vs cross-node engines on a simulated 2-node cluster
+
+`--two-nodes` starts a `ray.cluster_utils.Cluster` with two raylets on this machine: the driver (the sender) on the
+head, one set of engines on the head and one on the other node, and times every strategy, and `auto` as the trainer
+resolves it for a colocated run, into each set. Both "nodes" share this machine's memory and loopback network, so
+the cross-node numbers show which transports work and what they cost in this process layout, not a real network.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import torch
 from skyrl_train.inference.ray_engine import create_engine_actors
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
-from skyrl_train.weight_sync import make_weight_sync_strategy
+from skyrl_train.weight_sync import WeightSyncError, connect_auto_weight_sync, make_weight_sync_strategy
+from skyrl_train.weight_sync.node_aware import describe_weight_sync
 
 STRATEGIES = ["broadcast", "shm", "checkpoint"]
 
@@ -67,6 +74,75 @@ async def _run(args: argparse.Namespace, engines: list, state: list) -> None:
         )
 
 
+async def _time_auto(engines: list, state: list, chunk_bytes: int, repeats: int) -> tuple[float, int, int, str]:
+    strategy = await connect_auto_weight_sync(None, engines, colocated=True, device="cpu", chunk_bytes=chunk_bytes)
+    try:
+        await strategy.sync(state)  # warm-up
+        results = [await strategy.sync(state) for _ in range(repeats)]
+    finally:
+        await strategy.close()
+    best = min(results, key=lambda result: result.seconds)
+    return best.seconds, best.num_bytes, best.num_chunks, describe_weight_sync(strategy)
+
+
+async def _run_two_nodes(args: argparse.Namespace, sets: dict[str, list], state: list) -> None:
+    chunk_bytes = args.chunk_mb << 20
+    print(f"{'engines on':>11} | {'strategy':>10} | {'MB':>7} | {'seconds':>8} | {'MB/s':>8} | note")
+    print("-" * 90)
+    for where, engines in sets.items():
+        for name in [*STRATEGIES, "auto"]:
+            try:
+                if name == "auto":
+                    seconds, num_bytes, _, note = await _time_auto(engines, state, chunk_bytes, args.repeats)
+                else:
+                    seconds, num_bytes, _ = await _time_strategy(name, engines, state, chunk_bytes, args.repeats)
+                    note = ""
+            except WeightSyncError as exc:
+                print(f"{where:>11} | {name:>10} | {'-':>7} | {'-':>8} | {'-':>8} | refused: {exc}")
+                continue
+            mb = num_bytes / 1e6
+            print(f"{where:>11} | {name:>10} | {mb:>7.2f} | {seconds:>8.4f} | {mb / seconds:>8.1f} | {note}")
+
+
+def _engines_on(node_resource: str, count: int, directory: str, cfg: dict) -> list:
+    from ray.util.placement_group import placement_group
+
+    group = placement_group([{"CPU": 1, node_resource: 1} for _ in range(count)], strategy="PACK")
+    ray.get(group.ready(), timeout=120)
+    return create_engine_actors(count, directory, cfg, placement_group=group)
+
+
+def main_two_nodes(args: argparse.Namespace, model: torch.nn.Module) -> None:
+    """Same-node and cross-node engines on a simulated two-node cluster (see the module docstring)."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        connect=True,
+        head_node_args={"num_cpus": args.engines + 1, "resources": {"head_node": 100}},
+    )
+    cluster.add_node(num_cpus=args.engines, resources={"other_node": 100})
+    cluster.wait_for_nodes()
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            model.save_pretrained(directory)
+            save_tokenizer(build_char_tokenizer(), directory)
+            cfg = {"generator": {"inference_engine": {"backend": "hf", "model_dtype": args.dtype}}, "trainer": {}}
+            cfg["trainer"]["device"] = "cpu"
+            sets = {
+                "same node": _engines_on("head_node", args.engines, directory, cfg),
+                "other node": _engines_on("other_node", args.engines, directory, cfg),
+            }
+        print(
+            f"two simulated nodes; the sender is the driver on the head node; {args.engines} engine(s) per set in "
+            f"{args.dtype}, chunks of {args.chunk_mb} MiB, best of {args.repeats}"
+        )
+        asyncio.run(_run_two_nodes(args, sets, list(model.state_dict().items())))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
 def main() -> None:
     """Start Ray and the engines, time every strategy, print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,9 +151,13 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument("--chunk-mb", type=int, default=32, help="chunk size in MiB")
     parser.add_argument("--repeats", type=int, default=3, help="best of N syncs per strategy")
+    parser.add_argument("--two-nodes", action="store_true", help="same-node vs cross-node engines (simulated)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = build_tiny_model(TinyModelSpec(size=args.size), seed=0)
+    if args.two_nodes:
+        main_two_nodes(args, model)
+        return
     state = list(model.state_dict().items())
     params = sum(p.numel() for p in model.parameters())
     ray.init(num_cpus=args.engines + 1, include_dashboard=False, log_to_driver=False)
