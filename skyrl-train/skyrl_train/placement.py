@@ -6,6 +6,7 @@ engine i share bundle i, each taking an equal fraction of it; they take turns (e
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -168,12 +169,26 @@ def actor_env_vars() -> dict[str, str]:
     }
 
 
+def submitted_job_env_vars() -> Optional[dict[str, str]]:
+    """The env vars of the runtime environment of the Ray job this driver runs in (`ray job submit`), or None when
+    it is not a submitted job's driver (Ray passes the job's config to its driver in `RAY_JOB_CONFIG_JSON_ENV_VAR`)."""
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if not raw:
+        return None
+    runtime_env = json.loads(raw).get("runtime_env") or {}
+    return dict(runtime_env.get("env_vars") or {})
+
+
 def ray_init_kwargs(cfg: Any, roles: list[str], address: Optional[str] = None) -> dict[str, Any]:
     """The `ray.init` arguments of a run: join `address`, else `trainer.placement.ray_address`, else `RAY_ADDRESS`;
-    with none of them, a local cluster with enough logical CPUs for the placement."""
+    with none of them, a local cluster with enough logical CPUs for the placement. In a submitted job's driver the
+    actors' env vars leave out the keys the job's runtime environment sets (the job's values win)."""
     address = address or cfg.trainer.placement.ray_address or os.environ.get("RAY_ADDRESS")
     env = {"env_vars": actor_env_vars()}
     if address:
+        job_env_vars = submitted_job_env_vars()
+        if job_env_vars is not None:  # in a `ray job submit` driver: Ray refuses env var keys the job also sets
+            env = {"env_vars": {k: v for k, v in env["env_vars"].items() if k not in job_env_vars}}
         return {"address": address, "runtime_env": env, "log_to_driver": False}
     needed = int(-(-cpus_needed(cfg, roles) // 1))
     return {

@@ -95,3 +95,20 @@ def test_a_placement_the_cluster_cannot_grant_fails_at_once_naming_what_is_missi
     big = _cfg(f"trainer.placement.num_cpus_per_worker={have + 1}", "trainer.placement.colocate_all=false")
     with pytest.raises(RuntimeError, match=f"placement of policy: .*one bundle needs {have + 1}, the largest node has"):
         plan_placement(big, ["policy"], timeout_s=600)
+
+
+def test_a_submitted_job_driver_leaves_the_jobs_own_env_vars_to_the_job(monkeypatch):
+    """Ray refuses a driver runtime env that repeats an env var key of the job's (`ray job submit`)."""
+    import json
+
+    monkeypatch.setenv(
+        "RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"runtime_env": {"env_vars": {"HF_HUB_OFFLINE": "1"}}})
+    )
+    joined = ray_init_kwargs(_cfg("trainer.placement.ray_address=auto"), ["policy"])
+    assert "HF_HUB_OFFLINE" not in joined["runtime_env"]["env_vars"]
+    assert joined["runtime_env"]["env_vars"]["OMP_WAIT_POLICY"]  # ours, for every key the job leaves unset
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    assert (
+        "HF_HUB_OFFLINE"
+        in ray_init_kwargs(_cfg("trainer.placement.ray_address=auto"), ["policy"])["runtime_env"]["env_vars"]
+    )
