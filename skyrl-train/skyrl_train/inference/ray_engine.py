@@ -19,6 +19,7 @@ import abc
 import asyncio
 import functools
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -276,12 +277,21 @@ class RayEngineProxy(InferenceEngine):
         `skyrl_train.weight_sync` strategy)."""
         self._version = await self.handle.update_weights.remote(list(named_tensors), version)
 
-    async def teardown(self) -> None:
-        """Tear the engine down and end the actor."""
+    async def teardown(self, timeout_s: float = 30.0) -> None:
+        """Tear the engine down and end the actor; returns once the actor is gone (`ray.kill` only asks for it, so
+        a call right after it could otherwise still be answered)."""
         try:
             await self.handle.teardown.remote()
         finally:
             ray.kill(self.handle)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                await self.handle.__ray_ready__.remote()
+            except ray.exceptions.RayActorError:
+                return
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"engine actor {self.handle} still answers {timeout_s:g} s after ray.kill")
 
 
 def check_engine_backend(settings: EngineSettings) -> None:

@@ -1,6 +1,7 @@
-"""`ray job submit` of this example to a Ray cluster started with `ray start --head` and `ray start --address`
-(two raylets on this machine), the example's folder shipped as the job's working directory: the user's env module
-travels with the job, and the run trains on the cluster it joins instead of starting its own Ray."""
+"""`ray job submit` of the quickstart and of the custom-env example (a `BasePPOExp` run with the user's env module)
+to a Ray cluster started with `ray start --head` and `ray start --address` (two raylets on this machine). Each job
+ships its example's folder as the working directory, and its driver trains on the cluster it joins instead of
+starting its own Ray."""
 
 import json
 import os
@@ -16,17 +17,8 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-HERE = Path(__file__).resolve().parent
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 RAY = str(Path(sys.executable).with_name("ray"))
-TINY = [
-    "trainer.train_batch_size=2",
-    "trainer.policy_mini_batch_size=2",
-    "generator.n_samples_per_prompt=4",
-    "trainer.micro_train_batch_size_per_gpu=4",
-    "trainer.micro_forward_batch_size_per_gpu=8",
-    "trainer.max_training_steps=1",
-    "trainer.eval_before_train=false",
-]
 
 
 def _free_port() -> int:
@@ -60,8 +52,8 @@ def _stop(group: int) -> None:
         time.sleep(wait)
 
 
-@pytest.fixture
-def cluster(tmp_path):
+@pytest.fixture(scope="module")
+def cluster():
     """A head node (4 CPUs, dashboard for job submission) and a second node (2 CPUs) on this machine."""
     if shutil.which(RAY) is None and not Path(RAY).exists():
         pytest.fail(f"the ray CLI is not next to {sys.executable}")
@@ -96,34 +88,59 @@ def cluster(tmp_path):
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def test_the_example_submitted_as_a_job_trains_on_the_cluster_with_its_env_module(cluster, tmp_path):
-    out = tmp_path / "out"
+def _submit(cluster: dict, example: str, *command: str) -> str:
+    """`ray job submit` of `command` with `examples/<example>` as the working directory; returns the job's log."""
+    for _ in range(60):  # a fresh head's job agent registers a few seconds after `ray start` returns
+        submitted = _run_submit(cluster, example, command)
+        if submitted.returncode == 0 or "No available agent to submit job" not in submitted.stdout + submitted.stderr:
+            break
+        time.sleep(2)
+    log = submitted.stdout + submitted.stderr
+    assert submitted.returncode == 0, log[-4000:]
+    assert "succeeded" in log.lower(), log[-4000:]
+    return log
+
+
+def _run_submit(cluster: dict, example: str, command: tuple) -> subprocess.CompletedProcess:
     runtime_env = {"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}}
-    submitted = subprocess.run(
+    return subprocess.run(
         [
             RAY,
             "job",
             "submit",
             f"--address={cluster['dashboard']}",
-            f"--working-dir={HERE}",
+            f"--working-dir={EXAMPLES / example}",
             f"--runtime-env-json={json.dumps(runtime_env)}",
             "--",
-            "python",
-            "train_custom_env.py",
-            f"--out={out}",
-            "--train-size=16",
-            "--test-size=8",
-            *TINY,
+            *command,
         ],
         env=cluster["env"],
         capture_output=True,
         text=True,
         timeout=900,
     )
-    log = submitted.stdout + submitted.stderr
-    assert submitted.returncode == 0, log[-4000:]
-    assert "succeeded" in log.lower(), log[-4000:]
+
+
+def test_the_custom_env_example_trains_as_a_job_with_its_env_module(cluster, tmp_path):
+    out = tmp_path / "out"
+    overrides = [
+        "trainer.train_batch_size=2",
+        "trainer.policy_mini_batch_size=2",
+        "generator.n_samples_per_prompt=4",
+        "trainer.micro_train_batch_size_per_gpu=4",
+        "trainer.micro_forward_batch_size_per_gpu=8",
+        "trainer.max_training_steps=1",
+        "trainer.eval_before_train=false",
+    ]
+    command = ["python", "train_custom_env.py", f"--out={out}", "--train-size=16", "--test-size=8", *overrides]
+    log = _submit(cluster, "custom_env", *command)
     assert "steps: 1 in" in log, log[-4000:]  # the example's own report, printed by the job's driver
-    # the job joined the running cluster: its driver started no Ray of its own
-    assert "Connecting to existing Ray cluster" in log or "Started a local Ray instance" not in log, log[-4000:]
     assert (out / "exports").is_dir()
+
+
+def test_the_quickstart_trains_as_a_job(cluster, tmp_path):
+    out = tmp_path / "qs"
+    command = ["python", "run_quickstart.py", f"--out={out}", "--train-size=64", "--test-size=8"]
+    log = _submit(cluster, "quickstart", *command, "trainer.max_training_steps=1", "trainer.eval_interval=0")
+    assert "quickstart: eval accuracy before=" in log, log[-4000:]
+    assert (out / "ckpts" / "global_step_1" / "COMPLETE").exists()
