@@ -24,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
+from skyrl_train.serving.gate import WeightGate
 from skyrl_train.serving.protocol import ChatCompletionRequest, CompletionRequest, ServingError
 from skyrl_train.serving.tool_calls import parse_tool_calls
 
@@ -53,10 +54,11 @@ def _pieces(tokenizer: Any, token_ids: list[int], text: str) -> list[str]:
 class OpenAIServer:
     """The request handlers; `create_app` mounts them."""
 
-    def __init__(self, client: Any, tokenizer: Any, model_name: str) -> None:
+    def __init__(self, client: Any, tokenizer: Any, model_name: str, gate: Optional[WeightGate] = None) -> None:
         self.client = client
         self.tokenizer = tokenizer
         self.model_name = model_name
+        self.gate = gate or WeightGate()
 
     # ----- shared ---------------------------------------------------------------------------------------------
     def check_model(self, model: str) -> None:
@@ -87,7 +89,10 @@ class OpenAIServer:
         """One engine call for one prompt."""
         if not prompt_ids:
             raise ServingError("the prompt is empty", param="prompt")
-        return await self.client.generate(InferenceEngineInput(prompt_token_ids=[prompt_ids], sampling_params=sampling))
+        async with self.gate.serving():  # a training run closes it while the engines' weights change
+            return await self.client.generate(
+                InferenceEngineInput(prompt_token_ids=[prompt_ids], sampling_params=sampling)
+            )
 
     @staticmethod
     def usage(prompt_ids: list[int], output: InferenceEngineOutput) -> dict[str, int]:
@@ -149,6 +154,7 @@ class OpenAIServer:
             "choices": choices,
             "usage": self.usage(prompt_ids, output),
             "prompt_token_ids": prompt_ids,
+            "weight_version": output.weight_version,
         }
 
     def stream_completion(self, response_id: str, created: int, choices: list, output: InferenceEngineOutput) -> Any:
@@ -234,6 +240,7 @@ class OpenAIServer:
             "choices": choices,
             "usage": self.usage(prompt_ids, output),
             "prompt_token_ids": prompt_ids,
+            "weight_version": output.weight_version,
         }
 
     def stream_chat(self, response_id: str, created: int, choices: list, output: InferenceEngineOutput) -> Any:
@@ -279,9 +286,10 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
     return JSONResponse(status_code=400, content=ServingError(message, param=param).body())
 
 
-def create_app(client: Any, tokenizer: Any, model_name: str) -> FastAPI:
-    """The FastAPI app serving `client` (an `InferenceEngineClient` or any engine) under `model_name`."""
-    server = OpenAIServer(client, tokenizer, model_name)
+def create_app(client: Any, tokenizer: Any, model_name: str, gate: Optional[WeightGate] = None) -> FastAPI:
+    """The FastAPI app serving `client` (an `InferenceEngineClient` or any engine) under `model_name`; requests hold
+    `gate` open while they generate (a training run closes it while the weights change)."""
+    server = OpenAIServer(client, tokenizer, model_name, gate)
     app = FastAPI(title="skyrl OpenAI-compatible server")
     app.state.server = server
 
