@@ -28,6 +28,7 @@ from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
 from skyrl_train.health import HealthMonitor
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.rollouts import RolloutCollector
+from skyrl_train.serving.gate import WeightGate
 from skyrl_train.trainer_checkpoints import TrainerCheckpoints
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
@@ -80,6 +81,7 @@ class RayPPOTrainer:
         self.reward_scorer = reward_scorer  # None: the env's rewards are used as the generator placed them
         self.algorithm = cfg.trainer.algorithm
         self.engines_sleep = engines_sleep_while_training(cfg)
+        self.endpoint_gate = WeightGate()  # the run's OpenAI endpoint (if any) holds it open per request
         self.n_samples = cfg.generator.n_samples_per_prompt
         self.kl_controller = None
         if self.algorithm.use_kl_in_reward:
@@ -158,7 +160,7 @@ class RayPPOTrainer:
             with timer("generate"):
                 rollouts = await self.rollouts.collect(items)
             if self.engines_sleep:
-                await self.client.sleep()
+                await self.sleep_engines()
             with timer("reward"):
                 output = rollouts.output
                 batch = TrainingBatch.from_trajectories(output.trajectories, self.tokenizer.pad_token_id)
@@ -323,8 +325,23 @@ class RayPPOTrainer:
                 collected.append(metrics)
         return average_metrics(collected)
 
+    async def sleep_engines(self) -> None:
+        """Close the endpoint gate (requests to `generator.http_endpoint` wait until the next sync), then put the
+        engines to sleep."""
+        await self.endpoint_gate.close()
+        await self.client.sleep()
+
     async def sync_weights(self) -> dict[str, float]:
-        """Send the policy's weights to every engine as the next version; optionally verify them by checksum."""
+        """Send the policy's weights to every engine as the next version; optionally verify them by checksum.
+        Requests to the run's OpenAI endpoint wait while it runs, so none sees half-updated weights."""
+        if not self.endpoint_gate.is_closed:
+            await self.endpoint_gate.close()
+        try:
+            return await self._sync_weights()
+        finally:
+            self.endpoint_gate.open()
+
+    async def _sync_weights(self) -> dict[str, float]:
         self.weight_version += 1
         reports = await asyncio.to_thread(self.policy.run_all, "sync_weights", self.weight_version)
         report = reports[0]

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("models",),
     ("weight_sync",),
     ("inference",),
-    ("generators",),
+    ("generators", "serving"),
     ("training_batch", "evaluation", "health", "placement"),
     ("workers",),
     ("rewards", "rollouts", "trainer_checkpoints"),

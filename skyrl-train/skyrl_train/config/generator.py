@@ -145,11 +145,32 @@ class ChatTemplateConfig:
 
 
 @dataclass
+class HttpEndpointConfig:
+    """An OpenAI-compatible endpoint serving the policy's current weights while it trains (see
+    docs/openai-endpoint.md)."""
+
+    enabled: bool = False
+    """Start the endpoint beside the trainer, over the run's engines."""
+
+    host: str = "127.0.0.1"
+    """Address the endpoint listens on."""
+
+    port: int = 8000
+    """Port the endpoint listens on."""
+
+    served_model_name: Optional[str] = None
+    """The `model` clients send; null: `skyrl/<run_name>`."""
+
+
+@dataclass
 class GeneratorConfig:
     """Rollout generation: engines, sampling, and the agent loop that talks to the environments."""
 
     inference_engine: InferenceEngineConfig = field(default_factory=InferenceEngineConfig)
     """The inference engines."""
+
+    http_endpoint: HttpEndpointConfig = field(default_factory=HttpEndpointConfig)
+    """An OpenAI-compatible endpoint over the engines during training; requests wait while weights change."""
 
     sampling_params: SamplingConfig = field(default_factory=SamplingConfig)
     """Sampling for training rollouts."""

@@ -212,6 +212,21 @@ class BasePPOExp:
             backend_options=options,
         )
 
+    def start_http_endpoint(self, client: InferenceEngineClient, tokenizer: Any, trainer: Any) -> Optional[Any]:
+        """With `generator.http_endpoint.enabled`: an OpenAI-compatible endpoint over the run's engines, sharing
+        the trainer's `endpoint_gate` (requests wait while the weights change). None otherwise."""
+        settings = self.cfg.generator.http_endpoint
+        if not settings.enabled:
+            return None
+        from skyrl_train.serving import create_app
+        from skyrl_train.serving.background import BackgroundServer
+
+        name = settings.served_model_name or f"skyrl/{self.cfg.trainer.run_name}"
+        app = create_app(client, tokenizer, name, gate=trainer.endpoint_gate)
+        self.http_endpoint = BackgroundServer(app, settings.host, settings.port).start()
+        logger.info("OpenAI-compatible endpoint serving the policy as %r at %s", name, self.http_endpoint.url)
+        return self.http_endpoint
+
     def get_trainer(self, **parts: Any) -> RayPPOTrainer:
         """The trainer; override to use another loop."""
         return RayPPOTrainer(self.cfg, verify_weight_sync=self.verify_weight_sync, **parts)
@@ -265,12 +280,15 @@ class BasePPOExp:
             tracker=tracker,
             reward_scorer=reward_scorer,
         )
+        endpoint = self.start_http_endpoint(client, tokenizer, trainer)
         try:
             result = await trainer.train()
         finally:
             tracker.finish()
             if hasattr(generator, "close"):
                 generator.close()
+            if endpoint is not None:
+                endpoint.stop()
         self.trainer = trainer
         export_root = os.path.expanduser(trainer_cfg.export_path)
         with local_directory_for_writing(export_root) as local:  # an fsspec URL is written locally, then uploaded

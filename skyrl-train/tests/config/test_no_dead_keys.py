@@ -43,6 +43,7 @@ _SAMPLING_KEYS = "generators/test_from_config.py::test_every_sampling_key_reache
 _GENERATOR_KEYS = (
     "generators/test_from_config.py::test_every_generator_and_environment_key_reaches_the_generator_settings"
 )
+_ENDPOINT = "trainer/test_trainer_endpoint.py::test_the_endpoint_serves_whole_weight_versions_while_the_policy_trains"
 _NAMES = "config/test_registered_names.py::test_each_unregistered_name_is_named_with_its_close_matches"
 _GENERATOR = "generators/test_skyrl_gym_generator.py"
 _HF = "inference/test_hf_engine.py"
@@ -267,6 +268,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         _PLACEMENT,
         "trainer/test_trainer_vllm.py::test_two_steps_with_vllm_engines",
     ),
+    "generator.http_endpoint.enabled": (_ENDPOINT,),
+    "generator.http_endpoint.host": (_ENDPOINT,),
+    "generator.http_endpoint.port": (_ENDPOINT,),
+    "generator.http_endpoint.served_model_name": (_ENDPOINT,),
     "generator.inference_engine.weight_sync_backend": (
         _NAMES,
         "weight_sync/test_chunks.py::test_strategy_names_resolve_and_unknown_names_are_listed",

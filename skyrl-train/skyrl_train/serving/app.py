@@ -1,0 +1,320 @@
+"""An OpenAI-compatible HTTP API (`/v1/models`, `/v1/completions`, `/v1/chat/completions`) over an
+`InferenceEngineClient`, so every engine backend serves it.
+
+    app = create_app(client, tokenizer, model_name="skyrl/embedded")
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+
+Every request becomes one `InferenceEngineInput` of token ids (chat messages rendered by the tokenizer's chat
+template, tools included), and the engine's own tokens, logprobs and stop reasons are reported back. Responses carry
+`prompt_token_ids` and each choice's `token_ids` (an extension) so a training harness gets token-in/token-out data.
+Streaming sends the finished output as server-sent-event chunks of one token each: the engines generate a whole
+response per call, so the first chunk arrives when the response is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
+from skyrl_train.serving.gate import WeightGate
+from skyrl_train.serving.protocol import ChatCompletionRequest, CompletionRequest, ServingError
+from skyrl_train.serving.tool_calls import parse_tool_calls
+
+FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "stop"}
+DEFAULT_CHAT_MAX_TOKENS = 256
+
+
+def _token_text(tokenizer: Any, token_id: int) -> str:
+    return tokenizer.decode([token_id])
+
+
+def _pieces(tokenizer: Any, token_ids: list[int], text: str) -> list[str]:
+    """The text each token adds (incremental decoding), clipped so the pieces join to `text` exactly."""
+    pieces, shown = [], ""
+    for end in range(1, len(token_ids) + 1):
+        decoded = tokenizer.decode(token_ids[:end])
+        piece = decoded[len(shown) :] if decoded.startswith(shown) else ""
+        room = len(text) - len(shown)
+        piece = piece[: max(room, 0)]
+        pieces.append(piece)
+        shown += piece
+    if shown != text:  # decoding is not prefix-stable for this tokenizer: send the rest with the last token
+        pieces[-1:] = [(pieces[-1] if pieces else "") + text[len(shown) :]] if text.startswith(shown) else [text]
+    return pieces
+
+
+class OpenAIServer:
+    """The request handlers; `create_app` mounts them."""
+
+    def __init__(self, client: Any, tokenizer: Any, model_name: str, gate: Optional[WeightGate] = None) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.gate = gate or WeightGate()
+
+    # ----- shared ---------------------------------------------------------------------------------------------
+    def check_model(self, model: str) -> None:
+        """404 for another model name, as OpenAI answers."""
+        if model != self.model_name:
+            raise ServingError(
+                f"the model {model!r} does not exist; this server serves {self.model_name!r}", param="model", status=404
+            )
+
+    def sampling(self, request: Any, max_tokens: int, top_logprobs: int) -> SamplingParams:
+        """The request's sampling fields as engine `SamplingParams` (logprobs are always computed)."""
+        try:
+            return SamplingParams(
+                max_tokens=max_tokens,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                top_k=request.top_k,
+                stop=request.stop_strings(),
+                n=request.n,
+                seed=request.seed,
+                logprobs=True,
+                top_logprobs=top_logprobs,
+            )
+        except ValueError as exc:
+            raise ServingError(str(exc).removeprefix("SamplingParams: ")) from exc
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> InferenceEngineOutput:
+        """One engine call for one prompt."""
+        if not prompt_ids:
+            raise ServingError("the prompt is empty", param="prompt")
+        async with self.gate.serving():  # a training run closes it while the engines' weights change
+            return await self.client.generate(
+                InferenceEngineInput(prompt_token_ids=[prompt_ids], sampling_params=sampling)
+            )
+
+    @staticmethod
+    def usage(prompt_ids: list[int], output: InferenceEngineOutput) -> dict[str, int]:
+        """Token counts of the request (completion tokens over every choice)."""
+        completion = sum(len(ids) for ids in output.response_ids)
+        return {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": completion,
+            "total_tokens": len(prompt_ids) + completion,
+        }
+
+    # ----- /v1/completions ------------------------------------------------------------------------------------
+    def completion_logprobs(self, output: InferenceEngineOutput, index: int) -> dict[str, Any]:
+        """The legacy completions logprobs object of choice `index`."""
+        ids = output.response_ids[index]
+        tokens = [_token_text(self.tokenizer, token) for token in ids]
+        offsets, position = [], 0
+        for token in tokens:
+            offsets.append(position)
+            position += len(token)
+        tops = output.response_top_logprobs[index] if output.response_top_logprobs is not None else None
+        return {
+            "tokens": tokens,
+            "token_logprobs": list(output.response_logprobs[index]),
+            "top_logprobs": (
+                [{_token_text(self.tokenizer, t): lp for t, lp in step} for step in tops] if tops is not None else None
+            ),
+            "text_offset": offsets,
+        }
+
+    async def completions(self, request: CompletionRequest) -> Any:
+        """`POST /v1/completions`."""
+        request.check_extras()
+        self.check_model(request.model)
+        if isinstance(request.prompt, str):
+            prompt_ids = list(self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"])
+        else:
+            prompt_ids = list(request.prompt)
+        sampling = self.sampling(request, request.max_tokens, request.logprobs or 0)
+        output = await self.generate(prompt_ids, sampling)
+        created, response_id = int(time.time()), f"cmpl-{uuid.uuid4().hex}"
+        choices = [
+            {
+                "index": index,
+                "text": output.responses[index],
+                "logprobs": self.completion_logprobs(output, index) if request.logprobs is not None else None,
+                "finish_reason": FINISH_REASONS.get(output.stop_reasons[index], "stop"),
+                "token_ids": output.response_ids[index],
+            }
+            for index in range(len(output.responses))
+        ]
+        if request.stream:
+            return self.stream_completion(response_id, created, choices, output)
+        return {
+            "id": response_id,
+            "object": "text_completion",
+            "created": created,
+            "model": self.model_name,
+            "choices": choices,
+            "usage": self.usage(prompt_ids, output),
+            "prompt_token_ids": prompt_ids,
+            "weight_version": output.weight_version,
+        }
+
+    def stream_completion(self, response_id: str, created: int, choices: list, output: InferenceEngineOutput) -> Any:
+        """The choices as `text_completion` chunks, one token each, then `[DONE]`."""
+
+        def chunk(index: int, text: str, finish: Optional[str], extra: Optional[dict] = None) -> str:
+            choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish, **(extra or {})}
+            body = {"id": response_id, "object": "text_completion", "created": created, "model": self.model_name}
+            return f"data: {json.dumps({**body, 'choices': [choice]})}\n\n"
+
+        async def events() -> AsyncIterator[str]:
+            for choice in choices:
+                ids = output.response_ids[choice["index"]]
+                for piece in _pieces(self.tokenizer, ids, choice["text"]):
+                    yield chunk(choice["index"], piece, None)
+                yield chunk(choice["index"], "", choice["finish_reason"], {"token_ids": ids})
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    # ----- /v1/chat/completions -------------------------------------------------------------------------------
+    def render_chat(self, request: ChatCompletionRequest) -> list[int]:
+        """The messages (and tools, unless `tool_choice` is `none`) through the chat template, generation prompt on."""
+        if isinstance(request.tool_choice, dict):
+            raise ServingError("tool_choice naming a function is not supported; use 'auto' or 'none'", "tool_choice")
+        tools = request.tools if request.tools and request.tool_choice != "none" else None
+        try:
+            rendered = self.tokenizer.apply_chat_template(
+                request.messages, tools=tools, add_generation_prompt=True, tokenize=True
+            )
+        except Exception as exc:  # a message the template cannot render (missing role/content, a bad tool)
+            raise ServingError(f"the chat template could not render the messages: {exc}", param="messages") from exc
+        return list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
+
+    def chat_logprobs(self, output: InferenceEngineOutput, index: int) -> dict[str, Any]:
+        """The chat logprobs object (`content`: one entry per token, with its top alternatives)."""
+
+        def entry(token_id: int, logprob: float) -> dict[str, Any]:
+            text = _token_text(self.tokenizer, token_id)
+            return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+        tops = output.response_top_logprobs[index] if output.response_top_logprobs is not None else None
+        content = []
+        for position, (token, logprob) in enumerate(zip(output.response_ids[index], output.response_logprobs[index])):
+            alternatives = [entry(t, lp) for t, lp in tops[position]] if tops is not None else []
+            content.append({**entry(token, logprob), "top_logprobs": alternatives})
+        return {"content": content}
+
+    async def chat_completions(self, request: ChatCompletionRequest) -> Any:
+        """`POST /v1/chat/completions`."""
+        request.check_extras()
+        self.check_model(request.model)
+        if request.top_logprobs and not request.logprobs:
+            raise ServingError("top_logprobs needs logprobs=true", param="top_logprobs")
+        prompt_ids = self.render_chat(request)
+        sampling = self.sampling(request, request.token_limit(DEFAULT_CHAT_MAX_TOKENS), request.top_logprobs or 0)
+        output = await self.generate(prompt_ids, sampling)
+        parse_tools = bool(request.tools) and request.tool_choice != "none"
+        created, response_id = int(time.time()), f"chatcmpl-{uuid.uuid4().hex}"
+        choices = []
+        for index, text in enumerate(output.responses):
+            content, calls = parse_tool_calls(text) if parse_tools else (text, [])
+            message: dict[str, Any] = {"role": "assistant", "content": content if (content or not calls) else None}
+            if calls:
+                message["tool_calls"] = calls
+            finish = "tool_calls" if calls else FINISH_REASONS.get(output.stop_reasons[index], "stop")
+            choices.append(
+                {
+                    "index": index,
+                    "message": message,
+                    "logprobs": self.chat_logprobs(output, index) if request.logprobs else None,
+                    "finish_reason": finish,
+                    "token_ids": output.response_ids[index],
+                }
+            )
+        if request.stream:
+            return self.stream_chat(response_id, created, choices, output)
+        return {
+            "id": response_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": self.model_name,
+            "choices": choices,
+            "usage": self.usage(prompt_ids, output),
+            "prompt_token_ids": prompt_ids,
+            "weight_version": output.weight_version,
+        }
+
+    def stream_chat(self, response_id: str, created: int, choices: list, output: InferenceEngineOutput) -> Any:
+        """The choices as `chat.completion.chunk` events: the role, one token of content each, tool calls, the
+        finish reason, then `[DONE]`."""
+
+        def chunk(index: int, delta: dict, finish: Optional[str], extra: Optional[dict] = None) -> str:
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish, **(extra or {})}
+            body = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": self.model_name}
+            return f"data: {json.dumps({**body, 'choices': [choice]})}\n\n"
+
+        async def events() -> AsyncIterator[str]:
+            for choice in choices:
+                index, message = choice["index"], choice["message"]
+                yield chunk(index, {"role": "assistant", "content": ""}, None)
+                if message.get("tool_calls"):
+                    if message["content"]:
+                        yield chunk(index, {"content": message["content"]}, None)
+                    calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+                    yield chunk(index, {"tool_calls": calls}, None)
+                else:
+                    for piece in _pieces(self.tokenizer, output.response_ids[index], message["content"] or ""):
+                        yield chunk(index, {"content": piece}, None)
+                yield chunk(index, {}, choice["finish_reason"], {"token_ids": choice["token_ids"]})
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    def models(self) -> dict[str, Any]:
+        """`GET /v1/models`."""
+        return {
+            "object": "list",
+            "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "skyrl"}],
+        }
+
+
+def _validation_error(exc: RequestValidationError) -> JSONResponse:
+    """A pydantic error as OpenAI's 400 body, naming the first bad field."""
+    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+    location = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(location) or None
+    message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
+    return JSONResponse(status_code=400, content=ServingError(message, param=param).body())
+
+
+def create_app(client: Any, tokenizer: Any, model_name: str, gate: Optional[WeightGate] = None) -> FastAPI:
+    """The FastAPI app serving `client` (an `InferenceEngineClient` or any engine) under `model_name`; requests hold
+    `gate` open while they generate (a training run closes it while the weights change)."""
+    server = OpenAIServer(client, tokenizer, model_name, gate)
+    app = FastAPI(title="skyrl OpenAI-compatible server")
+    app.state.server = server
+
+    @app.exception_handler(ServingError)
+    async def serving_error(_: Request, exc: ServingError) -> JSONResponse:
+        return JSONResponse(status_code=exc.status, content=exc.body())
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_error(exc)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return server.models()
+
+    @app.post("/v1/completions")
+    async def completions(request: CompletionRequest) -> Any:
+        return await server.completions(request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: ChatCompletionRequest) -> Any:
+        return await server.chat_completions(request)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
