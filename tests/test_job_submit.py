@@ -63,6 +63,9 @@ def cluster():
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `python` = this venv's, as
     # for a user who activated the environment before `ray start`
     gcs, dashboard = _free_port(), _free_port()
+    # a node's dashboard agent listens on a fixed port (52365) unless told otherwise: the test session's own Ray and
+    # this cluster's second node would take it, and a node whose agent cannot bind takes no jobs
+    head_agent, worker_agent = _free_port(), _free_port()
     temp = Path("/tmp") / f"skyrl-jobs-{os.getpid()}"  # short: Ray's socket paths must stay under 107 characters
     groups = []
     try:
@@ -73,6 +76,7 @@ def cluster():
                     f"--port={gcs}",
                     f"--dashboard-port={dashboard}",
                     "--include-dashboard=true",
+                    f"--dashboard-agent-listen-port={head_agent}",
                     "--num-cpus=4",
                     f"--temp-dir={temp}",
                     "--disable-usage-stats",
@@ -80,7 +84,8 @@ def cluster():
                 env,
             )
         )
-        groups.append(_start([f"--address=127.0.0.1:{gcs}", "--num-cpus=2", "--disable-usage-stats"], env))
+        worker = [f"--address=127.0.0.1:{gcs}", f"--dashboard-agent-listen-port={worker_agent}", "--num-cpus=2"]
+        groups.append(_start([*worker, "--disable-usage-stats"], env))
         yield {"dashboard": f"http://127.0.0.1:{dashboard}", "env": env}
     finally:
         for group in reversed(groups):
@@ -90,7 +95,7 @@ def cluster():
 
 def _submit(cluster: dict, example: str, *command: str) -> str:
     """`ray job submit` of `command` with `examples/<example>` as the working directory; returns the job's log."""
-    for _ in range(60):  # a fresh head's job agent registers a few seconds after `ray start` returns
+    for _ in range(10):  # a fresh head's job agent registers a few seconds after `ray start` returns
         submitted = _run_submit(cluster, example, command)
         if submitted.returncode == 0 or "No available agent to submit job" not in submitted.stdout + submitted.stderr:
             break
