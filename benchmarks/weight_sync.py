@@ -7,11 +7,16 @@ counts the bytes one engine receives (after casting).
 
     python benchmarks/weight_sync.py [--size 4] [--engines 2] [--dtype bfloat16] [--chunk-mb 32] [--repeats 3]
     python benchmarks/weight_sync.py --two-nodes   # same-node vs cross-node engines on a simulated 2-node cluster
+    python benchmarks/weight_sync.py --lora-rank 8  # full sync vs LoRA adapter-only sync of the same model
 
 `--two-nodes` starts a `ray.cluster_utils.Cluster` with two raylets on this machine: the driver (the sender) on the
 head, one set of engines on the head and one on the other node, and times every strategy, and `auto` as the trainer
 resolves it for a colocated run, into each set. Both "nodes" share this machine's memory and loopback network, so
 the cross-node numbers show which transports work and what they cost in this process layout, not a real network.
+
+`--lora-rank R` wraps the model with rank-R LoRA adapters (peft, `all-linear`, B randomised as after training) and
+syncs, with every strategy, both the full merged weights and the adapter tensors alone into engines built for LoRA
+(the hf engines merge adapters into their base weights), printing bytes, seconds and the full / adapter ratios.
 """
 
 from __future__ import annotations
@@ -143,6 +148,58 @@ def main_two_nodes(args: argparse.Namespace, model: torch.nn.Module) -> None:
         cluster.shutdown()
 
 
+async def _run_lora(args: argparse.Namespace, engines: list, full: list, adapter: list) -> None:
+    chunk_bytes = args.chunk_mb << 20
+    print(
+        f"{'strategy':>10} | {'full MB':>8} | {'full s':>7} | {'adapter MB':>10} | {'adapter s':>9} | bytes ratio | time ratio"
+    )
+    print("-" * 86)
+    for name in STRATEGIES:
+        full_s, full_bytes, _ = await _time_strategy(name, engines, full, chunk_bytes, args.repeats)
+        adapter_s, adapter_bytes, _ = await _time_strategy(name, engines, adapter, chunk_bytes, args.repeats)
+        print(
+            f"{name:>10} | {full_bytes / 1e6:>8.2f} | {full_s:>7.4f} | {adapter_bytes / 1e6:>10.3f} | {adapter_s:>9.4f}"
+            f" | {full_bytes / adapter_bytes:>10.1f}x | {full_s / adapter_s:>9.1f}x"
+        )
+
+
+def main_lora(args: argparse.Namespace, model: torch.nn.Module) -> None:
+    """Full vs adapter-only sync of one LoRA model into LoRA-enabled hf engines (see the module docstring)."""
+    from skyrl_train.models.lora import LoRASettings, apply_lora
+    from skyrl_train.models.lora_state import is_adapter_name, merge_peft_state
+
+    alpha = 2 * args.lora_rank
+    with tempfile.TemporaryDirectory() as directory:
+        model.save_pretrained(directory)
+        save_tokenizer(build_char_tokenizer(), directory)
+        adapted = apply_lora(model, LoRASettings(rank=args.lora_rank, alpha=alpha))
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, param in adapted.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=generator) * 0.01)
+        state = adapted.state_dict()
+        adapter = [(name, tensor) for name, tensor in state.items() if is_adapter_name(name)]
+        full = list(merge_peft_state(state, alpha).items())
+        ray.init(num_cpus=args.engines + 1, include_dashboard=False, log_to_driver=False)
+        try:
+            cfg = {
+                "generator": {"inference_engine": {"backend": "hf", "model_dtype": args.dtype}},
+                "trainer": {"device": "cpu", "policy": {"model": {"lora": {"rank": args.lora_rank, "alpha": alpha}}}},
+            }
+            engines = create_engine_actors(args.engines, directory, cfg)
+            full_params = sum(tensor.numel() for _, tensor in full)
+            adapter_params = sum(tensor.numel() for _, tensor in adapter)
+            print(
+                f"tiny model size={args.size}: {full_params / 1e6:.2f} M weights, LoRA rank {args.lora_rank} on every "
+                f"linear layer: {adapter_params / 1e6:.3f} M adapter weights; {args.engines} hf engine actor(s) in "
+                f"{args.dtype}, best of {args.repeats}"
+            )
+            asyncio.run(_run_lora(args, engines, full, adapter))
+        finally:
+            ray.shutdown()
+
+
 def main() -> None:
     """Start Ray and the engines, time every strategy, print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -152,11 +209,15 @@ def main() -> None:
     parser.add_argument("--chunk-mb", type=int, default=32, help="chunk size in MiB")
     parser.add_argument("--repeats", type=int, default=3, help="best of N syncs per strategy")
     parser.add_argument("--two-nodes", action="store_true", help="same-node vs cross-node engines (simulated)")
+    parser.add_argument("--lora-rank", type=int, default=0, help="> 0: full vs LoRA adapter-only sync at this rank")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = build_tiny_model(TinyModelSpec(size=args.size), seed=0)
     if args.two_nodes:
         main_two_nodes(args, model)
+        return
+    if args.lora_rank > 0:
+        main_lora(args, model)
         return
     state = list(model.state_dict().items())
     params = sum(p.numel() for p in model.parameters())

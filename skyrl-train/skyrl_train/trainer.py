@@ -225,13 +225,16 @@ class RayPPOTrainer:
         """Old policy logprobs (None unless `with_policy`), reference logprobs (when KL is used) and critic values
         (when there is a critic)."""
         calls = [asyncio.to_thread(self.policy.run_sharded, "forward", batch)] if with_policy else []
+        ref_from_policy = self.ref is None and self.cfg.ref_is_policy_base
         if self.ref is not None:
             calls.append(asyncio.to_thread(self.ref.run_sharded, "forward", batch))
+        elif ref_from_policy:  # LoRA: the reference is the policy's base model with its adapters switched off
+            calls.append(asyncio.to_thread(self.policy.run_sharded, "forward_base", batch))
         if self.critic is not None:
             calls.append(asyncio.to_thread(self.critic.run_sharded, "forward", batch))
         results = list(await asyncio.gather(*calls))
         old = results.pop(0) if with_policy else None
-        ref = results.pop(0) if self.ref is not None else None
+        ref = results.pop(0) if self.ref is not None or ref_from_policy else None
         values = results.pop(0) if self.critic is not None else None
         return old, ref, values
 

@@ -26,6 +26,9 @@ class LoraConfig:
     exclude_modules: list[str] | None = None
     """Module names never given adapters, even when `target_modules` matches them."""
 
+    merge_on_export: bool = False
+    """Hugging Face exports write the adapter (peft format); true also writes the merged full model into `merged/`."""
+
 
 @dataclass
 class ModelConfig:

@@ -92,6 +92,15 @@ class SkyRLConfig:
         return algorithm.use_kl_loss or algorithm.use_kl_in_reward
 
     @property
+    def ref_is_policy_base(self) -> bool:
+        """True when the reference log-probs come from the LoRA policy with its adapters switched off (KL is used,
+        the policy trains LoRA adapters and `trainer.ref.model.path` is unset or the policy's): no ref workers are
+        built and no second copy of the weights is held."""
+        ref_path = self.trainer.ref.model.path
+        same_model = ref_path is None or ref_path == self.trainer.policy.model.path
+        return self.needs_ref_model and self.trainer.policy.model.lora.rank > 0 and same_model
+
+    @property
     def needs_critic(self) -> bool:
         """True when a critic is built: `trainer.critic.model.path` is set."""
         return bool(self.trainer.critic.model.path)

@@ -34,8 +34,11 @@ class NotYetSupported:
     """A value validation refuses (used by the test that walks this list)."""
 
 
-_LORA = "LoRA adapters are not wired into the FSDP2 workers or the weight sync yet"
-_LORA_PLAN = "the LoRA and Megatron issue (a later release)"
+_LORA_REASONS = {
+    "ref": "the reference model is frozen (with a LoRA policy it is the policy's base model, adapters switched off)",
+    "critic": "LoRA adapters are wired for the policy only; the critic trains every weight",
+}
+_LORA_PLAN = {"ref": "nothing: a frozen model has no adapters to train", "critic": "a later release"}
 _ROLES = ("policy", "ref", "critic")
 _LORA_KEYS = (
     ("rank", (0,), 8),
@@ -43,6 +46,7 @@ _LORA_KEYS = (
     ("dropout", (0.0,), 0.1),
     ("target_modules", ("all-linear",), ["q_proj"]),
     ("exclude_modules", (None,), ["lm_head"]),
+    ("merge_on_export", (False,), True),
 )
 
 NOT_YET_SUPPORTED: tuple[NotYetSupported, ...] = (
@@ -68,11 +72,11 @@ NOT_YET_SUPPORTED: tuple[NotYetSupported, ...] = (
         NotYetSupported(
             f"trainer.{role}.model.lora.{name}",
             accepted,
-            _LORA if name == "rank" else f"{_LORA}; this key is only read for LoRA (rank > 0)",
-            _LORA_PLAN,
+            _LORA_REASONS[role],
+            _LORA_PLAN[role],
             example,
         )
-        for role in _ROLES
+        for role in ("ref", "critic")
         for name, accepted, example in _LORA_KEYS
     ),
     *(

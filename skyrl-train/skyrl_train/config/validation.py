@@ -108,7 +108,9 @@ def _trained_roles(cfg: "SkyRLConfig") -> list[str]:
 
 def _used_roles(cfg: "SkyRLConfig") -> list[str]:
     return (
-        _trained_roles(cfg) + (["ref"] if cfg.needs_ref_model else []) + (["reward"] if cfg.needs_reward_model else [])
+        _trained_roles(cfg)
+        + (["ref"] if cfg.needs_ref_model and not cfg.ref_is_policy_base else [])
+        + (["reward"] if cfg.needs_reward_model else [])
     )
 
 
@@ -419,6 +421,34 @@ def warn_unused_models(cfg: "SkyRLConfig") -> Iterator[str]:
         )
 
 
+_LORA_ONLY_KEYS = ("alpha", "dropout", "target_modules", "exclude_modules", "merge_on_export")
+
+
+def check_lora(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Policy LoRA: the other `lora.*` keys only matter with rank > 0, alpha is positive, dropout is in [0, 1), and
+    the engine backend can take adapter-only weight syncs."""
+    lora = cfg.trainer.policy.model.lora
+    defaults = type(lora)()
+    if lora.rank == 0:
+        for name in _LORA_ONLY_KEYS:
+            if getattr(lora, name) != getattr(defaults, name):
+                yield (
+                    f"trainer.policy.model.lora.{name}={getattr(lora, name)!r} has no effect with lora.rank=0 (full"
+                    " fine-tuning): set lora.rank > 0 to train LoRA adapters, or drop the override"
+                )
+        return
+    if lora.alpha <= 0:
+        yield f"trainer.policy.model.lora.alpha must be positive, got {lora.alpha}"
+    if not 0.0 <= lora.dropout < 1.0:
+        yield f"trainer.policy.model.lora.dropout must be in [0, 1), got {lora.dropout}"
+    backend = cfg.generator.inference_engine.backend
+    if backend == "sglang":
+        yield (
+            "trainer.policy.model.lora.rank > 0 with generator.inference_engine.backend=sglang: adapter-only weight"
+            " sync into SGLang engines is not wired yet; use backend=vllm or hf, or lora.rank=0"
+        )
+
+
 def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
     """With `trainer.strategy=megatron`: a CUDA device, only the roles the Megatron workers implement (policy and
     ref, full fine-tuning), and parallel sizes that fit each role's workers."""
@@ -471,6 +501,7 @@ ERROR_CHECKS: list[Check] = [
     check_batch_sizes,
     check_sequence_parallel,
     check_megatron,
+    check_lora,
     check_models,
     check_generator,
     check_placement,

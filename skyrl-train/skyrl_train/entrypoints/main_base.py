@@ -61,7 +61,7 @@ class BasePPOExp:
         """The worker roles this run needs: policy, plus ref when KL is used, critic and reward model when
         configured."""
         roles = ["policy"]
-        if self.cfg.needs_ref_model:
+        if self.cfg.needs_ref_model and not self.cfg.ref_is_policy_base:
             roles.append("ref")
         if self.cfg.needs_critic:
             roles.append("critic")

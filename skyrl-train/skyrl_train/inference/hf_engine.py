@@ -21,6 +21,7 @@ from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.sampling import sample_next_tokens, top_logprobs
 from skyrl_train.inference.stopping import StopChecker, trim_stop_string
 from skyrl_train.inference.types import SamplingParams
+from skyrl_train.models.lora_state import AdapterMerger, parse_adapter_name
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
 
@@ -34,6 +35,8 @@ class HFInferenceEngine(QueuedEngine):
         max_batch_size: most sequences decoded together (prompts x n).
         max_model_len: prompt + response limit; defaults to the model's max_position_embeddings.
         batch_wait_s: how long a new request waits for others to join its batch.
+        lora_alpha: set when the trainer trains LoRA adapters: weight syncs may then send adapter tensors only (peft
+            names), which are merged into this engine's copy of the base weights (`W + alpha / r * B @ A`).
     """
 
     def __init__(
@@ -43,6 +46,7 @@ class HFInferenceEngine(QueuedEngine):
         max_batch_size: int = 64,
         max_model_len: Optional[int] = None,
         batch_wait_s: float = 0.002,
+        lora_alpha: Optional[float] = None,
     ) -> None:
         super().__init__(
             tokenizer, max_model_len or int(getattr(model.config, "max_position_embeddings", 2048)), batch_wait_s
@@ -63,6 +67,8 @@ class HFInferenceEngine(QueuedEngine):
         self._kept_buffers: dict[str, torch.Tensor] = {}
         self.compute_clock = ComputeClock()
         """Seconds spent decoding batches (read by the framework-overhead benchmark)."""
+        self.adapter_merger = AdapterMerger(lora_alpha) if lora_alpha is not None else None
+        """Merges synced LoRA adapters into the base weights (None: the engine takes full weights only)."""
 
     # ----- generation -----------------------------------------------------------------------------------------
     @property
@@ -291,6 +297,14 @@ class HFInferenceEngine(QueuedEngine):
         with self._model_lock:
             state = dict(self.model.named_parameters(remove_duplicate=False))
             state.update(dict(self.model.named_buffers()))
+            if self.adapter_merger is not None:
+                plain, merged = self.adapter_merger.add(named_tensors, state)
+                named_tensors = plain + merged
+            elif any(parse_adapter_name(name) for name, _ in named_tensors):
+                raise ValueError(
+                    "update_weights got LoRA adapter tensors, but this hf engine was built without LoRA "
+                    "(lora_alpha=None): set trainer.policy.model.lora.rank so the engines merge adapters"
+                )
             updated = set()
             with torch.no_grad():
                 for name, tensor in named_tensors:
@@ -321,6 +335,8 @@ class HFInferenceEngine(QueuedEngine):
         """Checksums of the served parameters (all, or the named ones)."""
         with self._model_lock:
             params = dict(self.model.named_parameters())
+            if self.adapter_merger is not None:  # the adapter tensors merged into the served weights
+                params.update(self.adapter_merger.received)
             return {name: tensor_checksum(params[name]) for name in (names or list(params))}
 
     async def teardown(self) -> None:

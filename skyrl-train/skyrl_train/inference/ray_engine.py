@@ -53,6 +53,11 @@ class EngineSettings:
     enable_prefix_caching: bool = True
     enforce_eager: bool = False
     seed: int = 0
+    lora_rank: int = 0
+    """Rank of the policy's LoRA adapters (`trainer.policy.model.lora.rank`); > 0 makes the engine take adapter-only
+    weight syncs."""
+    lora_alpha: float = 16.0
+    """The adapters' alpha (scale `alpha / rank`)."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -74,6 +79,8 @@ class EngineSettings:
             enable_prefix_caching=engine.enable_prefix_caching,
             enforce_eager=engine.enforce_eager,
             seed=cfg.trainer.seed,
+            lora_rank=cfg.trainer.policy.model.lora.rank,
+            lora_alpha=float(cfg.trainer.policy.model.lora.alpha),
             engine_kwargs=dict(engine.engine_init_kwargs),
         )
         values.update(overrides)
@@ -93,6 +100,8 @@ def build_hf_engine(settings: EngineSettings) -> InferenceEngine:
     model = load_causal_lm(settings.model_path, dtype=settings.dtype, device=settings.device)
     tokenizer = load_tokenizer(settings.tokenizer_path or settings.model_path)
     kwargs = {"max_batch_size": settings.max_batch_size, **settings.engine_kwargs}
+    if settings.lora_rank > 0:
+        kwargs["lora_alpha"] = settings.lora_alpha
     return HFInferenceEngine(model, tokenizer, **kwargs)
 
 
@@ -113,6 +122,8 @@ def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
         enforce_eager=settings.enforce_eager,
         seed=settings.seed,
         num_threads=settings.num_threads,
+        lora_rank=settings.lora_rank,
+        lora_alpha=settings.lora_alpha,
         **settings.engine_kwargs,
     )
 

@@ -19,6 +19,7 @@ Every call into vLLM runs in one worker thread, which serialises them without a 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ import torch
 from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.stopping import trim_stop_string
 from skyrl_train.inference.types import SamplingParams
+from skyrl_train.inference.vllm_lora import AdapterFolders, vllm_max_lora_rank
 from skyrl_train.inference.vllm_weights import (
     QWEN_PACKED_MODULES,
     ModuleGroupBuffer,
@@ -36,6 +38,7 @@ from skyrl_train.inference.vllm_weights import (
     module_groups,
     unfuse,
 )
+from skyrl_train.models.lora_state import parse_adapter_name
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
 
@@ -94,6 +97,9 @@ class VLLMInferenceEngine(QueuedEngine):
         seed: the engine's base seed (for unseeded requests).
         num_threads: CPU threads (sets OMP_NUM_THREADS when unset).
         batch_wait_s: how long a new request waits for others to join its batch.
+        lora_rank, lora_alpha: with a rank > 0, vLLM's LoRA support is on and weight syncs may send adapter tensors
+            only (peft names); each synced version is loaded as the LoRA adapter `policy-v<version>` and serves
+            every request from then on.
         engine_kwargs: passed unchanged to `vllm.LLM`.
     """
 
@@ -112,6 +118,8 @@ class VLLMInferenceEngine(QueuedEngine):
         seed: int = 0,
         num_threads: int = 1,
         batch_wait_s: float = 0.002,
+        lora_rank: int = 0,
+        lora_alpha: float = 16.0,
         **engine_kwargs: Any,
     ) -> None:
         prepare_vllm_environment(device, num_threads)
@@ -133,8 +141,13 @@ class VLLMInferenceEngine(QueuedEngine):
         )
         if max_model_len is not None:
             settings["max_model_len"] = max_model_len
+        if lora_rank > 0:
+            settings.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=1)
         settings.update(engine_kwargs)
         self.llm = vllm.LLM(**settings)
+        self._lora_request_cls = importlib.import_module("vllm.lora.request").LoRARequest if lora_rank > 0 else None
+        self._adapters = AdapterFolders(lora_alpha, model_path) if lora_rank > 0 else None
+        self._lora_request: Any = None
         self._vllm_sampling_params = vllm.SamplingParams
         self._tokens_prompt = vllm.inputs.TokensPrompt
         model_config = self.llm.llm_engine.model_config
@@ -231,7 +244,7 @@ class VLLMInferenceEngine(QueuedEngine):
                     sampling.append(self.vllm_params(item.params, sample_seed, len(prompt)))
                     owners.append(index)
         with self.compute_clock("generate"):
-            outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+            outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self._lora_request)
         rows: list[list[tuple]] = [[] for _ in pending]
         for owner, output in zip(owners, outputs):
             rows[owner].append(self._row(output.outputs[0], pending[owner].params))
@@ -279,12 +292,38 @@ class VLLMInferenceEngine(QueuedEngine):
         await self._in_worker(self._update_weights, list(named_tensors), version)
 
     def _update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+        if self._adapters is not None:
+            named_tensors = self._adapters.add(named_tensors)
+            if self._adapters.has_pending and version != self._version:  # the sync's final chunk
+                self._load_adapter(version)
+        elif any(parse_adapter_name(name) for name, _ in named_tensors):
+            raise ValueError(
+                "update_weights got LoRA adapter tensors, but this vllm engine was built without LoRA (lora_rank=0): "
+                "set trainer.policy.model.lora.rank so the engines enable vLLM's LoRA support"
+            )
         ready = self._parts.add(named_tensors)
         if ready:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ready, "is_checkpoint_format": True})
             self.llm.reset_prefix_cache()
         self._weights_discarded = False
         self._version = version
+
+    def _load_adapter(self, version: int) -> None:
+        """Load the adapter of `version` with vLLM's LoRA API and serve it; the previous one is removed."""
+        folder = self._adapters.write(version)
+        request = self._lora_request_cls(f"policy-v{version}", version, str(folder))
+        engine = self.llm.llm_engine
+        if not engine.add_lora(request):
+            raise RuntimeError(f"vLLM refused the LoRA adapter of version {version} ({folder})")
+        previous, self._lora_request = self._lora_request, request
+        if previous is not None:
+            engine.remove_lora(previous.lora_int_id)
+        self.llm.reset_prefix_cache()
+
+    @property
+    def lora_adapter(self) -> Optional[str]:
+        """Name of the LoRA adapter every request is served with (None: the plain model)."""
+        return None if self._lora_request is None else self._lora_request.lora_name
 
     async def reset_prefix_cache(self) -> None:
         """Drop vLLM's cached prefixes."""
@@ -300,6 +339,8 @@ class VLLMInferenceEngine(QueuedEngine):
             raise NotImplementedError("VLLMInferenceEngine.weights_checksum needs tensor_parallel_size=1")
         named = (await self._in_worker(self.llm.collective_rpc, _named_parameters))[0]
         served = unfuse(named, self.packed_modules, fused_split_sizes(self.hf_config))
+        if self._adapters is not None:  # the adapter tensors of the loaded LoRA adapter, as written for vLLM
+            served.update(self._adapters.received)
         wanted = names if names is not None else list(served)
         return {name: tensor_checksum(served[name]) for name in wanted if name in served}
 
@@ -310,3 +351,5 @@ class VLLMInferenceEngine(QueuedEngine):
         if callable(shutdown):
             await self._in_worker(shutdown)
         self._executor.shutdown(wait=False)
+        if self._adapters is not None:
+            self._adapters.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -19,6 +19,17 @@ class LoRASettings:
     dropout: float = 0.0
     target_modules: Union[str, list[str]] = "all-linear"
     exclude_modules: Optional[list[str]] = field(default=None)
+
+    @classmethod
+    def from_config(cls, lora: Any) -> LoRASettings:
+        """The settings of a `trainer.<role>.model.lora` section (`LoraConfig`)."""
+        return cls(
+            rank=lora.rank,
+            alpha=lora.alpha,
+            dropout=lora.dropout,
+            target_modules=lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules),
+            exclude_modules=None if lora.exclude_modules is None else list(lora.exclude_modules),
+        )
 
     @property
     def enabled(self) -> bool:

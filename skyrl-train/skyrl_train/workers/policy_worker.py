@@ -75,11 +75,12 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
 
     def sync_weights(self, version: int) -> Optional[dict[str, Any]]:
         """Gather the full weights (every rank takes part) and, on rank 0, send them to the engines as `version`.
+        A LoRA policy sends only its adapters: the engines hold the same frozen base weights.
 
         Returns rank 0's send report (`version`, `num_bytes`, `seconds`, `checksums`), None on other ranks.
         """
         dtype = self.weight_sender.dtype if self.rank == 0 else None
-        named = self.get_weights(dtype)
+        named = self.get_weights(dtype, trainable_only=self.uses_lora)
         if self.rank != 0:
             return None
         result = self.weight_sender.send(named, version)
@@ -89,6 +90,17 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             "seconds": result.seconds,
             "checksums": result.checksums,
         }
+
+    def forward_base(self, batch: TrainingBatch) -> torch.Tensor:
+        """Log-probs of the base model with the LoRA adapters switched off: the reference policy of a LoRA run, with
+        no second copy of the weights (`forward` of a ref worker otherwise)."""
+        if not self.uses_lora:
+            raise RuntimeError(
+                "forward_base needs a LoRA policy (trainer.policy.model.lora.rank > 0); a full fine-tune keeps its "
+                "reference model in a ref worker group"
+            )
+        with self._require_model().disable_adapter():
+            return self.forward(batch)
 
     @timed_compute("forward_backward")
     def forward_backward(

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from skyrl_train.algorithms.registry import import_user_registrations
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
+from skyrl_train.models.lora import LoRASettings, apply_lora
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
 from skyrl_train.workers.accounting import reduction_denominator
@@ -117,6 +118,8 @@ class BaseWorker:
         self._check_supported()
         torch.manual_seed(self.cfg.trainer.seed)  # identical freshly initialised weights (e.g. value heads) per rank
         model = self.load_model(path)
+        if self.uses_lora:
+            model = apply_lora(model, LoRASettings.from_config(self.section.model.lora))
         strategy_cls = strategy_class(self.cfg.trainer.strategy)
         self.strategy = strategy_cls.from_section(
             self.section,
@@ -127,12 +130,18 @@ class BaseWorker:
         self.model = self.strategy.prepare(model, num_training_steps)
         self.model_path = path
 
+    @property
+    def uses_lora(self) -> bool:
+        """True when this role trains LoRA adapters on a frozen model (`model.lora.rank > 0`)."""
+        lora = getattr(getattr(self.section, "model", None), "lora", None)
+        return lora is not None and lora.rank > 0
+
     def _check_supported(self) -> None:
         """Reject settings of the role's section that these workers do not implement yet, naming the field."""
-        if self.section.model.lora.rank > 0:
+        if self.uses_lora and self.role != "policy":
             raise NotImplementedError(
-                f"trainer.{self.role}.model.lora.rank={self.section.model.lora.rank}: LoRA is not supported by the "
-                "fsdp2 workers yet; set it to 0"
+                f"trainer.{self.role}.model.lora.rank={self.section.model.lora.rank}: LoRA is supported for the "
+                "policy only; set it to 0"
             )
         if self.section.sequence_parallel_size != 1:
             raise NotImplementedError(
@@ -234,11 +243,14 @@ class BaseWorker:
         self._require_model()
         return self.strategy.lr
 
-    def get_weights(self, dtype: Optional[str | torch.dtype] = None) -> list[tuple[str, torch.Tensor]]:
-        """Rank 0: every (Hugging Face name, CPU tensor) of the model, cast to `dtype` if given. Other ranks take
-        part in the gather and return []."""
+    def get_weights(
+        self, dtype: Optional[str | torch.dtype] = None, trainable_only: bool = False
+    ) -> list[tuple[str, torch.Tensor]]:
+        """Rank 0: every (Hugging Face name, CPU tensor) of the model, cast to `dtype` if given; with
+        `trainable_only`, just the trained parameters (a LoRA model's adapters). Other ranks take part in the gather
+        and return []."""
         self._require_model()
-        state = self.strategy.full_state_dict()
+        state = self.strategy.trainable_state_dict() if trainable_only else self.strategy.full_state_dict()
         target = resolve_dtype(dtype) if dtype is not None else None
         return [(name, tensor if target is None else tensor.to(target)) for name, tensor in state.items()]
 

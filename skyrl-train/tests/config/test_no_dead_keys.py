@@ -44,6 +44,9 @@ _GENERATOR_KEYS = (
     "generators/test_from_config.py::test_every_generator_and_environment_key_reaches_the_generator_settings"
 )
 _ENDPOINT = "trainer/test_trainer_endpoint.py::test_the_endpoint_serves_whole_weight_versions_while_the_policy_trains"
+_LORA_ONLY_ADAPTERS = "workers/test_lora_worker.py::test_lora_trains_only_the_adapters_and_the_base_stays_the_reference"
+_LORA_KEYS = "workers/test_lora_worker.py::test_lora_keys_reach_the_adapters"
+_LORA_EXPORT = "workers/test_lora_worker.py::test_lora_export_writes_the_adapter_and_the_merged_model"
 _NAMES = "config/test_registered_names.py::test_each_unregistered_name_is_named_with_its_close_matches"
 _GENERATOR = "generators/test_skyrl_gym_generator.py"
 _HF = "inference/test_hf_engine.py"
@@ -87,6 +90,20 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.device": ("config/test_root.py::test_resolved_device_keeps_an_explicit_choice", _HF_BUILDER),
     # roles: model paths, optimizers, FSDP, memory savers
     "trainer.policy.model.path": ("workers/test_policy_worker.py::test_forward_matches_a_plain_hf_forward",),
+    "trainer.policy.model.lora.rank": (
+        _LORA_ONLY_ADAPTERS,
+        "trainer/test_trainer_lora.py::test_lora_run_syncs_adapters_uses_the_base_as_reference_and_resumes_exactly",
+        "inference/test_ray_engine.py::test_every_engine_key_reaches_the_engine_settings",
+    ),
+    "trainer.policy.model.lora.alpha": (
+        _LORA_KEYS,
+        _LORA_EXPORT,
+        "models/test_lora_state.py::test_merge_matches_peft_merge_and_unload",
+    ),
+    "trainer.policy.model.lora.dropout": (_LORA_KEYS,),
+    "trainer.policy.model.lora.target_modules": (_LORA_KEYS,),
+    "trainer.policy.model.lora.exclude_modules": (_LORA_KEYS,),
+    "trainer.policy.model.lora.merge_on_export": (_LORA_EXPORT,),
     "trainer.ref.model.path": ("config/test_root.py::test_derived_lengths_and_paths",),
     "trainer.critic.model.path": (
         "config/test_root.py::test_needs_critic_follows_the_critic_model_path",

@@ -196,9 +196,13 @@ def test_every_engine_key_reaches_the_engine_settings():
             "generator.inference_engine.enforce_eager=true",
             "generator.inference_engine.engine_init_kwargs={quantization: fp8}",
             "trainer.placement.colocate_all=false",
+            "trainer.policy.model.path=/models/m",
+            "trainer.policy.model.lora.rank=8",
+            "trainer.policy.model.lora.alpha=32",
         ]
     )
     settings = EngineSettings.from_config(cfg, "/models/m")
+    assert (settings.lora_rank, settings.lora_alpha) == (8, 32.0)  # the engines take the policy's adapters
     assert (settings.backend, settings.dtype, settings.max_batch_size, settings.seed) == ("vllm", "float16", 7, 9)
     assert (settings.tensor_parallel_size, settings.gpu_memory_utilization) == (2, 0.3)
     assert (settings.enable_prefix_caching, settings.enforce_eager) == (False, True)

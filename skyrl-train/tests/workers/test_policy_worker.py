@@ -134,8 +134,8 @@ def test_warmup_schedule_and_scheduler_errors(single_rank_group, worker_config, 
 
 
 def test_unsupported_settings_name_the_field(single_rank_group, worker_config):
-    with pytest.raises(NotImplementedError, match="trainer.policy.model.lora.rank=4"):
-        _policy(worker_config("trainer.policy.model.lora.rank=4"), single_rank_group)
+    with pytest.raises(NotImplementedError, match="trainer.ref.model.lora.rank=4: LoRA is supported for the policy"):
+        _policy(worker_config("trainer.ref.model.lora.rank=4"), single_rank_group, RefWorker, role="ref")
     with pytest.raises(NotImplementedError, match="trainer.policy.sequence_parallel_size=2"):
         _policy(worker_config("trainer.policy.sequence_parallel_size=2"), single_rank_group)
     with pytest.raises(ValueError, match="role must be one of"):

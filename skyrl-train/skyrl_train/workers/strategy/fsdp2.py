@@ -93,13 +93,22 @@ class FSDP2Strategy:
         self.num_training_steps: Optional[int] = None
         """Optimizer steps the LR schedule spans (restored from a checkpoint when resuming)."""
         self.optimizer_offloaded = False
+        self.frozen_names: frozenset[str] = frozenset()
+        """Parameters a trainable role never updates (the base weights under LoRA): left out of checkpoints."""
+        self.merge_adapters_on_export = False
+        """`save_hf_model` of a LoRA model also writes the merged full model (`model.lora.merge_on_export`)."""
 
     @classmethod
     def from_section(
         cls, section: Any, device: torch.device, optimizer: Optional[OptimizerConfig], gradient_checkpointing: bool
     ) -> FSDP2Strategy:
         """The strategy for a role's config section (`trainer.<role>` or `reward.model`: its `fsdp` settings)."""
-        return cls(fsdp=section.fsdp, device=device, optimizer=optimizer, gradient_checkpointing=gradient_checkpointing)
+        strategy = cls(
+            fsdp=section.fsdp, device=device, optimizer=optimizer, gradient_checkpointing=gradient_checkpointing
+        )
+        lora = getattr(getattr(section, "model", None), "lora", None)
+        strategy.merge_adapters_on_export = bool(lora is not None and lora.merge_on_export)
+        return strategy
 
     @property
     def rank(self) -> int:
@@ -158,7 +167,12 @@ class FSDP2Strategy:
         fully_shard(model, **kwargs)
         self.model = model
         if self.optimizer_config is not None:
-            self.optimizer = build_optimizer(model.parameters(), self.optimizer_config)
+            named = list(model.named_parameters(remove_duplicate=False))
+            self.frozen_names = frozenset(name for name, param in named if not param.requires_grad)
+            trainable = [param for param in model.parameters() if param.requires_grad]
+            if not trainable:
+                raise ValueError(f"{type(model).__name__} has no trainable parameter: nothing for the optimizer to do")
+            self.optimizer = build_optimizer(trainable, self.optimizer_config)
             self.scheduler = build_scheduler(self.optimizer, self.optimizer_config, num_training_steps)
             self.num_training_steps = num_training_steps
         return model
@@ -214,10 +228,31 @@ class FSDP2Strategy:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(self.model, options=options)
 
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The trained parameters only (the LoRA adapters of a peft model), whole, on CPU on rank 0 ({} on the other
+        ranks; every rank must call this). Gathers nothing of the frozen base weights."""
+        state: dict[str, torch.Tensor] = {}
+        for name, param in self.model.named_parameters():
+            if not param.requires_grad:
+                continue
+            full = param.full_tensor() if hasattr(param, "full_tensor") else param
+            if self.rank == 0:
+                state[name] = full.detach().to("cpu", copy=True)
+        return state
+
+    @property
+    def is_adapter_model(self) -> bool:
+        """True when the model is a peft (LoRA) model."""
+        from peft import PeftModel
+
+        return isinstance(self.model, PeftModel)
+
     def _sharded_state(self) -> dict[str, Any]:
         if self.optimizer is None:
             return {"model": get_model_state_dict(self.model)}
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        if self.frozen_names:  # LoRA: the base weights come from the model path; a checkpoint holds the adapters
+            model_state = {name: value for name, value in model_state.items() if name not in self.frozen_names}
         return {"model": model_state, "optimizer": optimizer_state}
 
     def save_checkpoint(self, directory: str | os.PathLike[str], extra: Optional[dict[str, Any]] = None) -> None:
@@ -269,7 +304,11 @@ class FSDP2Strategy:
             set_model_state_dict(self.model, state["model"])
         else:
             set_state_dict(
-                self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+                self.model,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+                options=StateDictOptions(strict=not self.frozen_names),
             )
         if self.scheduler is not None and "scheduler" in own:
             self.scheduler.load_state_dict(own["scheduler"])
@@ -293,11 +332,41 @@ class FSDP2Strategy:
         self.num_training_steps = saved_steps
 
     def save_hf_model(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> None:
-        """Gather the weights and write a Hugging Face model folder (config, safetensors, tokenizer) from rank 0."""
+        """Gather the weights and write a Hugging Face model folder (config, safetensors, tokenizer) from rank 0.
+
+        A LoRA model writes its adapter instead (peft's `adapter_config.json` + `adapter_model.safetensors`, loadable
+        with `PeftModel.from_pretrained(base, directory)`), and with `merge_adapters_on_export` also the merged full
+        model into `directory/merged`."""
+        if self.is_adapter_model:
+            self._save_adapter(directory, tokenizer)
+            return
         state = self.full_state_dict()
         if self.rank == 0:
             with local_directory_for_writing(directory) as local:  # a URL is written locally, then uploaded
                 self.model.save_pretrained(local, state_dict=state, safe_serialization=True)
                 if tokenizer is not None:
                     tokenizer.save_pretrained(local)
+        dist.barrier()
+
+    def _save_adapter(self, directory: str | os.PathLike[str], tokenizer: Any) -> None:
+        from skyrl_train.models.lora_state import merge_peft_state
+
+        adapter = self.trainable_state_dict()
+        merged_state = None
+        if self.merge_adapters_on_export:
+            full = self.full_state_dict()
+            if self.rank == 0:
+                merged_state = merge_peft_state(full, self.model.peft_config["default"].lora_alpha)
+        if self.rank == 0:
+            with local_directory_for_writing(directory) as local:
+                self.model.save_pretrained(local, state_dict=adapter, safe_serialization=True)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(local)
+                if merged_state is not None:
+                    merged = Path(local) / "merged"
+                    self.model.get_base_model().save_pretrained(
+                        merged, state_dict=merged_state, safe_serialization=True
+                    )
+                    if tokenizer is not None:
+                        tokenizer.save_pretrained(merged)
         dist.barrier()
