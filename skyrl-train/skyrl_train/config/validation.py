@@ -302,6 +302,24 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
     if generator.batched and generator.step_wise_trajectories:
         yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
     engine = generator.inference_engine
+    if engine.backend == "remote":
+        if not engine.remote_urls:
+            yield "generator.inference_engine.backend=remote needs remote_urls, e.g. [http://127.0.0.1:8000]"
+        elif engine.num_engines != len(engine.remote_urls):
+            yield (
+                f"generator.inference_engine.num_engines={engine.num_engines} but remote_urls has"
+                f" {len(engine.remote_urls)} URLs: the remote backend runs one engine per URL, set them equal"
+            )
+        if cfg.trainer.policy.model.lora.rank > 0:
+            yield (
+                "trainer.policy.model.lora.rank > 0 with generator.inference_engine.backend=remote: adapter-only"
+                " weight sync into remote servers is not wired yet; use backend=vllm or hf, or lora.rank=0"
+            )
+    elif engine.remote_urls:
+        yield (
+            f"generator.inference_engine.remote_urls is set but backend={engine.backend}: the URLs are only read by"
+            " backend=remote"
+        )
     if engine.backend == "sglang" and cfg.trainer.device == "cpu":
         yield "generator.inference_engine.backend=sglang needs a GPU: use backend=vllm or hf with trainer.device=cpu"
     if generator.max_input_length is not None and generator.max_input_length < cfg.data.max_prompt_length:

@@ -3,6 +3,7 @@
     python -m skyrl_train.entrypoints.serve                       # the embedded model (built and cached on first use)
     python -m skyrl_train.entrypoints.serve --model /path/to/hf_model --port 8001
     python -m skyrl_train.entrypoints.serve --backend vllm --model /path/to/hf_model generator.inference_engine.model_dtype=float32
+    python -m skyrl_train.entrypoints.serve --enable-weight-updates   # usable as a training run's `remote` engine
 
 `key=value` overrides set the engine like a training run's config does (`generator.inference_engine.*`,
 `trainer.device`, `trainer.seed`). The served model name is `--served-model-name`, else `skyrl/<folder name>`.
@@ -49,6 +50,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--model", default=None, help="a Hugging Face model folder (default: the embedded model)")
     parser.add_argument("--backend", default="hf", choices=["hf", "vllm"])
     parser.add_argument("--served-model-name", default=None, help="the `model` clients send (default skyrl/<folder>)")
+    parser.add_argument(
+        "--enable-weight-updates",
+        action="store_true",
+        help="add /skyrl/* routes that load new weights from a local folder, so a training run can use this server "
+        "as a `remote` engine (anyone who can reach the port can then replace the weights)",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_intermixed_args(argv)
     bad = [item for item in args.overrides if "=" not in item]
@@ -67,7 +74,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     client, tokenizer = build_server_parts(model_path, args.backend, args.overrides)
     name = served_name(model_path, args.served_model_name)
     logger.info("serving %s (%s engine) as %r on http://%s:%d/v1", model_path, args.backend, name, args.host, args.port)
-    uvicorn.run(create_app(client, tokenizer, name), host=args.host, port=args.port, log_level="warning")
+    app = create_app(client, tokenizer, name, weight_updates=args.enable_weight_updates)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 

@@ -21,7 +21,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import ray
@@ -58,6 +58,8 @@ class EngineSettings:
     weight syncs."""
     lora_alpha: float = 16.0
     """The adapters' alpha (scale `alpha / rank`)."""
+    remote_urls: tuple[str, ...] = ()
+    """Servers of the `remote` backend (`generator.inference_engine.remote_urls`); each actor gets one."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -81,6 +83,7 @@ class EngineSettings:
             seed=cfg.trainer.seed,
             lora_rank=cfg.trainer.policy.model.lora.rank,
             lora_alpha=float(cfg.trainer.policy.model.lora.alpha),
+            remote_urls=tuple(engine.remote_urls),
             engine_kwargs=dict(engine.engine_init_kwargs),
         )
         values.update(overrides)
@@ -151,6 +154,39 @@ def build_sglang_engine(settings: EngineSettings) -> InferenceEngine:
 
 
 build_sglang_engine.preflight = sglang_preflight  # type: ignore[attr-defined]
+
+
+def remote_preflight(settings: EngineSettings) -> None:
+    """Refuse the remote backend before any actor starts: URLs are given, every server answers and can take new
+    weights (see `skyrl_train.inference.remote_engine.detect_server`)."""
+    from skyrl_train.inference.remote_engine import detect_server
+
+    if not settings.remote_urls:
+        raise ValueError(
+            "generator.inference_engine.backend=remote needs generator.inference_engine.remote_urls, e.g. "
+            "[http://127.0.0.1:8000]"
+        )
+    for url in settings.remote_urls:
+        detect_server(url)
+
+
+@ENGINE_BUILDERS.register("remote", builtin=True)
+def build_remote_engine(settings: EngineSettings) -> InferenceEngine:
+    """A client of the OpenAI-compatible server `settings.remote_urls[0]` (`create_engine_actors` gives each actor
+    its own URL); `engine_init_kwargs` go to `RemoteInferenceEngine` (`timeout_s`, `max_retries`,
+    `max_concurrency`, `weights_dir`)."""
+    from skyrl_train.inference.remote_engine import RemoteInferenceEngine
+    from skyrl_train.models.loading import load_tokenizer
+
+    if len(settings.remote_urls) != 1:
+        raise ValueError(f"a remote engine serves one URL, got {list(settings.remote_urls)}")
+    tokenizer = load_tokenizer(settings.tokenizer_path or settings.model_path)
+    return RemoteInferenceEngine(
+        settings.remote_urls[0], tokenizer, config_dir=settings.model_path, **settings.engine_kwargs
+    )
+
+
+build_remote_engine.preflight = remote_preflight  # type: ignore[attr-defined]
 
 
 PASS_THROUGH = ("sleep", "wake_up", "pause", "resume", "init_weight_update", "reset_prefix_cache", "weights_checksum")
@@ -341,6 +377,11 @@ def create_engine_actors(
         num_gpus_per_engine = 1 if torch.device(settings.device).type == "cuda" else 0
     actor_class = ray.remote(EngineActor)
     handles = []
+    if settings.backend == "remote" and len(settings.remote_urls) != num_engines:
+        raise ValueError(
+            f"the remote backend starts one engine per URL: num_engines={num_engines} but "
+            f"remote_urls={list(settings.remote_urls)}"
+        )
     for index in range(num_engines):
         options: dict[str, Any] = {"num_cpus": num_cpus_per_engine, "num_gpus": num_gpus_per_engine}
         if placement_group is not None:
@@ -351,6 +392,7 @@ def create_engine_actors(
                 placement_group_bundle_index=bundle_offset + index,
                 placement_group_capture_child_tasks=True,
             )
-        handles.append(actor_class.options(**options).remote(settings))
+        own = replace(settings, remote_urls=(settings.remote_urls[index],)) if settings.remote_urls else settings
+        handles.append(actor_class.options(**options).remote(own))
     infos = ray.get([handle.engine_info.remote() for handle in handles])
     return [RayEngineProxy(handle, info["weight_version"]) for handle, info in zip(handles, infos)]

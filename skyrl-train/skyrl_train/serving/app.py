@@ -27,6 +27,7 @@ from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOut
 from skyrl_train.serving.gate import WeightGate
 from skyrl_train.serving.protocol import ChatCompletionRequest, CompletionRequest, ServingError
 from skyrl_train.serving.tool_calls import parse_tool_calls
+from skyrl_train.serving.weight_updates import add_weight_update_routes
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "stop"}
 DEFAULT_CHAT_MAX_TOKENS = 256
@@ -271,10 +272,11 @@ class OpenAIServer:
 
     def models(self) -> dict[str, Any]:
         """`GET /v1/models`."""
-        return {
-            "object": "list",
-            "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "skyrl"}],
-        }
+        card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "skyrl"}
+        lengths = [getattr(engine, "max_model_len", None) for engine in getattr(self.client, "engines", [self.client])]
+        if lengths and all(isinstance(length, int) for length in lengths):
+            card["max_model_len"] = min(lengths)  # as vLLM reports it
+        return {"object": "list", "data": [card]}
 
 
 def _validation_error(exc: RequestValidationError) -> JSONResponse:
@@ -286,9 +288,12 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
     return JSONResponse(status_code=400, content=ServingError(message, param=param).body())
 
 
-def create_app(client: Any, tokenizer: Any, model_name: str, gate: Optional[WeightGate] = None) -> FastAPI:
+def create_app(
+    client: Any, tokenizer: Any, model_name: str, gate: Optional[WeightGate] = None, weight_updates: bool = False
+) -> FastAPI:
     """The FastAPI app serving `client` (an `InferenceEngineClient` or any engine) under `model_name`; requests hold
-    `gate` open while they generate (a training run closes it while the weights change)."""
+    `gate` open while they generate (a training run closes it while the weights change). `weight_updates` adds the
+    `/skyrl/*` routes that let a training run load new weights into it (`serving.weight_updates`)."""
     server = OpenAIServer(client, tokenizer, model_name, gate)
     app = FastAPI(title="skyrl OpenAI-compatible server")
     app.state.server = server
@@ -317,4 +322,6 @@ def create_app(client: Any, tokenizer: Any, model_name: str, gate: Optional[Weig
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    if weight_updates:
+        add_weight_update_routes(app, client, model_name)
     return app

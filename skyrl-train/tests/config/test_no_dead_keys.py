@@ -281,6 +281,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "trainer/test_trainer_vllm.py::test_two_steps_with_vllm_engines",
     ),
     "generator.inference_engine.num_threads": (_THREADS, _THREADS_IN_ACTORS),
+    "generator.inference_engine.remote_urls": (
+        "trainer/test_trainer_remote.py::test_training_through_our_own_server",
+        "inference/test_ray_engine.py::test_every_engine_key_reaches_the_engine_settings",
+    ),
     "generator.inference_engine.num_engines": (
         _PLACEMENT,
         "trainer/test_trainer_vllm.py::test_two_steps_with_vllm_engines",

