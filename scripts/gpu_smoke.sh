@@ -22,6 +22,7 @@ PATHS=(
   "cuda_ipc|skyrl-train/tests/weight_sync/test_cuda_ipc.py -m gpu|trainer.placement.colocate_all=true generator.inference_engine.weight_sync_backend=cuda_ipc"
   "fsdp2_gpu|skyrl-train/tests/workers -m gpu|-"
   "vllm|skyrl-train/tests/inference/test_vllm_engine.py skyrl-train/tests/trainer/test_trainer_vllm.py -m vllm|generator.inference_engine.backend=vllm"
+  "lora_vllm|skyrl-train/tests/inference/test_vllm_lora.py -m vllm|generator.inference_engine.backend=vllm trainer.policy.model.lora.rank=8 trainer.policy.optimizer.lr=2e-3"
   "megatron|skyrl-train/tests/workers/strategy/test_megatron.py skyrl-train/tests/workers/strategy/test_megatron_gpu.py -m megatron|trainer.strategy=megatron"
   "sglang|skyrl-train/tests/inference/test_sglang_engine.py -m sglang|generator.inference_engine.backend=sglang generator.inference_engine.model_dtype=bfloat16 trainer.placement.policy_num_gpus_per_node=1 generator.inference_engine.num_engines=1"
 )
