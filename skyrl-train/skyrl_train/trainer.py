@@ -27,7 +27,7 @@ from skyrl_train.generators.metrics import pass_at_n
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
 from skyrl_train.health import HealthMonitor
 from skyrl_train.inference.client import InferenceEngineClient
-from skyrl_train.rollouts import RolloutCollector
+from skyrl_train.rollouts import RolloutCollector, Rollouts
 from skyrl_train.serving.gate import WeightGate
 from skyrl_train.trainer_checkpoints import TrainerCheckpoints
 from skyrl_train.training_batch import TrainingBatch
@@ -99,6 +99,12 @@ class RayPPOTrainer:
     # ----- the loop -------------------------------------------------------------------------------------------------
     async def train(self) -> TrainResult:
         """Resume if configured, evaluate, then run steps until the data or `max_training_steps` runs out."""
+        await self.start()
+        await self.run_steps(self.total_steps())
+        return await self.finish()
+
+    async def start(self) -> None:
+        """Restore a checkpoint (when configured), serve the policy's weights, and evaluate before training."""
         self.global_step = self.checkpoints.resume()
         self.restore_state(self.checkpoints.resumed_extra)
         self.weight_version = self.global_step  # the sync below serves version step + 1, as in an unbroken run
@@ -106,20 +112,29 @@ class RayPPOTrainer:
         if self.cfg.trainer.eval_before_train and self.global_step == 0:
             self.initial_eval = await self.evaluate()
             self.tracker.log(self.initial_eval, step=0)
-        max_steps = self.total_steps()
-        final_eval = self.initial_eval
+
+    async def run_steps(self, max_steps: int) -> None:
+        """The synchronous loop: each step generates its batch, then trains on it (the async trainers override it)."""
         while self.global_step < max_steps:
             batch = self.next_batch()
             if batch is None:
                 break
             self.global_step += 1
             metrics = await self.step(batch)
-            interval = self.cfg.trainer.eval_interval
-            if interval > 0 and self.global_step % interval == 0 and self.global_step < max_steps:
-                metrics.update(await self.evaluate())
-            self.tracker.log(metrics, step=self.global_step)
-            self.health.raise_if_stopping()  # after logging, so the alerting step reaches the tracker
-            self.checkpoints.after_step(self.global_step, self.state(), last=self.global_step >= max_steps)
+            await self.after_step(metrics, max_steps)
+
+    async def after_step(self, metrics: dict[str, float], max_steps: int) -> None:
+        """Evaluate at `eval_interval`, log, check health, and checkpoint at `ckpt_interval`."""
+        interval = self.cfg.trainer.eval_interval
+        if interval > 0 and self.global_step % interval == 0 and self.global_step < max_steps:
+            metrics.update(await self.evaluate())
+        self.tracker.log(metrics, step=self.global_step)
+        self.health.raise_if_stopping()  # after logging, so the alerting step reaches the tracker
+        self.checkpoints.after_step(self.global_step, self.state(), last=self.global_step >= max_steps)
+
+    async def finish(self) -> TrainResult:
+        """The final evaluation and checkpoint; the run's result."""
+        final_eval = self.initial_eval
         if self.eval_items:
             final_eval = await self.evaluate()
             self.tracker.log(final_eval, step=self.global_step)
@@ -159,34 +174,43 @@ class RayPPOTrainer:
         with timer("step"):
             with timer("generate"):
                 rollouts = await self.rollouts.collect(items)
-            if self.engines_sleep:
-                await self.sleep_engines()
-            with timer("reward"):
-                output = rollouts.output
-                batch = TrainingBatch.from_trajectories(output.trajectories, self.tokenizer.pad_token_id)
-                metrics = reward_metrics(output, self.n_samples)
-                self.sampled_groups_total += rollouts.sampled_groups
-                metrics["trainer/sampled_groups_total"] = float(self.sampled_groups_total)
-            on_policy = self.takes_one_policy_update(batch)
-            metrics["policy/old_logprobs_from_update"] = float(on_policy)
-            with timer("fwd_logprobs"):
-                old_logprobs, ref_logprobs, values = await self.forward_passes(batch, with_policy=not on_policy)
-                metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
-            if self.kl_controller is not None:
-                metrics.update(self.apply_kl_in_reward(batch, old_logprobs, ref_logprobs))
-            with timer("advantages"):
-                advantages, returns = self.advantages(batch, values)
-            if self.critic is not None:
-                with timer("train_critic"):
-                    metrics.update(await self.train_critic(batch, returns, values))
-            with timer("train_policy"):
-                metrics.update(await self.train_policy(batch, advantages, old_logprobs, ref_logprobs))
-            if self.engines_sleep:
-                await self.client.wake_up()
+            metrics, generated = await self.learn(rollouts, timer)
             with timer("weight_sync"):
                 metrics.update(await self.sync_weights())
+        return self.step_metrics(metrics, timer, generated)
+
+    async def learn(self, rollouts: Rollouts, timer: PhaseTimer) -> tuple[dict[str, float], float]:
+        """Everything of a step between its rollouts and the weight sync: rewards, log-probs, KL, advantages, critic
+        and policy updates. Returns the metrics and the count of generated tokens."""
+        if self.engines_sleep:
+            await self.sleep_engines()
+        with timer("reward"):
+            output = rollouts.output
+            batch = TrainingBatch.from_trajectories(output.trajectories, self.tokenizer.pad_token_id)
+            metrics = reward_metrics(output, self.n_samples)
+            self.sampled_groups_total += rollouts.sampled_groups
+            metrics["trainer/sampled_groups_total"] = float(self.sampled_groups_total)
+        on_policy = self.takes_one_policy_update(batch)
+        metrics["policy/old_logprobs_from_update"] = float(on_policy)
+        with timer("fwd_logprobs"):
+            old_logprobs, ref_logprobs, values = await self.forward_passes(batch, with_policy=not on_policy)
+            metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
+        if self.kl_controller is not None:
+            metrics.update(self.apply_kl_in_reward(batch, old_logprobs, ref_logprobs))
+        with timer("advantages"):
+            advantages, returns = self.advantages(batch, values)
+        if self.critic is not None:
+            with timer("train_critic"):
+                metrics.update(await self.train_critic(batch, returns, values))
+        with timer("train_policy"):
+            metrics.update(await self.train_policy(batch, advantages, old_logprobs, ref_logprobs))
+        if self.engines_sleep:
+            await self.client.wake_up()
+        return metrics, float(batch.response_mask.sum())
+
+    def step_metrics(self, metrics: dict[str, float], timer: PhaseTimer, generated: float) -> dict[str, float]:
+        """Add the phase timings, throughput, step number and health observations to a step's metrics."""
         metrics.update(timer.metrics())
-        generated = float(batch.response_mask.sum())
         metrics["trainer/tokens_per_second"] = generated / max(timer.seconds["step"], 1e-9)
         metrics["trainer/global_step"] = float(self.global_step)
         metrics.update(self.health.observe(self.global_step, metrics))
@@ -219,7 +243,9 @@ class RayPPOTrainer:
         `policy/old_logprobs_from_update` (1 = skipped)."""
         one_pass = self.cfg.trainer.update_epochs_per_batch == 1
         one_mini_batch = len(self.mini_batches(batch, self.cfg.trainer.policy_mini_batch_size)) == 1
-        return one_pass and one_mini_batch and self.kl_controller is None
+        # async modes train on data older than the current weights: the proximal (old) policy needs its own forward
+        fresh = self.cfg.trainer.mode == "sync"
+        return one_pass and one_mini_batch and self.kl_controller is None and fresh
 
     async def forward_passes(self, batch: TrainingBatch, with_policy: bool = True):
         """Old policy logprobs (None unless `with_policy`), reference logprobs (when KL is used) and critic values

@@ -63,6 +63,17 @@ class PlacementConfig:
 
 
 @dataclass
+class AsyncRLConfig:
+    """Asynchronous RL (`trainer.mode` one_step_off or fully_async): how stale the trained data may be."""
+
+    max_staleness: int = 1
+    """fully_async: the largest gap between the weight version that generated a group's oldest token and the version
+    being trained. New groups start only while `started groups < (steps done + max_staleness + 1) * batch size`
+    (generation waits otherwise: `async/throttled_seconds`); a finished group still beyond it is dropped
+    (`async/dropped_stale_groups`). 0 makes fully_async wait for every group of a step with current weights."""
+
+
+@dataclass
 class TrainerConfig:
     """Everything about the training side: placement, models, algorithm, batch sizes, checkpoints, logging, eval."""
 
@@ -71,6 +82,15 @@ class TrainerConfig:
 
     strategy: Literal["fsdp2", "megatron"] = "fsdp2"
     """Distributed training backend of the workers."""
+
+    mode: Literal["sync", "one_step_off", "fully_async"] = "sync"
+    """The loop: `sync` generates a batch, then trains on it; `one_step_off` generates batch k+1 while training on
+    batch k (data is one policy version old); `fully_async` keeps generating groups into a buffer and trains on
+    whatever is ready, within `async_rl.max_staleness`, updating the engines' weights between turns of running
+    rollouts. The two async modes need separate placement (`placement.colocate_all=false`); see docs/async.md."""
+
+    async_rl: AsyncRLConfig = field(default_factory=AsyncRLConfig)
+    """Staleness bound of the async modes."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Device of the workers and engines; `auto` picks CUDA when it is available, else CPU."""

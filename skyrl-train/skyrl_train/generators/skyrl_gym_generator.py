@@ -166,6 +166,7 @@ class SkyRLGymGenerator(GeneratorInterface):
         logprobs: list[float] = []
         tops: list[list[tuple[int, float]]] = []
         token_rewards: list[float] = []
+        versions: list[int] = []
         turns: list[_Turn] = []
         stop_reason, env_error, version, text = "length", None, 0, ""
         for _ in range(self.settings.max_turns):
@@ -183,6 +184,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             )
             response_ids += ids
             loss_mask += [1] * len(ids)
+            versions += [version] * len(ids)
             logprobs += out.response_logprobs[0] if out.response_logprobs else [0.0] * len(ids)
             tops += out.response_top_logprobs[0] if out.response_top_logprobs else [[] for _ in ids]
             token_rewards += [0.0] * len(ids)
@@ -196,6 +198,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             continuation = self._continuation(ids, step["observations"])
             response_ids += continuation
             loss_mask += [0] * len(continuation)
+            versions += [-1] * len(continuation)
             logprobs += [0.0] * len(continuation)
             tops += [[] for _ in continuation]
             token_rewards += [0.0] * len(continuation)
@@ -214,6 +217,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             env_metrics=env_metrics,
             env_error=env_error,
             response_text=text,
+            token_versions=versions,
         )
         self._apply_reward_rules(final)
         if not self.settings.step_wise_trajectories:
@@ -256,6 +260,7 @@ class SkyRLGymGenerator(GeneratorInterface):
                         else None
                     ),
                     stop_reason=final.stop_reason if last else "stop",
+                    token_versions=final.token_versions[start : start + len(turn.output_ids)],
                     step_index=index,
                     is_last_step=last,
                 )

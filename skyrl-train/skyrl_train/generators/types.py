@@ -71,6 +71,17 @@ class Trajectory:
     is_last_step: bool = True
     response_text: str = ""
     rollout_top_logprobs: Optional[list[list[tuple[int, float]]]] = None
+    token_versions: Optional[list[int]] = None
+    """Per response token, the weight version that generated it (-1 on observation tokens); turns of one rollout
+    may differ when the weights change between them (`trainer.mode=fully_async`). None: all are `weight_version`."""
+
+    @property
+    def oldest_version(self) -> int:
+        """The oldest weight version among the tokens the policy generated (`weight_version` when not recorded)."""
+        if self.token_versions is None:
+            return self.weight_version
+        generated = [v for v, m in zip(self.token_versions, self.loss_mask) if m and v >= 0]
+        return min(generated) if generated else self.weight_version
 
     @property
     def reward(self) -> float:

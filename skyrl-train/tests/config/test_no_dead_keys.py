@@ -90,6 +90,13 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.device": ("config/test_root.py::test_resolved_device_keeps_an_explicit_choice", _HF_BUILDER),
     # roles: model paths, optimizers, FSDP, memory savers
     "trainer.policy.model.path": ("workers/test_policy_worker.py::test_forward_matches_a_plain_hf_forward",),
+    "trainer.mode": (
+        "trainer/test_trainer_async.py::test_one_step_off_trains_on_data_one_version_old",
+        "trainer/test_trainer_async.py::test_fully_async_staleness_stays_within_its_bound",
+    ),
+    "trainer.async_rl.max_staleness": (
+        "trainer/test_trainer_async.py::test_fully_async_staleness_stays_within_its_bound",
+    ),
     "trainer.policy.model.lora.rank": (
         _LORA_ONLY_ADAPTERS,
         "trainer/test_trainer_lora.py::test_lora_run_syncs_adapters_uses_the_base_as_reference_and_resumes_exactly",

@@ -87,6 +87,32 @@ CASES = {
         ["trainer.placement.ref_num_gpus_per_node=1"],
         "colocate_all=true needs the ref on as many GPUs as the policy (1 vs 2)",
     ),
+    "async with colocated engines": (
+        ["trainer.mode=fully_async"],
+        "trainer.mode=fully_async overlaps generation with training",
+    ),
+    "async with dynamic sampling": (
+        [
+            "trainer.mode=one_step_off",
+            "trainer.placement.colocate_all=false",
+            "generator.inference_engine.num_engines=1",
+            "trainer.algorithm.dynamic_sampling.type=filter",
+        ],
+        "dynamic_sampling.type=filter is not supported with trainer.mode=one_step_off",
+    ),
+    "staleness without an async mode": (
+        ["trainer.async_rl.max_staleness=3"],
+        "max_staleness=3 has no effect with trainer.mode=sync",
+    ),
+    "staleness of one_step_off": (
+        [
+            "trainer.mode=one_step_off",
+            "trainer.placement.colocate_all=false",
+            "generator.inference_engine.num_engines=1",
+            "trainer.async_rl.max_staleness=2",
+        ],
+        "max_staleness is fixed at 1 in trainer.mode=one_step_off",
+    ),
     "remote engines without URLs": (
         ["generator.inference_engine.backend=remote", "trainer.placement.colocate_all=false"],
         "backend=remote needs remote_urls",

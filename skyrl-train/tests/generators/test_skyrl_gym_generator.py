@@ -290,3 +290,59 @@ def test_top_logprobs_ride_on_the_trajectory_aligned_with_its_tokens(tokenizer, 
     batched = GeneratorSettings(sampling_params=replace(params, stop_token_ids=()), batched=True)
     (b,) = asyncio.run(SkyRLGymGenerator(client, tokenizer, batched).generate(_input("chatty", count=1))).trajectories
     assert len(b.rollout_top_logprobs) == len(b.response_ids) > 0
+
+
+def test_weights_updated_between_turns_keep_each_tokens_version_and_logprob(tokenizer):
+    """An in-flight update (fully_async): the engine pauses after turn 1, takes new weights, and the rollouts go on.
+    Each generated token records the version that produced it, and its rollout logprob equals a recomputation with
+    exactly those weights."""
+    import threading
+
+    import torch
+
+    old_model = build_tiny_model(TinyModelSpec(size=1), seed=3)
+    new_model = build_tiny_model(TinyModelSpec(size=1), seed=4)
+    engine = HFInferenceEngine(build_tiny_model(TinyModelSpec(size=1), seed=3), tokenizer)
+    engine_client = InferenceEngineClient([engine])
+    first_turn_done, updated = threading.Event(), threading.Event()
+
+    class SignallingEnv(ChattyEnv):
+        def _step(self, action):  # turn 1 of every episode ends before the update, turn 2 starts after it
+            first_turn_done.set()
+            if self.turns == 1:
+                updated.wait(timeout=30)
+            return super()._step(action)
+
+    skyrl_gym.register("signalling", SignallingEnv)
+    params = SamplingParams(max_tokens=4, temperature=1.0, stop_token_ids=EVERY_CHAR_STOPS)
+    generator = SkyRLGymGenerator(
+        engine_client, tokenizer, GeneratorSettings(sampling_params=params, max_turns=2, max_input_length=400)
+    )
+
+    async def scenario():
+        rollouts = asyncio.create_task(generator.generate(_input("signalling", count=4)))
+        while not first_turn_done.is_set():
+            await asyncio.sleep(0.001)
+        await engine_client.pause()  # what AsyncPPOTrainer.sync_weights does around a sync
+        await engine_client.update_weights(list(new_model.state_dict().items()), version=1)
+        await engine_client.resume()
+        updated.set()
+        return await rollouts
+
+    try:
+        out = asyncio.run(scenario())
+    finally:
+        skyrl_gym.deregister("signalling")
+    for t in out.trajectories:
+        versions = [v for v, m in zip(t.token_versions, t.loss_mask) if m]
+        assert set(versions) == {0, 1} and versions == sorted(versions)  # turn 1 old weights, turn 2 new ones
+        assert t.oldest_version == 0 and t.weight_version == 1
+        ids = torch.tensor([t.prompt_token_ids + t.response_ids])
+        start = len(t.prompt_token_ids)
+        for version, model in ((0, old_model), (1, new_model)):
+            with torch.no_grad():
+                logits = model(ids).logits[0, start - 1 : -1].float()
+            recomputed = torch.log_softmax(logits, -1).gather(-1, ids[0, start:].unsqueeze(-1)).squeeze(-1)
+            for position, (v, m) in enumerate(zip(t.token_versions, t.loss_mask)):
+                if m and v == version:
+                    assert t.rollout_logprobs[position] == pytest.approx(float(recomputed[position]), abs=1e-5)
