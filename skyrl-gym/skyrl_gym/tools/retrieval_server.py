@@ -16,7 +16,9 @@ a message naming the field.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import random
 import socket
 import sys
 import threading
@@ -140,16 +142,26 @@ class RetrieveRequest(BaseModel):
         return self
 
 
-def create_app(index: BM25Index) -> FastAPI:
-    """The FastAPI application serving `index`."""
+def create_app(index: BM25Index, delay_s: tuple[float, float] = (0.0, 0.0)) -> FastAPI:
+    """The FastAPI application serving `index`; each `/retrieve` first waits a uniform random time in `delay_s`
+    (seconds), as a remote search API would (for benchmarks of rollouts that wait on the outside world)."""
+    low, high = delay_s
+    if not 0.0 <= low <= high:
+        raise ValueError(f"delay_s must be (min, max) with 0 <= min <= max, got {delay_s}")
     app = FastAPI(title="skyrl-gym BM25 retrieval server")
+    jitter = random.Random(0)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "documents": len(index.documents)}
+        return {"status": "ok", "documents": len(index.documents), "delay_ms": [low * 1000, high * 1000]}
 
     @app.post("/retrieve")
-    def retrieve(request: RetrieveRequest) -> dict[str, Any]:
+    async def retrieve(request: RetrieveRequest) -> dict[str, Any]:
+        if high > 0:
+            await asyncio.sleep(jitter.uniform(low, high))
+        return await asyncio.to_thread(_answer, request)
+
+    def _answer(request: RetrieveRequest) -> dict[str, Any]:
         queries = [request.query] if request.query is not None else list(request.queries or [])
         result = []
         for hits in index.search(queries, request.topk):
@@ -187,6 +199,7 @@ class RetrievalServer:
     """The retrieval server on a background thread: `start()` it, use `url`, `stop()` it (or use `with`).
 
     `corpus` is a jsonl path, a list of Documents, or a ready BM25Index. With port 0 the OS picks a free port.
+    `delay_s=(min, max)` makes every `/retrieve` wait a uniform random time in that range first.
     """
 
     def __init__(
@@ -195,7 +208,9 @@ class RetrievalServer:
         host: str = "127.0.0.1",
         port: int = 0,
         log_level: str = "warning",
+        delay_s: tuple[float, float] = (0.0, 0.0),
     ) -> None:
+        self.delay_s = delay_s
         if isinstance(corpus, BM25Index):
             self.index = corpus
         else:
@@ -222,7 +237,9 @@ class RetrievalServer:
         sock = self._socket = _bind(self.host, self.requested_port)
         self.port = sock.getsockname()[1]
         # log_config=None: leave the host process's logging setup alone; only the uvicorn loggers' level is set
-        config = uvicorn.Config(create_app(self.index), log_config=None, log_level=self._log_level, lifespan="off")
+        config = uvicorn.Config(
+            create_app(self.index, self.delay_s), log_config=None, log_level=self._log_level, lifespan="off"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name=f"retrieval-server-{self.port}", daemon=True
@@ -270,7 +287,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="TCP port (0 picks a free one); default 8000")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on; default 127.0.0.1")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level; default warning")
+    parser.add_argument(
+        "--delay-ms",
+        default="0",
+        help="wait before answering each /retrieve, like a remote API: N, or MIN-MAX for a uniform random wait",
+    )
     args = parser.parse_args(argv)
+    try:
+        low, _, high = args.delay_ms.partition("-")
+        delay_s = (float(low) / 1000, float(high or low) / 1000)
+    except ValueError:
+        parser.error(f"--delay-ms must be N or MIN-MAX in milliseconds, got {args.delay_ms!r}")
     try:
         index = BM25Index(load_corpus(args.corpus))
         sock = _bind(args.host, args.port)
@@ -279,7 +306,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     port = sock.getsockname()[1]
     print(f"serving {len(index.documents)} documents at {_url(args.host, port)}", flush=True)
-    config = uvicorn.Config(create_app(index), log_level=args.log_level, lifespan="off")
+    try:
+        app = create_app(index, delay_s)
+    except ValueError as exc:
+        print(f"error: --delay-ms: {exc}", file=sys.stderr)
+        return 2
+    config = uvicorn.Config(app, log_level=args.log_level, lifespan="off")
     uvicorn.Server(config).run(sockets=[sock])
     sock.close()
     return 0

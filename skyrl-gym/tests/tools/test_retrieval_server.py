@@ -90,7 +90,7 @@ def test_bm25_ranking_and_zero_score_filtering(corpus_file):
 def test_http_api(corpus_file):
     with RetrievalServer(corpus_file) as server:
         assert server.url.startswith("http://127.0.0.1:")
-        assert httpx.get(f"{server.url}/health").json() == {"status": "ok", "documents": 4}
+        assert httpx.get(f"{server.url}/health").json() == {"status": "ok", "documents": 4, "delay_ms": [0.0, 0.0]}
         single = httpx.post(f"{server.url}/retrieve", json={"query": "river in Africa", "topk": 2}).json()
         assert single == {"result": [[{"id": "nile", "title": "Nile", "text": CORPUS[3]["text"]}]]}
         scored = httpx.post(
@@ -98,6 +98,19 @@ def test_http_api(corpus_file):
         ).json()["result"]
         assert [[item["id"] for item in hits] for hits in scored] == [["banana"], ["paris", 2]]
         assert all(isinstance(item["score"], float) and item["score"] > 0 for hits in scored for item in hits)
+
+
+def test_a_delayed_server_waits_like_a_remote_api_before_answering(corpus_file):
+    import time
+
+    with pytest.raises(ValueError, match="delay_s must be"):
+        RetrievalServer(corpus_file, delay_s=(0.3, 0.2)).start()
+    with RetrievalServer(corpus_file, delay_s=(0.2, 0.25)) as server:
+        assert httpx.get(f"{server.url}/health").json()["delay_ms"] == [200.0, 250.0]
+        start = time.perf_counter()
+        hits = httpx.post(f"{server.url}/retrieve", json={"query": "river in Africa"}).json()["result"]
+        assert time.perf_counter() - start >= 0.2  # a lower bound: the server sleeps at least the minimum delay
+        assert hits[0][0]["id"] == "nile"
 
 
 @pytest.mark.integration

@@ -1,0 +1,217 @@
+"""Benchmark: samples/s of the sync, one_step_off and fully_async trainers, back to back on one machine.
+
+Two configs, each trained by the three modes from the same quickstart model with the same settings:
+
+- **tool-wait**: a rollout-bound config whose episodes wait on the outside world the way agent rollouts do. Each
+  episode is two turns of the addition task; after every turn the env looks the answer up in the bundled BM25 search
+  server over HTTP (`skyrl_gym.tools.retrieval_server`), which waits `--delay-ms` (default 200-500 ms, a remote API's
+  typical latency) before answering. The reward is the first answer's correctness.
+- **plain**: the quickstart task as it is (single turn, nothing to wait for): generation and training both need the
+  two CPU cores, so overlapping them has little to win here.
+
+Placement is the same for every mode: 1 FSDP2 policy rank and 1 separate hf engine (async modes cannot share devices).
+samples/s counts trained samples over the wall time of the training loop (set-up and evaluation excluded). The
+reward columns are the mean training reward over the first and the last third of the steps, and the held-out greedy
+accuracy after training.
+
+    python benchmarks/async_vs_sync.py [--steps 16] [--delay-ms 200-500] [--configs tool-wait plain]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+import skyrl_gym
+from skyrl_gym.envs.synthetic.addition import AdditionEnv
+from skyrl_gym.envs.synthetic.generate import write_dataset
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.entrypoints.main_base import BasePPOExp
+from skyrl_train.recipes.embedded import get_embedded_model
+from skyrl_train.recipes.warm_start import WarmStartSettings
+
+MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)
+MODES = {"sync": [], "one_step_off": ["trainer.mode=one_step_off"], "fully_async": ["trainer.mode=fully_async"]}
+SEARCH_URL_ENV = "SKYRL_BENCH_SEARCH_URL"
+HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=1024, max_keepalive_connections=1024))
+"""One connection pool for every env thread (a client per request would spend its time building SSL contexts)."""
+
+
+class CheckedAdditionEnv(AdditionEnv):
+    """Addition in two turns: after each answer the env looks it up in a search API (a real HTTP call); the reward is
+    the first answer's correctness."""
+
+    default_max_turns = 2
+
+    def _step(self, action: str):
+        url = os.environ[SEARCH_URL_ENV]
+        found = HTTP.post(f"{url}/retrieve", json={"query": action.strip() or "none", "topk": 1}).json()
+        if self.turns == 1:
+            scored = super()._step(action)
+            hits = found["result"][0]
+            note = hits[0]["text"] if hits else "nothing found"
+            scored.update(observations=[{"role": "user", "content": f"Lookup: {note}"}], done=False)
+            return scored
+        return {"observations": [], "reward": 0.0, "done": True}
+
+
+class TimedExp(BasePPOExp):
+    """BasePPOExp that records the wall time of the training loop (`run_steps`)."""
+
+    loop_seconds = 0.0
+
+    def get_trainer(self, **parts: Any):
+        trainer = super().get_trainer(**parts)
+        original = trainer.run_steps
+
+        async def timed(max_steps: int) -> None:
+            start = time.perf_counter()
+            await original(max_steps)
+            TimedExp.loop_seconds = time.perf_counter() - start
+
+        trainer.run_steps = timed
+        return trainer
+
+
+def overrides(model_dir: str, data_dir: Path, out_dir: Path, env_class: str, steps: int) -> list[str]:
+    """The shared config of every run."""
+    return [
+        "trainer.device=cpu",
+        f"trainer.policy.model.path={model_dir}",
+        f"data.train_data=['{data_dir / 'train.parquet'}']",
+        f"data.val_data=['{data_dir / 'test.parquet'}']",
+        "data.max_prompt_length=64",
+        f"environment.env_class={env_class}",
+        "trainer.placement.colocate_all=false",
+        "trainer.placement.policy_num_gpus_per_node=1",
+        "trainer.placement.num_cpus_per_worker=1",
+        "generator.inference_engine.backend=hf",
+        "generator.inference_engine.num_engines=1",
+        "generator.inference_engine.model_dtype=float32",
+        *(
+            ["generator.max_turns=2", "generator.max_input_length=192", "environment.max_env_workers=512"]
+            if env_class == "checked_addition"  # every episode waits on its lookup at once, as async HTTP tools do
+            else ["generator.batched=true"]
+        ),
+        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
+        "trainer.policy.gradient_checkpointing=false",
+        "trainer.policy.optimizer.lr=2e-4",
+        "trainer.policy.optimizer.weight_decay=0.0",
+        "trainer.algorithm.advantage_estimator=grpo",
+        "trainer.algorithm.use_kl_loss=false",
+        "trainer.train_batch_size=16",
+        "trainer.policy_mini_batch_size=16",
+        "trainer.micro_train_batch_size_per_gpu=64",
+        "trainer.micro_forward_batch_size_per_gpu=64",
+        "trainer.epochs=100",
+        f"trainer.max_training_steps={steps}",
+        "generator.n_samples_per_prompt=8",
+        "generator.sampling_params.max_generate_length=8",
+        "generator.eval_sampling_params.max_generate_length=8",
+        "trainer.eval_interval=0",
+        "trainer.eval_before_train=false",
+        "trainer.ckpt_interval=0",
+        "trainer.resume_mode=none",
+        f"trainer.ckpt_path={out_dir / 'ckpts'}",
+        f"trainer.export_path={out_dir / 'exports'}",
+        f"trainer.log_path={out_dir / 'logs'}",
+        "trainer.logger=['console']",
+    ]
+
+
+def dataset_for(env_class: str, directory: Path) -> Path:
+    """The addition dataset with every row's `env_class` set to `env_class` (rows name their env; it wins over
+    `environment.env_class`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write_dataset(directory, "addition", train_size=4000, test_size=200, difficulty=2, seed=0)
+    for split in ("train", "test"):
+        table = pq.read_table(directory / f"{split}.parquet")
+        column = pa.array([env_class] * table.num_rows, type=pa.string())
+        table = table.set_column(table.schema.get_field_index("env_class"), "env_class", column)
+        pq.write_table(table, directory / f"{split}.parquet")
+    return directory
+
+
+def run(model_dir: str, data_dir: Path, env_class: str, mode: str, steps: int) -> dict[str, float]:
+    """One training run; its samples/s, reward over the first and last third, and held-out accuracy."""
+    with tempfile.TemporaryDirectory() as out:
+        cfg = SkyRLConfig.from_cli_overrides(overrides(model_dir, data_dir, Path(out), env_class, steps) + MODES[mode])
+        experiment = TimedExp(cfg)
+        result = experiment.run()
+    rewards = [value for _, value in result.history["reward/mean"]]
+    third = max(1, len(rewards) // 3)
+    samples = result.global_step * cfg.trainer.train_batch_size * cfg.generator.n_samples_per_prompt
+    return {
+        "samples_per_s": samples / TimedExp.loop_seconds,
+        "reward_first": sum(rewards[:third]) / third,
+        "reward_last": sum(rewards[-third:]) / third,
+        "accuracy": result.final_eval.get("eval/all/pass_at_1", float("nan")),
+        "staleness": max((v for _, v in result.history.get("async/staleness_max", [])), default=0.0),
+    }
+
+
+def start_search_server(directory: Path, delay_ms: str) -> subprocess.Popen:
+    """The bundled BM25 server in its own process (as a remote API would be), waiting `delay_ms` per request; sets
+    the env's URL."""
+    corpus = directory / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": n, "text": f"{n} is a number"}) + "\n" for n in range(200)))
+    command = [sys.executable, "-m", "skyrl_gym.tools.retrieval_server", "--corpus", str(corpus), "--port", "0"]
+    process = subprocess.Popen([*command, "--delay-ms", delay_ms], stdout=subprocess.PIPE, text=True)
+    first = process.stdout.readline()  # "serving N documents at URL"
+    if " at " not in first:
+        raise RuntimeError(f"the search server did not start: {first!r}")
+    os.environ[SEARCH_URL_ENV] = first.rsplit(" at ", 1)[1].strip()
+    return process
+
+
+def main() -> None:
+    """Run every (config, mode), print the table with ratios to sync."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--delay-ms", default="200-500", help="search API wait per request: N or MIN-MAX")
+    parser.add_argument("--configs", nargs="+", default=["tool-wait", "plain"], choices=["tool-wait", "plain"])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    model_dir = str(get_embedded_model(MODEL))
+    skyrl_gym.register("checked_addition", CheckedAdditionEnv)
+    rows = []
+    with tempfile.TemporaryDirectory() as data:
+        search = start_search_server(Path(data), args.delay_ms)
+        for config in args.configs:
+            env_class = "checked_addition" if config == "tool-wait" else "addition"
+            data_dir = dataset_for(env_class, Path(data) / config)
+            for mode in MODES:
+                print(f"== {config} / {mode}", flush=True)
+                rows.append((config, mode, run(model_dir, data_dir, env_class, mode, args.steps)))
+        search.terminate()
+    print(
+        f"\n{args.steps} steps of 16 prompts x 8 samples each; tool-wait: 2 turns, a search API call after each "
+        f"turn waiting {args.delay_ms} ms; 1 policy rank + 1 separate hf engine on this machine"
+    )
+    header = f"{'config':>9} | {'mode':>12} | {'samples/s':>9} | {'vs sync':>7} | {'reward first→last third':>24}"
+    print(header + f" | {'held-out acc':>12} | {'max staleness':>13}")
+    print("-" * (len(header) + 32))
+    base = {config: metrics["samples_per_s"] for config, mode, metrics in rows if mode == "sync"}
+    for config, mode, m in rows:
+        curve = f"{m['reward_first']:.3f} → {m['reward_last']:.3f}"
+        print(
+            f"{config:>9} | {mode:>12} | {m['samples_per_s']:>9.1f} | {m['samples_per_s'] / base[config]:>6.2f}x |"
+            f" {curve:>24} | {m['accuracy']:>12.3f} | {m['staleness']:>13.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
