@@ -5,10 +5,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from skyrl_train.config.allocation import AllocationModeError, apply_allocation_mode
 from skyrl_train.config.data import DataConfig
 from skyrl_train.config.docgen import dump_yaml
 from skyrl_train.config.environment import EnvironmentConfig
-from skyrl_train.config.errors import ConfigTypeError
+from skyrl_train.config.errors import ConfigTypeError, ConfigValidationError
 from skyrl_train.config.generator import GeneratorConfig
 from skyrl_train.config.overrides import apply_overrides, parse_overrides, resolve_interpolations
 from skyrl_train.config.reward import RewardConfig
@@ -44,6 +45,10 @@ class SkyRLConfig:
     def from_dict(cls, data: Mapping[str, Any], validate: bool = True) -> "SkyRLConfig":
         """Build from a (possibly partial) nested dict; missing keys keep their defaults, unknown keys are rejected."""
         cfg = build_dataclass(cls, data)
+        try:
+            apply_allocation_mode(cfg)
+        except AllocationModeError as exc:
+            raise ConfigValidationError([str(exc)]) from exc
         if validate:
             cfg.validate()
         return cfg

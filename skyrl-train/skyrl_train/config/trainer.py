@@ -16,6 +16,11 @@ class PlacementConfig:
     `num_cpus_per_worker` CPUs.
     """
 
+    allocation_mode: Optional[str] = None
+    """AReaL-style shorthand for the placement, e.g. `vllm:d2+fsdp:d2` (separate) or `hf:d2|fsdp:d2` (colocated):
+    sets the engine backend, count and TP, the strategy, the policy's ranks (and Megatron TP/PP) and `colocate_all`
+    (see `skyrl_train/config/allocation.py`); a key also given with another value is an error. null: use the keys."""
+
     colocate_all: bool = True
     """Put policy, ref, critic and inference engines on the same GPUs, taking turns (engines sleep while training).
     Needs the engines' GPU count (`num_engines * tensor_parallel_size`) to equal the policy's."""

@@ -90,6 +90,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.device": ("config/test_root.py::test_resolved_device_keeps_an_explicit_choice", _HF_BUILDER),
     # roles: model paths, optimizers, FSDP, memory savers
     "trainer.policy.model.path": ("workers/test_policy_worker.py::test_forward_matches_a_plain_hf_forward",),
+    "trainer.placement.allocation_mode": (
+        "config/test_allocation.py::test_separate_vllm_and_fsdp",
+        "config/test_allocation.py::test_megatron_tensor_parallelism",
+    ),
     "trainer.mode": (
         "trainer/test_trainer_async.py::test_one_step_off_trains_on_data_one_version_old",
         "trainer/test_trainer_async.py::test_fully_async_staleness_stays_within_its_bound",
