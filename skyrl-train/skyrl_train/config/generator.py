@@ -196,6 +196,11 @@ class GeneratorConfig:
     """Generate all single-turn prompts in one engine call instead of one agent loop per trajectory (faster, needs
     `max_turns: 1`)."""
 
+    workflow: Optional[str] = None
+    """A registered rollout workflow (`@register_workflow("name")`, `skyrl_train.generators.workflow`) that runs each
+    prompt's episode instead of the built-in env loop; `env` is that loop as a workflow. null: the built-in
+    generator."""
+
     max_input_length: int | None = None
     """Maximum tokens of the whole conversation fed to the engine in multi-turn rollouts; the trajectory ends when
     it is exceeded. Null means `data.max_prompt_length`."""

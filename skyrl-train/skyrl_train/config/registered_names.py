@@ -69,6 +69,12 @@ def _chat_template_names() -> list[str]:
     return sorted(BUILTIN_CHAT_TEMPLATES)
 
 
+def _workflow_names() -> list[str]:
+    from skyrl_train.generators.workflow import ROLLOUT_WORKFLOWS
+
+    return ROLLOUT_WORKFLOWS.names()
+
+
 @dataclass(frozen=True)
 class RegistryLookup:
     """One kind of registered name: how to list the live names and how users add one."""
@@ -109,6 +115,9 @@ LOOKUPS: dict[str, RegistryLookup] = {
     "learning-rate schedule": RegistryLookup(
         "learning-rate schedule", _scheduler_names, "These are the schedules transformers.get_scheduler builds."
     ),
+    "rollout workflow": RegistryLookup(
+        "rollout workflow", _workflow_names, 'Register your own with @register_workflow("name").'
+    ),
     "chat template": RegistryLookup(
         "chat template",
         _chat_template_names,
@@ -145,6 +154,8 @@ def named_values(cfg: SkyRLConfig) -> list[tuple[str, str, Any]]:
         )
         for role in roles
     ]
+    if cfg.generator.workflow is not None:
+        values.append(("generator.workflow", "rollout workflow", cfg.generator.workflow))
     template = cfg.generator.chat_template
     if template.source == "name" and template.name_or_path is not None:
         values.append(("generator.chat_template.name_or_path", "chat template", template.name_or_path))

@@ -299,6 +299,11 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
             f"generator.batched=true needs generator.max_turns=1 (got {generator.max_turns}): batched generation is"
             " single-turn, set batched=false for multi-turn rollouts"
         )
+    if generator.batched and generator.workflow not in (None, "env"):
+        yield (
+            f"generator.batched=true has no effect with generator.workflow={generator.workflow}: the workflow runs each"
+            " episode itself; set batched=false"
+        )
     if generator.batched and generator.step_wise_trajectories:
         yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
     engine = generator.inference_engine

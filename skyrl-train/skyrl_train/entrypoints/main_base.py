@@ -22,6 +22,7 @@ from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.dataset import PromptDataset, StatefulDataLoader
 from skyrl_train.generators import SkyRLGymGenerator
+from skyrl_train.generators.base import GeneratorInterface
 from skyrl_train.generators.from_config import generator_settings_from_config
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.ray_engine import EngineSettings, check_engine_backend, create_engine_actors
@@ -175,9 +176,15 @@ class BasePPOExp:
         """One client routing over the engines."""
         return InferenceEngineClient(engines)
 
-    def get_generator(self, client: InferenceEngineClient, tokenizer: Any) -> SkyRLGymGenerator:
-        """The multi-turn skyrl-gym generator with the config's settings."""
-        return SkyRLGymGenerator(client, tokenizer, generator_settings_from_config(self.cfg))
+    def get_generator(self, client: InferenceEngineClient, tokenizer: Any) -> GeneratorInterface:
+        """The multi-turn skyrl-gym generator with the config's settings, or the generator of the rollout workflow
+        `generator.workflow` names."""
+        settings = generator_settings_from_config(self.cfg)
+        if self.cfg.generator.workflow is not None:
+            from skyrl_train.generators.workflow import make_workflow_generator
+
+            return make_workflow_generator(self.cfg.generator.workflow, client, tokenizer, settings)
+        return SkyRLGymGenerator(client, tokenizer, settings)
 
     async def get_weight_sync(self, policy: WorkerGroup, engines: list[Any]):
         """The weight-sync strategy, connected between policy rank 0 and the engines. `auto` picks per engine from

@@ -94,6 +94,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "config/test_allocation.py::test_separate_vllm_and_fsdp",
         "config/test_allocation.py::test_megatron_tensor_parallelism",
     ),
+    "generator.workflow": (
+        "generators/test_workflow.py::test_the_config_selects_a_registered_workflow",
+        "trainer/test_trainer_async.py::test_a_registered_workflow_trains_in_fully_async_mode",
+    ),
     "trainer.mode": (
         "trainer/test_trainer_async.py::test_one_step_off_trains_on_data_one_version_old",
         "trainer/test_trainer_async.py::test_fully_async_staleness_stays_within_its_bound",

@@ -305,11 +305,15 @@ def test_weights_updated_between_turns_keep_each_tokens_version_and_logprob(toke
     engine = HFInferenceEngine(build_tiny_model(TinyModelSpec(size=1), seed=3), tokenizer)
     engine_client = InferenceEngineClient([engine])
     first_turn_done, updated = threading.Event(), threading.Event()
+    finished_first_turns, lock = [], threading.Lock()
 
     class SignallingEnv(ChattyEnv):
         def _step(self, action):  # turn 1 of every episode ends before the update, turn 2 starts after it
-            first_turn_done.set()
             if self.turns == 1:
+                with lock:
+                    finished_first_turns.append(self)
+                    if len(finished_first_turns) == 4:
+                        first_turn_done.set()
                 updated.wait(timeout=30)
             return super()._step(action)
 

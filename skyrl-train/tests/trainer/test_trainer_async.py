@@ -113,3 +113,29 @@ def test_a_killed_fully_async_run_resumes_without_losing_or_repeating_prompts(
     pending = {str(item["uid"]) for item in saved["extra"]["pending_prompts"]}
     still_held = {str(item["uid"]) for item in resumed.trainer.state()["pending_prompts"]}
     assert pending and pending <= set(after) | still_held
+
+
+def test_a_registered_workflow_trains_in_fully_async_mode(ray_cluster, make_config, addition, tmp_path):
+    from skyrl_train.generators.workflow import ROLLOUT_WORKFLOWS, EnvRolloutWorkflow, register_workflow
+
+    episodes = []
+
+    class CountingEnvWorkflow(EnvRolloutWorkflow):
+        async def arun_episode(self, engine, data):
+            episodes.append(data["uid"])
+            return await super().arun_episode(engine, data)
+
+    register_workflow("counting_env")(CountingEnvWorkflow)
+    try:
+        cfg = _config(
+            make_config,
+            addition,
+            tmp_path,
+            "trainer.mode=fully_async",
+            "generator.workflow=counting_env",
+            "trainer.max_training_steps=2",
+        )
+        result = BasePPOExp(cfg).run()
+    finally:
+        ROLLOUT_WORKFLOWS.unregister("counting_env")
+    assert result.global_step == 2 and len(episodes) >= 2 * 4  # one episode call per prompt group
