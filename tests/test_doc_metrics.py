@@ -41,6 +41,8 @@ NOT_IN_SHORT_RUN = {
     "reward/model_": "only with a reward model (reward.model.path): tests/trainer/test_trainer_rewards.py",
     "reward/rule_score": "only with a reward manager or model: tests/rewards/test_scorer.py",
     "eval/reward/": "only with a reward manager or model: skyrl-train/tests/test_evaluation.py",
+    "timing/trainer_idle": "only with trainer.mode one_step_off / fully_async: tests/trainer/test_trainer_async.py",
+    "timing/wait_generation": "only with trainer.mode=one_step_off: skyrl_train/async_trainer.py",
 }
 
 

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("workers",),
     ("rewards", "rollouts", "trainer_checkpoints"),
     ("trainer",),
+    ("async_trainer",),
     ("recipes",),
     ("entrypoints",),
 ]
