@@ -176,3 +176,40 @@ def test_64_concurrent_clients_all_get_their_answer(server):
     assert all(r.choices[0].model_extra["token_ids"] for r in responses)
     prompts = [r.model_extra["prompt_token_ids"] for r in responses]
     assert len({tuple(p) for p in prompts}) == 64  # each answer belongs to its own request
+
+
+def test_litellm_completes_chat_and_completion_requests_with_logprobs(server, model_dir):
+    """litellm (a common harness client) through its OpenAI-compatible provider: the same tokens and logprobs as the
+    engine gives directly. litellm fetches a model price list from the internet on import unless told not to."""
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm  # in skyrl-train's dev extra
+
+    chat = litellm.completion(
+        model=f"openai/{MODEL}",
+        api_base=server,
+        api_key="unused",
+        messages=[{"role": "user", "content": "12+34="}],
+        max_tokens=6,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    tokens = chat.choices[0].logprobs["content"] if isinstance(chat.choices[0].logprobs, dict) else None
+    tokens = tokens or chat.choices[0].logprobs.content
+    assert chat.choices[0].message.content and len(tokens) >= 1 and len(tokens[0].top_logprobs) == 2
+    prompt_ids = list(load_tokenizer(model_dir)("12+34=")["input_ids"])
+    text = litellm.text_completion(
+        model=f"openai/{MODEL}",
+        api_base=server,
+        api_key="unused",
+        prompt="12+34=",
+        max_tokens=6,
+        temperature=0,
+        logprobs=1,
+    )
+    expected = _direct(model_dir, prompt_ids, max_tokens=6, temperature=0.0)
+    got = text.choices[0].logprobs.token_logprobs
+    assert len(got) == len(expected.response_ids[0])
+    assert got == pytest.approx(expected.response_logprobs[0], abs=1e-5)
