@@ -42,9 +42,8 @@ _GROUP_INDEX: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar("sk
 
 @dataclass
 class GroupRollout:
-    """One finished prompt group of fully_async generation."""
+    """One finished prompt group of fully_async generation (`index`: its key in `AsyncPPOTrainer.pending`)."""
 
-    item: dict[str, Any]
     rollouts: Rollouts
     index: int
 
@@ -98,7 +97,6 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self._local_batch: list[dict[str, Any]] = []
         self.trained_uids: list[list[str]] = []
         """Per step of this process, the dataset uids of the prompts it trained on (for tests and debugging)."""
-        self._generation_idle_s = 0.0
 
     # ----- checkpointed state ---------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -174,18 +172,17 @@ class AsyncPPOTrainer(RayPPOTrainer):
             return None
         return drawn
 
-    async def _generate_batch(self, drawn: list[tuple[int, dict[str, Any]]]) -> tuple[Rollouts, float, int]:
+    async def _generate_batch(self, drawn: list[tuple[int, dict[str, Any]]]) -> tuple[Rollouts, float]:
         start = time.perf_counter()
-        version = self.weight_version
         rollouts = await self.rollouts.collect([item for _, item in drawn])
-        return rollouts, time.perf_counter() - start, version
+        return rollouts, time.perf_counter() - start
 
     async def _one_step_off(self, max_steps: int) -> None:
         drawn = self._draw_batch() if self.global_step < max_steps else None
         pending = asyncio.create_task(self._generate_batch(drawn)) if drawn else None
         while pending is not None and self.global_step < max_steps:
             waited = time.perf_counter()
-            rollouts, generate_s, _ = await pending
+            rollouts, generate_s = await pending
             idle = time.perf_counter() - waited
             current = drawn
             drawn = self._draw_batch() if self.global_step + 1 < max_steps else None
@@ -311,9 +308,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         _GROUP_INDEX.set(key)
         try:
             rollouts = await self.rollouts.collect([item])
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:  # noqa: BLE001 - handed to the trainer, which raises it
             await buffer.put(exc)
             return
-        await buffer.put(GroupRollout(item, rollouts, key))
+        await buffer.put(GroupRollout(rollouts, key))

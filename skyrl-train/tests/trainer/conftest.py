@@ -144,6 +144,20 @@ class RemoteRunHelpers:
             colocate=False,
         )
 
+    @classmethod
+    def train_through(cls, make_config, tmp_path, model_dir, command, port, env=None) -> None:
+        """Start the server `command` (listening on `port`), run two verified steps through it, check them, stop it."""
+        from skyrl_train.entrypoints.main_base import BasePPOExp
+
+        server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            cls.wait_until_serving(url, server)
+            cls.check(BasePPOExp(cls.config(make_config, model_dir, tmp_path, url), verify_weight_sync=True).run())
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+
     @staticmethod
     def check(result) -> None:
         """The server took and served every synced version, verified by checksum, and step 2 sampled what the trainer

@@ -3,12 +3,10 @@
 are written for the server, loaded by it and verified by checksum, and the next step samples what the trainer holds.
 The same run against a real `vllm serve` is in test_trainer_remote_vllm.py."""
 
-import subprocess
 import sys
 
 import pytest
 
-from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.workers.distributed import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -21,12 +19,4 @@ def test_training_through_our_own_server(ray_cluster, make_config, remote_run, t
         sys.executable, "-m", "skyrl_train.entrypoints.serve", "--enable-weight-updates", "--model", model,
         "--port", str(port), "generator.inference_engine.model_dtype=float32", "trainer.device=cpu",
     ]  # fmt: skip
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        remote_run.wait_until_serving(url, server)
-        cfg = remote_run.config(make_config, model, tmp_path, url)
-        remote_run.check(BasePPOExp(cfg, verify_weight_sync=True).run())
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    remote_run.train_through(make_config, tmp_path, model, command, port)

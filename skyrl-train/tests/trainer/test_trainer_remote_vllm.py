@@ -6,14 +6,12 @@ Skipped when vLLM is not installed (the main venv); `bash scripts/test_vllm.sh` 
 """
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed: run `bash scripts/test_vllm.sh` (CPU build, own venv)")
 
-from skyrl_train.entrypoints.main_base import BasePPOExp  # noqa: E402
 from skyrl_train.workers.distributed import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
@@ -36,12 +34,4 @@ def test_training_through_vllm_serve(ray_cluster, make_config, remote_run, tmp_p
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "OMP_NUM_THREADS": "1",
     }
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        remote_run.wait_until_serving(url, server)
-        cfg = remote_run.config(make_config, model, tmp_path, url)
-        remote_run.check(BasePPOExp(cfg, verify_weight_sync=True).run())
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+    remote_run.train_through(make_config, tmp_path, model, command, port, env=env)
