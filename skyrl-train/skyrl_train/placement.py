@@ -50,14 +50,16 @@ def _bundle(cpus: float, gpus: int) -> dict[str, float]:
 
 
 def _strategy(num_nodes: int) -> str:
-    """`PACK` for a role on one node (its bundles together); `SPREAD` when the role asks for several nodes, so its
-    bundles go to different nodes as evenly as the cluster allows."""
-    return "SPREAD" if num_nodes > 1 else "PACK"
+    """`STRICT_PACK` for a role on one node (all its bundles on one node: best-effort `PACK` spread a one-node role
+    over two nodes when the other node was momentarily the freer one); `SPREAD` when the role asks for several
+    nodes, so its bundles go to different nodes as evenly as the cluster allows."""
+    return "SPREAD" if num_nodes > 1 else "STRICT_PACK"
 
 
-def _missing_resources(bundles: list[dict[str, float]]) -> list[str]:
-    """What the cluster lacks to ever grant `bundles`: a shortfall of a resource in total, or a bundle no single
-    node can hold. Empty when the cluster could grant them (other groups may still be holding the resources)."""
+def _missing_resources(bundles: list[dict[str, float]], strategy: str = "PACK") -> list[str]:
+    """What the cluster lacks to ever grant `bundles`: a shortfall of a resource in total, a bundle no single node
+    can hold, or (`STRICT_PACK`) bundles that together fit on no single node. Empty when the cluster could grant
+    them (other groups may still be holding the resources)."""
     missing = []
     totals: dict[str, float] = {}
     for bundle in bundles:
@@ -72,13 +74,20 @@ def _missing_resources(bundles: list[dict[str, float]]) -> list[str]:
     for name, amount in sorted(bundles[0].items()):
         if amount > largest[name]:
             missing.append(f"{name}: one bundle needs {amount:g}, the largest node has {largest[name]:g}")
+    if strategy == "STRICT_PACK" and len(nodes) > 1:
+        for name, amount in sorted(totals.items()):
+            if amount > largest[name]:
+                missing.append(
+                    f"{name}: the role is asked on one node and needs {amount:g} there, the largest node has "
+                    f"{largest[name]:g} (raise <role>_num_nodes to spread it)"
+                )
     return missing
 
 
 def _reserve(role: str, bundles: list[dict[str, float]], strategy: str, timeout_s: float) -> Any:
     """A ready placement group, or an error naming what is missing (at once when the cluster can never grant it,
     else after `timeout_s`)."""
-    missing = _missing_resources(bundles)
+    missing = _missing_resources(bundles, strategy)
     if missing:
         raise RuntimeError(
             f"placement of {role}: {len(bundles)} bundle(s) of {bundles[0]} cannot be granted: " + "; ".join(missing)
@@ -110,7 +119,7 @@ def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Plac
     """Create placement groups for `roles` (subset of policy, ref, critic, reward) plus the engines, per the config.
 
     A role on several nodes (`<role>_num_nodes` > 1; colocated: `policy_num_nodes`) is placed `SPREAD`, else
-    `PACK`. A placement the cluster can never grant fails at once naming the missing resources; one it cannot grant
+    `STRICT_PACK` (engines too). A placement the cluster can never grant fails at once naming the missing resources; one it cannot grant
     yet fails after `timeout_s`."""
     placement_cfg = cfg.trainer.placement
     on_gpu = cfg.resolved_device() == "cuda"
@@ -138,7 +147,7 @@ def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Plac
         plan.groups.append(group)
         plan.slots[role] = RoleSlot(group, 0, cpus, gpu)
     engines = engine_count(cfg)
-    group = _reserve("engines", [_bundle(cpus, gpu) for _ in range(engines)], "PACK", timeout_s)
+    group = _reserve("engines", [_bundle(cpus, gpu) for _ in range(engines)], "STRICT_PACK", timeout_s)
     plan.groups.append(group)
     plan.slots["engine"] = RoleSlot(group, 0, cpus, gpu)
     return plan

@@ -54,3 +54,10 @@ def test_separate_run_puts_the_engine_on_the_other_node_and_broadcasts(runs):
     assert set(run["engine_nodes"]).isdisjoint(run["worker_nodes"])
     assert run["sync_plan"] == "broadcast -> engines [0]"
     assert run["global_step"] == 1 and all(count > 0 for count in run["verified"].values())
+
+
+def test_a_one_node_role_that_fits_no_single_node_is_refused_at_once(runs):
+    """STRICT_PACK: 4 CPUs asked on one node of two 2-CPU nodes is refused before any waiting, naming the way out."""
+    error = runs["too_big_for_one_node"]["error"]
+    assert error.startswith("placement of policy: 2 bundle(s)")
+    assert "asked on one node and needs 4 there, the largest node has 2" in error

@@ -57,6 +57,25 @@ class WhereExp(BasePPOExp):
         super().shutdown()
 
 
+def one_node_refusal(model_dir: str, data_dir: str, out_dir: str) -> str:
+    """The error of a one-node role (2 ranks of 2 CPUs) that fits the cluster in total but no single node."""
+    from skyrl_train.placement import plan_placement
+
+    cfg = tiny_config(
+        model_dir,
+        Path(data_dir),
+        Path(out_dir) / "refused",
+        "trainer.placement.num_cpus_per_worker=2",
+        "trainer.placement.policy_num_gpus_per_node=2",
+        colocate=False,
+    )
+    try:
+        plan_placement(cfg, ["policy"], timeout_s=600).remove()
+    except RuntimeError as error:
+        return str(error)
+    return ""
+
+
 def main(model_dir: str, data_dir: str, out_dir: str) -> None:
     """Start the two-node cluster, run each entry of RUNS on it, print what happened."""
     cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 2})
@@ -91,6 +110,7 @@ def main(model_dir: str, data_dir: str, out_dir: str) -> None:
                 ),
                 flush=True,
             )
+        print(json.dumps({"run": "too_big_for_one_node", "error": one_node_refusal(model_dir, data_dir, out_dir)}))
     finally:
         ray.shutdown()
         cluster.shutdown()
