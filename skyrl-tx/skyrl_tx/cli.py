@@ -1,0 +1,136 @@
+"""`skyrl-tx serve | version`: start the Tinker-compatible service, or print the version."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+from skyrl_tx import __version__
+
+DEFAULT_BASE_MODEL = "skyrl/embedded-arithmetic"
+"""The name the embedded default model is served under (hub-style: exactly one `/`)."""
+DEFAULT_MODEL_SETTINGS = {"task": "addition", "difficulty": 2, "size": 2, "seed": 0, "train_examples": 8192}
+"""The embedded model served by default: the quickstart's (2-digit addition, held-out greedy accuracy ~0.25)."""
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+def default_checkpoint_dir() -> Path:
+    """`$SKYRL_CACHE/tx`, else `~/.cache/skyrl/tx`."""
+    return Path(os.path.expanduser(os.environ.get("SKYRL_CACHE") or "~/.cache/skyrl")) / "tx"
+
+
+def tokenizer_folder(name: str, model_path: str, checkpoint_dir: Path) -> str:
+    """The folder `get_info` names as `tokenizer_id`. A tokenizer saved as a plain `tokenizers` tokenizer (the
+    embedded one) is copied without the model's `config.json`: next to it, `AutoTokenizer` would swap in the
+    architecture's tokenizer class and lose the char vocabulary's spaces and newlines."""
+    from skyrl_train.models.loading import _saved_as_generic_fast_tokenizer
+
+    if not _saved_as_generic_fast_tokenizer(model_path):
+        return model_path
+    target = checkpoint_dir / "tokenizers" / name.replace("/", "--")
+    target.mkdir(parents=True, exist_ok=True)
+    for file in TOKENIZER_FILES:
+        source = Path(model_path) / file
+        if source.is_file():
+            shutil.copyfile(source, target / file)
+    return str(target)
+
+
+def parse_base_models(values: Optional[Sequence[str]]) -> dict[str, str]:
+    """`NAME=PATH` pairs; none means the embedded default model (built and cached on first use)."""
+    if not values:
+        from skyrl_train.recipes.embedded import get_embedded_model
+        from skyrl_train.recipes.warm_start import WarmStartSettings
+
+        settings = WarmStartSettings(**DEFAULT_MODEL_SETTINGS)
+        return {DEFAULT_BASE_MODEL: str(get_embedded_model(settings))}
+    models = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"--base-model expects NAME=PATH, got {value!r}")
+        if not Path(os.path.expanduser(path)).is_dir():
+            raise SystemExit(f"--base-model {name}: {path} is not a folder with a Hugging Face model")
+        models[name] = os.path.expanduser(path)
+    return models
+
+
+def read_keys(keys: Optional[Sequence[str]], keys_file: Optional[str]) -> frozenset[str]:
+    """The accepted API keys: each `--api-key` plus one key per non-empty line of `--api-keys-file`."""
+    accepted = set(keys or [])
+    if keys_file:
+        accepted |= {line.strip() for line in Path(keys_file).read_text().splitlines() if line.strip()}
+    return frozenset(accepted)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    parser = argparse.ArgumentParser(prog="skyrl-tx", description="Tinker-compatible training and sampling service")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="start the service")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--base-model", action="append", metavar="NAME=PATH", help="a served base model (repeatable)")
+    serve.add_argument("--database-url", default=None, help="SQLAlchemy URL (default: SQLite under --checkpoint-dir)")
+    serve.add_argument("--api-key", action="append", help="an accepted key (repeatable); none: local dev mode")
+    serve.add_argument("--api-keys-file", default=None, help="a file with one accepted key per line")
+    serve.add_argument("--checkpoint-dir", default=None, help="where checkpoints and the SQLite file live")
+    serve.add_argument("--poll-seconds", type=float, default=25.0, help="longest retrieve_future long-poll")
+    serve.add_argument("--max-request-mb", type=float, default=64.0, help="largest accepted request body")
+    serve.add_argument("--log-level", default="info")
+    commands.add_parser("version", help="print the version")
+    return parser
+
+
+def serve(args: argparse.Namespace) -> None:
+    """Build the service and run it under uvicorn."""
+    import uvicorn
+
+    from skyrl_tx.app import ApiKeys, create_app
+    from skyrl_tx.db import Database
+    from skyrl_tx.service import BaseModel, Service
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log = logging.getLogger("skyrl_tx")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    checkpoint_dir = Path(os.path.expanduser(args.checkpoint_dir)) if args.checkpoint_dir else default_checkpoint_dir()
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    url = args.database_url or f"sqlite:///{checkpoint_dir / 'skyrl_tx.db'}"
+    keys = ApiKeys(read_keys(args.api_key, args.api_keys_file))
+    base_models = {
+        name: BaseModel(name, path, tokenizer_folder(name, path, checkpoint_dir))
+        for name, path in parse_base_models(args.base_model).items()
+    }
+    service = Service(Database(url), checkpoint_dir, base_models)
+    service.start()
+    if keys.dev_mode:
+        log.warning("no --api-key given: local dev mode, any X-API-Key starting with 'tml-' is accepted")
+    log.info("serving %s on http://%s:%d (database %s)", sorted(base_models), args.host, args.port, url.split("@")[-1])
+    app = create_app(service, keys, args.poll_seconds, int(args.max_request_mb * (1 << 20)))
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        service.stop()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the `skyrl-tx` console script."""
+    args = build_parser().parse_args(argv)
+    if args.command == "version":
+        print(__version__)
+        return 0
+    serve(args)
+    return 0

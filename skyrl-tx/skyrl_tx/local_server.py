@@ -1,0 +1,77 @@
+"""Run `skyrl-tx serve` as a subprocess on 127.0.0.1 (tests, benchmarks and examples use it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LocalServer:
+    """A `skyrl-tx serve` subprocess on 127.0.0.1 with its data folder; `restart()` starts a new process on the same folder and port."""
+
+    data_dir: Path
+    extra_args: list[str] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+    process: Optional[subprocess.Popen] = None
+    log_path: Optional[Path] = None
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 900.0) -> None:
+        """Start and wait until /healthz answers (the first start may build the embedded model)."""
+        self.log_path = self.data_dir / f"server-{int(time.time() * 1000)}.log"
+        command = [sys.executable, "-m", "skyrl_tx", "serve", "--port", str(self.port)]
+        command += ["--checkpoint-dir", str(self.data_dir), *self.extra_args]
+        with self.log_path.open("w") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"skyrl-tx serve exited with {self.process.returncode}; see {self.log_path}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"skyrl-tx serve did not answer /healthz within {timeout_s} s")
+
+    def kill(self) -> None:
+        """kill -9: no shutdown hooks run."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Terminate politely."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self) -> None:
+        """Kill -9 and start again on the same data folder and port."""
+        self.kill()
+        self.start()
