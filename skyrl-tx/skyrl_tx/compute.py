@@ -269,7 +269,7 @@ class LoraHost:
         assert self.peft is not None
         adapter = self.adapters[name]
         directory.mkdir(parents=True, exist_ok=True)
-        state = get_peft_model_state_dict(self.peft, adapter_name=name)
+        state = get_peft_model_state_dict(self.peft, adapter_name=name, save_embedding_layers=False)
         save_file({key: value.detach().contiguous() for key, value in state.items()}, str(directory / ADAPTER_FILE))
         config = self.peft.peft_config[name].to_dict()
         config["target_modules"] = sorted(config["target_modules"])

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -75,3 +78,20 @@ class LocalServer:
         """Kill -9 and start again on the same data folder and port."""
         self.kill()
         self.start()
+
+
+@contextlib.contextmanager
+def fresh_postgres_database(base_url: str) -> Iterator[str]:
+    """A new, empty database on the PostgreSQL server of `base_url` (its role needs CREATEDB), dropped on exit."""
+    from sqlalchemy import create_engine
+
+    name = f"skyrl_tx_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f"CREATE DATABASE {name}")
+        yield base_url.rsplit("/", 1)[0] + f"/{name}"
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        admin.dispose()

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from skyrl_tx.local_server import LocalServer
+from skyrl_tx.local_server import LocalServer, fresh_postgres_database
 
 os.environ.setdefault("TINKER_TELEMETRY", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -19,3 +19,29 @@ def tx_server(tmp_path_factory):
     server.start()
     yield server
     server.stop()
+
+
+def postgres_base_url() -> str:
+    """The URL `scripts/postgres.sh` printed (exported by scripts/test.sh). Missing: skip here, fail under CI."""
+    url = os.environ.get("SKYRL_TX_POSTGRES_URL")
+    if not url:
+        message = "SKYRL_TX_POSTGRES_URL is not set: run `export SKYRL_TX_POSTGRES_URL=$(bash scripts/postgres.sh)`"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must run the Postgres tests)")
+        pytest.skip(message)
+    return url
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh, empty PostgreSQL database for one test (dropped afterwards)."""
+    with fresh_postgres_database(postgres_base_url()) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request, tmp_path):
+    """Each backend the service supports: a SQLite file, and a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'tx.db'}"
+    return request.getfixturevalue("postgres_url")

@@ -1,5 +1,5 @@
-"""The database layer: migrations, deduplication of resubmitted requests, restart recovery, and concurrent writers
-on SQLite without "database is locked"."""
+"""The database layer on SQLite and PostgreSQL: migrations, deduplication of resubmitted requests, restart
+recovery, and concurrent writers (on SQLite without "database is locked")."""
 
 import threading
 
@@ -11,20 +11,22 @@ from skyrl_tx.futures import Conflict, FutureStore, Notifier
 
 
 @pytest.fixture
-def store(tmp_path):
-    db = Database(f"sqlite:///{tmp_path / 'tx.db'}")
+def store(database_url):
+    db = Database(database_url)
     db.create_schema()
     return FutureStore(db, Notifier())
 
 
-def test_migrations_create_every_table_and_rerunning_them_changes_nothing(tmp_path):
-    db = Database(f"sqlite:///{tmp_path / 'tx.db'}")
+def test_migrations_create_every_table_and_rerunning_them_changes_nothing(database_url):
+    db = Database(database_url)
     db.create_schema()
     db.create_schema()
     tables = set(inspect(db.engine).get_table_names())
     assert {"sessions", "models", "futures", "sampling_sessions", "checkpoints", "alembic_version"} <= tables
-    with db.engine.connect() as connection:
-        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    if database_url.startswith("sqlite"):
+        with db.engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    db.engine.dispose()
 
 
 def test_a_resubmission_returns_the_first_request_and_a_different_payload_conflicts(store):

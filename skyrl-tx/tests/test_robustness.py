@@ -139,8 +139,10 @@ def test_configured_keys_refuse_others_and_oversized_bodies_get_413(tmp_path):
         server.stop()
 
 
-def test_kill_9_keeps_finished_results_fails_in_flight_ones_and_the_client_resumes_from_its_state(tmp_path):
-    server = LocalServer(tmp_path)
+def test_kill_9_keeps_finished_results_fails_in_flight_ones_and_the_client_resumes_from_its_state(
+    tmp_path, database_url
+):
+    server = LocalServer(tmp_path, ["--database-url", database_url])
     server.start()
     try:
         client = tinker.ServiceClient(base_url=server.url, api_key="tml-crash")

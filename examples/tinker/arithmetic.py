@@ -1,0 +1,69 @@
+"""The embedded model's task for the Tinker loops: 2-digit addition prompts, rewards, and held-out accuracy measured
+through a tinker SamplingClient. Shared by `sl_loop.py` and `rl_loop.py`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any, Optional
+
+import tinker
+from tinker import types
+
+import skyrl_gym
+from skyrl_gym.envs.synthetic.generate import generate_splits
+
+BASE_MODEL = "skyrl/embedded-arithmetic"
+"""The name `skyrl-tx serve` gives the embedded quickstart model."""
+MAX_TOKENS = 8  # a 2-digit sum is at most 3 characters plus the end-of-turn token
+
+
+def load_problems(eval_size: int = 256) -> tuple[list[dict], list[dict]]:
+    """(train rows, held-out rows): the warm start's task, difficulty and seed, so held-out rows were never trained on."""
+    splits = generate_splits("addition", train_size=8000, test_size=eval_size, difficulty=2, seed=0)
+    return splits["train"], splits["test"]
+
+
+def prompt_tokens(tokenizer: Any, row: dict) -> list[int]:
+    """The chat-templated prompt, ending with the assistant header the model answers after."""
+    text = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def reward(row: dict, answer: str) -> float:
+    """1.0 for the exact sum, else 0.0 (the `addition` env of skyrl-gym decides)."""
+    env = skyrl_gym.make(row["env_class"], extras=row)
+    try:
+        env.init(row["prompt"])
+        return float(env.step(answer)["reward"])
+    finally:
+        env.close()
+
+
+def held_out_accuracy(sampler: tinker.SamplingClient, tokenizer: Any, rows: list[dict]) -> float:
+    """Fraction of held-out problems whose greedy answer is right (all requests in flight at once)."""
+    greedy = types.SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0)
+    futures = [sampler.sample(types.ModelInput.from_ints(prompt_tokens(tokenizer, row)), 1, greedy) for row in rows]
+    answers = [tokenizer.decode(f.result().sequences[0].tokens, skip_special_tokens=True) for f in futures]
+    return sum(reward(row, answer) for row, answer in zip(rows, answers)) / len(rows)
+
+
+@contextlib.contextmanager
+def server_url(base_url: Optional[str]) -> Iterator[str]:
+    """`base_url`, or `TINKER_BASE_URL`, or a `skyrl-tx serve` started for this run in a temporary folder."""
+    url = base_url or os.environ.get("TINKER_BASE_URL")
+    if url:
+        yield url
+        return
+    from skyrl_tx.local_server import LocalServer
+
+    with tempfile.TemporaryDirectory(prefix="skyrl-tx-") as folder:
+        server = LocalServer(__import__("pathlib").Path(folder))
+        print(f"starting skyrl-tx serve on {server.url} (data in {folder})", flush=True)
+        server.start()
+        try:
+            yield server.url
+        finally:
+            server.stop()

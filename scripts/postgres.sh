@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Make a local PostgreSQL answer for the skyrl-tx tests and benchmarks: install Debian's `postgresql` when it is
+# missing (root only), start its cluster when it is down, create the role (allowed to create databases: each test
+# makes its own) and the database, and print the URL.
+#   bash scripts/postgres.sh          # prints postgresql+psycopg://skyrl:skyrl@127.0.0.1:<port>/skyrl_tx
+set -euo pipefail
+log() { echo "[postgres] $*" >&2; }
+DB="${SKYRL_TX_PG_DB:-skyrl_tx}"
+if ! command -v pg_lsclusters >/dev/null 2>&1; then
+  if [ "$(id -u)" != "0" ]; then
+    log "postgresql is not installed and this is not root: install it (apt-get install postgresql) and rerun"
+    exit 1
+  fi
+  log "installing Debian's postgresql"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 || {
+    apt-get update -q >/dev/null 2>&1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null
+  }
+fi
+read -r VERSION CLUSTER PORT STATUS _ < <(pg_lsclusters --no-header | head -1)
+if [ -z "${VERSION:-}" ]; then
+  log "no cluster found; creating one"
+  VERSION="$(ls /usr/lib/postgresql | sort -n | tail -1)"
+  pg_createcluster "$VERSION" main >/dev/null
+  read -r VERSION CLUSTER PORT STATUS _ < <(pg_lsclusters --no-header | head -1)
+fi
+if [ "$STATUS" != "online" ]; then
+  log "starting cluster $VERSION/$CLUSTER on port $PORT"
+  pg_ctlcluster "$VERSION" "$CLUSTER" start
+fi
+as_postgres() { if [ "$(id -u)" = "0" ]; then su postgres -c "$1"; else sh -c "$1"; fi; }
+for _ in $(seq 1 30); do
+  as_postgres "psql -p $PORT -tAc 'select 1'" >/dev/null 2>&1 && break
+  sleep 1
+done
+if [ "$(as_postgres "psql -p $PORT -tAc \"select 1 from pg_roles where rolname='skyrl'\"")" != "1" ]; then
+  as_postgres "psql -p $PORT -qc \"create role skyrl login createdb password 'skyrl'\""
+fi
+as_postgres "psql -p $PORT -qc \"alter role skyrl createdb\"" # tests create a database each
+if [ "$(as_postgres "psql -p $PORT -tAc \"select 1 from pg_database where datname='$DB'\"")" != "1" ]; then
+  as_postgres "psql -p $PORT -qc \"create database $DB owner skyrl\""
+fi
+echo "postgresql+psycopg://skyrl:skyrl@127.0.0.1:$PORT/$DB"

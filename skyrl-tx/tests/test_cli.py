@@ -1,0 +1,51 @@
+"""The command line: `skyrl-tx version`, the refusals of bad `--base-model` values, keys files, and the tokenizer
+folder that `get_info` names (a plain `tokenizers` tokenizer must load through AutoTokenizer unchanged)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from skyrl_tx import __version__
+from skyrl_tx.cli import parse_base_models, read_keys, tokenizer_folder
+
+
+def test_version_prints_the_package_version():
+    done = subprocess.run([sys.executable, "-m", "skyrl_tx", "version"], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == __version__
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("no-equals-sign", "expects NAME=PATH"),
+        ("org/model=/does/not/exist", "is not a folder with a Hugging Face model"),
+    ],
+)
+def test_bad_base_models_are_refused_naming_the_value(value, message):
+    with pytest.raises(SystemExit, match=message):
+        parse_base_models([value])
+
+
+def test_keys_come_from_flags_and_a_file(tmp_path):
+    keys_file = tmp_path / "keys.txt"
+    keys_file.write_text("tml-a\n\n  tml-b  \n")
+    assert read_keys(["tml-c"], str(keys_file)) == {"tml-a", "tml-b", "tml-c"}
+
+
+def test_the_tokenizer_folder_of_a_char_tokenizer_loads_through_autotokenizer(tmp_path):
+    from transformers import AutoTokenizer
+
+    from skyrl_train.models.loading import load_tokenizer
+    from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+
+    model_dir = tmp_path / "model"
+    tokenizer = build_char_tokenizer()
+    save_tokenizer(tokenizer, model_dir)
+    (model_dir / "config.json").write_text('{"model_type": "qwen2"}')  # beside it, AutoTokenizer picks Qwen2Tokenizer
+    folder = tokenizer_folder("org/model", str(model_dir), tmp_path / "data")
+    assert folder != str(model_dir) and not (tmp_path / "data" / "tokenizers" / "org--model" / "config.json").exists()
+    text = "12+34= 46\n"
+    expected = load_tokenizer(str(model_dir)).encode(text)
+    assert AutoTokenizer.from_pretrained(folder).encode(text) == expected
+    assert AutoTokenizer.from_pretrained(str(model_dir)).encode(text) != expected  # why the copy exists
