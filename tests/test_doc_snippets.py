@@ -432,7 +432,7 @@ def block_commands(block: Block) -> list[str]:
 
 def link_repository(directory: Path) -> None:
     """Link the repository's top-level folders into a temporary working directory."""
-    for name in ("scripts", "examples", "skyrl-gym", "skyrl-train", "skyrl-agent", "skyrl-tx"):
+    for name in ("scripts", "examples", "benchmarks", "skyrl-gym", "skyrl-train", "skyrl-agent", "skyrl-tx"):
         (directory / name).symlink_to(REPO / name)
 
 
