@@ -24,7 +24,7 @@ from skyrl_tx import __version__
 from skyrl_tx.db import DONE, FAILED, CheckpointRow, ModelRow
 from skyrl_tx.futures import Conflict, UserError
 from skyrl_tx.losses import LossInputError
-from skyrl_tx.service import NotFound, Service
+from skyrl_tx.service import NotFound, Service, SessionEnded
 from skyrl_tx.wire import WireError, decode_forward_backward
 
 log = logging.getLogger("skyrl_tx")
@@ -113,6 +113,8 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
             return JSONResponse({"detail": str(exc)}, 401)
         if isinstance(exc, NotFound):
             return JSONResponse({"detail": str(exc)}, 404)
+        if isinstance(exc, SessionEnded):
+            return JSONResponse({"detail": str(exc)}, 410)
         if isinstance(exc, Conflict):
             return JSONResponse({"detail": str(exc)}, 409, headers={"x-should-retry": "false"})
         if isinstance(exc, (UserError, WireError, LossInputError, KeyError, TypeError, ValueError)):
@@ -152,7 +154,8 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "version": __version__, "queued": service.compute.depth()}
+        adapters = sum(len(base.host.adapters) for base in service.base_models.values() if base.host is not None)
+        return {"status": "ok", "version": __version__, "queued": service.compute.depth(), "adapters": adapters}
 
     @route("client/config")
     async def client_config(owner: str, request: Request) -> dict[str, Any]:
@@ -170,8 +173,8 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
 
     @route("sessions/{session_id}/finish")
     async def finish_session(owner: str, request: Request) -> dict[str, Any]:
-        reason = ((await body_json(request)).get("reason") or {}).get("type", "finished")
-        await threaded(service.heartbeat, owner, request.path_params["session_id"], str(reason))
+        await body_json(request)  # {reason, detail}: the session ends whatever the reason
+        await threaded(service.end_session, owner, request.path_params["session_id"], "finished")
         return {}
 
     @route("sessions/{session_id}", "GET")

@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--checkpoint-dir", default=None, help="where checkpoints and the SQLite file live")
     serve.add_argument("--poll-seconds", type=float, default=25.0, help="longest retrieve_future long-poll")
     serve.add_argument("--max-request-mb", type=float, default=64.0, help="largest accepted request body")
+    serve.add_argument(
+        "--session-timeout-s",
+        type=float,
+        default=300.0,
+        help="unload the models of sessions silent this long (0: never)",
+    )
     serve.add_argument("--log-level", default="info")
     commands.add_parser("version", help="print the version")
     return parser
@@ -114,7 +120,7 @@ def serve(args: argparse.Namespace) -> None:
         name: BaseModel(name, path, tokenizer_folder(name, path, checkpoint_dir))
         for name, path in parse_base_models(args.base_model).items()
     }
-    service = Service(Database(url), checkpoint_dir, base_models)
+    service = Service(Database(url), checkpoint_dir, base_models, session_timeout_s=args.session_timeout_s)
     service.start()
     if keys.dev_mode:
         log.warning("no --api-key given: local dev mode, any X-API-Key starting with 'tml-' is accepted")

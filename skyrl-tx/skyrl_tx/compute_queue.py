@@ -24,7 +24,8 @@ class Job:
     """One request for the compute thread. `run()` returns (result bytes, is_proto); sample jobs instead carry a
     `batch_key` and are run together by `run_batch`."""
 
-    request_id: int
+    request_id: Optional[int]
+    """None for the server's own jobs (unloading an adapter): they have no future."""
     kind: str
     run: Optional[Callable[[], tuple[bytes, bool]]] = None
     batch_key: Any = None
@@ -101,10 +102,12 @@ class ComputeQueue:
             result, is_proto = job.run()
         except Exception as exc:  # a failed job fails its future, never the thread
             log.info("request %s (%s) failed: %s", job.request_id, job.kind, exc, exc_info=not _is_user(exc))
-            failure = describe_failure(exc)
-            self.futures.fail(job.request_id, failure["error"], failure["category"])
+            if job.request_id is not None:
+                failure = describe_failure(exc)
+                self.futures.fail(job.request_id, failure["error"], failure["category"])
             return
-        self.futures.complete(job.request_id, result, is_proto)
+        if job.request_id is not None:
+            self.futures.complete(job.request_id, result, is_proto)
 
     def _run_group(self, key: Any, group: list[Job]) -> None:
         try:

@@ -4,11 +4,13 @@ sessions and the compute queue. `skyrl_tx.app` maps the Tinker routes onto these
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,15 @@ KEEP_EPHEMERAL = 4
 
 class NotFound(LookupError):
     """An id or path the caller does not own or that does not exist (HTTP 404)."""
+
+
+class SessionEnded(RuntimeError):
+    """A heartbeat for a session that was finished or expired (HTTP 410: the client stops heartbeating)."""
+
+
+def _aware(value: dt.datetime) -> dt.datetime:
+    """`value` as an aware UTC datetime (SQLite hands back naive ones)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
 
 
 @dataclass
@@ -73,11 +84,14 @@ class Service:
     checkpoint_dir: Path
     base_models: dict[str, BaseModel]
     notifier: Notifier = field(default_factory=Notifier)
+    session_timeout_s: float = 300.0
+    """Sessions without a heartbeat for this long are ended and their adapters unloaded (0: never)."""
 
     def __post_init__(self) -> None:
         self.futures = FutureStore(self.db, self.notifier)
         self.compute = ComputeQueue(self.futures, self._run_sample_batch)
         self._ephemeral: dict[str, list[Path]] = {}
+        self._stopping = threading.Event()
 
     # ----- lifecycle ---------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -89,10 +103,33 @@ class Service:
         for base in self.base_models.values():
             base.host = LoraHost(base.name, base.path)
         self.compute.start()
+        if self.session_timeout_s > 0:
+            threading.Thread(target=self._expire_sessions_forever, name="skyrl-tx-sessions", daemon=True).start()
 
     def stop(self) -> None:
-        """Stop the compute thread."""
+        """Stop the compute thread and the session sweeper."""
+        self._stopping.set()
         self.compute.stop()
+
+    def _expire_sessions_forever(self) -> None:
+        while not self._stopping.wait(min(30.0, max(0.5, self.session_timeout_s / 4))):
+            try:
+                self.expire_sessions()
+            except Exception:  # the sweep must outlive a database hiccup
+                log.exception("session sweep failed")
+
+    def expire_sessions(self) -> list[str]:
+        """End every active session whose last heartbeat is older than `session_timeout_s`; returns their ids."""
+        cutoff = utcnow() - dt.timedelta(seconds=self.session_timeout_s)
+        with self.db.session() as s:
+            rows = s.scalars(select(SessionRow).where(SessionRow.status == "active")).all()
+            stale = [(row.owner, row.session_id) for row in rows if _aware(row.last_heartbeat_at) < cutoff]
+        for owner, session_id in stale:
+            log.info(
+                "session %s sent no heartbeat for %.0f s: unloading its models", session_id, self.session_timeout_s
+            )
+            self.end_session(owner, session_id, "expired")
+        return [session_id for _, session_id in stale]
 
     def host(self, base_model: str) -> LoraHost:
         """The compute host of a served base model; unknown names are refused listing the served ones."""
@@ -125,14 +162,31 @@ class Service:
             raise NotFound(f"session {session_id!r} not found")
         return row
 
-    def heartbeat(self, owner: str, session_id: str, status: Optional[str] = None) -> None:
-        """Record a heartbeat (or the final status on `finish`)."""
+    def heartbeat(self, owner: str, session_id: str) -> None:
+        """Record a heartbeat; an ended session is told so (410 stops the client's heartbeats)."""
+        if self.session_row(owner, session_id).status != "active":
+            raise SessionEnded(f"session {session_id} has ended; create a new ServiceClient")
+        with self.db.session() as s:
+            s.get(SessionRow, session_id).last_heartbeat_at = utcnow()
+
+    def end_session(self, owner: str, session_id: str, status: str) -> None:
+        """Mark a session ended (`status`: finished by the client, or expired) and unload its models' adapters, each after
+        the requests already queued for it. Their checkpoints stay; a new client loads them."""
         self.session_row(owner, session_id)
         with self.db.session() as s:
-            row = s.get(SessionRow, session_id)
-            row.last_heartbeat_at = utcnow()
-            if status:
-                row.status = status
+            s.get(SessionRow, session_id).status = status
+            models = s.scalars(
+                select(ModelRow).where(ModelRow.session_id == session_id, ModelRow.status.in_(["creating", "ready"]))
+            ).all()
+            targets = [(model.model_id, model.base_model) for model in models]
+        for model_id, base_model in targets:
+
+            def unload(model_id: str = model_id, base_model: str = base_model) -> tuple[bytes, bool]:
+                self.host(base_model).remove_adapter(model_id)
+                self._set_model(model_id, status="closed")
+                return b"", False
+
+            self.compute.put(Job(None, "unload", unload))
 
     # ----- models ------------------------------------------------------------------------------------------------
     def model_row(self, owner: str, model_id: str) -> ModelRow:
@@ -152,6 +206,13 @@ class Service:
             )
         if row.status == "failed":
             raise UserError(f"model {model_id!r} failed to be created or loaded")
+        if row.status == "closed":
+            ended = self.session_row(owner, row.session_id).status
+            raise UserError(
+                f"model {model_id!r} was unloaded when its session {ended} (closed by the client, or no heartbeat "
+                f"for {self.session_timeout_s:g} s); load its last checkpoint with "
+                "create_training_client_from_state_with_optimizer(path)"
+            )
         return row
 
     def create_model(self, owner: str, body: dict[str, Any], raw: bytes) -> tuple[int, str]:

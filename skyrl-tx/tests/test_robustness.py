@@ -192,3 +192,41 @@ def test_kill_9_keeps_finished_results_fails_in_flight_ones_and_the_client_resum
         assert resumed.forward(data, "cross_entropy").result().metrics["loss:sum"] < loss_before
     finally:
         server.stop()
+
+
+def test_ended_sessions_unload_their_adapters_closed_or_silent(tmp_path):
+    server = LocalServer(tmp_path, ["--session-timeout-s", "2"])
+    server.start()
+    try:
+        adapters = lambda: httpx.get(f"{server.url}/healthz").json()["adapters"]  # noqa: E731
+        client = tinker.ServiceClient(base_url=server.url, api_key="tml-sessions")
+        training = client.create_lora_training_client(base_model=BASE_MODEL, rank=2).result()
+        state = training.save_state("kept").result().path
+        assert adapters() == 1
+        client.close("success")  # POST sessions/{id}/finish
+        deadline = time.time() + 30
+        while adapters() and time.time() < deadline:
+            time.sleep(0.2)
+        assert adapters() == 0
+        closed = post(
+            server, "optim_step", {"model_id": training.model_id, "seq_id": 9, "adam_params": {}}, "tml-sessions"
+        )
+        assert closed.status_code == 400 and "was unloaded when its session finished" in closed.json()["detail"]
+
+        silent = new_model(server, "tml-sessions")  # raw HTTP: no heartbeats follow
+        assert adapters() == 1
+        deadline = time.time() + 30
+        while adapters() and time.time() < deadline:
+            time.sleep(0.2)
+        assert adapters() == 0
+        info = post(server, "optim_step", {"model_id": silent, "seq_id": 1, "adam_params": {}}, "tml-sessions")
+        assert info.status_code == 400 and "session expired" in info.json()["detail"]
+        assert (
+            post(server, "session_heartbeat", {"session_id": silent.split(":")[0]}, "tml-sessions").status_code == 410
+        )
+        # the checkpoint outlives the session
+        again = tinker.ServiceClient(base_url=server.url, api_key="tml-sessions")
+        assert again.create_training_client_from_state(state).result().model_id
+        again.close("success")
+    finally:
+        server.stop()
