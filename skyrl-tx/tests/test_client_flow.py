@@ -167,3 +167,55 @@ def test_rl_losses_use_the_samplers_logprobs(service, tokenizer):
         assert step.metrics["grad_norm:mean"] > 0
     moved = training.forward(data, "importance_sampling").result().metrics["loss:sum"]
     assert abs(moved + advantage_sum) > 1e-2  # the steps changed the policy: ratios are no longer 1
+
+
+def test_sampling_options_compute_logprobs_and_a_custom_loss(service, tokenizer):
+    training = service.create_lora_training_client(base_model=BASE_MODEL, rank=4).result()
+    data = sft_batch(tokenizer)
+    prompt = data[0].model_input.to_ints()
+    base = service.create_sampling_client(base_model=BASE_MODEL).result()
+
+    # compute_logprobs (a 1-token sample with prompt logprobs) equals the training forward's logprobs
+    scored = base.compute_logprobs(types.ModelInput.from_ints(prompt)).result()
+    forward = training.forward(data[:1], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+    assert scored[0] is None and scored[1:] == pytest.approx(forward[:-1], abs=1e-4)
+
+    # stop tokens end a sequence on that token; stop=[] turns off even end-of-turn; top-k tables have k columns
+    greedy = base.sample(
+        types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=12, temperature=0.0, stop=[])
+    ).result()
+    tokens = greedy.sequences[0].tokens
+    assert len(tokens) == 12 and greedy.sequences[0].stop_reason == "length"
+    stopped = base.sample(
+        types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=12, temperature=0.0, stop=[tokens[1]])
+    ).result()
+    assert stopped.sequences[0].tokens == tokens[: tokens.index(tokens[1]) + 1]
+    assert stopped.sequences[0].stop_reason == "stop"
+    text = tokenizer.decode(tokens[:3])
+    by_string = base.sample(
+        types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=12, temperature=0.0, stop=[text[-1]])
+    ).result()
+    assert by_string.sequences[0].stop_reason == "stop" and len(by_string.sequences[0].tokens) <= 3
+    with_tables = base.sample(
+        types.ModelInput.from_ints(prompt),
+        2,
+        types.SamplingParams(max_tokens=4, temperature=1.0, seed=3),
+        include_prompt_logprobs=True,
+        topk_prompt_logprobs=3,
+        topk_sample_logprobs=2,
+    ).result()
+    assert len(with_tables.prompt_logprobs) == len(prompt)
+    assert with_tables.topk_prompt_logprobs is not None and len(with_tables.topk_prompt_logprobs) == len(prompt)
+    table = with_tables.sequences[0].topk_logprobs
+    assert table is not None and len(table) == len(with_tables.sequences[0].tokens) and len(table[0]) == 2
+
+    # forward_backward_custom: the client computes its own loss from the server's logprobs (needs loss:sum)
+    import torch
+
+    def mean_logprob_loss(batch, logprobs_list):
+        loss = -torch.stack([lp.mean() for lp in logprobs_list]).mean()
+        return loss, {"custom_nll": float(loss)}
+
+    custom = training.forward_backward_custom(data, mean_logprob_loss).result()
+    assert math.isfinite(custom.metrics["loss:sum"]) and "custom_nll" in str(custom.metrics)
+    assert training.optim_step(types.AdamParams(learning_rate=1e-3)).result().metrics["grad_norm:mean"] > 0
