@@ -7,6 +7,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Optional
 
 import tinker
@@ -60,7 +61,7 @@ def server_url(base_url: Optional[str]) -> Iterator[str]:
     from skyrl_tx.local_server import LocalServer
 
     with tempfile.TemporaryDirectory(prefix="skyrl-tx-") as folder:
-        server = LocalServer(__import__("pathlib").Path(folder))
+        server = LocalServer(Path(folder))
         print(f"starting skyrl-tx serve on {server.url} (data in {folder})", flush=True)
         server.start()
         try:
