@@ -27,6 +27,7 @@ def test_sl_loop_learns_the_answers(monkeypatch):
 
 def test_rl_loop_raises_held_out_accuracy(monkeypatch):
     monkeypatch.delenv("TINKER_BASE_URL", raising=False)
-    # 60 steps (the cosine schedule ends with them) of the default 300; the full run: 0.254 -> 0.633
-    before, after = _load("rl_loop").main(["--steps", "60", "--eval-every", "0"])
+    # 40 steps (the cosine schedule ends with them) of the default 300: measured 0.254 -> 0.426 (60 steps: 0.441);
+    # the full run: 0.254 -> 0.633
+    before, after = _load("rl_loop").main(["--steps", "40", "--eval-every", "0"])
     assert after >= before + 0.08, (before, after)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -10,6 +11,25 @@ from skyrl_tx.local_server import LocalServer, fresh_postgres_database
 
 os.environ.setdefault("TINKER_TELEMETRY", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def make_client():
+    """`make_client(url, key)`: a tinker ServiceClient closed after the test (else its heartbeat thread keeps
+    calling a server that is gone and logs connection errors at exit)."""
+    import tinker
+
+    made = []
+
+    def make(url: str, key: str):
+        client = tinker.ServiceClient(base_url=url, api_key=key)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        with contextlib.suppress(Exception):
+            client.close("success")
 
 
 @pytest.fixture(scope="module")

@@ -52,8 +52,8 @@ def datum(tokens: list[int], **inputs) -> types.Datum:
     return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
 
 
-def test_bad_input_gets_a_4xx_or_a_user_error_naming_the_field_and_the_server_lives_on(tx_server):
-    client = tinker.ServiceClient(base_url=tx_server.url, api_key="tml-bad-input")
+def test_bad_input_gets_a_4xx_or_a_user_error_naming_the_field_and_the_server_lives_on(tx_server, make_client):
+    client = make_client(tx_server.url, "tml-bad-input")
     good = datum([5, 6, 7, 8], target_tokens=[6, 7, 8], weights=[1.0, 1.0, 1.0])
 
     training = client.create_lora_training_client(base_model=BASE_MODEL, rank=2).result()
@@ -104,12 +104,12 @@ def test_resubmitting_a_seq_id_returns_the_same_request_and_a_different_payload_
     assert "metrics" in wait_result(tx_server, first)
 
 
-def test_a_key_sees_only_what_it_created(tx_server):
-    owner = tinker.ServiceClient(base_url=tx_server.url, api_key="tml-owner")
+def test_a_key_sees_only_what_it_created(tx_server, make_client):
+    owner = make_client(tx_server.url, "tml-owner")
     training = owner.create_lora_training_client(base_model=BASE_MODEL, rank=2).result()
     checkpoint = training.save_weights_for_sampler("private").result().path
     other_rest = tinker.RestClient(base_url=tx_server.url, api_key="tml-intruder")
-    other = tinker.ServiceClient(base_url=tx_server.url, api_key="tml-intruder")
+    other = make_client(tx_server.url, "tml-intruder")
 
     with pytest.raises(tinker.NotFoundError):
         other.create_sampling_client(model_path=checkpoint).result()
@@ -190,6 +190,7 @@ def test_kill_9_keeps_finished_results_fails_in_flight_ones_and_the_client_resum
         resumed.forward_backward(data, "cross_entropy").result()
         resumed.optim_step(types.AdamParams(learning_rate=1e-2)).result()
         assert resumed.forward(data, "cross_entropy").result().metrics["loss:sum"] < loss_before
+        client.close("success")
     finally:
         server.stop()
 
