@@ -76,6 +76,19 @@ def read_keys(keys: Optional[Sequence[str]], keys_file: Optional[str]) -> frozen
     return frozenset(accepted)
 
 
+def resolve_device(device: str) -> str:
+    """`auto` -> `cuda` when torch sees a GPU, else `cpu`; a CUDA device torch cannot see is refused by name."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: torch sees no CUDA GPU on this machine (use --device cpu)")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise SystemExit(f"--device must be cpu, cuda, cuda:N or auto, got {device!r}")
+    return device
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     parser = argparse.ArgumentParser(prog="skyrl-tx", description="Tinker-compatible training and sampling service")
@@ -96,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=300.0,
         help="unload the models of sessions silent this long (0: never)",
     )
+    serve.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
+    serve.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="base weights")
     serve.add_argument("--log-level", default="info")
     commands.add_parser("version", help="print the version")
     return parser
@@ -120,11 +135,26 @@ def serve(args: argparse.Namespace) -> None:
         name: BaseModel(name, path, tokenizer_folder(name, path, checkpoint_dir))
         for name, path in parse_base_models(args.base_model).items()
     }
-    service = Service(Database(url), checkpoint_dir, base_models, session_timeout_s=args.session_timeout_s)
+    service = Service(
+        Database(url),
+        checkpoint_dir,
+        base_models,
+        session_timeout_s=args.session_timeout_s,
+        device=resolve_device(args.device),
+        dtype=args.dtype,
+    )
     service.start()
     if keys.dev_mode:
         log.warning("no --api-key given: local dev mode, any X-API-Key starting with 'tml-' is accepted")
-    log.info("serving %s on http://%s:%d (database %s)", sorted(base_models), args.host, args.port, url.split("@")[-1])
+    log.info(
+        "serving %s on http://%s:%d (%s, %s; database %s)",
+        sorted(base_models),
+        args.host,
+        args.port,
+        service.device,
+        args.dtype,
+        url.split("@")[-1],
+    )
     app = create_app(service, keys, args.poll_seconds, int(args.max_request_mb * (1 << 20)))
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -114,10 +114,13 @@ def _module_groups(model: torch.nn.Module) -> dict[str, set[str]]:
 class LoraHost:
     """One base model with its LoRA adapters, their optimizers, and a sampler over them."""
 
-    def __init__(self, name: str, path: str, max_sampler_adapters: int = 16) -> None:
+    def __init__(
+        self, name: str, path: str, max_sampler_adapters: int = 16, device: str = "cpu", dtype: str = "float32"
+    ) -> None:
         self.name = name
         self.path = path
-        self.model = load_causal_lm(path, dtype="float32", device="cpu").eval()
+        self.device = torch.device(device)
+        self.model = load_causal_lm(path, dtype=dtype, device=device).eval()
         self.tokenizer = load_tokenizer(path, padding_side="left")
         self.vocab_size = int(self.model.config.vocab_size)
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 2048))
@@ -221,7 +224,8 @@ class LoraHost:
                 if name != "target_tokens" and not np.isfinite(values).all():
                     raise WireError(f"data[{row}].loss_fn_inputs.{name}: values must be finite")
                 inputs[name][row, :length] = torch.from_numpy(np.asarray(values, dtype=np.float32).copy())
-        return tokens, valid, inputs
+        inputs = {name: values.to(self.device) for name, values in inputs.items()}
+        return tokens.to(self.device), valid.to(self.device), inputs
 
     def forward_backward(
         self, name: str, data: list[TrainDatum], loss_fn: str, config: dict[str, Any], forward_only: bool
@@ -239,7 +243,7 @@ class LoraHost:
             loss, metrics = tinker_loss(loss_fn, resolved, logprobs, inputs, valid)
             if not forward_only:
                 loss.backward()
-        values = logprobs.detach().numpy()
+        values = logprobs.detach().float().cpu().numpy()
         outputs = [{"logprobs": values[row, : len(datum.tokens)].copy()} for row, datum in enumerate(data)]
         return outputs, metrics
 
@@ -348,7 +352,7 @@ class LoraHost:
 
     @torch.inference_mode()
     def _prompt_logprobs(self, prompt: list[int], topk: int) -> tuple[list[Optional[float]], Optional[list]]:
-        ids = torch.tensor([prompt], dtype=torch.long)
+        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
         logits = self.model(input_ids=ids).logits.float()[0]
         table = torch.log_softmax(logits[:-1], dim=-1)
         values = table.gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1).tolist()

@@ -86,6 +86,10 @@ class Service:
     notifier: Notifier = field(default_factory=Notifier)
     session_timeout_s: float = 300.0
     """Sessions without a heartbeat for this long are ended and their adapters unloaded (0: never)."""
+    device: str = "cpu"
+    """Where the base models, adapters and optimizers live (`cpu`, `cuda`, `cuda:1`, ...)."""
+    dtype: str = "float32"
+    """The base models' weight dtype."""
 
     def __post_init__(self) -> None:
         self.futures = FutureStore(self.db, self.notifier)
@@ -101,7 +105,7 @@ class Service:
         if failed:
             log.warning("%d request(s) left unfinished by a previous server process were marked failed", failed)
         for base in self.base_models.values():
-            base.host = LoraHost(base.name, base.path)
+            base.host = LoraHost(base.name, base.path, device=self.device, dtype=self.dtype)
         self.compute.start()
         if self.session_timeout_s > 0:
             threading.Thread(target=self._expire_sessions_forever, name="skyrl-tx-sessions", daemon=True).start()

@@ -49,3 +49,17 @@ def test_the_tokenizer_folder_of_a_char_tokenizer_loads_through_autotokenizer(tm
     expected = load_tokenizer(str(model_dir)).encode(text)
     assert AutoTokenizer.from_pretrained(folder).encode(text) == expected
     assert AutoTokenizer.from_pretrained(str(model_dir)).encode(text) != expected  # why the copy exists
+
+
+def test_devices_resolve_auto_and_refuse_what_torch_cannot_see():
+    import torch
+
+    from skyrl_tx.cli import resolve_device
+
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == "cpu"
+    with pytest.raises(SystemExit, match="must be cpu, cuda, cuda:N or auto"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="torch sees no CUDA GPU"):
+            resolve_device("cuda:0")
