@@ -13,8 +13,8 @@ from typing import Any, Optional
 import tinker
 from tinker import types
 
-import skyrl_gym
 from skyrl_gym.envs.synthetic.generate import generate_splits
+from skyrl_train.recipes.warm_start import score_response
 
 BASE_MODEL = "skyrl/embedded-arithmetic"
 """The name `skyrl-tx serve` gives the embedded quickstart model."""
@@ -34,13 +34,8 @@ def prompt_tokens(tokenizer: Any, row: dict) -> list[int]:
 
 
 def reward(row: dict, answer: str) -> float:
-    """1.0 for the exact sum, else 0.0 (the `addition` env of skyrl-gym decides)."""
-    env = skyrl_gym.make(row["env_class"], extras=row)
-    try:
-        env.init(row["prompt"])
-        return float(env.step(answer)["reward"])
-    finally:
-        env.close()
+    """1.0 for the exact sum, else 0.0 (the `addition` env of skyrl-gym decides, as in the warm start)."""
+    return score_response(row, answer)[0]
 
 
 def held_out_accuracy(sampler: tinker.SamplingClient, tokenizer: Any, rows: list[dict]) -> float:

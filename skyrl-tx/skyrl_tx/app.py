@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from skyrl_tx import __version__
+from skyrl_tx.compute import read_meta
 from skyrl_tx.db import DONE, FAILED, CheckpointRow, ModelRow
 from skyrl_tx.futures import Conflict, UserError
 from skyrl_tx.losses import LossInputError
@@ -181,10 +182,10 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
     async def get_session(owner: str, request: Request) -> dict[str, Any]:
         session_id = request.path_params["session_id"]
         row = await threaded(service.session_row, owner, session_id)
-        runs, _ = await threaded(service.runs_of, owner, 10_000, 0)
+        runs, _ = await threaded(service.runs_of, owner, 1000, 0, session_id)
         return {
             "session_id": row.session_id,
-            "training_run_ids": [run.model_id for run in runs if run.session_id == session_id],
+            "training_run_ids": [run.model_id for run in runs],
             "sampler_ids": [],
             "status": row.status,
         }
@@ -360,7 +361,7 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
     async def weights_info(owner: str, request: Request) -> dict[str, Any]:
         path = (await body_json(request))["tinker_path"]
         _, folder, _ = await threaded(service.checkpoint, owner, path)
-        meta = json.loads((folder / "skyrl_tx.json").read_text(encoding="utf-8"))
+        meta = read_meta(folder)
         lora = meta["lora"]
         return {
             "base_model": meta["base_model"],

@@ -95,6 +95,11 @@ class SampleResult:
     topk_prompt: Optional[list[list[tuple[int, float]]]] = None
 
 
+def read_meta(directory: Path) -> dict[str, Any]:
+    """The `skyrl_tx.json` a checkpoint folder holds: its base model, LoRA spec and step count."""
+    return json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+
+
 def _module_groups(model: torch.nn.Module) -> dict[str, set[str]]:
     """Leaf names of the linear layers by part: attention, MLP and the unembedding (`lm_head`)."""
     groups: dict[str, set[str]] = {"attn": set(), "mlp": set(), "unembed": set()}
@@ -287,7 +292,7 @@ class LoraHost:
 
     def load(self, name: str, directory: Path, with_optimizer: bool) -> LoraSpec:
         """A new adapter `name` holding the weights saved in `directory` (and its optimizer state, if asked)."""
-        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+        meta = read_meta(directory)
         spec = LoraSpec(**meta["lora"])
         self.add_adapter(name, spec)
         state = load_file(str(directory / ADAPTER_FILE))
@@ -311,8 +316,7 @@ class LoraHost:
         if key in self.sampler_adapters:
             self.sampler_adapters.move_to_end(key)
             return self.sampler_adapters[key]
-        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
-        spec = LoraSpec(**meta["lora"])
+        spec = LoraSpec(**read_meta(directory)["lora"])
         self._sampler_count += 1
         name = f"sampler{self._sampler_count}"
         self._insert(name, self._lora_config(spec), None)
@@ -323,7 +327,8 @@ class LoraHost:
             self.peft.delete_adapter(evicted)
         return name
 
-    def _params(self, job: SampleJob) -> SamplingParams:
+    def sampling_params(self, job: SampleJob) -> SamplingParams:
+        """The engine's `SamplingParams` for a job (raises ValueError on values it refuses)."""
         prompt_room = self.max_context - len(job.prompt)
         stop = job.stop
         strings = tuple(s for s in (stop or []) if isinstance(s, str))
@@ -371,7 +376,7 @@ class LoraHost:
         results: list[Optional[SampleResult]] = [None] * len(jobs)
         groups: dict[SamplingParams, list[int]] = {}
         for index, job in enumerate(jobs):
-            groups.setdefault(self._params(job), []).append(index)
+            groups.setdefault(self.sampling_params(job), []).append(index)
         with context:
             for params, indices in groups.items():
                 prompts = [jobs[i].prompt for i in indices]

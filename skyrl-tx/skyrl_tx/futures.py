@@ -12,7 +12,7 @@ import hashlib
 import threading
 from typing import Any, Optional
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from skyrl_tx.db import DONE, FAILED, PENDING, Database, FutureRow, utcnow
@@ -128,7 +128,7 @@ class FutureStore:
     def pending_count(self) -> int:
         """How many requests wait for the compute thread."""
         with self.db.session() as s:
-            return len(s.scalars(select(FutureRow.request_id).where(FutureRow.status == PENDING)).all())
+            return int(s.scalar(select(func.count()).select_from(FutureRow).where(FutureRow.status == PENDING)) or 0)
 
 
 def describe_failure(exc: BaseException) -> dict[str, Any]:

@@ -8,7 +8,6 @@ import datetime as dt
 import json
 import logging
 import os
-import re
 import shutil
 import threading
 import uuid
@@ -18,17 +17,17 @@ from typing import Any, Optional
 
 from sqlalchemy import func, select
 
-from skyrl_tx.compute import LoraHost, LoraSpec, SampleJob
+from skyrl_tx.compute import LoraHost, LoraSpec, read_meta
 from skyrl_tx.compute_queue import ComputeQueue, Job
 from skyrl_tx.db import CheckpointRow, Database, ModelRow, SamplingSessionRow, SessionRow, utcnow
 from skyrl_tx.futures import FutureStore, Notifier, UserError, payload_hash
 from skyrl_tx.losses import loss_spec
+from skyrl_tx.sample_requests import parse_sample_request
+from skyrl_tx.tinker_paths import CHECKPOINT_NAME, SEGMENTS, TinkerPath
 from skyrl_tx.wire import ForwardBackwardCall, encode_forward_backward_output, encode_sample_response
 
 log = logging.getLogger("skyrl_tx")
 
-CHECKPOINT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-SEGMENTS = {"weights": "training", "sampler_weights": "sampler"}
 KEEP_EPHEMERAL = 4
 """Unnamed sampler weights (`save_weights_and_get_sampling_client`) kept per model; older ones are deleted."""
 
@@ -54,26 +53,6 @@ class BaseModel:
     path: str
     tokenizer_id: str
     host: Optional[LoraHost] = None
-
-
-@dataclass
-class TinkerPath:
-    """A parsed `tinker://<model_id>/<weights|sampler_weights>/<name>`."""
-
-    model_id: str
-    segment: str
-    name: str
-
-    @classmethod
-    def parse(cls, path: str) -> TinkerPath:
-        """Parse `path`; raises `UserError` naming the expected form."""
-        parts = path[len("tinker://") :].split("/") if path.startswith("tinker://") else []
-        if len(parts) != 3 or parts[1] not in SEGMENTS or not parts[0] or not parts[2]:
-            raise UserError(f"path {path!r} is not tinker://<model_id>/weights|sampler_weights/<name>")
-        return cls(parts[0], parts[1], parts[2])
-
-    def __str__(self) -> str:
-        return f"tinker://{self.model_id}/{self.segment}/{self.name}"
 
 
 @dataclass
@@ -158,13 +137,17 @@ class Service:
             )
         return session_id
 
+    def _owned(self, table: Any, key: str, owner: str, what: str) -> Any:
+        """The row of `table` with primary key `key` if the caller's key created it, else `NotFound`."""
+        with self.db.session() as s:
+            row = s.get(table, key)
+        if row is None or row.owner != owner:
+            raise NotFound(f"{what} {key!r} not found")
+        return row
+
     def session_row(self, owner: str, session_id: str) -> SessionRow:
         """The caller's session, or `NotFound`."""
-        with self.db.session() as s:
-            row = s.get(SessionRow, session_id)
-        if row is None or row.owner != owner:
-            raise NotFound(f"session {session_id!r} not found")
-        return row
+        return self._owned(SessionRow, session_id, owner, "session")
 
     def heartbeat(self, owner: str, session_id: str) -> None:
         """Record a heartbeat; an ended session is told so (410 stops the client's heartbeats)."""
@@ -195,11 +178,7 @@ class Service:
     # ----- models ------------------------------------------------------------------------------------------------
     def model_row(self, owner: str, model_id: str) -> ModelRow:
         """The caller's model, or `NotFound`."""
-        with self.db.session() as s:
-            row = s.get(ModelRow, model_id)
-        if row is None or row.owner != owner:
-            raise NotFound(f"model {model_id!r} not found")
-        return row
+        return self._owned(ModelRow, model_id, owner, "model")
 
     def _usable_model(self, owner: str, model_id: str) -> ModelRow:
         row = self.model_row(owner, model_id)
@@ -443,11 +422,10 @@ class Service:
         parsed, folder, _ = self.checkpoint(owner, body["path"])
         if parsed.segment != "weights":
             raise UserError(f"load_weights needs a training checkpoint (tinker://.../weights/...), got {parsed}")
-        meta = json.loads((folder / "skyrl_tx.json").read_text(encoding="utf-8"))
+        meta = read_meta(folder)
         with_optimizer = bool(body.get("optimizer"))
         if body.get("model_id"):
             model_id = body["model_id"]
-            row = self._usable_model(owner, model_id)
 
             def run(current: ModelRow) -> tuple[bytes, bool]:
                 host = self.host(current.base_model)
@@ -456,7 +434,6 @@ class Service:
                 self._set_model(model_id, lora_config=spec.to_dict())
                 return json.dumps({"path": str(parsed), "model_id": model_id, "type": "load_weights"}).encode(), False
 
-            del row
             return self._training_job(owner, model_id, int(body["seq_id"]), "load_weights", raw, run), model_id
         session_id = body["session_id"]
         self.session_row(owner, session_id)
@@ -499,7 +476,7 @@ class Service:
         model_path, base_model = body.get("model_path"), body.get("base_model")
         if model_path:
             parsed, folder, _ = self.checkpoint(owner, model_path)
-            base_model = json.loads((folder / "skyrl_tx.json").read_text(encoding="utf-8"))["base_model"]
+            base_model = read_meta(folder)["base_model"]
             model_path = str(parsed)
         elif not base_model:
             raise UserError("create_sampling_session needs model_path or base_model")
@@ -508,11 +485,7 @@ class Service:
 
     def sampler(self, owner: str, sampling_session_id: str) -> SamplingSessionRow:
         """The caller's sampling session, or `NotFound`."""
-        with self.db.session() as s:
-            row = s.get(SamplingSessionRow, sampling_session_id)
-        if row is None or row.owner != owner:
-            raise NotFound(f"sampler {sampling_session_id!r} not found")
-        return row
+        return self._owned(SamplingSessionRow, sampling_session_id, owner, "sampler")
 
     def asample(self, owner: str, body: dict[str, Any], raw: bytes) -> tuple[int, int]:
         """Queue a sample request; returns (request_id, num_samples)."""
@@ -522,55 +495,17 @@ class Service:
             target, seq_id = session.sampling_session_id, body.get("seq_id")
         else:
             base_model, model_path, target, seq_id = body.get("base_model"), body.get("model_path"), None, None
-            if model_path:
-                base_model = json.loads((self.checkpoint(owner, model_path)[1] / "skyrl_tx.json").read_text())[
-                    "base_model"
-                ]
-            if not base_model:
-                raise UserError("asample needs sampling_session_id, model_path or base_model")
-        host = self.host(base_model)
         folder = self.checkpoint(owner, model_path)[1] if model_path else None
-        job = self._sample_job(body, host)
+        if folder is not None:
+            base_model = read_meta(folder)["base_model"]
+        if not base_model:
+            raise UserError("asample needs sampling_session_id, model_path or base_model")
+        host = self.host(base_model)
+        job = parse_sample_request(body, host)
         request_id, new = self.futures.submit("sample", owner, target, seq_id, payload_hash(raw))
         if new:
             self.compute.put(Job(request_id, "sample", batch_key=(base_model, folder), payload=job))
         return request_id, job.num_samples
-
-    def _sample_job(self, body: dict[str, Any], host: LoraHost) -> SampleJob:
-        chunks = (body.get("prompt") or {}).get("chunks") or []
-        prompt: list[int] = []
-        for index, chunk in enumerate(chunks):
-            if chunk.get("type", "encoded_text") != "encoded_text":
-                raise UserError(f"prompt.chunks[{index}]: {chunk.get('type')} chunks are not supported (text only)")
-            prompt.extend(int(token) for token in chunk.get("tokens") or [])
-        host.check_prompt(prompt)
-        params = body.get("sampling_params") or {}
-        num_samples = int(body.get("num_samples", 1))
-        if not 1 <= num_samples <= 1024:
-            raise UserError(f"num_samples must be in [1, 1024], got {num_samples}")
-        for unsupported in ("target_prompt_logprobs", "prompt_logprobs_last_n"):
-            if body.get(unsupported) is not None:
-                raise UserError(f"{unsupported} is not supported by this server yet")
-        if int(body.get("prompt_alt_tokens_k") or 0) > 0:
-            raise UserError("prompt_alt_tokens_k is not supported by this server yet")
-        try:
-            job = SampleJob(
-                prompt=prompt,
-                num_samples=num_samples,
-                max_tokens=params.get("max_tokens"),
-                temperature=float(params.get("temperature", 1.0)),
-                top_k=int(params.get("top_k", -1)),
-                top_p=float(params.get("top_p", 1.0)),
-                seed=params.get("seed"),
-                stop=params.get("stop"),
-                prompt_logprobs=bool(body.get("prompt_logprobs")),
-                topk_prompt_logprobs=int(body.get("topk_prompt_logprobs") or 0),
-                topk_sample_logprobs=int(body.get("topk_sample_logprobs") or 0),
-            )
-            host._params(job)  # validates temperature, top_p, top_k and stop now, naming the field
-        except (TypeError, ValueError) as exc:
-            raise UserError(f"sampling_params: {exc}") from None
-        return job
 
     def _run_sample_batch(self, key: Any, jobs: list[Job]) -> list[Any]:
         base_model, folder = key
@@ -596,10 +531,14 @@ class Service:
             rows = s.scalars(query.order_by(CheckpointRow.id.desc()).limit(limit).offset(offset)).all()
         return list(rows), int(total or 0)
 
-    def runs_of(self, owner: str, limit: int, offset: int) -> tuple[list[ModelRow], int]:
-        """The caller's training runs, newest first, and their total count."""
+    def runs_of(
+        self, owner: str, limit: int, offset: int, session_id: Optional[str] = None
+    ) -> tuple[list[ModelRow], int]:
+        """The caller's training runs (of one session, or all), newest first, and their total count."""
         with self.db.session() as s:
             query = select(ModelRow).where(ModelRow.owner == owner)
+            if session_id is not None:
+                query = query.where(ModelRow.session_id == session_id)
             total = s.scalar(select(func.count()).select_from(query.subquery()))
             rows = s.scalars(query.order_by(ModelRow.created_at.desc()).limit(limit).offset(offset)).all()
         return list(rows), int(total or 0)
