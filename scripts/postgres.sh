@@ -6,6 +6,10 @@
 set -euo pipefail
 log() { echo "[postgres] $*" >&2; }
 DB="${SKYRL_TX_PG_DB:-skyrl_tx}"
+# Only the URL goes to stdout (callers capture it): everything the tools below print goes to stderr.
+exec 3>&1 1>&2
+# The first cluster pg_lsclusters lists, as "VERSION CLUSTER PORT STATUS" (lines that are not a cluster are skipped).
+first_cluster() { pg_lsclusters --no-header 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ {print $1, $2, $3, $4; exit}'; }
 if ! command -v pg_lsclusters >/dev/null 2>&1; then
   if [ "$(id -u)" != "0" ]; then
     log "postgresql is not installed and this is not root: install it (apt-get install postgresql) and rerun"
@@ -17,14 +21,19 @@ if ! command -v pg_lsclusters >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null
   }
 fi
-read -r VERSION CLUSTER PORT STATUS _ < <(pg_lsclusters --no-header | head -1)
+read -r VERSION CLUSTER PORT STATUS _ <<<"$(first_cluster)" || true
 if [ -z "${VERSION:-}" ]; then
   log "no cluster found; creating one"
   VERSION="$(ls /usr/lib/postgresql | sort -n | tail -1)"
-  pg_createcluster "$VERSION" main >/dev/null
-  read -r VERSION CLUSTER PORT STATUS _ < <(pg_lsclusters --no-header | head -1)
+  pg_createcluster "$VERSION" main
+  read -r VERSION CLUSTER PORT STATUS _ <<<"$(first_cluster)" || true
 fi
-if [ "$STATUS" != "online" ]; then
+if [ -z "${PORT:-}" ]; then
+  log "no PostgreSQL cluster could be found or created; pg_lsclusters printed:"
+  pg_lsclusters >&2 || true
+  exit 1
+fi
+if [[ "$STATUS" != online* ]]; then
   log "starting cluster $VERSION/$CLUSTER on port $PORT"
   pg_ctlcluster "$VERSION" "$CLUSTER" start
 fi
@@ -40,4 +49,4 @@ as_postgres "psql -p $PORT -qc \"alter role skyrl createdb\"" # tests create a d
 if [ "$(as_postgres "psql -p $PORT -tAc \"select 1 from pg_database where datname='$DB'\"")" != "1" ]; then
   as_postgres "psql -p $PORT -qc \"create database $DB owner skyrl\""
 fi
-echo "postgresql+psycopg://skyrl:skyrl@127.0.0.1:$PORT/$DB"
+echo "postgresql+psycopg://skyrl:skyrl@127.0.0.1:$PORT/$DB" >&3
