@@ -3,7 +3,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-bash scripts/setup.sh
+[ "${SKYRL_SETUP_DONE:-0}" = "1" ] || bash scripts/setup.sh  # .ci/run sets it after running setup.sh itself
 VENV="${SKYRL_VENV:-$ROOT/.venv}"
 # skyrl-tx runs its database tests on PostgreSQL too: install/start Debian's postgresql when needed. When that fails
 # the Postgres tests skip and their skip reason (in the summary) carries what scripts/postgres.sh printed.
