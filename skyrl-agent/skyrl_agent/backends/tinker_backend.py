@@ -1,0 +1,39 @@
+"""The `tinker` backend: a `tinker` SamplingClient (e.g. against skyrl-tx, or Tinker itself), token ids in and out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skyrl_agent.backends.base import AgentBackend, Generation, TurnRequest
+
+
+class TinkerBackend(AgentBackend):
+    """Generates with `await sampling_client.sample(prompt=ModelInput.from_ints(ids), num_samples=1, ...)`."""
+
+    name = "tinker"
+
+    def __init__(self, sampling_client: Any, tokenizer: Any) -> None:
+        self.sampling_client, self.tokenizer = sampling_client, tokenizer
+
+    async def generate(self, request: TurnRequest) -> Generation:
+        """One sample request; Tinker takes stop strings or stop token ids, strings first."""
+        from tinker import types
+
+        params = request.params
+        stop: Any = list(params.stop) if params.stop else list(params.stop_token_ids) or None
+        sampling = types.SamplingParams(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            seed=request.seed,
+            stop=stop,
+        )
+        response = await self.sampling_client.sample(
+            prompt=types.ModelInput.from_ints(list(request.prompt_ids)), num_samples=1, sampling_params=sampling
+        )
+        sequence = response.sequences[0]
+        ids = list(sequence.tokens)
+        logprobs = list(sequence.logprobs) if sequence.logprobs is not None else None
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Generation(ids, text, "length" if sequence.stop_reason == "length" else "stop", logprobs)

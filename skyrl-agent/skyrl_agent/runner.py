@@ -1,0 +1,110 @@
+"""`AgentRunner`: a batch of instances in, `num_trajectories` trajectories per instance out, through a dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from skyrl_agent.agents.base import AgentContext
+from skyrl_agent.backends import AgentBackend, build_backend
+from skyrl_agent.config import AgentConfigError, AgentRunConfig, load_agent_config
+from skyrl_agent.dispatch import Progress, dispatch
+from skyrl_agent.registry import AGENTS, TASKS, TOOL_GROUPS, load_builtins
+from skyrl_agent.trajectory import AgentTrajectory
+from skyrl_train.generators.chat import ObservationRenderer
+
+
+@dataclass
+class RunResult:
+    """The trajectories of a run (instance order, then trajectory index) and its metrics."""
+
+    trajectories: list[AgentTrajectory]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class AgentRunner:
+    """Runs the configured agent on the configured task with `backend` (see `skyrl_agent.config`)."""
+
+    def __init__(self, cfg: Union[AgentRunConfig, dict, str, Path], backend: AgentBackend, tokenizer: Any) -> None:
+        self.cfg = load_agent_config(cfg)
+        if backend.name != self.cfg.generator.backend:
+            raise AgentConfigError(
+                f"generator.backend is {self.cfg.generator.backend!r} but the backend passed in is {backend.name!r}"
+            )
+        load_builtins()
+        self.backend, self.tokenizer = backend, tokenizer
+        self.task = TASKS.get(self.cfg.task)(**self.cfg.task_args)
+        self.agent_cls = AGENTS.get(self.cfg.agent_cls)
+        self.extra_tool_groups = [TOOL_GROUPS.get(name) for name in self.cfg.tools]
+        self.renderer = ObservationRenderer(tokenizer)
+
+    @classmethod
+    def from_config(
+        cls, source: Union[AgentRunConfig, dict, str, Path], tokenizer: Any, backend: Optional[AgentBackend] = None
+    ) -> AgentRunner:
+        """A runner whose backend is built from `generator.backend` and `generator.backend_args` (unless given)."""
+        cfg = load_agent_config(source)
+        return cls(
+            cfg, backend or build_backend(cfg.generator.backend, cfg.generator.backend_args, tokenizer), tokenizer
+        )
+
+    async def arun(self, batch: list[dict[str, Any]], val_mode: bool = False, seed: Optional[int] = None) -> RunResult:
+        """Every instance's trajectories (one each in `val_mode`). `seed` makes sampling reproducible: trajectory j
+        of instance i samples turn t with seed `seed + 1000 * (i * n + j) + t`."""
+        for row, instance in enumerate(batch):
+            self.task.check_instance(instance, row)
+        n = 1 if val_mode else self.cfg.generator.num_trajectories
+        ctx = AgentContext(
+            self.cfg,
+            self.task,
+            self.backend,
+            self.tokenizer,
+            self.renderer,
+            self.cfg.sampling_params(val_mode),
+            self.extra_tool_groups,
+        )
+        agents = []
+        for i, instance in enumerate(batch):
+            for j in range(n):
+                agent_seed = None if seed is None else seed + 1000 * (i * n + j)
+                agents.append(self.agent_cls(ctx, instance, j, agent_seed))
+        dispatcher = self.cfg.dispatcher
+        width = dispatcher.max_eval_parallel_agents if val_mode else dispatcher.max_parallel_agents
+        progress = Progress(len(agents), dispatcher.progress, f"agents ({dispatcher.type})")
+        started = time.monotonic()
+        trajectories = await dispatch(dispatcher.type, agents, width, dispatcher.max_parallel_tools, progress)
+        return RunResult(trajectories, run_metrics(trajectories, time.monotonic() - started))
+
+    def run(self, batch: list[dict[str, Any]], val_mode: bool = False, seed: Optional[int] = None) -> RunResult:
+        """`arun` from synchronous code (inside a running event loop, await `arun` instead)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(batch, val_mode, seed))
+        raise RuntimeError("AgentRunner.run was called inside a running event loop: use `await runner.arun(...)`")
+
+
+def run_metrics(trajectories: list[AgentTrajectory], seconds: float) -> dict[str, float]:
+    """Rewards, turns, tool calls, stop reasons and per-stage time of a run."""
+    if not trajectories:
+        return {}
+    count = len(trajectories)
+    metrics = {
+        "agent/reward_mean": statistics.fmean(t.reward for t in trajectories),
+        "agent/success_rate": sum(t.reward > 0 for t in trajectories) / count,
+        "agent/turns_mean": statistics.fmean(t.turns for t in trajectories),
+        "agent/tool_calls_mean": statistics.fmean(len(t.tool_calls) for t in trajectories),
+        "agent/tool_errors_mean": statistics.fmean(sum(not c.ok for c in t.tool_calls) for t in trajectories),
+        "agent/response_tokens_mean": statistics.fmean(len(t.response_ids) for t in trajectories),
+        "agent/trajectories_per_s": count / seconds if seconds > 0 else 0.0,
+        "timing/agent_run_s": seconds,
+    }
+    for reason in sorted({t.stop_reason for t in trajectories}):
+        metrics[f"agent/stop_{reason}"] = sum(t.stop_reason == reason for t in trajectories) / count
+    for key in ("generate_s", "tools_s", "evaluate_s", "wait_generate_s", "wait_tools_s"):
+        metrics[f"timing/agent_{key}_mean"] = statistics.fmean(t.timing.get(key, 0.0) for t in trajectories)
+    return metrics

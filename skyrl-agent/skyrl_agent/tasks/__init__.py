@@ -1,0 +1,6 @@
+"""Built-in tasks; `Task` is the base class of users' own."""
+
+from skyrl_agent.tasks.arithmetic import ToolArithmeticTask
+from skyrl_agent.tasks.base import Task
+
+__all__ = ["Task", "ToolArithmeticTask"]
