@@ -52,10 +52,10 @@ class CalculatorTools(ToolGroup):
 
     @tool
     def calc(self, expression: str) -> str:
-        """Evaluate an integer arithmetic expression with + - * and parentheses.
+        """Integer arithmetic: + - * ( ).
 
         Args:
-            expression: The expression, e.g. 37*48-19.
+            expression: e.g. 3*(4+5)
         """
         return str(evaluate_expression(expression))
 
@@ -70,7 +70,7 @@ def calculator_tools() -> ToolGroup:
 class ToolArithmeticTask(Task):
     """Two-operation integer arithmetic; `digits` sets the size of the first two operands."""
 
-    system_prompt = "Use calc for arithmetic. Answer as <answer>N</answer>."
+    system_prompt = "Use calc. Answer <answer>N</answer>."
 
     def __init__(self, digits: int = 2, operations: int = 2) -> None:
         if digits < 1 or operations not in (1, 2):

@@ -1,0 +1,112 @@
+"""One agent config, three real backends: the project's embedded model behind (1) skyrl_train's engine client in
+this process, (2) our OpenAI-compatible endpoint on 127.0.0.1 driven by the `openai` client, (3) a skyrl-tx server
+on 127.0.0.1 driven by the official `tinker` client. Greedy turns give the same tokens through all three."""
+
+import math
+
+import pytest
+import torch
+
+from skyrl_agent import AgentRunner, OpenAIBackend, SkyRLTrainBackend, TinkerBackend, ToolArithmeticTask
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SERVED = "skyrl/embedded-arithmetic"
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    """The embedded default model's folder (built and cached on first use, as skyrl-tx serves it)."""
+    from skyrl_train.recipes.embedded import get_embedded_model
+    from skyrl_train.recipes.warm_start import WarmStartSettings
+    from skyrl_tx.cli import DEFAULT_MODEL_SETTINGS
+
+    return str(get_embedded_model(WarmStartSettings(**DEFAULT_MODEL_SETTINGS)))
+
+
+@pytest.fixture(scope="module")
+def engine_and_tokenizer(embedded):
+    from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient
+    from skyrl_train.models.loading import load_causal_lm, load_tokenizer
+
+    torch.set_num_threads(1)
+    tokenizer = load_tokenizer(embedded)
+    client = InferenceEngineClient([HFInferenceEngine(load_causal_lm(embedded, dtype="float32"), tokenizer)])
+    return client, tokenizer
+
+
+def config(backend: str) -> dict:
+    return {
+        "generator": {
+            "backend": backend,
+            "max_iterations": 2,
+            "max_prompt_length": 500,  # the embedded model reads 512 tokens
+            "sampling_params": {"max_tokens": 12, "temperature": 1.0},
+        },
+        "dispatcher": {"type": "async_pipeline", "progress": False, "max_eval_parallel_agents": 2},
+    }
+
+
+def run_all(backend, tokenizer, batch):
+    runner = AgentRunner(config(backend.name), backend, tokenizer)
+    return runner.run(batch, val_mode=True).trajectories
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return ToolArithmeticTask(digits=1, operations=1).build_dataset(3, seed=5, split="test")
+
+
+@pytest.fixture(scope="module")
+def through_engine(engine_and_tokenizer, batch):
+    client, tokenizer = engine_and_tokenizer
+    return run_all(SkyRLTrainBackend(client, tokenizer), tokenizer, batch)
+
+
+def check_same(reference, others, exact_logprobs: bool):
+    for ours, theirs in zip(reference, others, strict=True):
+        assert ours.prompt_ids == theirs.prompt_ids
+        assert ours.response_ids == theirs.response_ids, (ours.summary(), theirs.summary())
+        assert ours.loss_mask == theirs.loss_mask and ours.stop_reason == theirs.stop_reason
+        assert theirs.exact_tokens and theirs.logprobs is not None
+        for a, b in zip(ours.logprobs, theirs.logprobs):
+            assert math.isclose(a, b, abs_tol=0.0 if exact_logprobs else 1e-3)
+
+
+def test_the_engine_backend_gives_token_in_token_out_trajectories(through_engine, engine_and_tokenizer):
+    _, tokenizer = engine_and_tokenizer
+    for traj in through_engine:
+        assert traj.turns >= 1 and traj.stop_reason in {"answer", "no_action", "length", "max_iterations"}
+        generated = [lp for lp, m in zip(traj.logprobs, traj.loss_mask) if m]
+        assert generated and all(lp <= 0.0 for lp in generated)
+        assert tokenizer.decode(traj.prompt_ids).startswith("<|im_start|>system\nYou can call these tools")
+
+
+def test_the_openai_backend_against_our_endpoint_matches_the_engine(engine_and_tokenizer, batch, through_engine):
+    from skyrl_train.serving import create_app
+    from skyrl_train.serving.background import BackgroundServer
+    from skyrl_tx.local_server import free_port
+
+    client, tokenizer = engine_and_tokenizer
+    server = BackgroundServer(create_app(client, tokenizer, SERVED), "127.0.0.1", free_port()).start()
+    try:
+        backend = OpenAIBackend(server.url, SERVED, tokenizer)
+        check_same(through_engine, run_all(backend, tokenizer, batch), exact_logprobs=True)
+    finally:
+        server.stop()
+
+
+def test_the_tinker_backend_against_skyrl_tx_matches_the_engine(engine_and_tokenizer, batch, through_engine, tmp_path):
+    tinker = pytest.importorskip("tinker")
+    from skyrl_tx.local_server import LocalServer
+
+    _, tokenizer = engine_and_tokenizer
+    server = LocalServer(tmp_path)
+    server.start()
+    service = tinker.ServiceClient(base_url=server.url, api_key="tml-agent-test")
+    try:
+        sampler = service.create_sampling_client(base_model=SERVED)
+        check_same(through_engine, run_all(TinkerBackend(sampler, tokenizer), tokenizer, batch), exact_logprobs=False)
+    finally:
+        service.close("success")
+        server.stop()
