@@ -16,6 +16,7 @@ from skyrl_agent.dispatch import Progress, dispatch
 from skyrl_agent.registry import AGENTS, TASKS, TOOL_GROUPS, load_builtins
 from skyrl_agent.trajectory import AgentTrajectory
 from skyrl_train.generators.chat import ObservationRenderer
+from skyrl_train.inference.types import SamplingParams
 
 
 @dataclass
@@ -56,28 +57,30 @@ class AgentRunner:
         """Every instance's trajectories (one each in `val_mode`). `seed` makes sampling reproducible: trajectory j
         of instance i samples turn t with seed `seed + 1000 * (i * n + j) + t`."""
         for row, instance in enumerate(batch):
-            self.task.check_instance(instance, row)
+            self.task.check_instance(instance, f"batch row {row}")
         n = 1 if val_mode else self.cfg.generator.num_trajectories
-        ctx = AgentContext(
-            self.cfg,
-            self.task,
-            self.backend,
-            self.tokenizer,
-            self.renderer,
-            self.cfg.sampling_params(val_mode),
-            self.extra_tool_groups,
-        )
-        agents = []
+        specs = []
         for i, instance in enumerate(batch):
             for j in range(n):
-                agent_seed = None if seed is None else seed + 1000 * (i * n + j)
-                agents.append(self.agent_cls(ctx, instance, j, agent_seed))
+                specs.append((instance, j, None if seed is None else seed + 1000 * (i * n + j)))
         dispatcher = self.cfg.dispatcher
         width = dispatcher.max_eval_parallel_agents if val_mode else dispatcher.max_parallel_agents
-        progress = Progress(len(agents), dispatcher.progress, f"agents ({dispatcher.type})")
         started = time.monotonic()
-        trajectories = await dispatch(dispatcher.type, agents, width, dispatcher.max_parallel_tools, progress)
+        trajectories = await self.arun_agents(specs, self.cfg.sampling_params(val_mode), width)
         return RunResult(trajectories, run_metrics(trajectories, time.monotonic() - started))
+
+    async def arun_agents(
+        self, specs: list[tuple[dict[str, Any], int, Optional[int]]], params: SamplingParams, width: int
+    ) -> list[AgentTrajectory]:
+        """One trajectory per `(instance, index, seed)` with these turn sampling params, at most `width` agents in
+        flight (the dispatcher's meaning of it); in the order of `specs`. Instances are not checked here."""
+        ctx = AgentContext(
+            self.cfg, self.task, self.backend, self.tokenizer, self.renderer, params, self.extra_tool_groups
+        )
+        agents = [self.agent_cls(ctx, instance, index, seed) for instance, index, seed in specs]
+        dispatcher = self.cfg.dispatcher
+        progress = Progress(len(agents), dispatcher.progress, f"agents ({dispatcher.type})")
+        return await dispatch(dispatcher.type, agents, width, dispatcher.max_parallel_tools, progress)
 
     def run(self, batch: list[dict[str, Any]], val_mode: bool = False, seed: Optional[int] = None) -> RunResult:
         """`arun` from synchronous code (inside a running event loop, await `arun` instead)."""
@@ -101,10 +104,10 @@ def run_metrics(trajectories: list[AgentTrajectory], seconds: float) -> dict[str
         "agent/tool_errors_mean": statistics.fmean(sum(not c.ok for c in t.tool_calls) for t in trajectories),
         "agent/response_tokens_mean": statistics.fmean(len(t.response_ids) for t in trajectories),
         "agent/trajectories_per_s": count / seconds if seconds > 0 else 0.0,
-        "timing/agent_run_s": seconds,
+        "agent/run_seconds": seconds,
     }
     for reason in sorted({t.stop_reason for t in trajectories}):
         metrics[f"agent/stop_{reason}"] = sum(t.stop_reason == reason for t in trajectories) / count
     for key in ("generate_s", "tools_s", "evaluate_s", "wait_generate_s", "wait_tools_s"):
-        metrics[f"timing/agent_{key}_mean"] = statistics.fmean(t.timing.get(key, 0.0) for t in trajectories)
+        metrics[f"agent/{key}_mean"] = statistics.fmean(t.timing.get(key, 0.0) for t in trajectories)
     return metrics

@@ -33,13 +33,13 @@ class Task(abc.ABC):
     def evaluate(self, instance: dict[str, Any], trajectory: AgentTrajectory) -> float:
         """The trajectory's reward (its `final_answer`, tool calls and messages are there to read)."""
 
-    def check_instance(self, instance: Any, row: int) -> None:
-        """Refuse an instance this task cannot run, naming the row and field."""
+    def check_instance(self, instance: Any, where: str) -> None:
+        """Refuse an instance this task cannot run, saying `where` it came from and which field is wrong."""
         if not isinstance(instance, dict):
-            raise ValueError(f"batch row {row}: an instance must be a dict, got {type(instance).__name__}")
+            raise ValueError(f"{where}: an instance must be a dict, got {type(instance).__name__}")
         for key in ("id", "prompt"):
             if key not in instance:
-                raise ValueError(f"batch row {row}: the instance has no {key!r} field (it has {sorted(instance)})")
+                raise ValueError(f"{where}: the instance has no {key!r} field (it has {sorted(instance)})")
 
     @staticmethod
     def parse_number(text: Optional[str]) -> Optional[float]:

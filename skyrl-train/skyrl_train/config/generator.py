@@ -201,6 +201,10 @@ class GeneratorConfig:
     prompt's episode instead of the built-in env loop; `env` is that loop as a workflow. null: the built-in
     generator."""
 
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the workflow's constructor (e.g. `generator.workflow_args.config=agent.yaml` for
+    skyrl-agent's `skyrl_agent` workflow); needs `generator.workflow`."""
+
     max_input_length: int | None = None
     """Maximum tokens of the whole conversation fed to the engine in multi-turn rollouts; the trajectory ends when
     it is exceeded. Null means `data.max_prompt_length`."""

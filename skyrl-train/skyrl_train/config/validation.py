@@ -304,6 +304,11 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
             f"generator.batched=true has no effect with generator.workflow={generator.workflow}: the workflow runs each"
             " episode itself; set batched=false"
         )
+    if generator.workflow_args and generator.workflow is None:
+        yield (
+            f"generator.workflow_args={dict(generator.workflow_args)} needs generator.workflow: they are the "
+            "arguments of that workflow's constructor"
+        )
     if generator.batched and generator.step_wise_trajectories:
         yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
     engine = generator.inference_engine

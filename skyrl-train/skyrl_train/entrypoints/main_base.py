@@ -183,7 +183,10 @@ class BasePPOExp:
         if self.cfg.generator.workflow is not None:
             from skyrl_train.generators.workflow import make_workflow_generator
 
-            return make_workflow_generator(self.cfg.generator.workflow, client, tokenizer, settings)
+            generator = self.cfg.generator
+            return make_workflow_generator(
+                generator.workflow, client, tokenizer, settings, dict(generator.workflow_args)
+            )
         return SkyRLGymGenerator(client, tokenizer, settings)
 
     async def get_weight_sync(self, policy: WorkerGroup, engines: list[Any]):

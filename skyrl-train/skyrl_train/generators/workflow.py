@@ -60,6 +60,11 @@ class RolloutWorkflow(abc.ABC):
     async def arun_episode(self, engine: WorkflowEngine, data: dict[str, Any]) -> list[Trajectory]:
         """The `data["n"]` trajectories of one prompt."""
 
+    async def arun_batch(self, engine: WorkflowEngine, episodes: list[dict[str, Any]]) -> list[list[Trajectory]]:
+        """Every prompt's trajectories, in order. The default runs `arun_episode` for all prompts at once; override
+        it to schedule across prompts (one concurrency bound for the whole batch, say)."""
+        return list(await asyncio.gather(*(self.arun_episode(engine, data) for data in episodes)))
+
 
 @register_workflow("env", builtin=True)
 class EnvRolloutWorkflow(RolloutWorkflow):
@@ -116,9 +121,14 @@ class WorkflowGenerator(GeneratorInterface):
         for index, uid in enumerate(generator_input.uids):
             groups.setdefault(uid, []).append(index)
         params = generator_input.sampling_params or self.engine.sampling_params
-        episodes = [self._episode(episode_data(generator_input, rows, params)) for rows in groups.values()]
-        results = await asyncio.gather(*episodes)
-        trajectories = [t for episode in results for t in episode]
+        episodes = [episode_data(generator_input, rows, params) for rows in groups.values()]
+        results = await self.workflow.arun_batch(self.engine, episodes)
+        if not isinstance(results, list) or len(results) != len(episodes):
+            raise ValueError(
+                f"workflow {self.name}.arun_batch returned {len(results) if isinstance(results, list) else results!r}"
+                f" episodes for {len(episodes)} prompts"
+            )
+        trajectories = [t for data, episode in zip(episodes, results) for t in self._checked(data, episode)]
         lengths = [sum(t.loss_mask) for t in trajectories]
         metrics = {
             "generate/response_length_mean": sum(lengths) / max(len(lengths), 1),
@@ -126,8 +136,7 @@ class WorkflowGenerator(GeneratorInterface):
         }
         return GeneratorOutput(trajectories, metrics)
 
-    async def _episode(self, data: dict[str, Any]) -> list[Trajectory]:
-        trajectories = await self.workflow.arun_episode(self.engine, data)
+    def _checked(self, data: dict[str, Any], trajectories: Any) -> list[Trajectory]:
         if not isinstance(trajectories, list) or len(trajectories) != data["n"]:
             count = len(trajectories) if isinstance(trajectories, list) else type(trajectories).__name__
             raise ValueError(
@@ -153,7 +162,13 @@ class WorkflowGenerator(GeneratorInterface):
         return checked
 
 
-def make_workflow_generator(name: str, client: Any, tokenizer: Any, settings: GeneratorSettings) -> WorkflowGenerator:
-    """The generator of the workflow registered as `name`."""
+def make_workflow_generator(
+    name: str, client: Any, tokenizer: Any, settings: GeneratorSettings, args: Optional[dict[str, Any]] = None
+) -> WorkflowGenerator:
+    """The generator of the workflow registered as `name`, built with `args` (`generator.workflow_args`)."""
     workflow_cls: Optional[type] = ROLLOUT_WORKFLOWS.get(name)
-    return WorkflowGenerator(workflow_cls(), client, tokenizer, settings)
+    try:
+        workflow = workflow_cls(**(args or {}))
+    except TypeError as exc:
+        raise ValueError(f"generator.workflow_args={dict(args or {})} do not fit workflow {name!r}: {exc}") from exc
+    return WorkflowGenerator(workflow, client, tokenizer, settings)

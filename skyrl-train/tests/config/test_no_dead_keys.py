@@ -98,6 +98,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "generators/test_workflow.py::test_the_config_selects_a_registered_workflow",
         "trainer/test_trainer_async.py::test_a_registered_workflow_trains_in_fully_async_mode",
     ),
+    "generator.workflow_args": ("generators/test_workflow.py::test_workflow_args_reach_the_workflows_constructor",),
     "trainer.mode": (
         "trainer/test_trainer_async.py::test_one_step_off_trains_on_data_one_version_old",
         "trainer/test_trainer_async.py::test_fully_async_staleness_stays_within_its_bound",

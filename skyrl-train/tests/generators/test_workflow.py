@@ -27,7 +27,10 @@ PARAMS = SamplingParams(max_tokens=5, temperature=1.0)
 
 
 class TwoTries(RolloutWorkflow):
-    """Ask twice; the second try sees the first; reward 1 when the second answer has a digit."""
+    """Ask twice; the second try sees the first (after `hint`); reward 1 when the second answer has a digit."""
+
+    def __init__(self, hint: str = "\nagain:") -> None:
+        self.hint = hint
 
     async def arun_episode(self, engine, data):
         tokenizer = engine.tokenizer
@@ -37,7 +40,7 @@ class TwoTries(RolloutWorkflow):
             seed = None if data["seeds"] is None else data["seeds"][sample]
             params = data["sampling_params"]
             first = await engine.agenerate(InferenceEngineInput(prompt_token_ids=[prompt], sampling_params=params))
-            hint = list(tokenizer("\nagain:")["input_ids"])
+            hint = list(tokenizer(self.hint)["input_ids"])
             context = prompt + first.response_ids[0] + hint
             second = await engine.agenerate(
                 InferenceEngineInput(prompt_token_ids=[context], sampling_params=params, seeds=[seed] if seed else None)
@@ -102,6 +105,17 @@ def _input(count=4, samples=2):
         uids=[str(i) for i in range(count) for _ in range(samples)],
         seeds=list(range(count * samples)),
     )
+
+
+def test_workflow_args_reach_the_workflows_constructor(tokenizer, client):
+    base = ["trainer.policy.model.path=/m", "generator.workflow=two_tries"]
+    cfg = SkyRLConfig.from_cli_overrides(base + ["generator.workflow_args.hint=once more:"])
+    assert BasePPOExp(cfg).get_generator(client, tokenizer).workflow.hint == "once more:"
+    wrong = SkyRLConfig.from_cli_overrides(base + ["generator.workflow_args.hints=x"])
+    with pytest.raises(ValueError, match=r"generator.workflow_args=\{'hints': 'x'\} do not fit workflow 'two_tries'"):
+        BasePPOExp(wrong).get_generator(client, tokenizer)
+    with pytest.raises(ConfigValidationError, match="needs generator.workflow"):
+        SkyRLConfig.from_cli_overrides(["trainer.policy.model.path=/m", "generator.workflow_args.hint=x"]).validate()
 
 
 def test_a_users_workflow_runs_once_per_prompt(tokenizer, client):

@@ -1,0 +1,142 @@
+"""Train the ReAct agent with RL through skyrl-train, on CPU, from the embedded agent model.
+
+Steps: (1) build or reuse the embedded agent model (the tiny char model warm-started on tool-call traces, cached
+under $SKYRL_CACHE); (2) write the tool-use arithmetic dataset (one `instance` per row); (3) GRPO with `BasePPOExp`
+and the `skyrl_agent` rollout workflow: each trajectory is the ReAct agent acting on the run's own engines (a
+`<tool_call>` turn, the calculator's answer as a tool message, an `<answer>` turn), trained token-in/token-out;
+(4) report held-out task success before and after.
+
+    python examples/agent/train_agent.py                          # 80 GRPO steps, about 8 minutes
+    python examples/agent/train_agent.py trainer.max_training_steps=5
+    python examples/agent/train_agent.py --dry-run                # print the resolved config, start nothing
+
+The last line is always `agent: eval success before=<float> after=<float>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import skyrl_agent.training  # noqa: F401  (registers the skyrl_agent workflow and env class in this driver)
+from skyrl_agent import ToolArithmeticTask, load_agent_config
+from skyrl_agent.training import write_dataset
+from skyrl_agent.warm_start import AgentWarmStartSettings, agent_model_dir, describe, get_agent_model
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.config.cli import render_resolved_config
+from skyrl_train.config.registered_names import check_registered_names
+from skyrl_train.entrypoints.main_base import BasePPOExp
+
+HERE = Path(__file__).resolve().parent
+AGENT_CONFIG = HERE / "tool_arithmetic.yaml"
+MODEL = AgentWarmStartSettings()
+"""The embedded agent model (2-digit, one operation: the same task_args as tool_arithmetic.yaml)."""
+
+
+def train_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
+    """The CPU config (every value can be overridden from the command line)."""
+    return [
+        "trainer.device=cpu",
+        f"trainer.policy.model.path={model_dir}",
+        f"data.train_data=['{data_dir / 'train.jsonl'}']",
+        f"data.val_data=['{data_dir / 'test.jsonl'}']",
+        "data.max_prompt_length=64",
+        "generator.workflow=skyrl_agent",
+        f"generator.workflow_args.config={AGENT_CONFIG}",
+        "trainer.placement.colocate_all=true",
+        "trainer.placement.policy_num_gpus_per_node=1",
+        "trainer.placement.num_cpus_per_worker=1",
+        "generator.inference_engine.backend=hf",
+        "generator.inference_engine.num_engines=1",
+        "generator.inference_engine.model_dtype=float32",
+        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
+        "trainer.policy.gradient_checkpointing=false",
+        "trainer.policy.optimizer.lr=5e-4",
+        "trainer.policy.optimizer.weight_decay=0.0",
+        "trainer.policy.optimizer.num_warmup_steps=5",
+        "trainer.algorithm.advantage_estimator=grpo",
+        "trainer.algorithm.use_kl_loss=false",
+        "trainer.train_batch_size=16",
+        "trainer.policy_mini_batch_size=16",
+        "trainer.micro_train_batch_size_per_gpu=32",
+        "trainer.micro_forward_batch_size_per_gpu=32",
+        "trainer.epochs=100",
+        "trainer.max_training_steps=80",
+        "generator.n_samples_per_prompt=8",
+        "generator.sampling_params.seed=0",
+        "generator.sampling_params.max_generate_length=96",  # per model turn
+        "generator.eval_sampling_params.max_generate_length=96",
+        "trainer.eval_interval=20",
+        "trainer.eval_before_train=true",
+        "trainer.ckpt_interval=0",
+        "trainer.resume_mode=none",
+        f"trainer.ckpt_path={out_dir / 'ckpts'}",
+        f"trainer.export_path={out_dir / 'exports'}",
+        f"trainer.log_path={out_dir / 'logs'}",
+        "trainer.logger=['console']",
+        "trainer.project_name=agent",
+        "trainer.run_name=react_tool_arithmetic",
+    ]
+
+
+def main(argv: list[str] | None = None) -> tuple[float, float]:
+    """Build, train, report; returns held-out success (before, after) (NaN, NaN for --dry-run)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="outputs/agent", help="where data, logs and exports go")
+    parser.add_argument("--train-size", type=int, default=1024)
+    parser.add_argument("--test-size", type=int, default=64)
+    parser.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=MODEL.max_steps,
+        help="cap on the agent model's warm-start steps (a quick, barely trained model for smoke runs; cached apart)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
+    args = parser.parse_intermixed_args(argv)
+    settings = replace(MODEL, max_steps=args.warm_start_steps, eval_every=min(MODEL.eval_every, args.warm_start_steps))
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    started = time.perf_counter()
+    out_dir = Path(args.out).resolve()
+    agent_cfg = load_agent_config(AGENT_CONFIG)
+    if agent_cfg.task_args != {"digits": MODEL.digits, "operations": MODEL.operations}:
+        parser.error(f"{AGENT_CONFIG.name}: task_args {agent_cfg.task_args} differ from the model's settings")
+    if args.dry_run:
+        overrides = train_overrides(str(agent_model_dir(settings)), out_dir / "data", out_dir) + args.overrides
+        cfg = SkyRLConfig.from_cli_overrides(overrides)
+        check_registered_names(cfg)
+        print(render_resolved_config(cfg), end="")
+        return float("nan"), float("nan")
+
+    print("agent: [1/3] embedded agent model (built once, then cached)", flush=True)
+    model_dir = get_agent_model(settings)
+    built = describe(model_dir)
+    print(f"  model: {model_dir} (warm-start held-out success {built['held_out_success']:.3f})", flush=True)
+
+    print("agent: [2/3] tool-use arithmetic dataset", flush=True)
+    task = ToolArithmeticTask(**agent_cfg.task_args)
+    data_dir = out_dir / "data"
+    write_dataset(task, args.train_size, seed=settings.seed, split="train", path=data_dir / "train.jsonl")
+    write_dataset(task, args.test_size, seed=settings.seed, split="test", path=data_dir / "test.jsonl")
+
+    cfg = SkyRLConfig.from_cli_overrides(train_overrides(str(model_dir), data_dir, out_dir) + args.overrides)
+    print("agent: [3/3] GRPO with the skyrl_agent workflow on Ray (1 FSDP2 rank + 1 colocated hf engine)", flush=True)
+    experiment = BasePPOExp(cfg)
+    result = experiment.run()
+    key = f"eval/all/pass_at_{cfg.generator.eval_n_samples_per_prompt}"
+    before, after = result.initial_eval.get(key, float("nan")), result.final_eval.get(key, float("nan"))
+    print(f"  steps: {result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
+    print(f"  curves: {experiment.plot_path}")
+    print(f"agent: eval success before={before:.4f} after={after:.4f}", flush=True)
+    return before, after
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
+    sys.exit(0)
