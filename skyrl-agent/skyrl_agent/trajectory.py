@@ -41,6 +41,8 @@ class AgentTrajectory:
     exact_tokens: bool = True
     turn_samples: list[TurnSample] = field(default_factory=list)
     timing: dict[str, float] = field(default_factory=dict)
+    workspace: dict[str, Any] = field(default_factory=dict)
+    """What the task's tools left behind for its evaluator (`Task.workspace`; e.g. mini_swe's edited files)."""
 
     @property
     def wall_time_s(self) -> float:

@@ -71,7 +71,8 @@ class BaseAgent:
         raise NotImplementedError
 
     async def evaluate(self) -> float:
-        """Score the trajectory with the task's evaluator."""
+        """Score the trajectory with the task's evaluator (after collecting what its tools left behind)."""
+        self.trajectory.workspace = self.ctx.task.workspace(self.tools.toolbox.groups)
         self.trajectory.reward = float(self.ctx.task.evaluate(self.instance, self.trajectory))
         return self.trajectory.reward
 

@@ -2,5 +2,6 @@
 
 from skyrl_agent.tasks.arithmetic import ToolArithmeticTask
 from skyrl_agent.tasks.base import Task
+from skyrl_agent.tasks.mini_swe import MiniSWETask
 
-__all__ = ["Task", "ToolArithmeticTask"]
+__all__ = ["MiniSWETask", "Task", "ToolArithmeticTask"]

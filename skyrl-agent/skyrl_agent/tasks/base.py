@@ -25,6 +25,10 @@ class Task(abc.ABC):
         """The tool groups one trajectory of `instance` uses (fresh per trajectory; closed after it)."""
         return []
 
+    def workspace(self, groups: list[ToolGroup]) -> dict[str, Any]:
+        """The state the evaluator needs from a finished trajectory's tool groups (none by default)."""
+        return {}
+
     def user_message(self, instance: dict[str, Any]) -> str:
         """The first user message of a trajectory."""
         return str(instance["prompt"])
