@@ -2,7 +2,7 @@
 
 The agent is the ReAct agent on tool-use arithmetic, sampling from the embedded agent model through skyrl-train's
 `hf` engine in this process. Its `calc` tool runs each expression as a Python program in skyrl-gym's sandbox (a real
-process with its limits), and the program also waits a seeded 0.05-0.8 s the way a test suite or a remote API does:
+process with its limits), and the program also waits a seeded 0.05-0.8 s (`--max-delay`) the way a test suite or a remote API does:
 tool time that varies from call to call, as it does for agents. `batch` moves groups of agents in lock step (a
 group waits for its slowest call), `async_batch` lets each agent run on its own, `async_pipeline` gives up the model
 slot while tools run. Goal: async_pipeline >= 1.4x batch.
@@ -33,6 +33,8 @@ DISPATCHERS = ("batch", "async_batch", "async_pipeline")
 class SandboxedCalc(ToolGroup):
     """`calc` run as a sandboxed program that also waits `delay_s` (seeded per call)."""
 
+    max_delay_s = 0.8
+
     def __init__(self, seed: int) -> None:
         super().__init__("calculator")
         self.rng = random.Random(seed)
@@ -48,7 +50,7 @@ class SandboxedCalc(ToolGroup):
             evaluate_expression(expression)  # refuse what is not arithmetic before it reaches a program
         except ValueError as exc:
             return ToolResult("calc", False, error=str(exc))
-        delay = self.rng.uniform(0.05, 0.8)
+        delay = self.rng.uniform(0.05, self.max_delay_s)
         program = f"import time\ntime.sleep({delay:.3f})\nprint({expression})\n"
         result = run_python(program, limits=SandboxLimits(timeout_s=5.0))
         if not result.ok:
@@ -101,14 +103,16 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=48)
     parser.add_argument("--width", type=int, default=16, help="max_parallel_agents")
     parser.add_argument("--tools", type=int, default=16, help="max_parallel_tools (async_pipeline)")
+    parser.add_argument("--max-delay", type=float, default=0.8, help="tool wait drawn from 0.05 s to this")
     args = parser.parse_args()
+    SandboxedCalc.max_delay_s = args.max_delay
     if "sandboxed_arithmetic_bench" not in TASKS:
         register_task("sandboxed_arithmetic_bench")(SandboxedArithmetic)
     model_dir = str(get_agent_model(AgentWarmStartSettings()))
     rows = ToolArithmeticTask(digits=2, operations=1).build_dataset(args.instances, seed=0, split="bench")
     print(
         f"agent_dispatch: {args.instances} trajectories per dispatcher, max_parallel_agents={args.width}, "
-        f"max_parallel_tools={args.tools}, tool wait 0.05-0.8 s in the sandbox, {os.cpu_count()} CPUs"
+        f"max_parallel_tools={args.tools}, tool wait 0.05-{args.max_delay:g} s in the sandbox, {os.cpu_count()} CPUs"
     )
     results = {kind: run_once(kind, model_dir, rows, args.width, args.tools) for kind in DISPATCHERS}
     baseline = results["batch"]["traj_per_s"]
