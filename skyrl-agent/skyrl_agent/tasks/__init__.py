@@ -2,6 +2,9 @@
 
 from skyrl_agent.tasks.arithmetic import ToolArithmeticTask
 from skyrl_agent.tasks.base import Task
+from skyrl_agent.tasks.math_python import MathPythonTask
 from skyrl_agent.tasks.mini_swe import MiniSWETask
+from skyrl_agent.tasks.search import SearchTask
+from skyrl_agent.tasks.text2sql import Text2SQLTask
 
-__all__ = ["MiniSWETask", "Task", "ToolArithmeticTask"]
+__all__ = ["MathPythonTask", "MiniSWETask", "SearchTask", "Task", "Text2SQLTask", "ToolArithmeticTask"]
