@@ -19,12 +19,11 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 from skyrl_agent import AgentRunner, OpenAIBackend, ToolArithmeticTask, load_agent_config
-from skyrl_agent.warm_start import AgentWarmStartSettings, get_agent_model
+from skyrl_agent.warm_start import capped_settings, get_agent_model
 
 HERE = Path(__file__).resolve().parent
 SERVED = "skyrl/embedded-agent"
@@ -70,11 +69,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
 
     cfg = load_agent_config(args.config)
     cfg.generator.backend = "openai"
-    settings = AgentWarmStartSettings()
-    if args.warm_start_steps is not None:
-        settings = replace(
-            settings, max_steps=args.warm_start_steps, eval_every=min(settings.eval_every, args.warm_start_steps)
-        )
+    settings = capped_settings(args.warm_start_steps)
     model_dir = None if args.base_url and args.tokenizer else str(get_agent_model(settings))
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or model_dir)
     rows = ToolArithmeticTask(**cfg.task_args).build_dataset(args.size, seed=0, split="test")

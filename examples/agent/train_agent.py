@@ -20,13 +20,18 @@ import logging
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import skyrl_agent.training  # noqa: F401  (registers the skyrl_agent workflow and env class in this driver)
 from skyrl_agent import ToolArithmeticTask, load_agent_config
 from skyrl_agent.training import write_dataset
-from skyrl_agent.warm_start import AgentWarmStartSettings, agent_model_dir, describe, get_agent_model
+from skyrl_agent.warm_start import (
+    AgentWarmStartSettings,
+    agent_model_dir,
+    capped_settings,
+    describe,
+    get_agent_model,
+)
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.config.cli import render_resolved_config
 from skyrl_train.config.registered_names import check_registered_names
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
     parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_intermixed_args(argv)
-    settings = replace(MODEL, max_steps=args.warm_start_steps, eval_every=min(MODEL.eval_every, args.warm_start_steps))
+    settings = capped_settings(args.warm_start_steps, MODEL)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     out_dir = Path(args.out).resolve()

@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -74,6 +74,17 @@ class AgentWarmStartSettings:
         """A short hash of the settings and `CODE_VERSION`."""
         payload = json.dumps({"code_version": CODE_VERSION, **asdict(self)}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def capped_settings(
+    max_steps: Optional[int], settings: Optional[AgentWarmStartSettings] = None
+) -> AgentWarmStartSettings:
+    """`settings` (default: the defaults) with warm start capped at `max_steps` (None: unchanged); a capped build
+    measures success once, at its last step (smoke runs want the model, not the curve)."""
+    settings = settings or AgentWarmStartSettings()
+    if max_steps is None or max_steps >= settings.max_steps:
+        return settings
+    return replace(settings, max_steps=max_steps, eval_every=max_steps)
 
 
 def agent_tokenizer() -> Any:
