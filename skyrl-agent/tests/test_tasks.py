@@ -8,7 +8,7 @@ import re
 import pytest
 
 from skyrl_agent import AgentRunner
-from skyrl_agent.tasks import MathPythonTask, SearchTask, Text2SQLTask
+from skyrl_agent.tasks import MathPythonTask, OpenEnvTask, SearchTask, Text2SQLTask
 from skyrl_agent.tasks.search import write_corpus
 from skyrl_agent.testing import ScriptedBackend
 from skyrl_gym.tools.retrieval_server import RetrievalServer
@@ -89,3 +89,40 @@ def test_search_questions_are_answered_from_the_bm25_server(tokenizer, tmp_path)
 
         trajectories = run(tokenizer, "search", args, rows, script)
     assert sum(t.reward for t in trajectories) >= 4, [t.messages[-2]["content"][:200] for t in trajectories]
+
+
+def test_an_openenv_environment_is_played_through_its_tools(tokenizer):
+    pytest.importorskip("openenv.core", reason='needs openenv-core: pip install "skyrl-gym[openenv]"')
+    from skyrl_gym.envs.openenv.demo_server import DemoServer
+
+    def script(request):
+        """Binary search: reset with the prompt's seed, then guess the middle of what is left."""
+        user = next(m["content"] for m in request.messages if m["role"] == "user")
+        if turn(request) == 0:
+            return call("reset", seed=int(re.search(r"Seed: (\d+)", user).group(1)))
+        if "done: true" in request.messages[-1]["content"]:
+            return "<answer>found it</answer>"
+        low, high = 1, 20
+        guesses = [
+            json.loads(m["content"].split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]["action"]["guess"]
+            for m in request.messages
+            if m["role"] == "assistant" and '"step"' in m["content"]
+        ]
+        hints = [m["content"] for m in request.messages if m["role"] == "tool"][1:]
+        for guess, hint in zip(guesses, hints):
+            low, high = (guess + 1, high) if "higher" in hint else (low, guess - 1)
+        return call("step", action={"guess": (low + high) // 2})
+
+    with DemoServer() as url:
+        cfg_args = {"base_url": url, "prompt": "Guess the number from 1 to 20 with step({guess})."}
+        rows = OpenEnvTask(**cfg_args).build_dataset(3, seed=0)
+        cfg = {
+            "task": "openenv",
+            "task_args": cfg_args,
+            "generator": {"max_iterations": 8, "max_prompt_length": 8192, "sampling_params": {"max_tokens": 300}},
+            "dispatcher": {"progress": False},
+        }
+        trajectories = AgentRunner(cfg, ScriptedBackend(tokenizer, script), tokenizer).run(rows).trajectories
+    assert [t.reward for t in trajectories] == [1.0] * 3, [t.summary() for t in trajectories]
+    assert all(t.workspace["done"] and t.tool_calls[0].name == "reset" for t in trajectories)
+    assert all(t.stop_reason == "answer" and all(c.ok for c in t.tool_calls) for t in trajectories)

@@ -18,6 +18,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "search": "skyrl_gym.envs.search.env:SearchEnv",
     "searchcode": "skyrl_gym.envs.searchcode.env:SearchCodeEnv",
     "mcp": "skyrl_gym.envs.mcp.env:MCPEnv",
+    "openenv": "skyrl_gym.envs.openenv.env:OpenEnvEnv",
 }
 
 for _env_id, _entry_point in BUILTIN_ENVS.items():

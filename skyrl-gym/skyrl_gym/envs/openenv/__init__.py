@@ -1,0 +1,1 @@
+"""`OpenEnvEnv`: any OpenEnv environment server as a skyrl-gym env."""
