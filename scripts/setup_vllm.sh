@@ -28,5 +28,7 @@ if ! "$VENV/bin/python" -c "import vllm, torch, sys; sys.exit(0 if torch.__versi
   "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec 2> >(quiet_pip >&2) || true
 fi
 log "installing skyrl-gym, skyrl-train (editable, dev extras)"
-"${PIP[@]}" install -q "torch==$TORCH_VERSION" -e "skyrl-gym[dev]" -e "skyrl-train[dev]" 2> >(quiet_pip >&2) | quiet_pip
+# skyrl-gym without its openenv extra: openenv-core pulls gradio, whose pins need not agree with vLLM's, and no vLLM
+# test uses it
+"${PIP[@]}" install -q "torch==$TORCH_VERSION" -e "skyrl-gym[search,mcp]" -e "skyrl-train[dev]" 2> >(quiet_pip >&2) | quiet_pip
 "$VENV/bin/python" -c "import torch, vllm, skyrl_train; print('[setup-vllm] torch', torch.__version__, 'vllm', vllm.__version__)" 2>&1 | grep -v Triton
