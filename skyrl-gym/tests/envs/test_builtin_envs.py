@@ -53,6 +53,7 @@ def multi_turn_rows(tmp_path):
         "search": ({"search_url": "http://127.0.0.1:9"}, rule("Paris")),
         "mcp": ({"servers": {"calc": {"transport": "http", "url": "http://127.0.0.1:9/mcp"}}}, rule({"answer": "4"})),
         "searchcode": ({"search_url": "http://127.0.0.1:9"}, rule("42")),
+        "openenv": ({"base_url": "http://127.0.0.1:9"}, {}),  # the client connects on first use only
     }
 
 
