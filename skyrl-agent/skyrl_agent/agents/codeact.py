@@ -27,23 +27,12 @@ def find_actions(text: str) -> list[ParsedToolCall]:
 @register_agent("codeact", builtin=True)
 class CodeActAgent(ReActAgent):
     """ReAct whose turns may also be code (see the module docstring). The task must offer a `run_python` tool
-    (mini_swe's `repo` tools do) for code actions; a turn with no action ends the trajectory (`no_action`), a
-    `finish` call ends it with `finish` after the calls before it ran."""
+    (mini_swe's `repo` tools do) for code actions; a turn with no action ends the trajectory as in ReAct (`answer`
+    with an `<answer>`, else `no_action`), a `finish` call ends it with `finish` after the calls before it ran."""
 
-    async def generate(self) -> None:
-        """Sample a turn; queue its actions, or finish."""
-        if self.trajectory.turns >= self.ctx.cfg.generator.max_iterations:
-            self.finish("max_iterations")
-            return
-        generation = await self.sample_turn()
-        if generation is None:
-            return
-        actions = find_actions(generation.text)
-        if actions:
-            self.pending_calls = actions
-            return
-        self.trajectory.final_answer = generation.text.strip()
-        self.finish("length" if generation.stop_reason == "length" else "no_action")
+    def find_actions(self, text: str) -> list[ParsedToolCall]:
+        """Tool calls and fenced python blocks."""
+        return find_actions(text)
 
     async def execute_tools(self) -> None:
         """Run the actions up to a `finish` call; `finish` ends the trajectory with its summary as the answer."""

@@ -7,6 +7,7 @@ import time
 from skyrl_agent.agents.base import BaseAgent
 from skyrl_agent.registry import register_agent
 from skyrl_agent.tool_calls import find_answer, find_tool_calls
+from skyrl_gym.tools import ParsedToolCall
 
 
 @register_agent("react", builtin=True)
@@ -24,7 +25,7 @@ class ReActAgent(BaseAgent):
         generation = await self.sample_turn()
         if generation is None:
             return
-        calls = find_tool_calls(generation.text)
+        calls = self.find_actions(generation.text)
         if calls:
             self.pending_calls = calls
             return
@@ -34,6 +35,10 @@ class ReActAgent(BaseAgent):
             self.finish("length")
         else:
             self.finish("answer" if answer is not None else "no_action")
+
+    def find_actions(self, text: str) -> list[ParsedToolCall]:
+        """The tool calls a turn makes (subclasses add other kinds of action)."""
+        return find_tool_calls(text)
 
     async def execute_tools(self) -> None:
         """Run the queued calls (at most `agent.max_tool_calls_per_turn`) and add one tool message per call."""
