@@ -34,6 +34,7 @@ class SandboxedCalc(ToolGroup):
     """`calc` run as a sandboxed program that also waits `delay_s` (seeded per call)."""
 
     max_delay_s = 0.8
+    long_tail = False
 
     def __init__(self, seed: int) -> None:
         super().__init__("calculator")
@@ -50,7 +51,10 @@ class SandboxedCalc(ToolGroup):
             evaluate_expression(expression)  # refuse what is not arithmetic before it reaches a program
         except ValueError as exc:
             return ToolResult("calc", False, error=str(exc))
-        delay = self.rng.uniform(0.05, self.max_delay_s)
+        if self.long_tail:  # most calls quick, one in six slow: a test suite that sometimes runs long, a flaky API
+            delay = self.max_delay_s if self.rng.random() < 1 / 6 else 0.05
+        else:
+            delay = self.rng.uniform(0.05, self.max_delay_s)
         program = f"import time\ntime.sleep({delay:.3f})\nprint({expression})\n"
         result = run_python(program, limits=SandboxLimits(timeout_s=5.0))
         if not result.ok:
@@ -104,15 +108,21 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=16, help="max_parallel_agents")
     parser.add_argument("--tools", type=int, default=16, help="max_parallel_tools (async_pipeline)")
     parser.add_argument("--max-delay", type=float, default=0.8, help="tool wait drawn from 0.05 s to this")
+    parser.add_argument(
+        "--long-tail",
+        action="store_true",
+        help="waits of 0.05 s, or --max-delay for one call in six, instead of uniform",
+    )
     args = parser.parse_args()
-    SandboxedCalc.max_delay_s = args.max_delay
+    SandboxedCalc.max_delay_s, SandboxedCalc.long_tail = args.max_delay, args.long_tail
     if "sandboxed_arithmetic_bench" not in TASKS:
         register_task("sandboxed_arithmetic_bench")(SandboxedArithmetic)
     model_dir = str(get_agent_model(AgentWarmStartSettings()))
     rows = ToolArithmeticTask(digits=2, operations=1).build_dataset(args.instances, seed=0, split="bench")
     print(
         f"agent_dispatch: {args.instances} trajectories per dispatcher, max_parallel_agents={args.width}, "
-        f"max_parallel_tools={args.tools}, tool wait 0.05-{args.max_delay:g} s in the sandbox, {os.cpu_count()} CPUs"
+        f"max_parallel_tools={args.tools}, tool wait 0.05-{args.max_delay:g} s "
+        f"({'long tail' if args.long_tail else 'uniform'}) in the sandbox, {os.cpu_count()} CPUs"
     )
     results = {kind: run_once(kind, model_dir, rows, args.width, args.tools) for kind in DISPATCHERS}
     baseline = results["batch"]["traj_per_s"]
