@@ -6,8 +6,18 @@
 set -euo pipefail
 log() { echo "[postgres] $*" >&2; }
 DB="${SKYRL_TX_PG_DB:-skyrl_tx}"
-# Only the URL goes to stdout (callers capture it): everything the tools below print goes to stderr.
+# Only the URL goes to stdout (callers capture it): everything the tools below print goes to stderr. Commands that
+# can start the server (apt's postinst, pg_ctlcluster) run through `detached`: a daemon that inherited the caller's
+# stdout pipe would hold it open forever, and `URL=$(bash scripts/postgres.sh)` would never return (it hung CI once).
 exec 3>&1 1>&2
+DETACHED_LOG="$(mktemp)"
+trap 'rm -f "$DETACHED_LOG"' EXIT
+detached() {
+  local status=0
+  "$@" </dev/null >"$DETACHED_LOG" 2>&1 3>&- || status=$?
+  cat "$DETACHED_LOG" >&2
+  return "$status"
+}
 # The first cluster pg_lsclusters lists, as "VERSION CLUSTER PORT STATUS" (lines that are not a cluster are skipped).
 first_cluster() { pg_lsclusters --no-header 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ {print $1, $2, $3, $4; exit}'; }
 if ! command -v pg_lsclusters >/dev/null 2>&1; then
@@ -16,16 +26,16 @@ if ! command -v pg_lsclusters >/dev/null 2>&1; then
     exit 1
   fi
   log "installing Debian's postgresql"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 || {
-    apt-get update -q >/dev/null 2>&1
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null
+  DEBIAN_FRONTEND=noninteractive detached apt-get install -y -q postgresql || {
+    detached apt-get update -q
+    DEBIAN_FRONTEND=noninteractive detached apt-get install -y -q postgresql
   }
 fi
 read -r VERSION CLUSTER PORT STATUS _ <<<"$(first_cluster)" || true
 if [ -z "${VERSION:-}" ]; then
   log "no cluster found; creating one"
   VERSION="$(ls /usr/lib/postgresql | sort -n | tail -1)"
-  pg_createcluster "$VERSION" main
+  detached pg_createcluster "$VERSION" main
   read -r VERSION CLUSTER PORT STATUS _ <<<"$(first_cluster)" || true
 fi
 if [ -z "${PORT:-}" ]; then
@@ -35,7 +45,7 @@ if [ -z "${PORT:-}" ]; then
 fi
 if [[ "$STATUS" != online* ]]; then
   log "starting cluster $VERSION/$CLUSTER on port $PORT"
-  pg_ctlcluster "$VERSION" "$CLUSTER" start
+  detached pg_ctlcluster "$VERSION" "$CLUSTER" start
 fi
 as_postgres() { if [ "$(id -u)" = "0" ]; then su postgres -c "$1"; else sh -c "$1"; fi; }
 for _ in $(seq 1 30); do

@@ -8,7 +8,11 @@ VENV="${SKYRL_VENV:-$ROOT/.venv}"
 # skyrl-tx runs its database tests on PostgreSQL too: install/start Debian's postgresql when needed. When that fails
 # the Postgres tests skip and their skip reason (in the summary) carries what scripts/postgres.sh printed.
 if [ -z "${SKYRL_TX_POSTGRES_URL:-}" ]; then
-  URL="$(bash scripts/postgres.sh 2>/tmp/skyrl-postgres.log | tail -1)" || true
+  # The URL goes through a file, not a pipe: waiting on a pipe also waits on anything that inherited it.
+  URL_FILE="$(mktemp)"
+  timeout 600 bash scripts/postgres.sh >"$URL_FILE" 2>/tmp/skyrl-postgres.log || true
+  URL="$(tail -1 "$URL_FILE")"
+  rm -f "$URL_FILE"
   if [[ "$URL" =~ ^postgresql\+psycopg://[^/]+:[0-9]+/[A-Za-z0-9_]+$ ]]; then
     export SKYRL_TX_POSTGRES_URL="$URL"
   else
