@@ -1,8 +1,8 @@
 """The embedded `hf` engine: batched generation over a transformers model with a KV cache, on any torch device.
 
-Concurrent `generate` calls are gathered into shared batches (requests with equal sampling params run together), so
-many multi-turn trajectories that each ask for one completion still decode as one batch. Finished rows leave the
-batch and its KV cache as soon as they stop.
+Continuous batching: requests with equal sampling params (seeds aside) decode as one batch (`hf_decode.DecodeBatch`);
+a request that arrives while it runs joins it at the next token, and a completion goes back to its caller as soon as
+it stops, so multi-turn trajectories that each ask for one completion at their own pace still share decode steps.
 """
 
 from __future__ import annotations
@@ -10,20 +10,23 @@ from __future__ import annotations
 import asyncio
 import difflib
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from skyrl_train.inference.hf_decode import DecodeBatch, DecodeRow
 from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
-from skyrl_train.inference.sampling import sample_next_tokens, top_logprobs
-from skyrl_train.inference.stopping import StopChecker, trim_stop_string
+from skyrl_train.inference.stopping import trim_stop_string
 from skyrl_train.inference.types import SamplingParams
 from skyrl_train.models.lora_state import AdapterMerger, parse_adapter_name
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
+
+T = TypeVar("T")
 
 
 class HFInferenceEngine(QueuedEngine):
@@ -34,7 +37,7 @@ class HFInferenceEngine(QueuedEngine):
         tokenizer: the model's tokenizer (chat template for message prompts, decoding, eos id).
         max_batch_size: most sequences decoded together (prompts x n).
         max_model_len: prompt + response limit; defaults to the model's max_position_embeddings.
-        batch_wait_s: how long a new request waits for others to join its batch.
+        batch_wait_s: how long the first request waits for others before a batch starts (later ones join it).
         lora_alpha: set when the trainer trains LoRA adapters: weight syncs may then send adapter tensors only (peft
             names), which are merged into this engine's copy of the base weights (`W + alpha / r * B @ A`).
     """
@@ -62,6 +65,9 @@ class HFInferenceEngine(QueuedEngine):
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
         self._version = 0
         self._model_lock = threading.Lock()
+        self._decoding = 0  # decode loops running (update_weights waits for none)
+        self._weights_waiting = 0  # update_weights calls waiting: no new request joins a decode meanwhile
+        self._executor: Optional[ThreadPoolExecutor] = None
         self._asleep = False
         self._weights_discarded = False
         self._kept_buffers: dict[str, torch.Tensor] = {}
@@ -93,171 +99,123 @@ class HFInferenceEngine(QueuedEngine):
             )
 
     async def _serve(self, pending: list[PendingRequest]) -> None:
-        """Decode requests with equal sampling params together; a failing group fails only its own callers."""
-        for group in self._group(pending):
-            try:
-                await self._run_group(group)
-            except Exception as exc:
-                for item in group:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
+        """Decode the requests with the first one's sampling params continuously (rows join between steps and leave
+        when they stop); requests with other params go back to the queue's head for the next round."""
+        while self._weights_waiting:  # the update goes first; these requests then decode with the new weights
+            await asyncio.sleep(0.001)
+        key = self._params_key(pending[0].params)
+        self._queue[:0] = [item for item in pending if self._params_key(item.params) != key]
+        self._decoding += 1
+        try:
+            await self._decode_continuously([item for item in pending if self._params_key(item.params) == key], key)
+        finally:
+            self._decoding -= 1
 
     @staticmethod
-    def _group(pending: list[PendingRequest]) -> list[list[PendingRequest]]:
-        groups: dict[Any, list[PendingRequest]] = {}
-        for item in pending:  # a seed is per row (its own generator), so seeded requests can share a batch
-            groups.setdefault(replace(item.params, seed=None), []).append(item)
-        return list(groups.values())
+    def _params_key(params: SamplingParams) -> SamplingParams:
+        return replace(params, seed=None)  # a seed is per row (its own numbers), so seeded requests share a batch
 
-    async def _run_group(self, group: list[PendingRequest]) -> None:
-        params = group[0].params
-        flat = [(item, prompt, seed) for item in group for prompt, seed in zip(item.prompts, item.seeds)]
-        per_chunk = max(1, self.max_batch_size // params.n)
-        for start in range(0, len(flat), per_chunk):
-            chunk = flat[start : start + per_chunk]
-            prompts, seeds = [prompt for _, prompt, _ in chunk], [seed for _, _, seed in chunk]
-            rows = await asyncio.to_thread(self._generate_locked, prompts, params, seeds)
-            for index, (item, _, _) in enumerate(chunk):
-                item.results.extend(rows[index * params.n : (index + 1) * params.n])
-        for item in group:
-            item.future.set_result(item.results)
+    def _rows_of(self, item: PendingRequest) -> list[DecodeRow]:
+        """The prompt x n rows of one request, tagged with (request, result index), prompt-major."""
+        params, rows = item.params, []
+        item.results = [None] * (len(item.prompts) * params.n)
+        for index, (prompt, seed) in enumerate(zip(item.prompts, item.seeds)):
+            for j in range(params.n):
+                budget = min(params.max_tokens, self.max_model_len - len(prompt))
+                rows.append(
+                    DecodeRow(prompt, budget, self._uniforms(seed, j, budget, params), (item, index * params.n + j))
+                )
+        return rows
 
-    def _generate_locked(
-        self, prompts: list[list[int]], params: SamplingParams, seeds: Optional[list[Optional[int]]] = None
-    ) -> list[tuple]:
-        with self._model_lock, self.compute_clock("generate"):
-            return self.generate_batch(prompts, params, seeds)
-
-    def _row_uniforms(self, seeds: list[Optional[int]], params: SamplingParams, steps: int) -> Optional[torch.Tensor]:
-        """Uniform numbers [rows, steps] driving the sampling of each row when any prompt is seeded (None if not).
-
-        Sample j of a prompt seeded `s` draws its numbers from a generator seeded `s + j`; unseeded rows draw from
-        torch's global generator. One draw per row per batch keeps seeded sampling vectorised.
-        """
-        if params.temperature == 0 or all(seed is None for seed in seeds):
+    @staticmethod
+    def _uniforms(seed: Optional[int], sample: int, budget: int, params: SamplingParams) -> Optional[torch.Tensor]:
+        """Sample `sample` of a prompt seeded `seed` draws its numbers from a generator seeded `seed + sample`, so its
+        tokens do not depend on the batch it shares (None: drawn from torch's global generator when it joins)."""
+        if params.temperature == 0 or seed is None:
             return None
-        columns = [
-            torch.rand(steps) if seed is None else torch.rand(steps, generator=torch.Generator().manual_seed(seed + j))
-            for seed in seeds
-            for j in range(params.n)
-        ]
-        return torch.stack(columns).to(self.device)
+        return torch.rand(budget, generator=torch.Generator().manual_seed(seed + sample))
 
-    @torch.inference_mode()
+    async def _decode_continuously(self, items: list[PendingRequest], key: SamplingParams) -> None:
+        """Run one `DecodeBatch` until no row is live: between steps it takes queued requests with the same params
+        (unless a request with other params is waiting, or a weight update is), up to `max_batch_size` rows."""
+        backlog = [row for item in items for row in self._rows_of(item)]
+        live: dict[int, PendingRequest] = {id(item): item for item in items}
+        remaining = {id(item): len(item.results) for item in items}
+        batch = DecodeBatch(self.model, key, self._stop_ids(key), self.pad_token_id, self.tokenizer)
+        try:
+            while True:
+                others_waiting = any(self._params_key(item.params) != key for item in self._queue)
+                if not others_waiting and not self._weights_waiting:
+                    joining = [item for item in self._queue if self._params_key(item.params) == key]
+                    self._queue = [item for item in self._queue if self._params_key(item.params) != key]
+                    for item in joining:
+                        live[id(item)], remaining[id(item)] = item, len(item.prompts) * item.params.n
+                        backlog.extend(self._rows_of(item))
+                room = self.max_batch_size - len(batch) if batch.accepts_new_rows else 0
+                admitted, backlog = backlog[:room], backlog[room:]
+                if not admitted and not len(batch):
+                    return
+                for row in await self._in_model_thread(self._advance_locked, batch, admitted):
+                    item, index = row.tag
+                    item.results[index] = (self._text(row, item.params), row.tokens, row.logprobs, row.reason, row.tops)
+                    remaining[id(item)] -= 1
+                    if remaining[id(item)] == 0 and not item.future.done():
+                        item.future.set_result(item.results)
+                        live.pop(id(item))
+        except Exception as exc:  # a failing batch fails its own callers only
+            for item in live.values():
+                if not item.future.done():
+                    item.future.set_exception(exc)
+
+    async def _in_model_thread(self, function: Callable[..., T], *args: Any) -> T:
+        """Run `function` in the engine's own thread: decode steps never queue behind other work in asyncio's default
+        executor (an agent's tool calls, say), and the thread uses the torch thread count set where the engine runs."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                1, "skyrl-hf-engine", initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),)
+            )
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
+    def _stop_ids(self, params: SamplingParams) -> set[int]:
+        return set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_token_ids)
+
+    def _text(self, row: DecodeRow, params: SamplingParams) -> str:
+        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+        return trim_stop_string(text, params.stop, params.include_stop_str_in_output)
+
+    def _advance_locked(self, batch: DecodeBatch, admitted: list[DecodeRow]) -> list[DecodeRow]:
+        with self._model_lock, self.compute_clock("generate"):
+            batch.admit(admitted)
+            return batch.step()
+
     def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, seeds: Optional[list[Optional[int]]] = None
     ) -> list[tuple]:
-        """Decode one batch synchronously; returns (text, ids, logprobs, stop_reason, top_logprobs) per prompt x n,
+        """Decode `prompts` synchronously; returns (text, ids, logprobs, stop_reason, top_logprobs) per prompt x n,
         prompt-major (`top_logprobs`: per generated token, `params.top_logprobs` `(token_id, logprob)` pairs).
 
-        Rows advance in lockstep, so step k writes column k of preallocated token/logprob buffers; stop tokens and
-        budgets are checked as tensors, and only stop strings need per-row text. `seeds` (one per prompt, default
-        `params.seed`) give sample j of a prompt its own generator seeded `seed + j`, so its tokens do not depend on
-        the batch it shares.
+        At most `max_batch_size` rows decode at once; a finished row's place goes to the next waiting one. `seeds`
+        (one per prompt, default `params.seed`) give sample j of a prompt its own generator seeded `seed + j`, so its
+        tokens do not depend on the batch it shares.
         """
-        rows = [prompt for prompt in prompts for _ in range(params.n)]
-        count, device = len(rows), self.device
         seeds = list(seeds) if seeds is not None else [params.seed] * len(prompts)
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((count, width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((count, width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            input_ids[i, width - len(row) :] = torch.tensor(row)
-            attention[i, width - len(row) :] = 1
-        budgets = torch.tensor([min(params.max_tokens, self.max_model_len - len(r)) for r in rows], device=device)
-        steps = int(budgets.max())
-        uniforms = self._row_uniforms(seeds, params, steps)
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        attention = torch.cat([attention, attention.new_ones((count, steps))], dim=1)  # grown by slicing, not concat
-        positions = (attention[:, :width].cumsum(-1) - 1).clamp(min=0)
-        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_token_ids)
-        stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
-        out_tokens = torch.zeros((count, steps), dtype=torch.long, device=device)
-        out_logprobs = torch.zeros((count, steps), dtype=torch.float32, device=device)
-        k = min(params.top_logprobs, int(self.model.config.vocab_size))
-        out_top_ids = torch.zeros((count, steps, k), dtype=torch.long, device=device)
-        out_top_logprobs = torch.zeros((count, steps, k), dtype=torch.float32, device=device)
-        seen = self._seen_tokens(rows, params)
-        lengths = torch.zeros(count, dtype=torch.long, device=device)
-        reasons: list[Optional[str]] = [None] * count
-        stop_strings = StopChecker(params, set(), params.max_tokens) if params.stop else None
-        cache = DynamicCache(config=self.model.config)
-        logits = self.model(
-            input_ids=input_ids,
-            attention_mask=attention[:, :width],
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-        ).logits[:, -1, :]
-        next_positions = positions[:, -1] + 1
-        alive = torch.arange(count, device=device)  # original row of each live batch position
-        for step in range(steps):
-            live_seen = None if seen is None else seen[alive]
-            tokens, logprobs = sample_next_tokens(
-                logits, params, uniforms=None if uniforms is None else uniforms[alive, step], seen=live_seen
-            )
-            out_tokens[alive, step] = tokens
-            out_logprobs[alive, step] = logprobs.float()
-            if k > 0:
-                top_values, top_ids = top_logprobs(logits, params, k, live_seen)
-                out_top_ids[alive, step] = top_ids
-                out_top_logprobs[alive, step] = top_values
-            if seen is not None:
-                seen[alive, tokens] = True
-            lengths[alive] = step + 1
-            stopped = (
-                torch.isin(tokens, stop_tensor) if stop_tensor.numel() else torch.zeros_like(tokens, dtype=torch.bool)
-            )
-            if stop_strings is not None:
-                for j, row in enumerate(alive.tolist()):
-                    if not stopped[j] and stop_strings.check([], self.tokenizer.decode(out_tokens[row, : step + 1])):
-                        stopped[j] = True
-            exhausted = budgets[alive] <= step + 1
-            finished = stopped | exhausted
-            if bool(finished.any()):
-                for j in finished.nonzero().flatten().tolist():
-                    reasons[int(alive[j])] = "stop" if bool(stopped[j]) else "length"
-                keep = (~finished).nonzero().flatten()
-                if keep.numel() == 0:
-                    break
-                cache.batch_select_indices(keep)
-                alive, tokens, next_positions = alive[keep], tokens[keep], next_positions[keep]
-                attention = attention[keep]  # live rows only, like the cache; columns below are a view
-            logits = self.model(
-                input_ids=tokens.unsqueeze(1),
-                attention_mask=attention[:, : width + step + 1],
-                position_ids=next_positions.unsqueeze(1),
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1, :]
-            next_positions = next_positions + 1
-        results = []
-        token_lists, logprob_lists = out_tokens.tolist(), out_logprobs.tolist()
-        top_id_lists, top_logprob_lists = out_top_ids.tolist(), out_top_logprobs.tolist()
-        for row, length in enumerate(lengths.tolist()):
-            ids = token_lists[row][:length]
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            text = trim_stop_string(text, params.stop, params.include_stop_str_in_output)
-            tops = (
-                [
-                    list(zip(top_id_lists[row][step], top_logprob_lists[row][step], strict=True))
-                    for step in range(length)
-                ]
-                if k > 0
-                else []
-            )
-            results.append((text, ids, logprob_lists[row][:length], reasons[row] or "length", tops))
+        rows = []
+        for index, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
+            for j in range(params.n):
+                budget = min(params.max_tokens, self.max_model_len - len(prompt))
+                rows.append(
+                    DecodeRow(list(prompt), budget, self._uniforms(seed, j, budget, params), index * params.n + j)
+                )
+        results: list[Optional[tuple]] = [None] * len(rows)
+        batch = DecodeBatch(self.model, params, self._stop_ids(params), self.pad_token_id, self.tokenizer)
+        with self._model_lock, self.compute_clock("generate"):
+            while rows or len(batch):
+                room = self.max_batch_size - len(batch) if batch.accepts_new_rows else 0
+                batch.admit(rows[:room])
+                rows = rows[room:]
+                for row in batch.step():
+                    results[row.tag] = (self._text(row, params), row.tokens, row.logprobs, row.reason, row.tops)
         return results
-
-    def _seen_tokens(self, rows: list[list[int]], params: SamplingParams) -> Optional[torch.Tensor]:
-        """Bool [rows, vocab] marking each row's prompt tokens, for the repetition penalty (None when it is off)."""
-        if params.repetition_penalty == 1.0:
-            return None
-        vocab = int(self.model.config.vocab_size)  # the width of the logits
-        seen = torch.zeros((len(rows), vocab), dtype=torch.bool, device=self.device)
-        for index, row in enumerate(rows):
-            seen[index, torch.tensor(row, dtype=torch.long, device=self.device)] = True
-        return seen
 
     # ----- lifecycle --------------------------------------------------------------------------------------------
     async def sleep(self, level: int = 1) -> None:
@@ -290,8 +248,17 @@ class HFInferenceEngine(QueuedEngine):
         await self.resume()
 
     async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Copy new values into the named parameters/buffers and serve them as `version`."""
-        await asyncio.to_thread(self._update_weights_locked, list(named_tensors), version)
+        """Copy new values into the named parameters/buffers and serve them as `version`.
+
+        Requests being decoded finish with the weights they started with (no new request joins them meanwhile), so
+        every completion comes from one version; queued requests then decode with the new weights."""
+        self._weights_waiting += 1
+        try:
+            while self._decoding:
+                await asyncio.sleep(0.001)
+            await self._in_model_thread(self._update_weights_locked, list(named_tensors), version)
+        finally:
+            self._weights_waiting -= 1
 
     def _update_weights_locked(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
         with self._model_lock:
@@ -342,3 +309,5 @@ class HFInferenceEngine(QueuedEngine):
     async def teardown(self) -> None:
         """Refuse further calls."""
         self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)

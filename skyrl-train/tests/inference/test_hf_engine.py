@@ -6,6 +6,7 @@ import asyncio
 import pytest
 import torch
 
+from skyrl_train.inference.hf_decode import DecodeBatch
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
@@ -35,6 +36,20 @@ def _prompts(tokenizer, count=4):
 
 def _ids(rendered):
     return list(rendered["input_ids"]) if hasattr(rendered, "keys") else list(rendered)
+
+
+def admissions(monkeypatch) -> list[int]:
+    """The number of rows each `DecodeBatch.admit` call prefilled (recorded as the engine runs)."""
+    sizes: list[int] = []
+    admit = DecodeBatch.admit
+
+    def recording_admit(self, rows):
+        if rows:
+            sizes.append(len(rows))
+        return admit(self, rows)
+
+    monkeypatch.setattr(DecodeBatch, "admit", recording_admit)
+    return sizes
 
 
 def _run(engine, **kwargs):
@@ -98,17 +113,10 @@ def test_prompt_longer_than_context_is_rejected(tokenizer, model):
     assert len(near_limit.response_ids[0]) <= 2 and near_limit.stop_reasons[0] in ("length", "stop")
 
 
-def test_concurrent_calls_share_batches_and_keep_their_own_results(tokenizer, model):
+def test_concurrent_calls_share_batches_and_keep_their_own_results(tokenizer, model, monkeypatch):
     engine = HFInferenceEngine(model, tokenizer, batch_wait_s=0.01)
     prompts = [_ids(p) for p in _prompts(tokenizer, 6)]
-    calls = []
-    original = engine.generate_batch
-
-    def spy(batch, params, seeds=None):
-        calls.append(len(batch))
-        return original(batch, params, seeds)
-
-    engine.generate_batch = spy
+    calls = admissions(monkeypatch)
     params = SamplingParams(max_tokens=6, temperature=0)
 
     async def many():
@@ -117,9 +125,9 @@ def test_concurrent_calls_share_batches_and_keep_their_own_results(tokenizer, mo
         )
 
     outputs = asyncio.run(many())
+    assert calls == [6]  # six concurrent requests decoded as one batch
     together = _run(HFInferenceEngine(model, tokenizer), prompt_token_ids=prompts, sampling_params=params)
     assert [o.response_ids[0] for o in outputs] == together.response_ids
-    assert calls == [6]  # six concurrent requests decoded as one batch
 
 
 def test_update_weights_bumps_version_and_changes_output(tokenizer, model):
@@ -187,7 +195,7 @@ def test_pause_holds_new_calls_until_resume(tokenizer, model):
     assert held and len(out.response_ids[0]) >= 1
 
 
-def test_seeded_requests_sample_the_same_tokens_alone_or_batched(tokenizer, model):
+def test_seeded_requests_sample_the_same_tokens_alone_or_batched(tokenizer, model, monkeypatch):
     engine = HFInferenceEngine(model, tokenizer, batch_wait_s=0.01)
     prompts = [_ids(p) for p in _prompts(tokenizer, 4)]
 
@@ -210,11 +218,7 @@ def test_seeded_requests_sample_the_same_tokens_alone_or_batched(tokenizer, mode
     assert len({tuple(ids) for ids in alone}) > 1  # different seeds really sample differently
 
     # one call carrying a seed per prompt decodes as one batch and samples what the separate calls sampled
-    batches = []
-    original = engine.generate_batch
-    engine.generate_batch = lambda batch, *args, **kwargs: (
-        batches.append(len(batch)) or original(batch, *args, **kwargs)
-    )
+    batches = admissions(monkeypatch)
     one_call = _run(engine, prompt_token_ids=prompts, sampling_params=params(None), seeds=[10, 11, 12, 13])
     assert one_call.response_ids == alone and batches == [4]
     with pytest.raises(ValueError, match="3 seeds for 4 prompts"):

@@ -1,0 +1,235 @@
+"""Continuous batching for the `hf` engine: `DecodeBatch` holds the rows decoding together over one KV cache.
+
+Rows join between decode steps (their prompts are prefilled on their own, then their cache is left-padded and
+stacked with the batch's) and leave as soon as they stop, so a caller whose completion is done gets it at once and a
+request that arrives mid-decode starts at the next step instead of waiting for the whole batch. Every row carries its
+own positions, attention columns, budget and sampling numbers, so its tokens do not depend on the rows it shares the
+batch with (up to float summation order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch.nn import functional
+from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from skyrl_train.inference.sampling import sample_next_tokens, top_logprobs
+from skyrl_train.inference.stopping import StopChecker
+from skyrl_train.inference.types import SamplingParams
+
+
+@dataclass
+class DecodeRow:
+    """One sequence to generate and what it generated so far.
+
+    `uniforms` ([budget] in [0, 1)) drive its sampling (inverse CDF), None when greedy; `tag` is the caller's.
+    `reason` is set ("stop" or "length") when the row finished.
+    """
+
+    prompt: list[int]
+    budget: int
+    uniforms: Optional[torch.Tensor] = None
+    tag: Any = None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    tops: list[list[tuple[int, float]]] = field(default_factory=list)
+    reason: Optional[str] = None
+
+
+def _left_pad_columns(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """Zero-pad `tensor` on the left of `dim` up to `width`."""
+    missing = width - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    pad = [0, 0] * (tensor.dim() - 1 - dim % tensor.dim()) + [missing, 0]
+    return functional.pad(tensor, pad)
+
+
+class DecodeBatch:
+    """Rows sampled with one set of `SamplingParams` (seeds aside), decoding one token per `step()`.
+
+    `admit(rows)` prefills new rows and adds them (between steps); `step()` samples the next token of every live
+    row, returns the rows that finished (removed from the batch) and runs the model once for the rest.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        params: SamplingParams,
+        stop_ids: set[int],
+        pad_token_id: int,
+        tokenizer: Any,
+    ) -> None:
+        self.model = model
+        self.params = params
+        self.pad_token_id = pad_token_id
+        self.tokenizer = tokenizer
+        self.device = next(model.parameters()).device
+        self.stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
+        self.top_k = min(params.top_logprobs, int(model.config.vocab_size))
+        self.stop_strings = StopChecker(params, set(), params.max_tokens) if params.stop else None
+        self.rows: list[DecodeRow] = []
+        self.cache: Optional[DynamicCache] = None
+        self.attention: Optional[torch.Tensor] = None  # [rows, cache columns]: 1 where a row has a real token
+        self.positions: Optional[torch.Tensor] = None  # [rows]: the position of the token fed next
+        self.logits: Optional[torch.Tensor] = None  # [rows, vocab]: what the next token is sampled from
+        self.seen: Optional[torch.Tensor] = None  # [rows, vocab] for the repetition penalty, else None
+        self.uniforms: Optional[torch.Tensor] = None  # [rows, longest budget], None when greedy
+        self.generated: Optional[torch.Tensor] = None  # [rows]: tokens generated so far (the uniforms' column)
+        self.joinable = True
+        """False when the model's cache is not a plain dynamic one (e.g. sliding windows): rows join only while the
+        batch is empty."""
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def accepts_new_rows(self) -> bool:
+        """Whether `admit` may be called now."""
+        return self.joinable or not self.rows
+
+    # ----- joining ------------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def admit(self, rows: list[DecodeRow]) -> None:
+        """Prefill `rows` and add them to the batch (their first token is sampled by the next `step`)."""
+        if not rows:
+            return
+        if not self.accepts_new_rows:
+            raise RuntimeError("this model's KV cache cannot take rows mid-decode; wait for the batch to finish")
+        width = max(len(row.prompt) for row in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for index, row in enumerate(rows):
+            input_ids[index, width - len(row.prompt) :] = torch.tensor(row.prompt)
+            attention[index, width - len(row.prompt) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+        ).logits[:, -1, :]
+        seen = self._seen_tokens(rows)
+        uniforms = self._stack_uniforms(rows)
+        if not self.rows:
+            self.rows, self.cache, self.attention, self.logits = list(rows), cache, attention, logits
+            self.positions, self.seen, self.uniforms = positions[:, -1] + 1, seen, uniforms
+            self.generated = torch.zeros(len(rows), dtype=torch.long, device=self.device)
+            self.joinable = all(type(layer) is DynamicLayer for layer in cache.layers)
+            return
+        columns = max(self.attention.shape[1], width)
+        for old, new in zip(self.cache.layers, cache.layers, strict=True):
+            old.keys = torch.cat([_left_pad_columns(old.keys, columns, -2), _left_pad_columns(new.keys, columns, -2)])
+            old.values = torch.cat(
+                [_left_pad_columns(old.values, columns, -2), _left_pad_columns(new.values, columns, -2)]
+            )
+        self.attention = torch.cat(
+            [_left_pad_columns(self.attention, columns, 1), _left_pad_columns(attention, columns, 1)]
+        )
+        self.logits = torch.cat([self.logits, logits])
+        self.positions = torch.cat([self.positions, positions[:, -1] + 1])
+        self.generated = torch.cat([self.generated, self.generated.new_zeros(len(rows))])
+        if self.seen is not None:
+            self.seen = torch.cat([self.seen, seen])
+        if self.uniforms is not None:
+            longest = max(self.uniforms.shape[1], uniforms.shape[1])
+            self.uniforms = torch.cat(
+                [
+                    functional.pad(self.uniforms, (0, longest - self.uniforms.shape[1])),
+                    functional.pad(uniforms, (0, longest - uniforms.shape[1])),
+                ]
+            )
+        self.rows.extend(rows)
+
+    def _seen_tokens(self, rows: list[DecodeRow]) -> Optional[torch.Tensor]:
+        """Bool [rows, vocab] marking each row's prompt tokens (None when the repetition penalty is off)."""
+        if self.params.repetition_penalty == 1.0:
+            return None
+        seen = torch.zeros((len(rows), int(self.model.config.vocab_size)), dtype=torch.bool, device=self.device)
+        for index, row in enumerate(rows):
+            seen[index, torch.tensor(row.prompt, dtype=torch.long, device=self.device)] = True
+        return seen
+
+    def _stack_uniforms(self, rows: list[DecodeRow]) -> Optional[torch.Tensor]:
+        if self.params.temperature == 0:
+            return None
+        longest = max(row.budget for row in rows)
+        stacked = torch.zeros((len(rows), longest))
+        for index, row in enumerate(rows):
+            numbers = row.uniforms if row.uniforms is not None else torch.rand(row.budget)
+            stacked[index, : row.budget] = numbers[: row.budget]
+        return stacked.to(self.device)
+
+    # ----- decoding -----------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self) -> list[DecodeRow]:
+        """Sample one token for every live row; return the rows that finished (they leave the batch)."""
+        if not self.rows:
+            return []
+        count = len(self.rows)
+        rows_index = torch.arange(count, device=self.device)
+        uniforms = None if self.uniforms is None else self.uniforms[rows_index, self.generated]
+        tokens, logprobs = sample_next_tokens(self.logits, self.params, uniforms=uniforms, seen=self.seen)
+        if self.top_k > 0:
+            top_values, top_ids = top_logprobs(self.logits, self.params, self.top_k, self.seen)
+            top_pairs = [list(zip(i, v, strict=True)) for i, v in zip(top_ids.tolist(), top_values.tolist())]
+        if self.seen is not None:
+            self.seen[rows_index, tokens] = True
+        self.generated += 1
+        stopped = torch.isin(tokens, self.stop_tensor).tolist() if self.stop_tensor.numel() else [False] * count
+        keep: list[int] = []
+        finished: list[DecodeRow] = []
+        for index, (row, token, logprob) in enumerate(zip(self.rows, tokens.tolist(), logprobs.float().tolist())):
+            row.tokens.append(token)
+            row.logprobs.append(logprob)
+            if self.top_k > 0:
+                row.tops.append(top_pairs[index])
+            stop = stopped[index] or (
+                self.stop_strings is not None and self.stop_strings.check([], self.tokenizer.decode(row.tokens))
+            )
+            if stop or len(row.tokens) >= row.budget:
+                row.reason = "stop" if stop else "length"
+                finished.append(row)
+            else:
+                keep.append(index)
+        if not keep:
+            self._clear()
+            return finished
+        if finished:
+            self._select(torch.tensor(keep, device=self.device))
+            tokens = tokens[keep]
+        self.attention = torch.cat([self.attention, self.attention.new_ones((len(keep), 1))], dim=1)
+        self.logits = self.model(
+            input_ids=tokens.unsqueeze(1),
+            attention_mask=self.attention,
+            position_ids=self.positions.unsqueeze(1),
+            past_key_values=self.cache,
+            use_cache=True,
+        ).logits[:, -1, :]
+        self.positions = self.positions + 1
+        return finished
+
+    def _select(self, keep: torch.Tensor) -> None:
+        """Keep the rows at `keep`; drop the cache columns no remaining row attends to (left padding)."""
+        self.rows = [self.rows[index] for index in keep.tolist()]
+        self.cache.batch_select_indices(keep)
+        self.attention, self.logits, self.positions = self.attention[keep], self.logits[keep], self.positions[keep]
+        self.generated = self.generated[keep]
+        if self.seen is not None:
+            self.seen = self.seen[keep]
+        if self.uniforms is not None:
+            self.uniforms = self.uniforms[keep]
+        if self.joinable:
+            first = int(self.attention.any(dim=0).nonzero()[0])
+            if first > 0:
+                self.attention = self.attention[:, first:]
+                for layer in self.cache.layers:
+                    layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+
+    def _clear(self) -> None:
+        self.rows, self.cache, self.attention, self.positions = [], None, None, None
+        self.logits = self.seen = self.uniforms = self.generated = None
+        self.joinable = True

@@ -1,0 +1,149 @@
+"""Continuous batching in the hf engine: rows that join a running decode (cache left-padded and stacked) or leave it
+early sample what they would alone, finished requests return while others still decode, a weight update lets the
+running decode finish on the old weights, and `max_batch_size` refills freed places."""
+
+import asyncio
+
+import pytest
+import torch
+
+from skyrl_train.inference.hf_decode import DecodeBatch, DecodeRow
+from skyrl_train.inference.hf_engine import HFInferenceEngine
+from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer
+
+LOGPROB_TOLERANCE = 1e-4  # fp32: left padding changes the summation order of attention, nothing else
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_tiny_model(TinyModelSpec(size=2), seed=0)
+
+
+def prompt_ids(tokenizer, text: str) -> list[int]:
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+    return list(rendered["input_ids"]) if hasattr(rendered, "keys") else list(rendered)
+
+
+def alone(model, tokenizer, prompt, params, budget, uniforms=None) -> DecodeRow:
+    """Decode one row in a batch of its own."""
+    batch = DecodeBatch(model, params, set(), tokenizer.pad_token_id, tokenizer)
+    row = DecodeRow(prompt, budget, uniforms)
+    batch.admit([row])
+    while len(batch):
+        batch.step()
+    return row
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_rows_joining_mid_decode_sample_what_they_would_alone(model, tokenizer, temperature):
+    params = SamplingParams(max_tokens=12, temperature=temperature, ignore_eos=True)
+    short, long = prompt_ids(tokenizer, "1+1?"), prompt_ids(tokenizer, "What is 12345 + 67890 - 4444 + 3?")
+    numbers = [torch.rand(12, generator=torch.Generator().manual_seed(seed)) for seed in range(3)]
+    expected = [alone(model, tokenizer, p, params, 12, u) for p, u in zip([short, long, short], numbers)]
+
+    batch = DecodeBatch(model, params, set(), tokenizer.pad_token_id, tokenizer)
+    rows = [DecodeRow(p, 12, u) for p, u in zip([short, long, short], numbers)]
+    batch.admit([rows[0]])
+    for _ in range(3):
+        batch.step()
+    batch.admit([rows[1]])  # a longer prompt: the running row's cache is left-padded to its width
+    for _ in range(4):
+        batch.step()
+    batch.admit([rows[2]])  # a shorter prompt: its own cache is left-padded to the batch's width
+    while len(batch):
+        batch.step()
+    for row, reference in zip(rows, expected):
+        assert row.tokens == reference.tokens and row.reason == "length"
+        assert row.logprobs == pytest.approx(reference.logprobs, abs=LOGPROB_TOLERANCE)
+
+
+def test_finished_rows_leave_and_the_left_padding_they_needed_goes_with_them(model, tokenizer):
+    params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
+    short, long = prompt_ids(tokenizer, "1+1?"), prompt_ids(tokenizer, "What is 12345 + 67890 - 4444 + 3?")
+    expected = alone(model, tokenizer, short, params, 20)
+    batch = DecodeBatch(model, params, set(), tokenizer.pad_token_id, tokenizer)
+    rows = [DecodeRow(short, 20), DecodeRow(long, 2)]
+    batch.admit(rows)
+    assert batch.attention.shape[1] == len(long)
+    finished = [batch.step(), batch.step()]
+    assert finished == [[], [rows[1]]] and len(batch) == 1
+    assert batch.attention.shape[1] == len(short) + 2  # the columns only the long prompt used are gone
+    assert all(layer.keys.shape[-2] == len(short) + 2 for layer in batch.cache.layers)
+    while len(batch):
+        batch.step()
+    assert rows[0].tokens == expected.tokens
+
+
+def test_a_request_that_arrives_mid_decode_joins_it_and_a_short_one_returns_first(model, tokenizer, monkeypatch):
+    engine = HFInferenceEngine(model, tokenizer, max_model_len=100)
+    params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    long_prompt = prompt_ids(tokenizer, "Tell me a story.")
+    near_limit = prompt_ids(tokenizer, "x" * (96 - len(long_prompt)) + "Tell me a story.")  # budget 100 - 96
+    admitted, steps = [], []
+    admit, step = DecodeBatch.admit, DecodeBatch.step
+    monkeypatch.setattr(
+        DecodeBatch, "admit", lambda self, rows: (admitted.append((len(steps), len(rows))), admit(self, rows))[1]
+    )
+    monkeypatch.setattr(DecodeBatch, "step", lambda self: (steps.append(len(self)), step(self))[1])
+    finished_order = []
+
+    async def call(prompt, delay):
+        await asyncio.sleep(delay)
+        out = await engine.generate(InferenceEngineInput(prompt_token_ids=[prompt], sampling_params=params))
+        finished_order.append(prompt is near_limit)
+        return out
+
+    async def both():
+        first = asyncio.create_task(call(long_prompt, 0))
+        while len(steps) < 5:  # the first request is decoding
+            await asyncio.sleep(0.001)
+        second = await call(near_limit, 0)
+        return await first, second
+
+    first, second = asyncio.run(both())
+    assert len(first.response_ids[0]) == 40 and len(second.response_ids[0]) == 4
+    joined_at = [at for at, count in admitted if count][1]
+    assert 5 <= joined_at < 40 and max(steps) == 2  # joined the running batch instead of waiting for it to end
+    assert finished_order == [True, False]  # the short completion came back while the long one still decoded
+    assert first.response_ids[0] == engine.generate_batch([long_prompt], params)[0][1]
+
+
+def test_a_weight_update_waits_for_the_running_decode_and_later_requests_use_it(tokenizer):
+    engine = HFInferenceEngine(build_tiny_model(TinyModelSpec(size=2), seed=0), tokenizer)
+    params = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
+    prompt = prompt_ids(tokenizer, "Tell me a story.")
+    old = engine.generate_batch([prompt], params)[0][2]  # logprobs: they tell the two models apart
+    new_weights = list(build_tiny_model(TinyModelSpec(size=2), seed=7).state_dict().items())
+    new = HFInferenceEngine(build_tiny_model(TinyModelSpec(size=2), seed=7), tokenizer).generate_batch([prompt], params)
+    assert new[0][2] != pytest.approx(old, abs=1e-3)
+
+    async def scenario():
+        request = InferenceEngineInput(prompt_token_ids=[prompt], sampling_params=params)
+        running = asyncio.create_task(engine.generate(request))
+        while not engine._decoding:
+            await asyncio.sleep(0.001)
+        await engine.update_weights(new_weights, version=1)
+        return await running, await engine.generate(request)
+
+    during, after = asyncio.run(scenario())
+    assert during.response_logprobs[0] == pytest.approx(old, abs=LOGPROB_TOLERANCE) and during.weight_version == 0
+    assert after.response_logprobs[0] == pytest.approx(new[0][2], abs=LOGPROB_TOLERANCE) and after.weight_version == 1
+
+
+def test_max_batch_size_refills_freed_places_and_keeps_each_rows_result(model, tokenizer, monkeypatch):
+    params = SamplingParams(max_tokens=8, temperature=0)
+    prompts = [prompt_ids(tokenizer, f"What is {i}+{7 * i}?") for i in range(5)]
+    wide = HFInferenceEngine(model, tokenizer).generate_batch(prompts, params)
+    admitted = []
+    admit = DecodeBatch.admit
+    monkeypatch.setattr(DecodeBatch, "admit", lambda self, rows: (admitted.append(len(rows)), admit(self, rows))[1])
+    narrow = HFInferenceEngine(model, tokenizer, max_batch_size=2).generate_batch(prompts, params)
+    assert [row[1] for row in narrow] == [row[1] for row in wide]
+    assert admitted[0] == 2 and sum(admitted) == 5 and max(admitted) <= 2
