@@ -20,6 +20,8 @@ import random
 import time
 from typing import Any
 
+import torch
+
 from skyrl_agent import AgentRunner, SkyRLTrainBackend
 from skyrl_agent.registry import TASKS, register_task
 from skyrl_agent.tasks.arithmetic import ToolArithmeticTask, evaluate_expression
@@ -109,12 +111,20 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=16, help="max_parallel_tools (async_pipeline)")
     parser.add_argument("--max-delay", type=float, default=0.8, help="tool wait drawn from 0.05 s to this")
     parser.add_argument(
+        "--engine-threads",
+        type=int,
+        default=1,
+        help="torch threads of the engine (1 default: the tools' processes need the other core; two threads that "
+        "wait on each other while a tool holds a core make every decode step slower)",
+    )
+    parser.add_argument(
         "--long-tail",
         action="store_true",
         help="waits of 0.05 s, or --max-delay for one call in six, instead of uniform",
     )
     args = parser.parse_args()
     SandboxedCalc.max_delay_s, SandboxedCalc.long_tail = args.max_delay, args.long_tail
+    torch.set_num_threads(args.engine_threads)
     if "sandboxed_arithmetic_bench" not in TASKS:
         register_task("sandboxed_arithmetic_bench")(SandboxedArithmetic)
     model_dir = str(get_agent_model(AgentWarmStartSettings()))
@@ -122,7 +132,8 @@ def main() -> None:
     print(
         f"agent_dispatch: {args.instances} trajectories per dispatcher, max_parallel_agents={args.width}, "
         f"max_parallel_tools={args.tools}, tool wait 0.05-{args.max_delay:g} s "
-        f"({'long tail' if args.long_tail else 'uniform'}) in the sandbox, {os.cpu_count()} CPUs"
+        f"({'long tail' if args.long_tail else 'uniform'}) in the sandbox, {os.cpu_count()} CPUs, "
+        f"{torch.get_num_threads()} engine thread(s)"
     )
     results = {kind: run_once(kind, model_dir, rows, args.width, args.tools) for kind in DISPATCHERS}
     baseline = results["batch"]["traj_per_s"]

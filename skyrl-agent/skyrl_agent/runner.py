@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -17,6 +18,9 @@ from skyrl_agent.registry import AGENTS, TASKS, TOOL_GROUPS, load_builtins
 from skyrl_agent.trajectory import AgentTrajectory
 from skyrl_train.generators.chat import ObservationRenderer
 from skyrl_train.inference.types import SamplingParams
+
+MAX_TOOL_THREADS = 256
+"""The most threads a run's tool calls get (each waits on a process, a server or a file; few use a core)."""
 
 
 @dataclass
@@ -74,13 +78,21 @@ class AgentRunner:
     ) -> list[AgentTrajectory]:
         """One trajectory per `(instance, index, seed)` with these turn sampling params, at most `width` agents in
         flight (the dispatcher's meaning of it); in the order of `specs`. Instances are not checked here."""
-        ctx = AgentContext(
-            self.cfg, self.task, self.backend, self.tokenizer, self.renderer, params, self.extra_tool_groups
-        )
-        agents = [self.agent_cls(ctx, instance, index, seed) for instance, index, seed in specs]
         dispatcher = self.cfg.dispatcher
-        progress = Progress(len(agents), dispatcher.progress, f"agents ({dispatcher.type})")
-        return await dispatch(dispatcher.type, agents, width, dispatcher.max_parallel_tools, progress)
+        # Tool calls get threads of their own, as many as can run at once: in asyncio's default executor (a few
+        # threads per core) slow tools would queue behind each other and behind anything else that uses it.
+        stages = dispatcher.max_parallel_tools if dispatcher.type == "async_pipeline" else width
+        tool_threads = min(MAX_TOOL_THREADS, stages * self.cfg.agent.max_tool_calls_per_turn)
+        executor = ThreadPoolExecutor(tool_threads, thread_name_prefix="skyrl-agent-tools")
+        ctx = AgentContext(
+            self.cfg, self.task, self.backend, self.tokenizer, self.renderer, params, self.extra_tool_groups, executor
+        )
+        try:
+            agents = [self.agent_cls(ctx, instance, index, seed) for instance, index, seed in specs]
+            progress = Progress(len(agents), dispatcher.progress, f"agents ({dispatcher.type})")
+            return await dispatch(dispatcher.type, agents, width, dispatcher.max_parallel_tools, progress)
+        finally:
+            executor.shutdown(wait=False)  # a tool abandoned at its timeout must not hold the run up
 
     def run(self, batch: list[dict[str, Any]], val_mode: bool = False, seed: Optional[int] = None) -> RunResult:
         """`arun` from synchronous code (inside a running event loop, await `arun` instead)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -24,15 +25,16 @@ class ToolCallRecord:
 
 class ToolRunner:
     """The tool groups of one trajectory. Tools are shown under their bare names when no two groups share one
-    (`group__tool` otherwise); a call runs in a worker thread and is abandoned with an error observation after
-    `timeout_s` (Python cannot stop a thread: a tool that may hang should bound itself, as the sandboxed `python`
-    tool does)."""
+    (`group__tool` otherwise); a call runs in a thread of `executor` (asyncio's default one when None) and is
+    abandoned with an error observation after `timeout_s` (Python cannot stop a thread: a tool that may hang should
+    bound itself, as the sandboxed `python` tool does)."""
 
-    def __init__(self, groups: list[ToolGroup], timeout_s: float) -> None:
+    def __init__(self, groups: list[ToolGroup], timeout_s: float, executor: Optional[Executor] = None) -> None:
         self.toolbox = Toolbox()
         for group in groups:
             self.toolbox.add_group(group)
         self.timeout_s = timeout_s
+        self.executor = executor
 
     def schemas(self) -> list[dict[str, Any]]:
         """Every tool in the chat-template format."""
@@ -51,9 +53,10 @@ class ToolRunner:
         if parsed.error:
             return ToolCallRecord(parsed.name, parsed.arguments, False, f"Error: {parsed.error}", 0.0, parsed.error)
         try:
-            result = await asyncio.wait_for(
-                asyncio.to_thread(self.toolbox.call, parsed.name, parsed.arguments), timeout=self.timeout_s
+            running = asyncio.get_running_loop().run_in_executor(
+                self.executor, self.toolbox.call, parsed.name, parsed.arguments
             )
+            result = await asyncio.wait_for(running, timeout=self.timeout_s)
         except TimeoutError:
             error = f"tool {parsed.name!r} timed out after {self.timeout_s:g} s"
             return ToolCallRecord(

@@ -10,6 +10,7 @@ pending calls and adds their observation, `evaluate` scores the trajectory. The 
 from __future__ import annotations
 
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
@@ -26,8 +27,8 @@ from skyrl_train.inference.types import SamplingParams
 
 @dataclass
 class AgentContext:
-    """What every agent of a run shares: config, task, backend, tokenizer, the observation renderer and the turn
-    sampling params."""
+    """What every agent of a run shares: config, task, backend, tokenizer, the observation renderer, the turn
+    sampling params, and the threads tool calls run in (None: asyncio's default executor)."""
 
     cfg: AgentRunConfig
     task: Task
@@ -36,6 +37,7 @@ class AgentContext:
     renderer: ObservationRenderer
     params: SamplingParams
     extra_tool_groups: list[Any]
+    tool_executor: Optional[Executor] = None
 
 
 class BaseAgent:
@@ -46,6 +48,7 @@ class BaseAgent:
         self.tools = ToolRunner(
             ctx.task.tool_groups(instance) + [factory() for factory in ctx.extra_tool_groups],
             ctx.cfg.agent.tool_timeout_s,
+            ctx.tool_executor,
         )
         self.messages: list[dict[str, Any]] = []
         self.trajectory = AgentTrajectory(str(instance["id"]), index, prompt_ids=[])
