@@ -14,12 +14,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import random
-import shutil
 import sys
 import time
-import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
@@ -33,7 +30,7 @@ from skyrl_agent.testing import ScriptedBackend
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
-from skyrl_train.recipes.embedded import _exclusive, cache_root
+from skyrl_train.recipes.embedded import build_cached, cache_root
 from skyrl_train.recipes.warm_start import answer_loss
 
 CODE_VERSION = 1
@@ -216,21 +213,11 @@ def get_agent_model(settings: Optional[AgentWarmStartSettings] = None, progress:
     """The embedded agent model's folder, built on first use (one builder at a time; a half-built one is never
     used)."""
     settings = settings or AgentWarmStartSettings()
-    target = agent_model_dir(settings)
-    if (target / DESCRIPTION_FILE).is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(target.parent / f".{target.name}.lock"):
-        if (target / DESCRIPTION_FILE).is_file():
-            return target
-        staging = target.with_name(f".building-{target.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        try:
-            build_agent_model(settings, staging, progress=progress)
-            shutil.rmtree(target, ignore_errors=True)
-            os.rename(staging, target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_cached(
+        agent_model_dir(settings),
+        lambda folder: (folder / DESCRIPTION_FILE).is_file(),
+        lambda folder: build_agent_model(settings, folder, progress=progress),
+    )
 
 
 def describe(directory: Path) -> dict[str, Any]:

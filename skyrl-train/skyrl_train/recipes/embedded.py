@@ -16,7 +16,7 @@ import platform
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
@@ -189,6 +189,28 @@ def _discard(path: Path) -> None:
         shutil.rmtree(doomed, ignore_errors=True)
 
 
+def build_cached(
+    target: Path, is_valid: Callable[[Path], bool], build: Callable[[Path], Any], rebuild: bool = False
+) -> Path:
+    """`target`, built by `build(folder)` unless `is_valid(target)` (or `rebuild`): one builder at a time (a file
+    lock next to it), built in a temporary folder and renamed into place, so a half-built entry is never used."""
+    if not rebuild and is_valid(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(target.parent / f".{target.name}.lock"):
+        if not rebuild and is_valid(target):  # another process built it meanwhile
+            return target
+        staging = target.with_name(f".building-{target.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            build(staging)
+            _discard(target)
+            os.rename(staging, target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 def get_embedded_model(
     settings: Optional[WarmStartSettings] = None, progress: bool = True, rebuild: bool = False
 ) -> Path:
@@ -198,19 +220,9 @@ def get_embedded_model(
     `rebuild=True` builds afresh even when the entry is valid.
     """
     settings = settings or WarmStartSettings()
-    target = embedded_model_dir(settings)
-    if not rebuild and cache_problem(target, settings) is None:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(target.parent / f".{target.name}.lock"):
-        if not rebuild and cache_problem(target, settings) is None:  # another process built it meanwhile
-            return target
-        staging = target.with_name(f".building-{target.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        try:
-            build_embedded_model(settings, staging, progress=progress)
-            _discard(target)
-            os.rename(staging, target)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_cached(
+        embedded_model_dir(settings),
+        lambda folder: cache_problem(folder, settings) is None,
+        lambda folder: build_embedded_model(settings, folder, progress=progress),
+        rebuild,
+    )
