@@ -38,6 +38,8 @@ class HFInferenceEngine(QueuedEngine):
         max_batch_size: most sequences decoded together (prompts x n).
         max_model_len: prompt + response limit; defaults to the model's max_position_embeddings.
         batch_wait_s: how long the first request waits for others before a batch starts (later ones join it).
+        admit_after_steps: the most decode steps a request that arrives mid-decode waits before joining (it joins
+            sooner once the waiting rows are as many as the live ones).
         lora_alpha: set when the trainer trains LoRA adapters: weight syncs may then send adapter tensors only (peft
             names), which are merged into this engine's copy of the base weights (`W + alpha / r * B @ A`).
     """
@@ -50,6 +52,7 @@ class HFInferenceEngine(QueuedEngine):
         max_model_len: Optional[int] = None,
         batch_wait_s: float = 0.002,
         lora_alpha: Optional[float] = None,
+        admit_after_steps: int = 4,
     ) -> None:
         super().__init__(
             tokenizer, max_model_len or int(getattr(model.config, "max_position_embeddings", 2048)), batch_wait_s
@@ -68,6 +71,7 @@ class HFInferenceEngine(QueuedEngine):
         self._decoding = 0  # decode loops running (update_weights waits for none)
         self._weights_waiting = 0  # update_weights calls waiting: no new request joins a decode meanwhile
         self._executor: Optional[ThreadPoolExecutor] = None
+        self.admit_after_steps = admit_after_steps
         self._asleep = False
         self._weights_discarded = False
         self._kept_buffers: dict[str, torch.Tensor] = {}
@@ -137,11 +141,15 @@ class HFInferenceEngine(QueuedEngine):
 
     async def _decode_continuously(self, items: list[PendingRequest], key: SamplingParams) -> None:
         """Run one `DecodeBatch` until no row is live: between steps it takes queued requests with the same params
-        (unless a request with other params is waiting, or a weight update is), up to `max_batch_size` rows."""
+        (unless a request with other params is waiting, or a weight update is), up to `max_batch_size` rows.
+
+        Waiting rows join a live batch once they are at least as many as its rows or have waited `admit_after_steps`
+        steps: each join is a prefill forward of its own, and on a small model a forward's fixed cost dominates."""
         backlog = [row for item in items for row in self._rows_of(item)]
         live: dict[int, PendingRequest] = {id(item): item for item in items}
         remaining = {id(item): len(item.results) for item in items}
         batch = DecodeBatch(self.model, key, self._stop_ids(key), self.pad_token_id, self.tokenizer)
+        waited = 0  # decode steps the oldest waiting row has waited
         try:
             while True:
                 others_waiting = any(self._params_key(item.params) != key for item in self._queue)
@@ -151,7 +159,10 @@ class HFInferenceEngine(QueuedEngine):
                     for item in joining:
                         live[id(item)], remaining[id(item)] = item, len(item.prompts) * item.params.n
                         backlog.extend(self._rows_of(item))
+                waited = waited + 1 if backlog and len(batch) else 0
                 room = self.max_batch_size - len(batch) if batch.accepts_new_rows else 0
+                if len(batch) and len(backlog) < len(batch) and waited < self.admit_after_steps:
+                    room = 0  # let a few more arrive: one prefill for several rows costs about what one row's does
                 admitted, backlog = backlog[:room], backlog[room:]
                 if not admitted and not len(batch):
                     return
