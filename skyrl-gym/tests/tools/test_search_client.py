@@ -2,6 +2,7 @@
 
 import json
 import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -208,3 +209,19 @@ def test_format_documents_hand_worked():
 def test_constructor_validates_settings(kwargs, field):
     with pytest.raises(ValueError, match=field):
         SearchToolGroup(**kwargs)
+
+
+def test_every_search_client_shares_one_ssl_context(monkeypatch):
+    """Building httpx's SSL context costs ~20 ms of CPU: it is built once, not once per env instance."""
+    import httpx
+
+    from skyrl_gym.tools import search
+
+    search.shared_ssl_context.cache_clear()
+    built = []
+    create = httpx.create_ssl_context
+    monkeypatch.setattr(httpx, "create_ssl_context", lambda *a, **k: built.append(1) or create(*a, **k))
+    groups = [SearchToolGroup(search_url="http://127.0.0.1:9") for _ in range(3)]
+    assert len(built) == 1 and isinstance(search.shared_ssl_context(), ssl.SSLContext)
+    for group in groups:
+        group._client.close()
