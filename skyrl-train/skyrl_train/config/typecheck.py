@@ -190,10 +190,20 @@ def build_dataclass(cls: type, data: Mapping[str, Any], path: str = "", root: ty
     return cls(**kwargs)
 
 
+KEYS_NAMED_DIFFERENTLY = {
+    "generator.type": "generator.workflow (a registered rollout workflow, e.g. generator.workflow=skyrl_agent)",
+}
+"""Keys that other frameworks (or older docs) use, mapped to the key that does that job here."""
+
+
 def unknown_key_error(cls: type, path: str, key: Any, root: type | None = None) -> UnknownConfigKeyError:
     """The error for key `key` that section `cls` (at `path`) lacks, with close matches and where else it lives."""
     names = list(field_types(cls))
     full_path = join_path(path, str(key))
+    if full_path in KEYS_NAMED_DIFFERENTLY:
+        return UnknownConfigKeyError(
+            f"unknown config key '{full_path}': here that job is done by {KEYS_NAMED_DIFFERENTLY[full_path]}."
+        )
     suggestions = [join_path(path, name) for name in difflib.get_close_matches(str(key), names, n=3, cutoff=0.6)]
     if not suggestions and root is not None:  # a key put in the wrong section: point to where it lives
         everywhere = list(iter_fields(root))

@@ -173,6 +173,11 @@ def test_unknown_key_without_a_close_match_lists_the_valid_keys():
         build("data.zzzz=1")
 
 
+def test_a_key_named_as_other_frameworks_name_it_points_to_ours():
+    with pytest.raises(UnknownConfigKeyError, match=r"'generator\.type'.*generator\.workflow=skyrl_agent"):
+        build("generator.type=skyrl_agent")
+
+
 def test_unknown_top_level_section():
     with pytest.raises(UnknownConfigKeyError, match=r"'generater'.*the top level.*Did you mean 'generator'"):
         build("generater.max_turns=2")
