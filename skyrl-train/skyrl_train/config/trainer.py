@@ -144,6 +144,11 @@ class TrainerConfig:
     max_tokens_per_microbatch: int = -1
     """When > 0, micro-batches are packed by token count up to this many tokens instead of by sequence count."""
 
+    share_prompt_forward: bool = True
+    """Policy and ref log-prob passes run each distinct prompt of a micro-batch once (a key/value cache expanded to
+    its rows) when rows repeat prompts, as the samples of a GRPO group do: same log-probs and gradients up to float
+    summation order, fewer FLOPs. The fsdp2 workers only; gradient checkpointing and Megatron run the full forward."""
+
     ckpt_path: str = "~/ckpts/"
     """Directory (or fsspec URL) where training checkpoints are written."""
 

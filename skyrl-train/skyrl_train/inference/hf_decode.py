@@ -1,7 +1,7 @@
 """Continuous batching for the `hf` engine: `DecodeBatch` holds the rows decoding together over one KV cache.
 
-Rows join between decode steps (their prompts are prefilled on their own, then their cache is left-padded and
-stacked with the batch's) and leave as soon as they stop, so a caller whose completion is done gets it at once and a
+Rows join between decode steps (their prompts are prefilled on their own, each distinct prompt once, then their cache
+is left-padded and stacked with the batch's) and leave as soon as they stop, so a caller whose completion is done gets it at once and a
 request that arrives mid-decode starts at the next step instead of waiting for the whole batch. Every row carries its
 own positions, attention columns, budget and sampling numbers, so its tokens do not depend on the rows it shares the
 batch with (up to float summation order).
@@ -100,18 +100,27 @@ class DecodeBatch:
             return
         if not self.accepts_new_rows:
             raise RuntimeError("this model's KV cache cannot take rows mid-decode; wait for the batch to finish")
-        width = max(len(row.prompt) for row in rows)
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for index, row in enumerate(rows):
-            input_ids[index, width - len(row.prompt) :] = torch.tensor(row.prompt)
-            attention[index, width - len(row.prompt) :] = 1
+        # Rows that repeat a prompt (the samples of one group) share its prefill: each distinct prompt runs once
+        # and its cache, logits and columns are copied to every row that asked for it.
+        distinct: dict[tuple[int, ...], int] = {}
+        row_prompt = [distinct.setdefault(tuple(row.prompt), len(distinct)) for row in rows]
+        prompts = list(distinct)
+        width = max(len(prompt) for prompt in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for index, prompt in enumerate(prompts):
+            input_ids[index, width - len(prompt) :] = torch.tensor(prompt)
+            attention[index, width - len(prompt) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         logits = self.model(
             input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
         ).logits[:, -1, :]
+        if len(prompts) < len(rows):
+            expand = torch.tensor(row_prompt, dtype=torch.long, device=self.device)
+            cache.batch_select_indices(expand)
+            logits, attention, positions = logits[expand], attention[expand], positions[expand]
         seen = self._seen_tokens(rows)
         uniforms = self._stack_uniforms(rows)
         if not self.rows:

@@ -28,6 +28,17 @@ class LogprobWorker(BaseWorker):
         under the distribution the engine sampled from."""
         return self.cfg.generator.sampling_params.temperature
 
+    @property
+    def shares_prompt_forward(self) -> bool:
+        """Whether log-prob passes run each distinct prompt once (`trainer.share_prompt_forward`): fsdp2 workers
+        without gradient checkpointing (which turns the key/value cache off)."""
+        model = self._require_model()
+        return (
+            self.cfg.trainer.share_prompt_forward
+            and self.cfg.trainer.strategy == "fsdp2"
+            and not getattr(model, "is_gradient_checkpointing", False)
+        )
+
     def _logprobs(self, micro: TrimmedMicroBatch, with_entropy: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         batch = micro.batch
         return response_logprobs(
@@ -38,6 +49,7 @@ class LogprobWorker(BaseWorker):
             batch.prompt_width,
             temperature=self.temperature,
             with_entropy=with_entropy,
+            share_prompts=self.shares_prompt_forward,
         )
 
     @timed_compute("forward")

@@ -258,6 +258,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.micro_forward_batch_size_per_gpu": (
         "workers/test_policy_worker.py::test_forward_matches_a_plain_hf_forward",
     ),
+    "trainer.share_prompt_forward": (
+        "workers/test_policy_worker.py::test_shared_prompt_forward_keeps_logprobs_and_gradient",
+        "models/test_logprobs.py::test_each_distinct_prompt_runs_once",
+    ),
     "trainer.max_tokens_per_microbatch": (
         "workers/test_micro_batching.py::test_micro_batch_groups_switches_on_token_budget",
     ),

@@ -147,3 +147,30 @@ def test_max_batch_size_refills_freed_places_and_keeps_each_rows_result(model, t
     narrow = HFInferenceEngine(model, tokenizer, max_batch_size=2).generate_batch(prompts, params)
     assert [row[1] for row in narrow] == [row[1] for row in wide]
     assert admitted[0] == 2 and sum(admitted) == 5 and max(admitted) <= 2
+
+
+def test_rows_that_repeat_a_prompt_share_one_prefill_and_sample_what_they_would_alone(model, tokenizer, monkeypatch):
+    params = SamplingParams(max_tokens=6, temperature=1.0, ignore_eos=True)
+    first, second = prompt_ids(tokenizer, "12+34="), prompt_ids(tokenizer, "What is 7 + 8?")
+    prompts = [first, first, first, second, second, first]
+    numbers = [torch.rand(6, generator=torch.Generator().manual_seed(seed)) for seed in range(len(prompts))]
+    expected = [alone(model, tokenizer, p, params, 6, u) for p, u in zip(prompts, numbers)]
+
+    prefill_rows = []
+    forward = model.forward
+
+    def counting_forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:  # a prefill (decode steps feed one token per row)
+            prefill_rows.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting_forward)
+    batch = DecodeBatch(model, params, set(), tokenizer.pad_token_id, tokenizer)
+    rows = [DecodeRow(p, 6, u) for p, u in zip(prompts, numbers)]
+    batch.admit(rows)
+    while len(batch):
+        batch.step()
+    assert prefill_rows == [2]  # two distinct prompts prefilled, for six rows
+    for row, reference in zip(rows, expected):
+        assert row.tokens == reference.tokens
+        assert row.logprobs == pytest.approx(reference.logprobs, abs=LOGPROB_TOLERANCE)

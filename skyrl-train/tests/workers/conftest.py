@@ -53,6 +53,24 @@ def make_batch():
 
 
 @pytest.fixture
+def make_grouped_batch():
+    """`make_grouped_batch(groups, samples, seed)`: GRPO-shaped rollouts, `samples` rows repeating each prompt."""
+
+    def build(groups: int = 3, samples: int = 4, seed: int = 0) -> TrainingBatch:
+        rng = random.Random(seed)
+        rows = []
+        for group in range(groups):
+            prompt = [rng.randrange(5, 100) for _ in range(rng.randint(2, 7))]
+            for _ in range(samples):
+                row = _trajectory(rng, str(group))
+                row.prompt_token_ids = list(prompt)
+                rows.append(row)
+        return TrainingBatch.from_trajectories(rows, pad_token_id=0)
+
+    return build
+
+
+@pytest.fixture
 def grpo_advantages():
     """`grpo_advantages(batch, seed)`: per-row advantages of mixed sign broadcast over the response, 0 on padding."""
 
