@@ -2,15 +2,17 @@
 
 Env calls are user code that may block (a sandbox, a database, a grader), so they run in a bounded thread pool with a
 time limit. A multi-turn episode awaits its env one call at a time. The batched single-turn path has a call per row
-and nothing to do until all of them return, so `call_all` submits the rows to the pool from one helper thread and
-waits for them together: one event-loop round trip per phase instead of one per row, which for cheap envs (the
-synthetic ones answer in microseconds) was most of the generator's time.
+and nothing to do until all of them return, so `call_all` hands the rows to at most `max_workers` runner threads that
+pull them one by one and waits for them together: one event-loop round trip per phase and one thread hop per runner
+instead of one per row, which for cheap envs (the synthetic ones answer in microseconds) was most of the generator's
+time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,12 +33,13 @@ class EnvPool:
 
     `seconds` accumulates the wall time callers spent waiting for env calls (overlapping `call`s add up); the
     generator reports it as `generate/env_seconds`. A call that times out keeps running in its thread (Python cannot
-    stop it) but its result is dropped; a batch call that has not started by then is cancelled.
+    stop it) but its result is dropped; a batch call that has not started by then is not started.
     """
 
     def __init__(self, max_workers: int, timeout_s: Optional[float]) -> None:
         self.timeout_s = timeout_s
         self.seconds = 0.0
+        self.max_workers = max_workers
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="skyrl-env")
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -63,18 +66,26 @@ class EnvPool:
             self.seconds += time.perf_counter() - start
 
     def _run_all(self, calls: list[Callable[[], Any]]) -> list[EnvCallResult]:
-        futures = [self._pool.submit(call) for call in calls]
-        concurrent.futures.wait(futures, timeout=self.timeout_s)
-        results = []
-        for future in futures:
-            if not future.done():
-                future.cancel()  # drops it if it has not started; a running call finishes unobserved
-                results.append(EnvCallResult(timed_out=True))
-            elif future.exception() is not None:
-                results.append(EnvCallResult(error=future.exception()))
-            else:
-                results.append(EnvCallResult(value=future.result()))
-        return results
+        # A few runner threads pull the calls from a shared counter instead of one pool task per call: a task hop
+        # costs more than a synthetic env's whole call, and pulling keeps a slow call from holding up the rest.
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        finished: list[Optional[EnvCallResult]] = [None] * len(calls)
+        next_index = itertools.count()  # next() on it is atomic under the GIL
+
+        def run_calls() -> None:
+            for index in next_index:
+                if index >= len(calls):
+                    return
+                if deadline is not None and time.monotonic() >= deadline:
+                    return  # not started in time: reported as timed out
+                try:
+                    finished[index] = EnvCallResult(value=calls[index]())
+                except BaseException as error:  # noqa: BLE001 - user env code: every failure is reported per row
+                    finished[index] = EnvCallResult(error=error)
+
+        runners = [self._pool.submit(run_calls) for _ in range(min(self.max_workers, len(calls)))]
+        concurrent.futures.wait(runners, timeout=self.timeout_s)
+        return [result if result is not None else EnvCallResult(timed_out=True) for result in list(finished)]
 
     def shutdown(self) -> None:
         """Stop the pool without waiting for running calls; queued ones are cancelled."""

@@ -43,6 +43,32 @@ def test_a_call_still_queued_at_the_limit_is_cancelled_and_never_runs():
     assert ran == []
 
 
+def test_a_slow_call_does_not_hold_up_the_rows_behind_it():
+    pool = EnvPool(max_workers=2, timeout_s=5)
+    threads = {}
+    started = threading.Event()
+
+    def slow():
+        threads["slow"] = threading.get_ident()
+        started.set()
+        time.sleep(1.0)
+        return "slow"
+
+    def fast(index):
+        started.wait(5)  # the slow call holds one runner from here on
+        threads[index] = threading.get_ident()
+        return index
+
+    calls = [slow] + [lambda i=i: fast(i) for i in range(20)]
+    try:
+        results = asyncio.run(pool.call_all(calls))
+    finally:
+        pool.shutdown()
+    assert [r.value for r in results] == ["slow", *range(20)]
+    # the free runner pulled every other row while the slow call ran (no fixed split of rows between runners)
+    assert all(threads[i] != threads["slow"] for i in range(20))
+
+
 def test_single_calls_raise_what_the_call_raises_or_timeout():
     pool = EnvPool(max_workers=2, timeout_s=0.2)
 
