@@ -34,6 +34,7 @@ from skyrl_train.models.loading import resolve_dtype
 from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
 from skyrl_train.utils.plain_values import to_jsonable
 from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
+from skyrl_train.workers.strategy.flat_gather import flat_full_state_dict
 from skyrl_train.workers.strategy.optimizer import build_optimizer, build_scheduler, current_lr
 
 logger = logging.getLogger(__name__)
@@ -224,7 +225,10 @@ class FSDP2Strategy:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's state with Hugging Face names on CPU, gathered on rank 0 ({} on other ranks; every rank
-        must call this)."""
+        must call this). Small CPU models are gathered in one collective (`flat_gather`)."""
+        gathered = flat_full_state_dict(self.model)
+        if gathered is not None:
+            return gathered
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(self.model, options=options)
 
