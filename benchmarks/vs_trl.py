@@ -342,6 +342,9 @@ def ours_overrides(quickstart: Any, model_dir: Path, data_dir: Path, work: Path,
         f"trainer.policy.optimizer.lr={LEARNING_RATE}",
         f"trainer.train_batch_size={PROMPTS_PER_STEP}",
         f"trainer.policy_mini_batch_size={PROMPTS_PER_STEP}",  # one optimizer step per batch
+        # each rank's whole shard (128 rows) in one pass, as TRL takes its whole batch in one pass
+        f"trainer.micro_train_batch_size_per_gpu={PROMPTS_PER_STEP * SAMPLES_PER_PROMPT // 2}",
+        f"trainer.micro_forward_batch_size_per_gpu={PROMPTS_PER_STEP * SAMPLES_PER_PROMPT // 2}",
         f"generator.n_samples_per_prompt={SAMPLES_PER_PROMPT}",
         f"generator.sampling_params.max_generate_length={MAX_NEW_TOKENS}",
         "generator.sampling_params.temperature=1.0",
