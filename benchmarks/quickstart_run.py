@@ -6,7 +6,10 @@ the embedded model and its warm start (from the model cache's `skyrl_embedded.js
 run's last line printed before and after training, the eval curve, how many steps raised a training-health alert,
 the wall-clock time of the whole command and the mean step time. docs/quickstart.md renders its measured table from the file (`scripts/render_doc_results.py`).
 
-    python benchmarks/quickstart_run.py [--results benchmarks/results] [--work DIR] [script options / key=value ...]
+    python benchmarks/quickstart_run.py [--fresh-clone] [--results benchmarks/results] [--work DIR] [key=value ...]
+
+`--fresh-clone` times what a new user runs: `git clone` of this checkout, then `bash scripts/quickstart.sh` with a
+new venv and an empty model cache (install and model build included).
 
 Extra arguments go to the quickstart script (e.g. `trainer.max_training_steps=3 --train-size 256` for a short
 check); the results record them, so a shortened run never passes for the page's full one.
@@ -25,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "quickstart" / "run_quickstart.py"
@@ -41,12 +44,34 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}"
 
 
-def run_quickstart(work: Path, arguments: list[str]) -> tuple[list[str], float]:
-    """Run the quickstart script (echoing its output) with `--out work` and the jsonl backend; its lines, seconds."""
-    command = [sys.executable, str(SCRIPT), "--out", str(work), "trainer.logger=['console','jsonl']", *arguments]
+def run_quickstart(work: Path, arguments: list[str], fresh_clone: Optional[Path] = None) -> tuple[list[str], float]:
+    """Run the quickstart script (echoing its output) with `--out work` and the jsonl backend; its lines, seconds.
+
+    With `fresh_clone` (an empty directory), time what a new user runs instead: `git clone` of this checkout's HEAD
+    into it, then `bash scripts/quickstart.sh` there with a fresh venv and an empty model cache, so the package
+    install and the embedded model's build count too."""
+    env = dict(os.environ)
+    if fresh_clone is None:
+        command = [sys.executable, str(SCRIPT), "--out", str(work), "trainer.logger=['console','jsonl']", *arguments]
+        cwd = REPO
+    else:
+        env.pop("SKYRL_VENV", None)
+        env.pop("VIRTUAL_ENV", None)
+        env["SKYRL_CACHE"] = str(fresh_clone / "cache")
+        command = [
+            "bash",
+            "scripts/quickstart.sh",
+            "--out",
+            str(work),
+            "trainer.logger=['console','jsonl']",
+            *arguments,
+        ]
+        cwd = fresh_clone / "repo"
     print("quickstart_run: " + " ".join(command), flush=True)
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    if fresh_clone is not None:
+        subprocess.run(["git", "clone", "-q", str(REPO), str(cwd)], check=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=cwd, env=env)
     lines = []
     for line in process.stdout:
         print(line, end="", flush=True)
@@ -88,11 +113,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", default=str(REPO / "benchmarks" / "results"), help="directory for quickstart.json")
     parser.add_argument("--work", default=None, help="the quickstart's --out directory (default: a temporary one)")
+    parser.add_argument(
+        "--fresh-clone",
+        action="store_true",
+        help="time `git clone` + `bash scripts/quickstart.sh` with a new venv and an empty model cache",
+    )
     args, arguments = parser.parse_known_args()
     with tempfile.TemporaryDirectory(prefix="quickstart_run_") as scratch:
         work = Path(args.work or scratch)
         load_before = os.getloadavg()[0]
-        lines, seconds = run_quickstart(work, arguments)
+        fresh = Path(scratch) / "fresh" if args.fresh_clone else None
+        if fresh is not None:
+            fresh.mkdir()
+        lines, seconds = run_quickstart(work, arguments, fresh)
         jsonl = work / "logs" / "jsonl" / "quickstart" / "grpo_addition.jsonl"
         rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
         record = {
@@ -100,6 +133,7 @@ def main() -> int:
             "date": datetime.date.today().isoformat(),
             "machine": machine(),
             "arguments": arguments,
+            "fresh_clone": bool(args.fresh_clone),
             # the machine may be shared: a load above the core count means the run competed for the CPUs
             "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             **summarize(lines, rows, seconds),

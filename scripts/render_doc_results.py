@@ -111,7 +111,14 @@ def render_quickstart(data: dict) -> str:
         f"| eval accuracy (greedy pass@1) | {data['accuracy_before']:.3f} before, {data['accuracy_after']:.3f} after |",
         f"| eval curve (step: accuracy) | {curve} |",
         f"| training steps | {data['steps']}, of which {data['health_alert_steps']} raised a health alert |",
-        f"| wall-clock time | {data['wall_seconds'] / 60:.1f} min for the whole command (set-up included)"
+        f"| wall-clock time | {data['wall_seconds'] / 60:.1f} min "
+        + (
+            "from `git clone` to the last line of `bash scripts/quickstart.sh` (new venv, empty model cache: install "
+            "and model build included)"
+            if data.get("fresh_clone")
+            else "for `run_quickstart.py` (Ray start-up, data, training, evaluations, checkpoints, export; not "
+            "`scripts/setup.sh`'s install)"
+        )
         + ("" if step_time is None else f"; {step_time:.2f} s per step on average")
         + " |",
         "",
@@ -159,10 +166,35 @@ def render_step_breakdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_quickstart_seeds(data: dict) -> str:
+    """The quickstart on several RL seeds (benchmarks/quickstart_seeds.py): accuracy before/after and gain per seed."""
+    lines = [
+        "| seed | held-out accuracy before -> after | gain | wall time | s/step |",
+        "|---|---|---|---|---|",
+    ]
+    for run in data["runs"]:
+        gain = run["accuracy_after"] - run["accuracy_before"]
+        lines.append(
+            f"| {run['seed']} | {run['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} | {gain:+.3f} | "
+            f"{run['wall_seconds'] / 60:.1f} min | {run['mean_step_seconds']:.3f} |"
+        )
+    gains = [run["accuracy_after"] - run["accuracy_before"] for run in data["runs"]]
+    verdict = "every seed reaches" if min(gains) >= data["goal_gain"] else "not every seed reaches"
+    extra = "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data["overrides"] else ""
+    lines.append("")
+    lines.append(
+        f"Goal: a gain of at least {data['goal_gain']:+.2f} on each seed; {verdict} it{extra}. Measured on "
+        f"{data['machine']}, {data['date']} (`benchmarks/results/quickstart_seeds.json`, "
+        "`benchmarks/quickstart_seeds.py`)."
+    )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {
     "dynamic_sampling": render_dynamic_sampling,
     "minimal_grpo": render_minimal_grpo,
     "quickstart": render_quickstart,
+    "quickstart_seeds": render_quickstart_seeds,
     "step_breakdown": render_step_breakdown,
     "thread_counts": render_thread_counts,
     "vs_trl": render_vs_trl,

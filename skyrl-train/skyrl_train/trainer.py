@@ -10,6 +10,7 @@ weight-sync strategy (engines serve the new weights).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 from dataclasses import dataclass, field
@@ -112,6 +113,11 @@ class RayPPOTrainer:
         if self.cfg.trainer.eval_before_train and self.global_step == 0:
             self.initial_eval = await self.evaluate()
             self.tracker.log(self.initial_eval, step=0)
+        # The ~500k objects of set-up (libraries, Ray, configs) move to the permanent generation: the full garbage
+        # collections that the steps' allocations trigger then scan only what the loop made, instead of pausing the
+        # driver for ~0.24 s every ~40 quickstart steps.
+        gc.collect()
+        gc.freeze()
 
     async def run_steps(self, max_steps: int) -> None:
         """The synchronous loop: each step generates its batch, then trains on it (the async trainers override it)."""
