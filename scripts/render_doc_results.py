@@ -123,9 +123,13 @@ def render_quickstart(data: dict) -> str:
         + " |",
         "",
     ]
-    arguments = " ".join(data["arguments"])
+    arguments = " ".join((["--fresh-clone"] if data.get("fresh_clone") else []) + data["arguments"])
     how = f"`python {data['benchmark']}{' ' + arguments if arguments else ''}`"
-    what = "a shortened run, not the default settings" if arguments else "the quickstart's default settings, one run"
+    what = (
+        "a shortened run, not the default settings"
+        if data["arguments"]
+        else "the quickstart's default settings, one run"
+    )
     if "load_average_1min" in data:  # other work on the machine slows the run down
         start, end = data["load_average_1min"]
         what += f"; 1-minute load average {start:.1f} at the start and {end:.1f} at the end"
