@@ -191,10 +191,11 @@ def test_renders_the_quickstart_run(tmp_path):
     assert "| training steps | 450, of which 0 raised a health alert |" in text
     assert "| wall-clock time | 8.0 min for `run_quickstart.py` (Ray start-up, data, training" in text
     assert "not `scripts/setup.sh`'s install); 0.90 s per step on average |" in text
+    assert "Measured on 2 CPUs, x86_64, 2026-11-23, by `python benchmarks/quickstart_run.py` (the quickstart's" in text
     (tmp_path / "quickstart.json").write_text(json.dumps(dict(QUICKSTART, fresh_clone=True)))
     text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
     assert "| wall-clock time | 8.0 min from `git clone` to the last line of `bash scripts/quickstart.sh`" in text
-    assert "Measured on 2 CPUs, x86_64, 2026-11-23, by `python benchmarks/quickstart_run.py` (the quickstart's" in text
+    assert "by `python benchmarks/quickstart_run.py --fresh-clone` (the quickstart's default settings" in text
     shortened = dict(QUICKSTART, arguments=["trainer.max_training_steps=2"])
     (tmp_path / "quickstart.json").write_text(json.dumps(shortened))
     text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
