@@ -71,3 +71,33 @@ def test_lora_adapters_synced_into_vllm_serve_what_the_trainer_holds(ray_cluster
     assert dict(history["policy/grad_norm"])[1] > 0  # the adapters moved before step 2's rollouts
     assert history["weight_sync/verified_tensors"][-1][1] > 0
     assert all(value < LOGPROB_AGREEMENT for _, value in history["policy/rollout_train_logprob_abs_diff_mean"])
+
+
+def test_fully_async_with_a_vllm_engine_pauses_syncs_and_stays_within_staleness(
+    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+):
+    """fully_async on vLLM: generation runs ahead of training, every sync pauses the engine (in-flight calls
+    finish), moves the weights into vLLM and resumes; no trained group is older than max_staleness and no prompt is
+    trained twice."""
+    cfg = make_config(
+        tiny_model_dir,
+        data_dir,
+        tmp_path,
+        "generator.inference_engine.backend=vllm",
+        "generator.inference_engine.enforce_eager=true",
+        "generator.inference_engine.num_engines=1",
+        "trainer.mode=fully_async",
+        "trainer.async_rl.max_staleness=1",
+        "trainer.max_training_steps=3",
+        colocate=False,
+    )
+    experiment = BasePPOExp(cfg, verify_weight_sync=True)
+    result = experiment.run()
+    history = result.history
+    assert result.global_step == 3
+    assert history["weight_sync/version"][-1][1] == 4.0  # initial sync, then one per step
+    assert history["weight_sync/verified_tensors"][-1][1] > 0
+    assert max(value for _, value in history["async/staleness_max"]) <= 1
+    trained = [uid for step in experiment.trainer.trained_uids for uid in step]
+    assert len(trained) == 3 * cfg.trainer.train_batch_size and len(set(trained)) == len(trained)
+    assert all(math.isfinite(value) for _, value in history["policy/loss"])
