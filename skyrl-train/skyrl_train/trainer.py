@@ -349,14 +349,12 @@ class RayPPOTrainer:
                 index = torch.tensor(rows)
                 metrics = await asyncio.to_thread(
                     group.run_sharded,
-                    "forward_backward",
+                    "forward_backward_step",  # forward_backward, then optim_step: one round trip per rank
                     batch.select(rows),
                     **{name: None if values is None else values[index] for name, values in per_row.items()},
                     **options,
                     loss_denominator=self.loss_denominator(batch.loss_mask[index]),
                 )
-                grad_norms = await asyncio.to_thread(group.run_all, "optim_step")
-                metrics[f"{role}/grad_norm"] = float(grad_norms[0])
                 collected.append(metrics)
         return average_metrics(collected)
 

@@ -215,6 +215,13 @@ class BaseWorker:
         """Seconds spent in `forward` / `forward_backward` / `optim_step` since the last call (see ComputeClock)."""
         return self.compute_clock.take()
 
+    def forward_backward_step(self, batch: TrainingBatch, **kwargs: Any) -> dict[str, float]:
+        """`forward_backward(batch, **kwargs)` then `optim_step()` in one call, so a mini-batch update costs the
+        trainer one round trip per rank instead of two; returns the metrics plus `<role>/grad_norm`."""
+        metrics = self.forward_backward(batch, **kwargs)
+        metrics[f"{self.role}/grad_norm"] = float(self.optim_step())
+        return metrics
+
     @timed_compute("optim_step")
     def optim_step(self) -> float:
         """Clip, step the optimizer and LR schedule, zero gradients; returns the grad norm before clipping. With

@@ -15,6 +15,20 @@ from skyrl_train.entrypoints.main_base import BasePPOExp  # noqa: E402
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
 LOGPROB_AGREEMENT = 1e-4  # fp32: mean |trainer - engine| logprob over generated tokens with equal weights
+VLLM_ENGINE = ("generator.inference_engine.backend=vllm", "generator.inference_engine.enforce_eager=true")
+
+
+def run_with_verified_syncs(cfg, steps: int):
+    """Run `cfg` with weight-sync verification; check it ran `steps` steps with finite losses and that every sync
+    (the initial one, then one per step) moved weights vLLM reports matching. Returns the experiment and history."""
+    experiment = BasePPOExp(cfg, verify_weight_sync=True)
+    result = experiment.run()
+    history = result.history
+    assert result.global_step == steps
+    assert all(math.isfinite(value) for _, value in history["policy/loss"])
+    assert history["weight_sync/version"][-1][1] == steps + 1.0
+    assert history["weight_sync/verified_tensors"][-1][1] > 0  # every checksum vLLM can report matched
+    return experiment, history
 
 
 @pytest.mark.parametrize("colocate", [True, False], ids=["colocated-shm", "separate-broadcast"])
@@ -23,19 +37,12 @@ def test_two_steps_with_vllm_engines(ray_cluster, make_config, tiny_model_dir, d
         tiny_model_dir,
         data_dir,
         tmp_path,
-        "generator.inference_engine.backend=vllm",
-        "generator.inference_engine.enforce_eager=true",
+        *VLLM_ENGINE,
         f"generator.inference_engine.num_engines={2 if colocate else 1}",
         "trainer.max_training_steps=2",
         colocate=colocate,
     )
-    experiment = BasePPOExp(cfg, verify_weight_sync=True)
-    result = experiment.run()
-    history = result.history
-    assert result.global_step == 2
-    assert all(math.isfinite(value) for _, value in history["policy/loss"])
-    assert history["weight_sync/version"][-1][1] == 3.0  # initial sync, then one per step
-    assert history["weight_sync/verified_tensors"][-1][1] > 0  # every checksum vLLM can report matched
+    _, history = run_with_verified_syncs(cfg, steps=2)
     # step 2 sampled from the weights synced after step 1: vLLM must serve exactly what the trainer holds
     assert all(value < LOGPROB_AGREEMENT for _, value in history["policy/rollout_train_logprob_abs_diff_mean"])
 
@@ -56,8 +63,7 @@ def test_lora_adapters_synced_into_vllm_serve_what_the_trainer_holds(ray_cluster
         tmp_path / "data",
         tmp_path,
         "environment.env_class=addition",
-        "generator.inference_engine.backend=vllm",
-        "generator.inference_engine.enforce_eager=true",
+        *VLLM_ENGINE,
         "generator.inference_engine.num_engines=1",
         "trainer.policy.model.lora.rank=4",
         "trainer.policy.optimizer.lr=1e-2",
@@ -83,21 +89,14 @@ def test_fully_async_with_a_vllm_engine_pauses_syncs_and_stays_within_staleness(
         tiny_model_dir,
         data_dir,
         tmp_path,
-        "generator.inference_engine.backend=vllm",
-        "generator.inference_engine.enforce_eager=true",
+        *VLLM_ENGINE,
         "generator.inference_engine.num_engines=1",
         "trainer.mode=fully_async",
         "trainer.async_rl.max_staleness=1",
         "trainer.max_training_steps=3",
         colocate=False,
     )
-    experiment = BasePPOExp(cfg, verify_weight_sync=True)
-    result = experiment.run()
-    history = result.history
-    assert result.global_step == 3
-    assert history["weight_sync/version"][-1][1] == 4.0  # initial sync, then one per step
-    assert history["weight_sync/verified_tensors"][-1][1] > 0
+    experiment, history = run_with_verified_syncs(cfg, steps=3)
     assert max(value for _, value in history["async/staleness_max"]) <= 1
     trained = [uid for step in experiment.trainer.trained_uids for uid in step]
     assert len(trained) == 3 * cfg.trainer.train_batch_size and len(set(trained)) == len(trained)
-    assert all(math.isfinite(value) for _, value in history["policy/loss"])

@@ -212,3 +212,19 @@ def test_each_role_builds_from_its_own_section(single_rank_group, worker_config)
     ref = _policy(config, single_rank_group, cls=RefWorker, role="ref")
     assert ref.strategy.optimizer is None and ref.strategy.fsdp.reshard_after_forward is True
     assert ref.strategy._shard_kwargs()["mp_policy"].reduce_dtype == torch.bfloat16
+
+
+def test_forward_backward_step_is_forward_backward_then_optim_step(
+    single_rank_group, worker_config, make_batch, grpo_advantages
+):
+    batch = make_batch(rows=6, seed=7)
+    advantages = grpo_advantages(batch)
+    separate = _policy(worker_config(), single_rank_group)
+    metrics = separate.forward_backward(batch, advantages, batch.rollout_logprobs)
+    grad_norm = separate.optim_step()
+    combined = _policy(worker_config(), single_rank_group)
+    step_metrics = combined.forward_backward_step(batch, advantages=advantages, old_logprobs=batch.rollout_logprobs)
+    assert step_metrics.pop("policy/grad_norm") == pytest.approx(grad_norm) and grad_norm > 0
+    assert step_metrics == pytest.approx(metrics)
+    for (name, expected), (_, got) in zip(separate.get_weights(), combined.get_weights(), strict=True):
+        assert torch.equal(got, expected), name  # the same ops in the same order: bit-identical
