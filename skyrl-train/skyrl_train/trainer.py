@@ -101,8 +101,11 @@ class RayPPOTrainer:
     async def train(self) -> TrainResult:
         """Resume if configured, evaluate, then run steps until the data or `max_training_steps` runs out."""
         await self.start()
-        await self.run_steps(self.total_steps())
-        return await self.finish()
+        try:
+            await self.run_steps(self.total_steps())
+            return await self.finish()
+        finally:
+            gc.unfreeze()  # what start() froze is collectable again once the loop is over
 
     async def start(self) -> None:
         """Restore a checkpoint (when configured), serve the policy's weights, and evaluate before training."""

@@ -1,6 +1,7 @@
 """RayPPOTrainer on local Ray with the tiny model and 2 FSDP2 ranks: one step per estimator, both placements,
 verified weight sync, and trainer/engine logprob agreement."""
 
+import gc
 import math
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from skyrl_train.entrypoints.main_base import BasePPOExp
+from skyrl_train.trainer import RayPPOTrainer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -67,10 +69,22 @@ def test_one_step_per_estimator_trains_and_syncs(
         assert math.isfinite(history["critic/value_loss"][-1][1])
 
 
-def test_separate_placement_with_broadcast_sync(ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path):
+def test_separate_placement_with_broadcast_sync(
+    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path, monkeypatch
+):
+    frozen_during_steps = []
+    after_step = RayPPOTrainer.after_step
+
+    async def recording_after_step(self, metrics, max_steps):
+        frozen_during_steps.append(gc.get_freeze_count())
+        return await after_step(self, metrics, max_steps)
+
+    monkeypatch.setattr(RayPPOTrainer, "after_step", recording_after_step)
     cfg = make_config(tiny_model_dir, data_dir, tmp_path, colocate=False)
     experiment = BasePPOExp(cfg, verify_weight_sync=True)
     result = experiment.run()
     assert result.global_step == 1
+    # set-up objects sit in the GC's permanent generation during the loop only
+    assert frozen_during_steps and frozen_during_steps[0] > 0 and gc.get_freeze_count() == 0
     assert result.history["weight_sync/verified_tensors"][-1][1] > 0
     assert result.history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
