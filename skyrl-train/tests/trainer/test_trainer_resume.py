@@ -143,7 +143,9 @@ def test_a_dead_rank_stops_the_run_naming_it_and_resume_continues_exactly(
 ):
     full, _ = uninterrupted
     free_before = ray.available_resources().get("CPU", 0.0)
-    with pytest.raises(WorkerGroupError, match=r"policy rank 1 of 2 failed in forward_backward: \w*ActorDiedError"):
+    with pytest.raises(
+        WorkerGroupError, match=r"policy rank 1 of 2 failed in forward_backward_step: \w*ActorDiedError"
+    ):
         # the uninterrupted run's length: the cosine schedule depends on it
         RankDiesExp(make_config(tiny_model_dir, data_dir, tmp_path, *SCHEDULE, "trainer.max_training_steps=3")).run()
     # rank 0, blocked in a collective with the dead rank, the engines and the placement groups are all released
