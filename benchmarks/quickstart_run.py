@@ -81,6 +81,12 @@ def run_quickstart(work: Path, arguments: list[str], fresh_clone: Optional[Path]
     return lines, time.perf_counter() - started
 
 
+def metric_rows(work: Path) -> list[dict[str, float]]:
+    """Every step's metrics of the quickstart run whose `--out` was `work` (its jsonl tracking file)."""
+    jsonl = work / "logs" / "jsonl" / "quickstart" / "grpo_addition.jsonl"
+    return [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+
+
 def summarize(lines: list[str], metric_rows: list[dict[str, float]], seconds: float) -> dict[str, Any]:
     """The record of one run: printed accuracies, the eval curve and timings, and the model's warm start."""
     last = LAST_LINE.match(lines[-1]) if lines else None
@@ -126,8 +132,7 @@ def main() -> int:
         if fresh is not None:
             fresh.mkdir()
         lines, seconds = run_quickstart(work, arguments, fresh)
-        jsonl = work / "logs" / "jsonl" / "quickstart" / "grpo_addition.jsonl"
-        rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+        rows = metric_rows(work)
         record = {
             "benchmark": "benchmarks/quickstart_run.py",
             "date": datetime.date.today().isoformat(),

@@ -39,9 +39,7 @@ def run_seed(runner: Any, seed: int, overrides: list[str], scratch: Path) -> dic
     work = scratch / f"seed_{seed}"
     arguments = [f"trainer.seed={seed}", f"generator.sampling_params.seed={seed}", *overrides]
     lines, seconds = runner.run_quickstart(work, arguments)
-    jsonl = work / "logs" / "jsonl" / "quickstart" / "grpo_addition.jsonl"
-    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-    return {"seed": seed, **runner.summarize(lines, rows, seconds)}
+    return {"seed": seed, **runner.summarize(lines, runner.metric_rows(work), seconds)}
 
 
 def table(runs: list[dict[str, Any]]) -> str:

@@ -52,7 +52,7 @@ class EnvPool:
             self.seconds += time.perf_counter() - start
 
     async def call_all(self, calls: list[Callable[[], Any]]) -> list[EnvCallResult]:
-        """Run every zero-argument call in the pool, all submitted at once; one result per call, in order.
+        """Run every zero-argument call on the pool's runner threads; one result per call, in order.
 
         The time limit counts from submission, as `call`'s does: a call still queued or running `timeout_s` after
         the batch started is reported as timed out.

@@ -119,17 +119,22 @@ class HFInferenceEngine(QueuedEngine):
     def _params_key(params: SamplingParams) -> SamplingParams:
         return replace(params, seed=None)  # a seed is per row (its own numbers), so seeded requests share a batch
 
-    def _rows_of(self, item: PendingRequest) -> list[DecodeRow]:
-        """The prompt x n rows of one request, tagged with (request, result index), prompt-major."""
-        params, rows = item.params, []
-        item.results = [None] * (len(item.prompts) * params.n)
-        for index, (prompt, seed) in enumerate(zip(item.prompts, item.seeds)):
+    def _decode_rows(
+        self, prompts: list[list[int]], seeds: list[Optional[int]], params: SamplingParams, tag: Callable[[int], Any]
+    ) -> list[DecodeRow]:
+        """The prompt x n rows to decode, prompt-major; row k (its result index) is tagged `tag(k)`."""
+        rows = []
+        for index, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
+            budget = min(params.max_tokens, self.max_model_len - len(prompt))
             for j in range(params.n):
-                budget = min(params.max_tokens, self.max_model_len - len(prompt))
-                rows.append(
-                    DecodeRow(prompt, budget, self._uniforms(seed, j, budget, params), (item, index * params.n + j))
-                )
+                uniforms = self._uniforms(seed, j, budget, params)
+                rows.append(DecodeRow(list(prompt), budget, uniforms, tag(index * params.n + j)))
         return rows
+
+    def _rows_of(self, item: PendingRequest) -> list[DecodeRow]:
+        """The prompt x n rows of one request, tagged with (request, result index); sizes `item.results`."""
+        item.results = [None] * (len(item.prompts) * item.params.n)
+        return self._decode_rows(item.prompts, item.seeds, item.params, lambda k: (item, k))
 
     @staticmethod
     def _uniforms(seed: Optional[int], sample: int, budget: int, params: SamplingParams) -> Optional[torch.Tensor]:
@@ -157,8 +162,8 @@ class HFInferenceEngine(QueuedEngine):
                     joining = [item for item in self._queue if self._params_key(item.params) == key]
                     self._queue = [item for item in self._queue if self._params_key(item.params) != key]
                     for item in joining:
-                        live[id(item)], remaining[id(item)] = item, len(item.prompts) * item.params.n
                         backlog.extend(self._rows_of(item))
+                        live[id(item)], remaining[id(item)] = item, len(item.results)
                 waited = waited + 1 if backlog and len(batch) else 0
                 room = self.max_batch_size - len(batch) if batch.accepts_new_rows else 0
                 if len(batch) and len(backlog) < len(batch) and waited < self.admit_after_steps:
@@ -210,13 +215,7 @@ class HFInferenceEngine(QueuedEngine):
         tokens do not depend on the batch it shares.
         """
         seeds = list(seeds) if seeds is not None else [params.seed] * len(prompts)
-        rows = []
-        for index, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
-            for j in range(params.n):
-                budget = min(params.max_tokens, self.max_model_len - len(prompt))
-                rows.append(
-                    DecodeRow(list(prompt), budget, self._uniforms(seed, j, budget, params), index * params.n + j)
-                )
+        rows = self._decode_rows(prompts, seeds, params, lambda k: k)
         results: list[Optional[tuple]] = [None] * len(rows)
         batch = DecodeBatch(self.model, params, self._stop_ids(params), self.pad_token_id, self.tokenizer)
         with self._model_lock, self.compute_clock("generate"):

@@ -36,8 +36,9 @@ def shared_prompts(
     count = int(inverse.max()) + 1
     if count > MAX_SHARED_PROMPT_FRACTION * rows:
         return None
-    first = torch.full((count,), rows, dtype=torch.long).scatter_reduce(
-        0, inverse, torch.arange(rows), reduce="amin", include_self=True
+    device = inverse.device
+    first = torch.full((count,), rows, dtype=torch.long, device=device).scatter_reduce(
+        0, inverse, torch.arange(rows, device=device), reduce="amin", include_self=True
     )
     return first, inverse
 
@@ -53,7 +54,6 @@ def _response_logits_shared(
 ) -> torch.Tensor:
     """Logits [B, R, V] that predict the response tokens, with each distinct prompt run once (see module doc)."""
     prompt = slice(0, prompt_width)
-    first, inverse = first.to(input_ids.device), inverse.to(input_ids.device)
     prompt_out = model(
         input_ids=input_ids[first, prompt],
         attention_mask=attention_mask[first, prompt],

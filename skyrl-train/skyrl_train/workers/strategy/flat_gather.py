@@ -49,7 +49,7 @@ def flat_full_state_dict(model: torch.nn.Module) -> Optional[dict[str, torch.Ten
     if len(dtypes) != 1:
         return None
     dtype = dtypes.pop()
-    total_bytes = sum(value.numel() for value in sharded.values()) * torch.empty((), dtype=dtype).element_size()
+    total_bytes = sum(value.numel() * value.element_size() for value in sharded.values())
     for value in sharded.values():
         if (
             value.device.type != "cpu"
@@ -77,9 +77,8 @@ def flat_full_state_dict(model: torch.nn.Module) -> Optional[dict[str, torch.Ten
     lengths = [sum(shard_numel(value.shape, r) for value in sharded.values()) for r in range(world)]
     width = max(lengths)
     flat = torch.zeros(width, dtype=dtype)
-    if local_parts:
-        joined = torch.cat(local_parts)
-        flat[: joined.numel()] = joined
+    joined = torch.cat(local_parts)
+    flat[: joined.numel()] = joined
     buffers = [torch.empty(width, dtype=dtype) for _ in range(world)]
     dist.all_gather(buffers, flat)
     if rank != 0:
@@ -87,18 +86,15 @@ def flat_full_state_dict(model: torch.nn.Module) -> Optional[dict[str, torch.Ten
     offsets = [0] * world
     full: dict[str, torch.Tensor] = {}
     for name, value in state.items():
-        if isinstance(value, DTensor) and name not in sharded:
-            continue  # a tied name: filled in below
-        if name not in sharded:
+        if first_name[id(value)] != name:
+            full[name] = full[first_name[id(value)]]  # a tied name: its first name came earlier
+        elif name not in sharded:
             full[name] = value.detach().to("cpu", copy=True)
-            continue
-        pieces = []
-        for r in range(world):
-            count = shard_numel(value.shape, r)
-            pieces.append(buffers[r][offsets[r] : offsets[r] + count])
-            offsets[r] += count
-        full[name] = torch.cat(pieces).reshape(value.shape)
-    for name, value in state.items():
-        if name not in full:
-            full[name] = full[first_name[id(value)]]
-    return {name: full[name] for name in state}
+        else:
+            pieces = []
+            for r in range(world):
+                count = shard_numel(value.shape, r)
+                pieces.append(buffers[r][offsets[r] : offsets[r] + count])
+                offsets[r] += count
+            full[name] = torch.cat(pieces).reshape(value.shape)
+    return full
