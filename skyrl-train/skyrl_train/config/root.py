@@ -126,6 +126,14 @@ class SkyRLConfig:
         """The reference model's weights: `trainer.ref.model.path`, else the policy's model."""
         return self.trainer.ref.model.path or self.trainer.policy.model.path
 
+    def in_flight_weight_updates(self) -> bool:
+        """True when weight syncs land between two tokens of running rollouts: `trainer.mode=fully_async` with
+        `trainer.async_rl.weight_update_boundary` token (or auto on the hf engine)."""
+        boundary = self.trainer.async_rl.weight_update_boundary
+        if boundary == "auto":
+            boundary = "token" if self.generator.inference_engine.backend == "hf" else "turn"
+        return self.trainer.mode == "fully_async" and boundary == "token"
+
     def resolved_device(self) -> str:
         """`trainer.device` with `auto` resolved: `cuda` when torch sees a GPU, else `cpu`."""
         if self.trainer.device != "auto":

@@ -77,6 +77,13 @@ class AsyncRLConfig:
     (generation waits otherwise: `async/throttled_seconds`); a finished group still beyond it is dropped
     (`async/dropped_stale_groups`). 0 makes fully_async wait for every group of a step with current weights."""
 
+    weight_update_boundary: Literal["auto", "token", "turn"] = "auto"
+    """fully_async: where a weight sync meets rollouts in progress. `token`: engines stop between two tokens, take
+    the new weights, rebuild the running rows' KV cache from their tokens so far and go on (every token records the
+    version that sampled it; no sync waits for a long generation); `turn`: a sync waits until the running generate
+    calls finish, so each turn comes from one version. `auto`: `token` on the hf engine, `turn` on the others (the
+    only boundary they support so far)."""
+
 
 @dataclass
 class TrainerConfig:

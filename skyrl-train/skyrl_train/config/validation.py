@@ -455,6 +455,18 @@ def check_async(cfg: "SkyRLConfig") -> Iterator[str]:
     trainer = cfg.trainer
     if trainer.async_rl.max_staleness < 0:
         yield f"trainer.async_rl.max_staleness must be >= 0, got {trainer.async_rl.max_staleness}"
+    boundary = trainer.async_rl.weight_update_boundary
+    if boundary != "auto" and trainer.mode != "fully_async":
+        yield (
+            f"trainer.async_rl.weight_update_boundary={boundary} has no effect with trainer.mode={trainer.mode} (only"
+            " fully_async syncs weights while rollouts run): set trainer.mode=fully_async, or drop the override"
+        )
+    backend = cfg.generator.inference_engine.backend
+    if boundary == "token" and backend != "hf":
+        yield (
+            f"trainer.async_rl.weight_update_boundary=token is supported on the hf engine only, not on"
+            f" generator.inference_engine.backend={backend} yet: use turn (or auto)"
+        )
     if trainer.mode == "sync":
         if trainer.async_rl.max_staleness != type(trainer.async_rl)().max_staleness:
             yield (

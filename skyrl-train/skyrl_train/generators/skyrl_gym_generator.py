@@ -184,7 +184,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             )
             response_ids += ids
             loss_mask += [1] * len(ids)
-            versions += [version] * len(ids)
+            versions += out.response_token_versions[0] if out.response_token_versions else [version] * len(ids)
             logprobs += out.response_logprobs[0] if out.response_logprobs else [0.0] * len(ids)
             tops += out.response_top_logprobs[0] if out.response_top_logprobs else [[] for _ in ids]
             token_rewards += [0.0] * len(ids)
@@ -341,6 +341,7 @@ class SkyRLGymGenerator(GeneratorInterface):
                 stop_reason=out.stop_reasons[k],
                 num_turns=1,
                 weight_version=out.weight_version,
+                token_versions=out.response_token_versions[k] if out.response_token_versions else None,
                 env_metrics={} if env_error else envs[i].get_metrics(),
                 env_error=env_error,
                 response_text=out.responses[k],

@@ -70,12 +70,14 @@ class InferenceEngineClient:
                         output.stop_reasons[r],
                         output.response_logprobs[r] if output.response_logprobs is not None else None,
                         output.response_top_logprobs[r] if output.response_top_logprobs is not None else None,
+                        output.response_token_versions[r] if output.response_token_versions is not None else None,
                     )
                     for r in rows
                 ]
         flat = [row for prompt_rows in slots for row in prompt_rows]
         logprobs = [row[3] for row in flat]
         tops = [row[4] for row in flat]
+        token_versions = [row[5] for row in flat]
         return InferenceEngineOutput(
             responses=[row[0] for row in flat],
             response_ids=[row[1] for row in flat],
@@ -83,6 +85,7 @@ class InferenceEngineClient:
             response_logprobs=None if any(lp is None for lp in logprobs) else logprobs,
             response_top_logprobs=None if any(top is None for top in tops) else tops,
             weight_version=min(versions),
+            response_token_versions=None if any(v is None for v in token_versions) else token_versions,
         )
 
     @property

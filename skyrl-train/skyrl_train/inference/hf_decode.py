@@ -27,7 +27,8 @@ class DecodeRow:
     """One sequence to generate and what it generated so far.
 
     `uniforms` ([budget] in [0, 1)) drive its sampling (inverse CDF), None when greedy; `tag` is the caller's.
-    `reason` is set ("stop" or "length") when the row finished.
+    `reason` is set ("stop" or "length") when the row finished. `versions` holds, per generated token, the weight
+    version whose forward produced the distribution it was sampled from (they differ after an in-flight update).
     """
 
     prompt: list[int]
@@ -37,6 +38,7 @@ class DecodeRow:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     tops: list[list[tuple[int, float]]] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
     reason: Optional[str] = None
 
 
@@ -53,7 +55,9 @@ class DecodeBatch:
     """Rows sampled with one set of `SamplingParams` (seeds aside), decoding one token per `step()`.
 
     `admit(rows)` prefills new rows and adds them (between steps); `step()` samples the next token of every live
-    row, returns the rows that finished (removed from the batch) and runs the model once for the rest.
+    row, returns the rows that finished (removed from the batch) and runs the model once for the rest. `version` is
+    the weight version that computed the cache and the next-token logits; after the model's weights change between
+    steps, `recompute(version)` rebuilds both from every row's prompt and tokens so far.
     """
 
     def __init__(
@@ -63,8 +67,10 @@ class DecodeBatch:
         stop_ids: set[int],
         pad_token_id: int,
         tokenizer: Any,
+        version: int = 0,
     ) -> None:
         self.model = model
+        self.version = version
         self.params = params
         self.pad_token_id = pad_token_id
         self.tokenizer = tokenizer
@@ -102,25 +108,8 @@ class DecodeBatch:
             raise RuntimeError("this model's KV cache cannot take rows mid-decode; wait for the batch to finish")
         # Rows that repeat a prompt (the samples of one group) share its prefill: each distinct prompt runs once
         # and its cache, logits and columns are copied to every row that asked for it.
-        distinct: dict[tuple[int, ...], int] = {}
-        row_prompt = [distinct.setdefault(tuple(row.prompt), len(distinct)) for row in rows]
-        prompts = list(distinct)
-        width = max(len(prompt) for prompt in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for index, prompt in enumerate(prompts):
-            input_ids[index, width - len(prompt) :] = torch.tensor(prompt)
-            attention[index, width - len(prompt) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
-        ).logits[:, -1, :]
-        if len(prompts) < len(rows):
-            expand = torch.tensor(row_prompt, dtype=torch.long, device=self.device)
-            cache.batch_select_indices(expand)
-            logits, attention, positions = logits[expand], attention[expand], positions[expand]
+        cache, logits, attention, positions = self._prefill([row.prompt for row in rows])
+        width = attention.shape[1]
         seen = self._seen_tokens(rows)
         uniforms = self._stack_uniforms(rows)
         if not self.rows:
@@ -152,6 +141,43 @@ class DecodeBatch:
                 ]
             )
         self.rows.extend(rows)
+
+    def _prefill(self, sequences: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run `sequences` (left-padded) through the model: their cache, last logits, attention columns and positions.
+        Equal sequences (the samples of one group) run once; their cache, logits and columns are copied."""
+        distinct: dict[tuple[int, ...], int] = {}
+        row_sequence = [distinct.setdefault(tuple(sequence), len(distinct)) for sequence in sequences]
+        unique = list(distinct)
+        width = max(len(sequence) for sequence in unique)
+        input_ids = torch.full((len(unique), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(unique), width), dtype=torch.long)
+        for index, sequence in enumerate(unique):
+            input_ids[index, width - len(sequence) :] = torch.tensor(sequence)
+            attention[index, width - len(sequence) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+        ).logits[:, -1, :]
+        if len(unique) < len(sequences):
+            expand = torch.tensor(row_sequence, dtype=torch.long, device=self.device)
+            cache.batch_select_indices(expand)
+            logits, attention, positions = logits[expand], attention[expand], positions[expand]
+        return cache, logits, attention, positions
+
+    @torch.inference_mode()
+    def recompute(self, version: int) -> None:
+        """After the model's weights changed between steps (an in-flight update to `version`): rebuild the KV cache and
+        next-token logits of every live row from its prompt and the tokens it generated so far, so its next tokens
+        are sampled from the new weights exactly as a fresh request with that prefix would be."""
+        self.version = version
+        if not self.rows:
+            return
+        self.cache, self.logits, self.attention, positions = self._prefill(
+            [row.prompt + row.tokens for row in self.rows]
+        )
+        self.positions = positions[:, -1] + 1
 
     def _seen_tokens(self, rows: list[DecodeRow]) -> Optional[torch.Tensor]:
         """Bool [rows, vocab] marking each row's prompt tokens (None when the repetition penalty is off)."""
@@ -194,6 +220,7 @@ class DecodeBatch:
         for index, (row, token, logprob) in enumerate(zip(self.rows, tokens.tolist(), logprobs.float().tolist())):
             row.tokens.append(token)
             row.logprobs.append(logprob)
+            row.versions.append(self.version)
             if self.top_k > 0:
                 row.tops.append(top_pairs[index])
             stop = stopped[index] or (

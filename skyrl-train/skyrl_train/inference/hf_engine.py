@@ -42,6 +42,9 @@ class HFInferenceEngine(QueuedEngine):
             sooner once the waiting rows are as many as the live ones).
         lora_alpha: set when the trainer trains LoRA adapters: weight syncs may then send adapter tensors only (peft
             names), which are merged into this engine's copy of the base weights (`W + alpha / r * B @ A`).
+        in_flight_weight_updates: `update_weights` does not wait for running requests: it lands between two of their
+            decode steps, their KV cache is rebuilt from their tokens so far with the new weights, and each token
+            records the version that sampled it (the fully_async trainer's `weight_update_boundary: token`).
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class HFInferenceEngine(QueuedEngine):
         batch_wait_s: float = 0.002,
         lora_alpha: Optional[float] = None,
         admit_after_steps: int = 4,
+        in_flight_weight_updates: bool = False,
     ) -> None:
         super().__init__(
             tokenizer, max_model_len or int(getattr(model.config, "max_position_embeddings", 2048)), batch_wait_s
@@ -77,6 +81,8 @@ class HFInferenceEngine(QueuedEngine):
         self._kept_buffers: dict[str, torch.Tensor] = {}
         self.compute_clock = ComputeClock()
         """Seconds spent decoding batches (read by the framework-overhead benchmark)."""
+        self.in_flight_weight_updates = in_flight_weight_updates
+        """Weight updates land between two tokens of running requests, and `pause` does not wait for them."""
         self.adapter_merger = AdapterMerger(lora_alpha) if lora_alpha is not None else None
         """Merges synced LoRA adapters into the base weights (None: the engine takes full weights only)."""
 
@@ -153,7 +159,7 @@ class HFInferenceEngine(QueuedEngine):
         backlog = [row for item in items for row in self._rows_of(item)]
         live: dict[int, PendingRequest] = {id(item): item for item in items}
         remaining = {id(item): len(item.results) for item in items}
-        batch = DecodeBatch(self.model, key, self._stop_ids(key), self.pad_token_id, self.tokenizer)
+        batch = DecodeBatch(self.model, key, self._stop_ids(key), self.pad_token_id, self.tokenizer, self._version)
         waited = 0  # decode steps the oldest waiting row has waited
         try:
             while True:
@@ -173,7 +179,7 @@ class HFInferenceEngine(QueuedEngine):
                     return
                 for row in await self._in_model_thread(self._advance_locked, batch, admitted):
                     item, index = row.tag
-                    item.results[index] = (self._text(row, item.params), row.tokens, row.logprobs, row.reason, row.tops)
+                    item.results[index] = self._result(row, item.params)
                     remaining[id(item)] -= 1
                     if remaining[id(item)] == 0 and not item.future.done():
                         item.future.set_result(item.results)
@@ -199,15 +205,22 @@ class HFInferenceEngine(QueuedEngine):
         text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
         return trim_stop_string(text, params.stop, params.include_stop_str_in_output)
 
+    def _result(self, row: DecodeRow, params: SamplingParams) -> tuple:
+        """What a finished row returns: (text, ids, logprobs, stop_reason, top_logprobs, token versions)."""
+        return (self._text(row, params), row.tokens, row.logprobs, row.reason, row.tops, row.versions)
+
     def _advance_locked(self, batch: DecodeBatch, admitted: list[DecodeRow]) -> list[DecodeRow]:
         with self._model_lock, self.compute_clock("generate"):
+            if batch.version != self._version:  # an in-flight update landed between two tokens of this batch
+                batch.recompute(self._version)
             batch.admit(admitted)
             return batch.step()
 
     def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, seeds: Optional[list[Optional[int]]] = None
     ) -> list[tuple]:
-        """Decode `prompts` synchronously; returns (text, ids, logprobs, stop_reason, top_logprobs) per prompt x n,
+        """Decode `prompts` synchronously; returns (text, ids, logprobs, stop_reason, top_logprobs, token versions) per
+        prompt x n,
         prompt-major (`top_logprobs`: per generated token, `params.top_logprobs` `(token_id, logprob)` pairs).
 
         At most `max_batch_size` rows decode at once; a finished row's place goes to the next waiting one. `seeds`
@@ -217,14 +230,16 @@ class HFInferenceEngine(QueuedEngine):
         seeds = list(seeds) if seeds is not None else [params.seed] * len(prompts)
         rows = self._decode_rows(prompts, seeds, params, lambda k: k)
         results: list[Optional[tuple]] = [None] * len(rows)
-        batch = DecodeBatch(self.model, params, self._stop_ids(params), self.pad_token_id, self.tokenizer)
+        batch = DecodeBatch(
+            self.model, params, self._stop_ids(params), self.pad_token_id, self.tokenizer, self._version
+        )
         with self._model_lock, self.compute_clock("generate"):
             while rows or len(batch):
                 room = self.max_batch_size - len(batch) if batch.accepts_new_rows else 0
                 batch.admit(rows[:room])
                 rows = rows[room:]
                 for row in batch.step():
-                    results[row.tag] = (self._text(row, params), row.tokens, row.logprobs, row.reason, row.tops)
+                    results[row.tag] = self._result(row, params)
         return results
 
     # ----- lifecycle --------------------------------------------------------------------------------------------
@@ -233,7 +248,7 @@ class HFInferenceEngine(QueuedEngine):
         are discarded, so `update_weights` with every parameter must follow `wake_up`."""
         if level not in (1, 2):
             raise ValueError(f"sleep level must be 1 or 2, got {level}")
-        await self.pause()
+        await self.pause_and_drain()
         with self._model_lock:
             if level == 2:
                 # Buffers (e.g. rotary inv_freq, non-persistent so never in a state dict or a weight sync) are small
@@ -261,10 +276,12 @@ class HFInferenceEngine(QueuedEngine):
         """Copy new values into the named parameters/buffers and serve them as `version`.
 
         Requests being decoded finish with the weights they started with (no new request joins them meanwhile), so
-        every completion comes from one version; queued requests then decode with the new weights."""
+        every completion comes from one version; queued requests then decode with the new weights. With
+        `in_flight_weight_updates` the update lands between two decode steps instead: the running rows' cache is
+        rebuilt with the new weights and their next tokens record the new version."""
         self._weights_waiting += 1
         try:
-            while self._decoding:
+            while self._decoding and not self.in_flight_weight_updates:
                 await asyncio.sleep(0.001)
             await self._in_model_thread(self._update_weights_locked, list(named_tensors), version)
         finally:

@@ -37,6 +37,10 @@ class QueuedEngine(InferenceEngine):
     that is still unresolved. `_check_params` may refuse sampling params the engine cannot honour.
     """
 
+    in_flight_weight_updates: bool = False
+    """True on an engine whose running requests take weight updates between two tokens (`pause` then holds new
+    calls only)."""
+
     def __init__(self, tokenizer: Any, max_model_len: int, batch_wait_s: float) -> None:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
@@ -87,14 +91,18 @@ class QueuedEngine(InferenceEngine):
             rows = await future
         finally:
             self._inflight -= 1
-        texts, ids, logprobs, reasons, tops = zip(*rows) if rows else ((), (), (), (), ())
+        texts, ids, logprobs, reasons, tops = zip(*(row[:5] for row in rows)) if rows else ((), (), (), (), ())
+        # an engine that records each token's weight version returns it as a sixth element
+        token_versions = [list(row[5]) for row in rows] if rows and len(rows[0]) > 5 else None
+        sampled_by = [version for versions in token_versions or [] for version in versions]
         return InferenceEngineOutput(
             responses=list(texts),
             response_ids=[list(x) for x in ids],
             stop_reasons=list(reasons),
             response_logprobs=[list(x) for x in logprobs] if params.logprobs else None,
             response_top_logprobs=[list(x) for x in tops] if params.top_logprobs > 0 else None,
-            weight_version=self.weight_version,
+            weight_version=min(sampled_by) if sampled_by else self.weight_version,
+            response_token_versions=token_versions,
         )
 
     def _prompt_ids(self, request: InferenceEngineInput) -> list[list[int]]:
@@ -122,6 +130,14 @@ class QueuedEngine(InferenceEngine):
                         item.future.set_exception(exc)
 
     async def pause(self) -> None:
+        """Hold new generate calls; return once the in-flight ones finished (at once on an engine whose running
+        calls take weight updates between two tokens: `in_flight_weight_updates`)."""
+        if self.in_flight_weight_updates:
+            self._admission().clear()
+        else:
+            await self.pause_and_drain()
+
+    async def pause_and_drain(self) -> None:
         """Hold new generate calls; return once the in-flight ones finished."""
         self._admission().clear()
         while self._inflight > 0:

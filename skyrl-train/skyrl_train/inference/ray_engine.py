@@ -58,6 +58,9 @@ class EngineSettings:
     weight syncs."""
     lora_alpha: float = 16.0
     """The adapters' alpha (scale `alpha / rank`)."""
+    in_flight_weight_updates: bool = False
+    """hf only: weight updates land between two tokens of running requests (`SkyRLConfig.in_flight_weight_updates`)
+    instead of waiting for them, and `pause` does not wait for them either."""
     remote_urls: tuple[str, ...] = ()
     """Servers of the `remote` backend (`generator.inference_engine.remote_urls`); each actor gets one."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -84,6 +87,7 @@ class EngineSettings:
             lora_rank=cfg.trainer.policy.model.lora.rank,
             lora_alpha=float(cfg.trainer.policy.model.lora.alpha),
             remote_urls=tuple(engine.remote_urls),
+            in_flight_weight_updates=cfg.in_flight_weight_updates(),
             engine_kwargs=dict(engine.engine_init_kwargs),
         )
         values.update(overrides)
@@ -105,6 +109,8 @@ def build_hf_engine(settings: EngineSettings) -> InferenceEngine:
     kwargs = {"max_batch_size": settings.max_batch_size, **settings.engine_kwargs}
     if settings.lora_rank > 0:
         kwargs["lora_alpha"] = settings.lora_alpha
+    if settings.in_flight_weight_updates:
+        kwargs["in_flight_weight_updates"] = True
     return HFInferenceEngine(model, tokenizer, **kwargs)
 
 

@@ -129,7 +129,9 @@ class InferenceEngineOutput:
     sequence); `responses` is their text with a matched stop string cut off unless requested otherwise.
     `response_top_logprobs` (with `sampling_params.top_logprobs = k > 0`) holds, per output and per generated
     token, the k most likely `(token_id, logprob)` pairs of that step, most likely first, under the same
-    distribution as `response_logprobs`.
+    distribution as `response_logprobs`. `response_token_versions` (engines that record it) holds, per output and
+    per generated token, the weight version that sampled it; `weight_version` is the oldest of them (an in-flight
+    weight update can change the version between two tokens of one output).
     """
 
     responses: list[str]
@@ -138,6 +140,7 @@ class InferenceEngineOutput:
     response_logprobs: Optional[list[list[float]]] = None
     response_top_logprobs: Optional[list[list[list[tuple[int, float]]]]] = None
     weight_version: int = 0
+    response_token_versions: Optional[list[list[int]]] = None
 
     def __len__(self) -> int:
         return len(self.response_ids)

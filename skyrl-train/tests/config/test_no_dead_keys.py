@@ -106,6 +106,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.async_rl.max_staleness": (
         "trainer/test_trainer_async.py::test_fully_async_staleness_stays_within_its_bound",
     ),
+    "trainer.async_rl.weight_update_boundary": (
+        "inference/test_ray_engine.py::test_the_weight_update_boundary_reaches_the_hf_engine",
+        "inference/test_hf_decode.py::test_an_in_flight_update_lands_between_two_tokens_and_each_token_keeps_its_version_and_logprob",
+    ),
     "trainer.policy.model.lora.rank": (
         _LORA_ONLY_ADAPTERS,
         "trainer/test_trainer_lora.py::test_lora_run_syncs_adapters_uses_the_base_as_reference_and_resumes_exactly",

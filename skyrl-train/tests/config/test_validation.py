@@ -113,6 +113,20 @@ CASES = {
         ],
         "max_staleness is fixed at 1 in trainer.mode=one_step_off",
     ),
+    "weight update boundary without fully_async": (
+        ["trainer.async_rl.weight_update_boundary=token"],
+        "weight_update_boundary=token has no effect with trainer.mode=sync",
+    ),
+    "token boundary on vllm": (
+        [
+            "trainer.mode=fully_async",
+            "trainer.placement.colocate_all=false",
+            "generator.inference_engine.num_engines=1",
+            "generator.inference_engine.backend=vllm",
+            "trainer.async_rl.weight_update_boundary=token",
+        ],
+        "weight_update_boundary=token is supported on the hf engine only",
+    ),
     "remote engines without URLs": (
         ["generator.inference_engine.backend=remote", "trainer.placement.colocate_all=false"],
         "backend=remote needs remote_urls",

@@ -1,8 +1,11 @@
 """Continuous batching in the hf engine: rows that join a running decode (cache left-padded and stacked) or leave it
 early sample what they would alone, finished requests return while others still decode, a weight update lets the
-running decode finish on the old weights, and `max_batch_size` refills freed places."""
+running decode finish on the old weights (or, with in-flight updates, lands between two of its tokens), and
+`max_batch_size` refills freed places."""
 
 import asyncio
+import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -135,6 +138,72 @@ def test_a_weight_update_waits_for_the_running_decode_and_later_requests_use_it(
     during, after = asyncio.run(scenario())
     assert during.response_logprobs[0] == pytest.approx(old, abs=LOGPROB_TOLERANCE) and during.weight_version == 0
     assert after.response_logprobs[0] == pytest.approx(new[0][2], abs=LOGPROB_TOLERANCE) and after.weight_version == 1
+
+
+def test_an_in_flight_update_lands_between_two_tokens_and_each_token_keeps_its_version_and_logprob(tokenizer):
+    old_model = build_tiny_model(TinyModelSpec(size=2), seed=0)
+    new_model = build_tiny_model(TinyModelSpec(size=2), seed=7)
+    engine = HFInferenceEngine(
+        build_tiny_model(TinyModelSpec(size=2), seed=0), tokenizer, in_flight_weight_updates=True
+    )
+    params = SamplingParams(max_tokens=16, temperature=1.0, ignore_eos=True, logprobs=True)
+    prompts = [prompt_ids(tokenizer, "Tell me a story."), prompt_ids(tokenizer, "What is 12+34?")]
+    advances = []
+    advance = engine._advance_locked
+
+    def counted(batch, admitted):  # runs in the engine's model thread
+        out = advance(batch, admitted)
+        advances.append(len(batch))
+        if len(advances) == 3:  # hold the third step until the update is queued behind it in the model thread
+            deadline = time.monotonic() + 30
+            while not engine._weights_waiting and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return out
+
+    engine._advance_locked = counted
+
+    async def scenario():
+        request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=replace(params, n=2), seeds=[5, 6])
+        running = asyncio.create_task(engine.generate(request))
+        while len(advances) < 2:
+            await asyncio.sleep(0.001)
+        await engine.pause()  # returns at once: the running call goes on and takes the update between two tokens
+        assert not running.done()
+        await engine.update_weights(list(new_model.state_dict().items()), version=1)
+        await engine.resume()
+        return await running
+
+    out = asyncio.run(scenario())
+    assert out.weight_version == 0  # the oldest version among the tokens
+    rows = zip(out.response_ids, out.response_logprobs, out.response_token_versions, strict=True)
+    for row, (ids, logprobs, versions) in enumerate(rows):
+        assert versions == [0] * 3 + [1] * 13  # three tokens before the update, the rest after
+        for version, model in ((0, old_model), (1, new_model)):  # each token against a fresh forward of its version
+            sequence = torch.tensor([prompts[row // 2] + ids])  # prompt-major: two samples per prompt
+            start = sequence.shape[1] - len(ids)
+            with torch.no_grad():
+                logits = model(sequence).logits[0, start - 1 : -1].float()
+            recomputed = torch.log_softmax(logits, -1).gather(-1, sequence[0, start:].unsqueeze(-1)).squeeze(-1)
+            for position, token_version in enumerate(versions):
+                if token_version == version:
+                    assert logprobs[position] == pytest.approx(float(recomputed[position]), abs=LOGPROB_TOLERANCE)
+
+
+def test_recompute_with_unchanged_weights_keeps_what_the_batch_samples(model, tokenizer):
+    params = SamplingParams(max_tokens=10, temperature=1.0, ignore_eos=True)
+    numbers = torch.rand(10, generator=torch.Generator().manual_seed(1))
+    prompt = prompt_ids(tokenizer, "12+34=")
+    expected = alone(model, tokenizer, prompt, params, 10, numbers)
+    batch = DecodeBatch(model, params, set(), tokenizer.pad_token_id, tokenizer)
+    row = DecodeRow(prompt, 10, numbers)
+    batch.admit([row])
+    for _ in range(4):
+        batch.step()
+    batch.recompute(version=3)  # the cache is rebuilt from the prompt and the four tokens so far
+    while len(batch):
+        batch.step()
+    assert row.tokens == expected.tokens and row.versions == [0] * 4 + [3] * 6
+    assert row.logprobs == pytest.approx(expected.logprobs, abs=LOGPROB_TOLERANCE)
 
 
 def test_max_batch_size_refills_freed_places_and_keeps_each_rows_result(model, tokenizer, monkeypatch):

@@ -2,6 +2,7 @@
 with the same engine run in this process; the client over proxies; lifecycle calls; settings; teardown."""
 
 import asyncio
+import dataclasses
 import importlib.util
 import inspect
 
@@ -179,6 +180,30 @@ async def test_teardown_ends_the_actor(cluster):  # last: it ends engine 1
     await engine.teardown()
     with pytest.raises(ray.exceptions.RayActorError):
         await engine.handle.weight_version.remote()
+
+
+@pytest.mark.parametrize(
+    ("mode", "backend", "boundary", "in_flight"),
+    [
+        ("fully_async", "hf", "auto", True),
+        ("fully_async", "hf", "token", True),
+        ("fully_async", "hf", "turn", False),
+        ("fully_async", "vllm", "auto", False),
+        ("one_step_off", "hf", "auto", False),
+        ("sync", "hf", "auto", False),
+    ],
+)
+def test_the_weight_update_boundary_reaches_the_hf_engine(tmp_path, mode, backend, boundary, in_flight):
+    overrides = [f"trainer.mode={mode}", f"generator.inference_engine.backend={backend}", "trainer.device=cpu"]
+    overrides += [f"trainer.async_rl.weight_update_boundary={boundary}"] if boundary != "auto" else []
+    overrides += ["trainer.placement.colocate_all=false"] if mode != "sync" else []
+    settings = EngineSettings.from_config(SkyRLConfig.from_cli_overrides(overrides), "/models/m")
+    assert settings.in_flight_weight_updates is in_flight
+    if backend == "hf":
+        build_tiny_model(TinyModelSpec(size=1), seed=0).save_pretrained(tmp_path)
+        save_tokenizer(build_char_tokenizer(), tmp_path)
+        engine = build_hf_engine(dataclasses.replace(settings, model_path=str(tmp_path), dtype="float32"))
+        assert engine.in_flight_weight_updates is in_flight
 
 
 def test_every_engine_key_reaches_the_engine_settings():
