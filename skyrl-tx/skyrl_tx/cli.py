@@ -1,4 +1,5 @@
-"""`skyrl-tx serve | version`: start the Tinker-compatible service, or print the version."""
+"""`skyrl-tx serve | version`: start the Tinker-compatible service (compute in process or on Ray), or print the
+version."""
 
 from __future__ import annotations
 
@@ -89,6 +90,17 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def check_compute_flags(args: argparse.Namespace) -> None:
+    """Refuse (SystemExit naming the flag) Ray flags without `--compute ray` and a rank count below 1."""
+    if args.compute != "ray":
+        for flag, value in (("--ray-workers", args.ray_workers), ("--ray-address", args.ray_address)):
+            if value is not None:
+                raise SystemExit(f"{flag} needs --compute ray (the compute is {args.compute!r})")
+        return
+    if args.ray_workers is not None and args.ray_workers < 1:
+        raise SystemExit(f"--ray-workers must be >= 1, got {args.ray_workers}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     parser = argparse.ArgumentParser(prog="skyrl-tx", description="Tinker-compatible training and sampling service")
@@ -111,6 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
     serve.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="base weights")
+    serve.add_argument(
+        "--compute",
+        default="local",
+        choices=["local", "ray"],
+        help="local: in this process on --device; ray: on --ray-workers data-parallel Ray actors per base model",
+    )
+    serve.add_argument(
+        "--ray-workers", type=int, default=None, help="ranks per base model with --compute ray (default 1)"
+    )
+    serve.add_argument(
+        "--ray-address",
+        default=None,
+        help="a running Ray cluster (auto, HOST:PORT, ray://...) for --compute ray; default: start a local Ray",
+    )
     serve.add_argument("--log-level", default="info")
     commands.add_parser("version", help="print the version")
     return parser
@@ -118,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def serve(args: argparse.Namespace) -> None:
     """Build the service and run it under uvicorn."""
+    check_compute_flags(args)
     import uvicorn
 
     from skyrl_tx.app import ApiKeys, create_app
@@ -135,23 +162,43 @@ def serve(args: argparse.Namespace) -> None:
         name: BaseModel(name, path, tokenizer_folder(name, path, checkpoint_dir))
         for name, path in parse_base_models(args.base_model).items()
     }
+    started_ray, make_host = False, None
+    if args.compute == "ray":
+        from skyrl_tx.ray_compute import RayLoraHost, ray_device, start_ray
+
+        started_ray = start_ray(args.ray_address)
+        workers = args.ray_workers or 1
+        device = ray_device(args.device, workers, len(base_models))
+
+        def make_host(base: BaseModel) -> RayLoraHost:
+            return RayLoraHost(base.name, base.path, workers, device=device, dtype=args.dtype)
+
+    else:
+        device = resolve_device(args.device)
     service = Service(
         Database(url),
         checkpoint_dir,
         base_models,
         session_timeout_s=args.session_timeout_s,
-        device=resolve_device(args.device),
+        device=device,
         dtype=args.dtype,
+        make_host=make_host,
     )
-    service.start()
+    try:
+        service.start()
+    except BaseException:
+        service.stop()
+        _stop_ray(started_ray)
+        raise
     if keys.dev_mode:
         log.warning("no --api-key given: local dev mode, any X-API-Key starting with 'tml-' is accepted")
+    compute = f"{args.ray_workers or 1} Ray rank(s) per model on {device}" if args.compute == "ray" else device
     log.info(
         "serving %s on http://%s:%d (%s, %s; database %s)",
         sorted(base_models),
         args.host,
         args.port,
-        service.device,
+        compute,
         args.dtype,
         url.split("@")[-1],
     )
@@ -160,6 +207,15 @@ def serve(args: argparse.Namespace) -> None:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         service.stop()
+        _stop_ray(started_ray)
+
+
+def _stop_ray(started: bool) -> None:
+    """Shut down the local Ray this process started (a cluster it only connected to keeps running)."""
+    if started:
+        import ray
+
+        ray.shutdown()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -5,13 +5,17 @@ Everything here runs on the service's single compute thread (the model is not th
 tokenizer load through `skyrl_train.models.loading`, adapters are peft LoRA layers injected into the base model, the
 losses come from `skyrl_train.algorithms` (via `skyrl_tx.losses`), and generation is `HFInferenceEngine.generate_batch`
 with the wanted adapter active (peft's layers consult the active adapter; the base model runs with adapters off).
+`ComputeHost` is what the service calls; `skyrl_tx.ray_compute.RayLoraHost` implements it with a `LoraHost` replica
+on each of several Ray workers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -116,7 +120,129 @@ def _module_groups(model: torch.nn.Module) -> dict[str, set[str]]:
     return groups
 
 
-class LoraHost:
+class ComputeHost(ABC):
+    """The compute of one base model as the service drives it (`LoraHost` in this process, `RayLoraHost` on Ray
+    workers), with the request checks every host shares: they need only the vocabulary, context length and pad id.
+
+    Every method runs on the service's single compute thread, except `check_prompt`, `sampling_params` and
+    `padded_batch`, which only read the attributes below.
+    """
+
+    name: str
+    """The public name of the base model."""
+    path: str
+    """Its folder (or hub id)."""
+    vocab_size: int
+    max_context: int
+    """Longest sequence the model takes (`max_position_embeddings`, 2048 when the config has none)."""
+    pad_id: int
+    model_type: str
+    """The config's `model_type` (`get_info`'s `arch`)."""
+    adapters: Mapping[str, Any]
+    """The training clients' adapters by model id."""
+
+    @abstractmethod
+    def add_adapter(self, name: str, spec: LoraSpec) -> None:
+        """A fresh adapter (B = 0, so it starts as the base model) for training client `name`."""
+
+    @abstractmethod
+    def remove_adapter(self, name: str) -> None:
+        """Drop an adapter and its optimizer (unknown names are ignored)."""
+
+    @abstractmethod
+    def forward_backward(
+        self, name: str, data: list[TrainDatum], loss_fn: str, config: dict[str, Any], forward_only: bool
+    ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
+        """Per-datum `logprobs` of the target tokens and the loss metrics; gradients accumulate on the adapter
+        unless `forward_only`."""
+
+    @abstractmethod
+    def optim_step(self, name: str, adam: dict[str, float]) -> dict[str, float]:
+        """One AdamW step on the accumulated gradients, then zero them; returns the step's metrics."""
+
+    @abstractmethod
+    def save(self, name: str, directory: Path, with_optimizer: bool) -> int:
+        """Write the adapter (and, if asked, its optimizer state) into `directory`; returns the bytes written."""
+
+    @abstractmethod
+    def load(self, name: str, directory: Path, with_optimizer: bool) -> LoraSpec:
+        """A new adapter `name` holding the weights saved in `directory` (and its optimizer state, if asked)."""
+
+    @abstractmethod
+    def sample(self, sampler_dir: Optional[Path], jobs: list[SampleJob]) -> list[SampleResult]:
+        """Run sampling jobs of one sampler (saved adapter weights, or the base model for None), in job order."""
+
+    def close(self) -> None:
+        """Release what the host holds outside this process (nothing for an in-process host)."""
+        return None
+
+    def check_prompt(self, prompt: list[int]) -> None:
+        """Refuse an empty prompt, ids outside the vocabulary, or a prompt that leaves no room to generate."""
+        if not prompt:
+            raise WireError("prompt: no tokens")
+        if min(prompt) < 0 or max(prompt) >= self.vocab_size:
+            raise WireError(f"prompt: token ids must be in [0, {self.vocab_size})")
+        if len(prompt) >= self.max_context:
+            raise WireError(f"prompt: {len(prompt)} tokens; {self.name} takes at most {self.max_context - 1}")
+
+    def sampling_params(self, job: SampleJob) -> SamplingParams:
+        """The engine's `SamplingParams` for a job (raises ValueError on values it refuses)."""
+        prompt_room = self.max_context - len(job.prompt)
+        stop = job.stop
+        strings = tuple(s for s in (stop or []) if isinstance(s, str))
+        token_ids = tuple(int(s) for s in (stop or []) if not isinstance(s, str))
+        return SamplingParams(
+            max_tokens=max(1, min(job.max_tokens or prompt_room, prompt_room)),
+            temperature=job.temperature,
+            top_k=job.top_k if job.top_k and job.top_k > 0 else -1,
+            top_p=job.top_p,
+            stop=strings,
+            stop_token_ids=token_ids,
+            ignore_eos=stop is not None and len(stop) == 0,
+            n=job.num_samples,
+            logprobs=True,
+            top_logprobs=job.topk_sample_logprobs,
+        )
+
+    def padded_batch(
+        self, data: list[TrainDatum], inputs_needed: tuple[str, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """The checked data as right-padded CPU tensors: token ids [B, T], a 1/0 `valid` mask [B, T] and each needed
+        loss input [B, T]. Refuses (WireError naming the datum and field) empty data, over-long data, token ids
+        outside the vocabulary, missing inputs, inputs whose length differs from the tokens, and non-finite values."""
+        if not data:
+            raise WireError("forward_backward: data is empty")
+        width = max(len(datum.tokens) for datum in data)
+        if width == 0:
+            raise WireError("forward_backward: every datum has an empty model_input")
+        if width > self.max_context:
+            raise WireError(f"forward_backward: a datum has {width} tokens; {self.name} takes {self.max_context}")
+        tokens = torch.full((len(data), width), self.pad_id, dtype=torch.long)
+        valid = torch.zeros((len(data), width), dtype=torch.float32)
+        inputs = {name: torch.zeros((len(data), width), dtype=torch.float32) for name in inputs_needed}
+        for row, datum in enumerate(data):
+            length = len(datum.tokens)
+            ids = torch.tensor(datum.tokens, dtype=torch.long)
+            if length and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+                raise WireError(f"data[{row}].model_input: token ids must be in [0, {self.vocab_size})")
+            tokens[row, :length], valid[row, :length] = ids, 1.0
+            for name in inputs_needed:
+                if name not in datum.inputs:
+                    raise WireError(f"data[{row}].loss_fn_inputs: missing {name!r} (needs {list(inputs_needed)})")
+                values = datum.inputs[name]
+                if values.size != length:
+                    raise WireError(
+                        f"data[{row}].loss_fn_inputs.{name}: {values.size} values for {length} model_input tokens"
+                    )
+                if name == "target_tokens" and length and (values.min() < 0 or values.max() >= self.vocab_size):
+                    raise WireError(f"data[{row}].loss_fn_inputs.target_tokens: ids must be in [0, {self.vocab_size})")
+                if name != "target_tokens" and not np.isfinite(values).all():
+                    raise WireError(f"data[{row}].loss_fn_inputs.{name}: values must be finite")
+                inputs[name][row, :length] = torch.from_numpy(np.asarray(values, dtype=np.float32).copy())
+        return tokens, valid, inputs
+
+
+class LoraHost(ComputeHost):
     """One base model with its LoRA adapters, their optimizers, and a sampler over them."""
 
     def __init__(
@@ -129,12 +255,13 @@ class LoraHost:
         self.tokenizer = load_tokenizer(path, padding_side="left")
         self.vocab_size = int(self.model.config.vocab_size)
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self.model_type = str(self.model.config.model_type)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.groups = _module_groups(self.model)
         self.peft: Optional[PeftModel] = None
         self.adapters: dict[str, Adapter] = {}
         self.sampler_adapters: OrderedDict[str, str] = OrderedDict()
-        """Sampler weights folder -> adapter name, least recently used first."""
+        """`<sampler weights folder>@<adapter file mtime>` -> adapter name, least recently used first."""
         self.max_sampler_adapters = max_sampler_adapters
         self.engine = HFInferenceEngine(self.model, self.tokenizer, max_batch_size=256)
         self._sampler_count = 0
@@ -199,39 +326,6 @@ class LoraHost:
                     param.requires_grad_(True)
 
     # ----- training ----------------------------------------------------------------------------------------------
-    def _batch(self, data: list[TrainDatum], inputs_needed: tuple[str, ...]) -> tuple[torch.Tensor, ...]:
-        if not data:
-            raise WireError("forward_backward: data is empty")
-        width = max(len(datum.tokens) for datum in data)
-        if width == 0:
-            raise WireError("forward_backward: every datum has an empty model_input")
-        if width > self.max_context:
-            raise WireError(f"forward_backward: a datum has {width} tokens; {self.name} takes {self.max_context}")
-        tokens = torch.full((len(data), width), self.pad_id, dtype=torch.long)
-        valid = torch.zeros((len(data), width), dtype=torch.float32)
-        inputs = {name: torch.zeros((len(data), width), dtype=torch.float32) for name in inputs_needed}
-        for row, datum in enumerate(data):
-            length = len(datum.tokens)
-            ids = torch.tensor(datum.tokens, dtype=torch.long)
-            if length and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
-                raise WireError(f"data[{row}].model_input: token ids must be in [0, {self.vocab_size})")
-            tokens[row, :length], valid[row, :length] = ids, 1.0
-            for name in inputs_needed:
-                if name not in datum.inputs:
-                    raise WireError(f"data[{row}].loss_fn_inputs: missing {name!r} (needs {list(inputs_needed)})")
-                values = datum.inputs[name]
-                if values.size != length:
-                    raise WireError(
-                        f"data[{row}].loss_fn_inputs.{name}: {values.size} values for {length} model_input tokens"
-                    )
-                if name == "target_tokens" and length and (values.min() < 0 or values.max() >= self.vocab_size):
-                    raise WireError(f"data[{row}].loss_fn_inputs.target_tokens: ids must be in [0, {self.vocab_size})")
-                if name != "target_tokens" and not np.isfinite(values).all():
-                    raise WireError(f"data[{row}].loss_fn_inputs.{name}: values must be finite")
-                inputs[name][row, :length] = torch.from_numpy(np.asarray(values, dtype=np.float32).copy())
-        inputs = {name: values.to(self.device) for name, values in inputs.items()}
-        return tokens.to(self.device), valid.to(self.device), inputs
-
     def forward_backward(
         self, name: str, data: list[TrainDatum], loss_fn: str, config: dict[str, Any], forward_only: bool
     ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
@@ -239,7 +333,9 @@ class LoraHost:
         (in `.grad`, so chunks of one batch add up in any order) unless `forward_only`."""
         adapter = self.adapters[name]
         spec, resolved = loss_spec(loss_fn, config)
-        tokens, valid, inputs = self._batch(data, spec.inputs)
+        tokens, valid, inputs = self.padded_batch(data, spec.inputs)
+        tokens, valid = tokens.to(self.device), valid.to(self.device)
+        inputs = {key: values.to(self.device) for key, values in inputs.items()}
         self._activate(adapter.name)
         with torch.set_grad_enabled(not forward_only):
             logits = self.model(input_ids=tokens, attention_mask=valid.long()).logits.float()
@@ -312,10 +408,13 @@ class LoraHost:
         evicted beyond `max_sampler_adapters`); None for the base model."""
         if directory is None:
             return None
-        key = str(directory)
+        # the file's write time is part of the key: weights saved again under the same name (overwrite) reload
+        key = f"{directory}@{(directory / ADAPTER_FILE).stat().st_mtime_ns}"
         if key in self.sampler_adapters:
             self.sampler_adapters.move_to_end(key)
             return self.sampler_adapters[key]
+        for stale in [k for k in self.sampler_adapters if k.rsplit("@", 1)[0] == str(directory)]:
+            self.peft.delete_adapter(self.sampler_adapters.pop(stale))
         spec = LoraSpec(**read_meta(directory)["lora"])
         self._sampler_count += 1
         name = f"sampler{self._sampler_count}"
@@ -326,34 +425,6 @@ class LoraHost:
             _, evicted = self.sampler_adapters.popitem(last=False)
             self.peft.delete_adapter(evicted)
         return name
-
-    def sampling_params(self, job: SampleJob) -> SamplingParams:
-        """The engine's `SamplingParams` for a job (raises ValueError on values it refuses)."""
-        prompt_room = self.max_context - len(job.prompt)
-        stop = job.stop
-        strings = tuple(s for s in (stop or []) if isinstance(s, str))
-        token_ids = tuple(int(s) for s in (stop or []) if not isinstance(s, str))
-        return SamplingParams(
-            max_tokens=max(1, min(job.max_tokens or prompt_room, prompt_room)),
-            temperature=job.temperature,
-            top_k=job.top_k if job.top_k and job.top_k > 0 else -1,
-            top_p=job.top_p,
-            stop=strings,
-            stop_token_ids=token_ids,
-            ignore_eos=stop is not None and len(stop) == 0,
-            n=job.num_samples,
-            logprobs=True,
-            top_logprobs=job.topk_sample_logprobs,
-        )
-
-    def check_prompt(self, prompt: list[int]) -> None:
-        """Refuse an empty prompt, ids outside the vocabulary, or a prompt that leaves no room to generate."""
-        if not prompt:
-            raise WireError("prompt: no tokens")
-        if min(prompt) < 0 or max(prompt) >= self.vocab_size:
-            raise WireError(f"prompt: token ids must be in [0, {self.vocab_size})")
-        if len(prompt) >= self.max_context:
-            raise WireError(f"prompt: {len(prompt)} tokens; {self.name} takes at most {self.max_context - 1}")
 
     @torch.inference_mode()
     def _prompt_logprobs(self, prompt: list[int], topk: int) -> tuple[list[Optional[float]], Optional[list]]:
@@ -386,7 +457,7 @@ class LoraHost:
                     mine = rows[position * params.n : (position + 1) * params.n]
                     sequences = [
                         SampledRow(tokens=list(ids), logprobs=list(lps), stop_reason=reason, topk=tops or None)
-                        for _, ids, lps, reason, tops in mine
+                        for _, ids, lps, reason, tops, *_ in mine  # newer engines append token versions
                     ]
                     result = SampleResult(sequences=sequences)
                     if job.prompt_logprobs or job.topk_prompt_logprobs:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from skyrl_train.algorithms.policy_loss_config import PolicyLossConfig
@@ -102,3 +103,12 @@ def tinker_loss(
             continue
         named[f"{key}:{_METRIC_REDUCTIONS.get(key, 'mean')}"] = float(value)
     return loss, named
+
+
+def mean_metric_count(name: str, inputs: dict[str, np.ndarray], length: int) -> int:
+    """How many of a datum's `length` tokens the `:mean` metrics of loss `name` average over: the nonzero entries of
+    the loss mask `tinker_loss` passes (`weights` for cross_entropy, every token for the RL losses), as
+    `masked_mean` counts them. Means over parts of a batch recombine exactly when weighted by these counts."""
+    if name == "cross_entropy":
+        return int(np.count_nonzero(inputs["weights"]))
+    return length

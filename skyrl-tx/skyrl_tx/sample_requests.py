@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from skyrl_tx.compute import LoraHost, SampleJob
+from skyrl_tx.compute import ComputeHost, SampleJob
 from skyrl_tx.futures import UserError
 
 
-def parse_sample_request(body: dict[str, Any], host: LoraHost) -> SampleJob:
+def parse_sample_request(body: dict[str, Any], host: ComputeHost) -> SampleJob:
     """The `SampleJob` of an asample body, checked now against `host` (prompt ids, lengths, sampling params), so a
     bad request gets a 400 naming the field instead of failing inside a shared batch."""
     chunks = (body.get("prompt") or {}).get("chunks") or []

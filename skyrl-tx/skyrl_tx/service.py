@@ -11,13 +11,14 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from sqlalchemy import func, select
 
-from skyrl_tx.compute import LoraHost, LoraSpec, read_meta
+from skyrl_tx.compute import ComputeHost, LoraHost, LoraSpec, read_meta
 from skyrl_tx.compute_queue import ComputeQueue, Job
 from skyrl_tx.db import CheckpointRow, Database, ModelRow, SamplingSessionRow, SessionRow, utcnow
 from skyrl_tx.futures import FutureStore, Notifier, UserError, payload_hash
@@ -52,7 +53,7 @@ class BaseModel:
     name: str
     path: str
     tokenizer_id: str
-    host: Optional[LoraHost] = None
+    host: Optional[ComputeHost] = None
 
 
 @dataclass
@@ -69,6 +70,9 @@ class Service:
     """Where the base models, adapters and optimizers live (`cpu`, `cuda`, `cuda:1`, ...)."""
     dtype: str = "float32"
     """The base models' weight dtype."""
+    make_host: Optional[Callable[[BaseModel], ComputeHost]] = None
+    """Builds each base model's compute host; None: a `LoraHost` in this process on `device` (`--compute local`).
+    `skyrl-tx serve --compute ray` passes one that builds a `RayLoraHost`."""
 
     def __post_init__(self) -> None:
         self.futures = FutureStore(self.db, self.notifier)
@@ -84,15 +88,21 @@ class Service:
         if failed:
             log.warning("%d request(s) left unfinished by a previous server process were marked failed", failed)
         for base in self.base_models.values():
-            base.host = LoraHost(base.name, base.path, device=self.device, dtype=self.dtype)
+            if self.make_host is not None:
+                base.host = self.make_host(base)
+            else:
+                base.host = LoraHost(base.name, base.path, device=self.device, dtype=self.dtype)
         self.compute.start()
         if self.session_timeout_s > 0:
             threading.Thread(target=self._expire_sessions_forever, name="skyrl-tx-sessions", daemon=True).start()
 
     def stop(self) -> None:
-        """Stop the compute thread and the session sweeper."""
+        """Stop the compute thread and the session sweeper, then close the compute hosts (Ray actors end)."""
         self._stopping.set()
         self.compute.stop()
+        for base in self.base_models.values():
+            if base.host is not None:
+                base.host.close()
 
     def _expire_sessions_forever(self) -> None:
         while not self._stopping.wait(min(30.0, max(0.5, self.session_timeout_s / 4))):
@@ -114,7 +124,7 @@ class Service:
             self.end_session(owner, session_id, "expired")
         return [session_id for _, session_id in stale]
 
-    def host(self, base_model: str) -> LoraHost:
+    def host(self, base_model: str) -> ComputeHost:
         """The compute host of a served base model; unknown names are refused listing the served ones."""
         base = self.base_models.get(base_model)
         if base is None or base.host is None:
@@ -283,7 +293,7 @@ class Service:
             "model_id": model_id,
             "model_data": {
                 "model_name": row.base_model,
-                "arch": host.model.config.model_type,
+                "arch": host.model_type,
                 "tokenizer_id": base.tokenizer_id,
             },
             "is_lora": True,

@@ -63,3 +63,26 @@ def test_devices_resolve_auto_and_refuse_what_torch_cannot_see():
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="torch sees no CUDA GPU"):
             resolve_device("cuda:0")
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--ray-workers", "2"], "--ray-workers needs --compute ray"),
+        (["--ray-address", "auto"], "--ray-address needs --compute ray"),
+        (["--compute", "ray", "--ray-workers", "0"], "--ray-workers must be >= 1, got 0"),
+    ],
+)
+def test_ray_flags_are_refused_without_ray_compute_or_with_no_ranks(argv, message):
+    from skyrl_tx.cli import build_parser, check_compute_flags
+
+    with pytest.raises(SystemExit, match=message):
+        check_compute_flags(build_parser().parse_args(["serve", *argv]))
+    check_compute_flags(build_parser().parse_args(["serve", "--compute", "ray", "--ray-workers", "2"]))  # accepted
+
+
+def test_ray_compute_refuses_a_numbered_cuda_device_before_asking_the_cluster():
+    from skyrl_tx.ray_compute import ray_device
+
+    with pytest.raises(SystemExit, match="every rank gets its own GPU from Ray: use --device cuda"):
+        ray_device("cuda:1", 2)

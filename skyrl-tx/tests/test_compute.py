@@ -6,7 +6,7 @@ import torch
 
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
-from skyrl_tx.compute import LoraHost, LoraSpec
+from skyrl_tx.compute import LoraHost, LoraSpec, SampleJob
 from skyrl_tx.wire import TrainDatum
 
 
@@ -51,3 +51,24 @@ def test_two_adapters_train_independently_on_one_base(model_dir):
     after_b = host.forward_backward("b", _data(), "cross_entropy", {}, forward_only=True)[1]["loss:sum"]
     assert after_b == pytest.approx(before_b, rel=1e-6)  # b's adapter and the base did not move
     assert after_a < before_b  # a learned (both start as the base model: B = 0)
+
+
+def test_sampler_weights_saved_again_under_the_same_folder_are_reloaded(model_dir, tmp_path):
+    host = LoraHost("org/tiny", model_dir)
+    host.add_adapter("a", LoraSpec(rank=2, seed=0))
+    sampler = tmp_path / "sampler"
+    host.save("a", sampler, with_optimizer=False)
+    job = SampleJob(
+        prompt=[5, 6, 7], num_samples=1, max_tokens=6, temperature=0.0, top_k=-1, top_p=1.0, seed=0, stop=None
+    )
+    before = host.sample(sampler, [job])[0].sequences[0]
+    adam = {"learning_rate": 5e-1, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "grad_clip_norm": 0}
+    for _ in range(3):
+        host.forward_backward("a", _data(), "cross_entropy", {}, forward_only=False)
+        host.optim_step("a", adam)
+    host.save("a", sampler, with_optimizer=False)  # the same folder, new weights (save_weights_for_sampler overwrite)
+    fresh = LoraHost("org/tiny", model_dir).sample(sampler, [job])[0].sequences[0]
+    again = host.sample(sampler, [job])[0].sequences[0]
+    assert again.logprobs == pytest.approx(fresh.logprobs, abs=1e-5)  # what a host that never cached it samples
+    assert again.logprobs != pytest.approx(before.logprobs, abs=1e-3)  # and not the cached old weights
+    assert len(host.sampler_adapters) == 1  # the stale copy was dropped

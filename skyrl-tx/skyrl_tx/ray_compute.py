@@ -1,0 +1,321 @@
+"""The service's compute on Ray workers: `RayLoraHost` drives N data-parallel `LoraRank` actors, each holding a full
+`LoraHost` replica of the base model (one GPU per rank on CUDA), in place of one `LoraHost` in the server process.
+
+- Adapter operations (add, remove, load) run on every rank, with the same initialisation seed, so the replicas stay
+  identical.
+- `forward_backward` splits the data into contiguous shards of about equal token counts, one per rank. Tinker losses
+  are sums over tokens, so the ranks' gradients add up to the whole batch's; per-token logprobs come back in datum
+  order and the metrics are merged by their reduction (`:sum` adds, `:mean` is re-weighted by the tokens each shard
+  averaged over, `:min`/`:max` take the extreme).
+- `optim_step` sums the gradients over the ranks (one all-reduce), then every rank takes the same AdamW step.
+- `sample` spreads the jobs over the ranks (each rank's `hf` engine decodes its share); results come back in job
+  order. Sampler weights travel to a rank as file bytes the first time it needs them.
+- `save` takes rank 0's files; the server writes them.
+
+What crosses the actor boundary is plain Python and numpy data, never a CUDA tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from skyrl_train.models.loading import load_tokenizer
+from skyrl_tx.compute import (
+    ADAPTER_FILE,
+    META_FILE,
+    OPTIMIZER_FILE,
+    ComputeHost,
+    LoraSpec,
+    SampleJob,
+    SampleResult,
+    read_meta,
+)
+from skyrl_tx.losses import loss_spec, mean_metric_count
+from skyrl_tx.ray_rank import LoraRank, read_files, write_files
+from skyrl_tx.wire import TrainDatum, WireError
+
+log = logging.getLogger("skyrl_tx")
+
+_EXTREMES = {"min": min, "max": max}
+
+
+class RankFailed(RuntimeError):
+    """A rank's actor or node died (or its result was lost) during a call."""
+
+
+def contiguous_shards(sizes: Sequence[int], parts: int) -> list[tuple[int, int]]:
+    """Split items with `sizes` into at most `parts` contiguous, in-order `(start, end)` ranges of about equal total
+    size. Every range holds some size: a range that would hold only zero-size items joins its neighbour (so no rank
+    gets a shard of empty data). No items: no ranges."""
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts}")
+    count = len(sizes)
+    total = sum(sizes)
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    cuts = [0]
+    for part in range(1, parts):
+        target = total * part / parts
+        cut = next(i for i in range(cuts[-1], count + 1) if prefix[i] >= target)
+        cuts.append(max(cut, cuts[-1]))
+    cuts.append(count)
+    ranges: list[tuple[int, int]] = []
+    for start, end in zip(cuts, cuts[1:]):
+        if end == start:
+            continue
+        if ranges and (prefix[end] == prefix[start] or prefix[ranges[-1][1]] == prefix[ranges[-1][0]]):
+            ranges[-1] = (ranges[-1][0], end)  # an all-empty range joins its neighbour
+        else:
+            ranges.append((start, end))
+    return ranges
+
+
+def merge_metrics(parts: Sequence[dict[str, float]], counts: Sequence[float]) -> dict[str, float]:
+    """One metrics dict from the shards' (`name:reduction` keys, as `tinker_loss` names them): `:sum` adds, `:mean`
+    is the mean weighted by `counts` (the tokens each shard's mean averaged over), `:min`/`:max` the extreme over
+    the shards that had tokens. An unknown reduction is refused rather than merged wrongly."""
+    merged: dict[str, float] = {}
+    weighted = [(part, count) for part, count in zip(parts, counts, strict=True) if count > 0] or [
+        (part, 0.0) for part in parts
+    ]
+    total = sum(count for _, count in weighted)
+    for key in parts[0]:
+        reduction = key.rsplit(":", 1)[-1]
+        if reduction == "sum":
+            merged[key] = float(sum(part[key] for part in parts))
+        elif reduction == "mean":
+            merged[key] = float(sum(part[key] * count for part, count in weighted) / total) if total > 0 else 0.0
+        elif reduction in _EXTREMES:
+            merged[key] = float(_EXTREMES[reduction](part[key] for part, _ in weighted))
+        else:
+            raise ValueError(f"metric {key!r}: no rule to merge the reduction {reduction!r} across ranks")
+    return merged
+
+
+def wait_all(refs: list[Any]) -> list[Any]:
+    """The results of one call per rank, in order, failing as soon as one fails: a method that raised re-raises its
+    own exception (so a `WireError` stays a user error); a dead actor raises `RankFailed` naming the rank. (Waiting
+    for every rank first could hang: the others may be blocked in a collective with the failed one.)"""
+    import ray
+
+    position = {ref: index for index, ref in enumerate(refs)}
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(ready[0])
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, Exception):
+                raise cause from exc
+            raise
+        except Exception as exc:
+            raise RankFailed(f"rank {position[ready[0]]} of {len(refs)} failed: {type(exc).__name__}: {exc}") from exc
+    return ray.get(refs)
+
+
+class RayLoraHost(ComputeHost):
+    """`LoraHost`'s methods, computed by `workers` data-parallel Ray actors (see the module docstring).
+
+    `device` is `cpu` or `cuda` (one GPU per rank, which Ray assigns). Ray must be initialised first. The base
+    model's `path` must be readable on every node that runs a rank (the server reads only its tokenizer).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        path: str,
+        workers: int,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_sampler_adapters: int = 16,
+        cpus_per_rank: int = 1,
+    ) -> None:
+        import ray
+
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda' (Ray gives each rank its own GPU), got {device!r}")
+        if not ray.is_initialized():
+            raise RuntimeError("RayLoraHost needs Ray: call ray.init() (or skyrl_tx.ray_compute.start_ray) first")
+        self.name, self.path, self.workers, self.device = name, path, workers, device
+        self.tokenizer = load_tokenizer(path, padding_side="left")
+        actor = ray.remote(LoraRank).options(num_cpus=cpus_per_rank, num_gpus=1 if device == "cuda" else 0)
+        first = actor.remote(0, workers, None, None, cpus_per_rank)
+        self.ranks = [first]
+        try:
+            address, port = wait_all([first.master_address.remote()])[0]
+            self.ranks += [actor.remote(rank, workers, address, port, cpus_per_rank) for rank in range(1, workers)]
+            infos = self._on_all("setup", name, path, device, dtype, max_sampler_adapters)
+        except BaseException:
+            self.close()
+            raise
+        info = infos[0]
+        self.vocab_size, self.max_context = int(info["vocab_size"]), int(info["max_context"])
+        self.pad_id, self.model_type = int(info["pad_id"]), str(info["model_type"])
+        self.rank_devices = [str(each["device"]) for each in infos]
+        self.adapters: dict[str, LoraSpec] = {}
+        log.info("%s: %d Ray ranks on %s (%s)", name, workers, device, ", ".join(self.rank_devices))
+
+    def _on_all(self, method: str, *args: Any) -> list[Any]:
+        return wait_all([getattr(rank, method).remote(*args) for rank in self.ranks])
+
+    def _known(self, name: str) -> None:
+        if name not in self.adapters:
+            raise KeyError(name)
+
+    # ----- adapters ----------------------------------------------------------------------------------------------
+    def add_adapter(self, name: str, spec: LoraSpec) -> None:
+        """A fresh adapter on every rank; one seed drawn here initialises it everywhere when the spec has none."""
+        self._on_all("add_adapter", name, spec, secrets.randbelow(2**31))
+        self.adapters[name] = spec
+
+    def remove_adapter(self, name: str) -> None:
+        """Drop an adapter and its optimizer on every rank."""
+        self._on_all("remove_adapter", name)
+        self.adapters.pop(name, None)
+
+    # ----- training ----------------------------------------------------------------------------------------------
+    def forward_backward(
+        self, name: str, data: list[TrainDatum], loss_fn: str, config: dict[str, Any], forward_only: bool
+    ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
+        """Each rank runs its contiguous shard; logprobs come back in datum order and metrics merged. The data is
+        checked here first, so bad input fails before any rank accumulates a gradient."""
+        self._known(name)
+        spec, _ = loss_spec(loss_fn, config)
+        self.padded_batch(data, spec.inputs)
+        shards = contiguous_shards([len(datum.tokens) for datum in data], len(self.ranks))
+        parts = wait_all(
+            [
+                rank.forward_backward.remote(name, data[start:end], loss_fn, config, forward_only)
+                for rank, (start, end) in zip(self.ranks, shards)
+            ]
+        )
+        outputs = [output for shard_outputs, _ in parts for output in shard_outputs]
+        counts = [
+            sum(mean_metric_count(loss_fn, datum.inputs, len(datum.tokens)) for datum in data[start:end])
+            for start, end in shards
+        ]
+        return outputs, merge_metrics([metrics for _, metrics in parts], counts)
+
+    def optim_step(self, name: str, adam: dict[str, float]) -> dict[str, float]:
+        """Every rank sums the gradients over the group and takes the same AdamW step; rank 0's metrics."""
+        self._known(name)
+        results = self._on_all("optim_step", name, adam)
+        if any(result != results[0] for result in results[1:]):
+            log.error("%s: ranks disagree after optim_step on %s: %s", self.name, name, results)
+        return results[0]
+
+    # ----- checkpoints -------------------------------------------------------------------------------------------
+    def save(self, name: str, directory: Path, with_optimizer: bool) -> int:
+        """Rank 0's adapter files, written into `directory` here (the service renames the folder into place)."""
+        self._known(name)
+        files = wait_all([self.ranks[0].save.remote(name, with_optimizer)])[0]
+        return write_files(directory, files)
+
+    def load(self, name: str, directory: Path, with_optimizer: bool) -> LoraSpec:
+        """The checkpoint's files are read here and sent to every rank, which loads them as `LoraHost.load` does."""
+        import ray
+
+        spec = LoraSpec(**read_meta(directory)["lora"])
+        names = (ADAPTER_FILE, META_FILE)
+        if with_optimizer:
+            if not (directory / OPTIMIZER_FILE).is_file():
+                raise WireError(f"{directory.name}: this checkpoint holds no optimizer state (no optim_step before it)")
+            names += (OPTIMIZER_FILE,)
+        files = ray.put(read_files(directory, names))
+        self._on_all("load", name, files, with_optimizer, secrets.randbelow(2**31))
+        self.adapters[name] = spec
+        return spec
+
+    # ----- sampling ----------------------------------------------------------------------------------------------
+    def sample(self, sampler_dir: Optional[Path], jobs: list[SampleJob]) -> list[SampleResult]:
+        """Contiguous shards of the jobs (about equal numbers of samples) run on the ranks at once; results in job
+        order. A sampler folder is known to the ranks by its path and the time its weights were written, so weights
+        saved again under the same name are sent again."""
+        import ray
+
+        key = None
+        if sampler_dir is not None:
+            key = f"{sampler_dir}@{(sampler_dir / ADAPTER_FILE).stat().st_mtime_ns}"
+        shards = contiguous_shards([job.num_samples for job in jobs], len(self.ranks))
+        results = wait_all(
+            [rank.sample.remote(key, None, jobs[start:end]) for rank, (start, end) in zip(self.ranks, shards)]
+        )
+        missing = [index for index, result in enumerate(results) if result is None]
+        if missing:
+            assert sampler_dir is not None
+            files = ray.put(read_files(sampler_dir, (ADAPTER_FILE, META_FILE)))
+            again = wait_all([self.ranks[i].sample.remote(key, files, jobs[slice(*shards[i])]) for i in missing])
+            for index, result in zip(missing, again):
+                results[index] = result
+        return [result for shard_results in results for result in shard_results]
+
+    # ----- inspection and shutdown -------------------------------------------------------------------------------
+    def adapter_states(self, name: str) -> list[dict[str, np.ndarray]]:
+        """Every rank's copy of adapter `name`'s weights (float32 numpy by parameter name), rank order."""
+        self._known(name)
+        return self._on_all("adapter_state", name)
+
+    def close(self) -> None:
+        """End the ranks: leave the process group and delete their files (waiting up to 30 s), then kill them."""
+        import ray
+
+        ranks, self.ranks = self.ranks, []
+        if not ranks or not ray.is_initialized():
+            return
+        try:
+            ray.get([rank.close.remote() for rank in ranks], timeout=30)
+        except Exception as exc:  # a dead or stuck rank is killed below all the same
+            log.warning("%s: a Ray rank did not close cleanly: %s", self.name, exc)
+        for rank in ranks:
+            ray.kill(rank)
+
+
+def start_ray(address: Optional[str]) -> bool:
+    """Connect to the Ray cluster at `address` (`auto`, `host:port`, `ray://...`), or start a local Ray without its
+    dashboard when None; returns whether this process started Ray (and should shut it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address)
+        return False
+    ray.init(include_dashboard=False)
+    return True
+
+
+def ray_device(device: str, workers: int, base_models: int = 1) -> str:
+    """The ranks' device for `--device` on the connected cluster: `auto` is `cuda` when the cluster has GPUs, else
+    `cpu`; refuses (SystemExit naming the flags) `cuda:N` and a cluster without room for `workers` ranks per base
+    model (one GPU, or one CPU, each)."""
+    import ray
+
+    if device.startswith("cuda:"):
+        raise SystemExit(
+            f"--device {device} picks a GPU of this process; with --compute ray every rank gets its own GPU from Ray: "
+            "use --device cuda"
+        )
+    if device not in ("auto", "cpu", "cuda"):
+        raise SystemExit(f"--device must be cpu, cuda or auto with --compute ray, got {device!r}")
+    resources = ray.cluster_resources()
+    gpus, cpus = float(resources.get("GPU", 0)), float(resources.get("CPU", 0))
+    if device == "auto":
+        device = "cuda" if gpus >= 1 else "cpu"
+    need = workers * base_models
+    have, unit = (gpus, "GPU") if device == "cuda" else (cpus, "CPU")
+    if have < need:
+        raise SystemExit(
+            f"--ray-workers {workers} x {base_models} base model(s) on {device} needs {need} {unit}s; the Ray cluster "
+            f"has {have:g} (one {unit} per rank)"
+        )
+    return device

@@ -1,0 +1,213 @@
+"""One data-parallel rank of `RayLoraHost`: a Ray actor holding a full `LoraHost` replica of the base model on its
+device, joined to its peers in one torch.distributed group (gloo on CPU, NCCL on CUDA).
+
+Ranks agree by construction: adapters are created with the same seed on every rank, and `optim_step` sums the
+adapter's gradients over the group before every rank takes the same AdamW step. Nothing but plain Python and numpy
+data crosses the actor boundary: checkpoint files travel as bytes (so ranks on other nodes need no shared
+filesystem), results as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from skyrl_tx.compute import LoraHost, LoraSpec, SampleJob, SampleResult
+from skyrl_tx.wire import TrainDatum
+
+Files = dict[str, bytes]
+"""A checkpoint folder's files by name."""
+
+
+def read_files(directory: Path, names: tuple[str, ...]) -> Files:
+    """The named files of `directory` as bytes (each must exist)."""
+    return {name: (directory / name).read_bytes() for name in names}
+
+
+def write_files(directory: Path, files: Files) -> int:
+    """Write `files` into `directory` (created if missing); returns the bytes written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (directory / name).write_bytes(content)
+    return sum(len(content) for content in files.values())
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run the block with torch's global generator seeded `seed`, restoring its state afterwards."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Sum every parameter's `.grad` over the process group in one collective. A parameter without a gradient on
+    some rank counts as zero there; one without a gradient on every rank keeps `grad = None` (as in one process,
+    where AdamW then skips it). Every rank ends with the same bits: the reduced buffer is the same on all ranks."""
+    if not params:
+        return
+    device = params[0].device
+    parts = [
+        (param.grad if param.grad is not None else torch.zeros_like(param)).detach().reshape(-1).float()
+        for param in params
+    ]
+    present = torch.tensor([float(param.grad is not None) for param in params], device=device)
+    flat = torch.cat([*parts, present])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    offset = 0
+    for param in params:
+        size = param.numel()
+        param.grad = flat[offset : offset + size].view_as(param).to(param.dtype).clone()
+        offset += size
+    for param, count in zip(params, flat[offset:].tolist()):
+        if count == 0:
+            param.grad = None
+
+
+class LoraRank:
+    """A Ray actor (see `RayLoraHost`): rank `rank` of `world_size`, with a `LoraHost` once `setup` ran.
+
+    Rank 0 may be created without an address: it then rendezvouses on its node's IP and a free port, which
+    `master_address()` reports so the other ranks can be created.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        master_addr: Optional[str],
+        master_port: Optional[int],
+        num_threads: int = 1,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        torch.set_num_threads(max(1, int(num_threads)))
+        if master_addr is None or master_port is None:
+            if rank != 0:
+                raise ValueError(f"rank {rank} needs master_addr and master_port (only rank 0 may choose its own)")
+            from skyrl_train.workers.distributed import free_port, node_ip
+
+            master_addr, master_port = node_ip(), free_port()
+        self.rank, self.world_size = rank, world_size
+        self.master_addr, self.master_port = master_addr, int(master_port)
+        self.host: Optional[LoraHost] = None
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"skyrl-tx-rank{rank}-"))
+        """Checkpoint files received from the server, written here so `LoraHost` can read them."""
+        self.mirrors: OrderedDict[str, Path] = OrderedDict()
+        """Sampler key -> this rank's copy of that sampler's folder, least recently used first."""
+
+    def master_address(self) -> tuple[str, int]:
+        """(address, port) the ranks rendezvous on."""
+        return self.master_addr, self.master_port
+
+    def setup(self, name: str, path: str, device: str, dtype: str, max_sampler_adapters: int) -> dict[str, Any]:
+        """Join the process group and load the base model on this rank's device (`cpu`, or `cuda`: the GPU Ray gave
+        this actor); returns what the server needs to check requests."""
+        # imported here: `skyrl_train.workers` loads every worker class, which the server process never needs
+        from skyrl_train.workers.distributed import init_process_group, resolve_device
+
+        torch_device = resolve_device(device)
+        init_process_group(self.rank, self.world_size, self.master_addr, self.master_port, torch_device)
+        self.host = LoraHost(name, path, max_sampler_adapters, device=str(torch_device), dtype=dtype)
+        return {
+            "vocab_size": self.host.vocab_size,
+            "max_context": self.host.max_context,
+            "pad_id": self.host.pad_id,
+            "model_type": self.host.model_type,
+            "device": str(torch_device),
+        }
+
+    def _host(self) -> LoraHost:
+        if self.host is None:
+            raise RuntimeError(f"rank {self.rank}: setup() has not run")
+        return self.host
+
+    def add_adapter(self, name: str, spec: LoraSpec, init_seed: int) -> None:
+        """`LoraHost.add_adapter`, initialised from `init_seed` when the spec has no seed (same on every rank)."""
+        with seeded(init_seed):
+            self._host().add_adapter(name, spec)
+
+    def remove_adapter(self, name: str) -> None:
+        """`LoraHost.remove_adapter`."""
+        self._host().remove_adapter(name)
+
+    def forward_backward(
+        self, name: str, data: list[TrainDatum], loss_fn: str, config: dict[str, Any], forward_only: bool
+    ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
+        """`LoraHost.forward_backward` on this rank's shard of the data; gradients stay on this rank until
+        `optim_step`."""
+        return self._host().forward_backward(name, data, loss_fn, config, forward_only)
+
+    def optim_step(self, name: str, adam: dict[str, float]) -> dict[str, float]:
+        """Sum the adapter's gradients over all ranks, then take `LoraHost.optim_step` (its clipping and
+        `grad_norm:mean` see the summed gradient). Every rank must call this together."""
+        host = self._host()
+        all_reduce_gradients(host.adapters[name].params)
+        return host.optim_step(name, adam)
+
+    def save(self, name: str, with_optimizer: bool) -> Files:
+        """The files `LoraHost.save` writes for adapter `name`, as bytes."""
+        folder = Path(tempfile.mkdtemp(dir=self.scratch))
+        try:
+            self._host().save(name, folder, with_optimizer)
+            return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def load(self, name: str, files: Files, with_optimizer: bool, init_seed: int) -> LoraSpec:
+        """`LoraHost.load` from checkpoint files sent as bytes."""
+        folder = Path(tempfile.mkdtemp(dir=self.scratch))
+        try:
+            write_files(folder, files)
+            with seeded(init_seed):
+                return self._host().load(name, folder, with_optimizer)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def sample(self, key: Optional[str], files: Optional[Files], jobs: list[SampleJob]) -> Optional[list[SampleResult]]:
+        """`LoraHost.sample` of the sampler `key` (None: the base model). Returns None, asking for the sampler's
+        `files`, when this rank has no copy of them yet; copies beyond the host's sampler limit are evicted in the
+        same order the host evicts its sampler adapters."""
+        host = self._host()
+        if key is None:
+            return host.sample(None, jobs)
+        if key not in self.mirrors:
+            if files is None:
+                return None
+            folder = self.scratch / "samplers" / hashlib.sha256(key.encode()).hexdigest()[:24]
+            write_files(folder, files)
+            self.mirrors[key] = folder
+        self.mirrors.move_to_end(key)
+        results = host.sample(self.mirrors[key], jobs)
+        while len(self.mirrors) > host.max_sampler_adapters:
+            _, evicted = self.mirrors.popitem(last=False)
+            shutil.rmtree(evicted, ignore_errors=True)
+        return results
+
+    def adapter_state(self, name: str) -> dict[str, np.ndarray]:
+        """This rank's copy of adapter `name`'s weights (float32 numpy, by parameter name), for checking that the
+        replicas agree."""
+        host = self._host()
+        marker = f".{name}."
+        return {
+            key: param.detach().float().cpu().numpy() for key, param in host.model.named_parameters() if marker in key
+        }
+
+    def close(self) -> None:
+        """Leave the process group and delete the received files."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        shutil.rmtree(self.scratch, ignore_errors=True)
