@@ -249,12 +249,14 @@ class RayPPOTrainer:
         """True when the policy takes exactly one optimizer step on this batch and nothing before it needs the old
         log-probs (no KL-in-reward): the old policy is then the current one, so its log-probs come from the update's
         own forward (`forward_backward(on_policy=True)`) instead of a separate forward pass. Reported as the metric
-        `policy/old_logprobs_from_update` (1 = skipped)."""
+        `policy/old_logprobs_from_update` (1 = skipped).
+
+        This holds in the async modes too: there the "old" log-probs are the proximal policy's (the weights at
+        training time, which the update's forward uses), while the policy that sampled the data, possibly versions
+        older, is known from the rollout log-probs that off-policy correction compares against."""
         one_pass = self.cfg.trainer.update_epochs_per_batch == 1
         one_mini_batch = len(self.mini_batches(batch, self.cfg.trainer.policy_mini_batch_size)) == 1
-        # async modes train on data older than the current weights: the proximal (old) policy needs its own forward
-        fresh = self.cfg.trainer.mode == "sync"
-        return one_pass and one_mini_batch and self.kl_controller is None and fresh
+        return one_pass and one_mini_batch and self.kl_controller is None
 
     async def forward_passes(self, batch: TrainingBatch, with_policy: bool = True):
         """Old policy logprobs (None unless `with_policy`), reference logprobs (when KL is used) and critic values

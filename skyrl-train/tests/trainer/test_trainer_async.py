@@ -85,7 +85,8 @@ def test_one_step_off_trains_on_data_one_version_old(ray_cluster, make_config, a
     result = BasePPOExp(cfg).run()
     assert result.global_step == 4
     assert _history(result, "async/staleness_mean") == [0.0, 1.0, 1.0, 1.0]  # batch 1 is generated before any update
-    assert all(value == 0 for value in _history(result, "policy/old_logprobs_from_update"))
+    # one update per batch: the proximal (old) log-probs come from the update's own forward, as in sync mode
+    assert all(value == 1 for value in _history(result, "policy/old_logprobs_from_update"))
 
 
 def test_a_killed_fully_async_run_resumes_without_losing_or_repeating_prompts(

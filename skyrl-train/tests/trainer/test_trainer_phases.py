@@ -98,6 +98,15 @@ def test_the_old_logprob_forward_is_skipped_only_for_one_policy_update():
         "trainer.policy_mini_batch_size=2", "generator.n_samples_per_prompt=2", "trainer.update_epochs_per_batch=2"
     )
     assert not two_epochs.takes_one_policy_update(batch)
+    # async data is older than the weights, but the old (proximal) policy is the current one all the same
+    for mode in ("one_step_off", "fully_async"):
+        off_policy = _trainer(
+            "trainer.policy_mini_batch_size=2",
+            "generator.n_samples_per_prompt=2",
+            f"trainer.mode={mode}",
+            "trainer.placement.colocate_all=false",
+        )
+        assert off_policy.takes_one_policy_update(batch)
     kl_in_reward = _trainer(
         "trainer.policy_mini_batch_size=2",
         "generator.n_samples_per_prompt=2",

@@ -92,14 +92,17 @@ def test_update_metrics_and_grad_norm(
     assert any(not torch.equal(before[name], after[name]) for name in before)
 
 
+@pytest.mark.parametrize("correction", [[], ["trainer.algorithm.off_policy_correction.tis_ratio_type=token"]])
 def test_on_policy_update_needs_no_old_logprob_forward(
-    single_rank_group, worker_config, make_batch, grpo_advantages, full_gradients
+    single_rank_group, worker_config, make_batch, grpo_advantages, full_gradients, correction
 ):
-    """One optimizer step on fresh rollouts: the old log-probs are the current ones, so `on_policy=True` (old taken
-    from the update's own forward, detached) gives the gradient of the update fed a separate forward's log-probs."""
+    """One optimizer step: the old (proximal) log-probs are the current ones, so `on_policy=True` (old taken from the
+    update's own forward, detached) gives the gradient of the update fed a separate forward's log-probs. The batch's
+    rollout log-probs are not the model's (as with stale async data), and truncated importance sampling against
+    them gives the same update either way."""
     batch = make_batch(rows=6, seed=3)
     advantages = grpo_advantages(batch)
-    config = worker_config("trainer.micro_train_batch_size_per_gpu=4")
+    config = worker_config("trainer.micro_train_batch_size_per_gpu=4", *correction)
     separate = _policy(config, single_rank_group)
     expected_metrics = separate.forward_backward(batch, advantages, separate.forward(batch))
     expected = full_gradients(separate)
