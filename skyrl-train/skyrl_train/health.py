@@ -175,7 +175,9 @@ class HealthMonitor:
                     "logprob_diff",
                     f"{KEY_PREFIX}.max_logprob_diff",
                     "the engine samples from another distribution than the trainer scores: a failed or stale weight "
-                    "sync, a temperature or chat-template mismatch, low-precision engine weights, or another model",
+                    "sync, a temperature or chat-template mismatch, low-precision engine weights, or another model; "
+                    "in the async modes the data is up to max_staleness versions old, and that policy drift adds to "
+                    "the difference (lower trainer.async_rl.max_staleness or raise the threshold)",
                     lambda m: _above(m, ("policy/rollout_train_logprob_abs_diff_mean",), c.max_logprob_diff),
                     patience,
                 )
