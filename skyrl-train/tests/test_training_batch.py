@@ -2,6 +2,7 @@
 
 import asyncio
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,6 +11,7 @@ from skyrl_train.inference import HFInferenceEngine, InferenceEngineInput, Sampl
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
+from skyrl_train.training_batch import TrainingBatch
 
 PARITY_TOLERANCE = 1e-5  # fp32, padded batch forward vs the engine's incremental decode
 
@@ -102,3 +104,25 @@ def test_per_token_lists_of_the_wrong_length_name_the_row_and_the_field(field):
     setattr(bad, field, getattr(bad, field)[:2])
     with pytest.raises(ValueError, match=f"trajectory 1 \\(uid 'b'\\): {field} has 2 entries for 3 response tokens"):
         TrainingBatch.from_trajectories([good, bad], pad_token_id=0)
+
+
+def test_a_pickled_batch_travels_as_numpy_and_comes_back_equal_and_writable():
+    import pickle
+
+    batch = TrainingBatch.from_trajectories(
+        [_trajectory([5, 6, 7], [8, 9], logprobs=[-0.5, -1.5]), _trajectory([5], [8, 9, 10], logprobs=[-1.0] * 3)],
+        pad_token_id=0,
+    )
+    batch.extra_bf16 = torch.ones(2, dtype=torch.bfloat16)  # numpy has no bfloat16: such a tensor stays a tensor
+    state = batch.__getstate__()
+    assert isinstance(state["input_ids"], np.ndarray) and isinstance(state["extra_bf16"], torch.Tensor)
+    restored = pickle.loads(pickle.dumps(batch, protocol=5))
+    for name, value in vars(batch).items():
+        if isinstance(value, torch.Tensor):
+            copy = getattr(restored, name)
+            assert isinstance(copy, torch.Tensor) and copy.dtype == value.dtype and torch.equal(copy, value), name
+        else:
+            assert getattr(restored, name) == value, name
+    readonly = np.frombuffer(np.arange(4, dtype=np.int64).tobytes(), dtype=np.int64)  # as a zero-copy buffer arrives
+    restored.__setstate__({**vars(restored), "input_ids": readonly.reshape(2, 2)})
+    restored.input_ids[0, 0] = 7  # writable: the worker may pad or trim in place
