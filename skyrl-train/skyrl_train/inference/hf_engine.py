@@ -220,8 +220,8 @@ class HFInferenceEngine(QueuedEngine):
         self, prompts: list[list[int]], params: SamplingParams, seeds: Optional[list[Optional[int]]] = None
     ) -> list[tuple]:
         """Decode `prompts` synchronously; returns (text, ids, logprobs, stop_reason, top_logprobs, token versions) per
-        prompt x n,
-        prompt-major (`top_logprobs`: per generated token, `params.top_logprobs` `(token_id, logprob)` pairs).
+        prompt x n, prompt-major (`top_logprobs`: per generated token, `params.top_logprobs` `(token_id, logprob)`
+        pairs).
 
         At most `max_batch_size` rows decode at once; a finished row's place goes to the next waiting one. `seeds`
         (one per prompt, default `params.seed`) give sample j of a prompt its own generator seeded `seed + j`, so its
