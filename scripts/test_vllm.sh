@@ -6,4 +6,4 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/setup_vllm.sh
 VENV="${SKYRL_VLLM_VENV:-$ROOT/.venv-vllm}"
-exec "$VENV/bin/python" -m pytest -m vllm skyrl-train/tests "$@"
+exec "$VENV/bin/python" -m pytest -m vllm skyrl-train/tests skyrl-tx/tests "$@"

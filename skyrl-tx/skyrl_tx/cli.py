@@ -91,7 +91,17 @@ def resolve_device(device: str) -> str:
 
 
 def check_compute_flags(args: argparse.Namespace) -> None:
-    """Refuse (SystemExit naming the flag) Ray flags without `--compute ray` and a rank count below 1."""
+    """Refuse (SystemExit naming the flag) Ray flags without `--compute ray`, a rank count below 1, vLLM flags without
+    `--sampler vllm`, and `--sampler vllm` with `--compute ray`."""
+    if args.vllm_max_lora_rank is not None and args.sampler != "vllm":
+        raise SystemExit(f"--vllm-max-lora-rank needs --sampler vllm (the sampler is {args.sampler!r})")
+    if args.vllm_max_lora_rank is not None and not 1 <= args.vllm_max_lora_rank <= 512:
+        raise SystemExit(f"--vllm-max-lora-rank must be in [1, 512], got {args.vllm_max_lora_rank}")
+    if args.sampler == "vllm" and args.compute == "ray":
+        raise SystemExit(
+            "--sampler vllm runs with --compute local only: the vLLM engine would live in the server process, not on "
+            "the Ray workers, and that placement is not wired yet (--compute ray samples with each rank's hf engine)"
+        )
     if args.compute != "ray":
         for flag, value in (("--ray-workers", args.ray_workers), ("--ray-address", args.ray_address)):
             if value is not None:
@@ -137,6 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a running Ray cluster (auto, HOST:PORT, ray://...) for --compute ray; default: start a local Ray",
     )
+    serve.add_argument(
+        "--sampler",
+        default="hf",
+        choices=["hf", "vllm"],
+        help="hf: sample on the compute host's hf engine; vllm: an in-process vLLM engine serving each sampler's "
+        "saved LoRA weights as an adapter by name (needs vllm installed)",
+    )
+    serve.add_argument(
+        "--vllm-max-lora-rank",
+        type=int,
+        default=None,
+        help="with --sampler vllm: the largest LoRA rank sampled (vLLM reserves room for it; default 64)",
+    )
     serve.add_argument("--log-level", default="info")
     commands.add_parser("version", help="print the version")
     return parser
@@ -175,6 +198,15 @@ def serve(args: argparse.Namespace) -> None:
 
     else:
         device = resolve_device(args.device)
+    make_sampler = None
+    if args.sampler == "vllm":
+        from skyrl_tx.vllm_sampler import VLLMSampler
+
+        def make_sampler(base: BaseModel) -> VLLMSampler:
+            assert base.host is not None
+            rank = args.vllm_max_lora_rank or 64
+            return VLLMSampler(base.host, base.path, device=device, dtype=args.dtype, max_lora_rank=rank)
+
     service = Service(
         Database(url),
         checkpoint_dir,
@@ -183,6 +215,7 @@ def serve(args: argparse.Namespace) -> None:
         device=device,
         dtype=args.dtype,
         make_host=make_host,
+        make_sampler=make_sampler,
     )
     try:
         service.start()
@@ -193,6 +226,7 @@ def serve(args: argparse.Namespace) -> None:
     if keys.dev_mode:
         log.warning("no --api-key given: local dev mode, any X-API-Key starting with 'tml-' is accepted")
     compute = f"{args.ray_workers or 1} Ray rank(s) per model on {device}" if args.compute == "ray" else device
+    compute += ", sampling on vLLM" if args.sampler == "vllm" else ""
     log.info(
         "serving %s on http://%s:%d (%s, %s; database %s)",
         sorted(base_models),

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import numpy as np
 import torch
@@ -97,6 +97,16 @@ class SampleResult:
     sequences: list[SampledRow]
     prompt_logprobs: Optional[list[Optional[float]]] = None
     topk_prompt: Optional[list[list[tuple[int, float]]]] = None
+
+
+class Sampler(Protocol):
+    """What runs a base model's sampling jobs: its `ComputeHost` (`hf` engine), or a `VLLMSampler`."""
+
+    def sample(self, sampler_dir: Optional[Path], jobs: list[SampleJob]) -> list[SampleResult]:
+        """Run sampling jobs of one sampler (saved adapter weights, or the base model for None), in job order."""
+
+    def close(self) -> None:
+        """Release what the sampler holds."""
 
 
 def read_meta(directory: Path) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from sqlalchemy import func, select
 
-from skyrl_tx.compute import ComputeHost, LoraHost, LoraSpec, read_meta
+from skyrl_tx.compute import ComputeHost, LoraHost, LoraSpec, Sampler, read_meta
 from skyrl_tx.compute_queue import ComputeQueue, Job
 from skyrl_tx.db import CheckpointRow, Database, ModelRow, SamplingSessionRow, SessionRow, utcnow
 from skyrl_tx.futures import FutureStore, Notifier, UserError, payload_hash
@@ -54,6 +54,8 @@ class BaseModel:
     path: str
     tokenizer_id: str
     host: Optional[ComputeHost] = None
+    sampler: Optional[Sampler] = None
+    """Where `sample` runs when it is not the host (`--sampler vllm`)."""
 
 
 @dataclass
@@ -73,6 +75,9 @@ class Service:
     make_host: Optional[Callable[[BaseModel], ComputeHost]] = None
     """Builds each base model's compute host; None: a `LoraHost` in this process on `device` (`--compute local`).
     `skyrl-tx serve --compute ray` passes one that builds a `RayLoraHost`."""
+    make_sampler: Optional[Callable[[BaseModel], Sampler]] = None
+    """Builds each base model's sampler once its host is up; None: the host samples (`--sampler hf`).
+    `skyrl-tx serve --sampler vllm` passes one that builds a `VLLMSampler`."""
 
     def __post_init__(self) -> None:
         self.futures = FutureStore(self.db, self.notifier)
@@ -92,6 +97,8 @@ class Service:
                 base.host = self.make_host(base)
             else:
                 base.host = LoraHost(base.name, base.path, device=self.device, dtype=self.dtype)
+            if self.make_sampler is not None:
+                base.sampler = self.make_sampler(base)
         self.compute.start()
         if self.session_timeout_s > 0:
             threading.Thread(target=self._expire_sessions_forever, name="skyrl-tx-sessions", daemon=True).start()
@@ -101,6 +108,8 @@ class Service:
         self._stopping.set()
         self.compute.stop()
         for base in self.base_models.values():
+            if base.sampler is not None:
+                base.sampler.close()
             if base.host is not None:
                 base.host.close()
 
@@ -519,7 +528,8 @@ class Service:
 
     def _run_sample_batch(self, key: Any, jobs: list[Job]) -> list[Any]:
         base_model, folder = key
-        results = self.host(base_model).sample(folder, [job.payload for job in jobs])
+        sampler = self.base_models[base_model].sampler or self.host(base_model)
+        results = sampler.sample(folder, [job.payload for job in jobs])
         return [
             (
                 encode_sample_response(

@@ -71,14 +71,18 @@ def test_devices_resolve_auto_and_refuse_what_torch_cannot_see():
         (["--ray-workers", "2"], "--ray-workers needs --compute ray"),
         (["--ray-address", "auto"], "--ray-address needs --compute ray"),
         (["--compute", "ray", "--ray-workers", "0"], "--ray-workers must be >= 1, got 0"),
+        (["--vllm-max-lora-rank", "16"], "--vllm-max-lora-rank needs --sampler vllm"),
+        (["--sampler", "vllm", "--vllm-max-lora-rank", "0"], "--vllm-max-lora-rank must be in \\[1, 512\\], got 0"),
+        (["--sampler", "vllm", "--compute", "ray"], "--sampler vllm runs with --compute local only"),
     ],
 )
-def test_ray_flags_are_refused_without_ray_compute_or_with_no_ranks(argv, message):
+def test_ray_and_sampler_flags_are_refused_where_they_would_do_nothing(argv, message):
     from skyrl_tx.cli import build_parser, check_compute_flags
 
     with pytest.raises(SystemExit, match=message):
         check_compute_flags(build_parser().parse_args(["serve", *argv]))
     check_compute_flags(build_parser().parse_args(["serve", "--compute", "ray", "--ray-workers", "2"]))  # accepted
+    check_compute_flags(build_parser().parse_args(["serve", "--sampler", "vllm", "--vllm-max-lora-rank", "8"]))
 
 
 def test_ray_compute_refuses_a_numbered_cuda_device_before_asking_the_cluster():

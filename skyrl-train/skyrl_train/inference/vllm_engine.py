@@ -14,6 +14,8 @@ module's tensors (all of fused q/k/v or gate/up, weight and bias) until the modu
 drops the prefix cache.
 
 Every call into vLLM runs in one worker thread, which serialises them without a lock and keeps the event loop free.
+`generate_blocking` is the same generation for callers on a plain thread, with a LoRA adapter chosen per call
+(`adapter_request`) and prompt logprobs: skyrl_tx's `--sampler vllm` serves saved sampler weights that way.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import importlib
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -81,6 +84,44 @@ def _parameter_names(worker: Any) -> list[str]:
 
 def _named_parameters(worker: Any) -> list[tuple[str, torch.Tensor]]:
     return [(name, tensor.detach().cpu()) for name, tensor in worker.model_runner.model.named_parameters()]
+
+
+def _prompt_logprobs(
+    prompt: list[int], steps: Optional[list[Any]], top: int
+) -> tuple[list[Optional[float]], Optional[list[list[tuple[int, float]]]]]:
+    """The prompt tokens' logprobs (None first) and, with `top` > 0, each position's top pairs from vLLM's
+    per-position `{token_id: Logprob}` dicts."""
+    steps = steps or [None] * len(prompt)
+    values: list[Optional[float]] = [None]
+    tops: list[list[tuple[int, float]]] = [[]]
+    for token, step in zip(prompt[1:], steps[1:]):
+        values.append(float(step[token].logprob))
+        ranked = sorted((entry.rank, tid, float(entry.logprob)) for tid, entry in step.items() if entry.rank)
+        tops.append([(tid, logprob) for rank, tid, logprob in ranked if rank <= top])
+    return values, (tops if top > 0 else None)
+
+
+@dataclass
+class VLLMRequest:
+    """One prompt for `VLLMInferenceEngine.generate_blocking`: its sampling params and seed (sample j is seeded
+    `seed + j`), and how many top prompt logprobs to return per prompt token (None: no prompt logprobs; 0: only the
+    prompt tokens' own)."""
+
+    prompt: list[int]
+    params: SamplingParams
+    seed: Optional[int] = None
+    prompt_logprobs: Optional[int] = None
+
+
+@dataclass
+class VLLMResult:
+    """What one `VLLMRequest` produced: `params.n` rows `(text, ids, logprobs, stop_reason, top_logprobs)` and, when
+    asked, per prompt position the prompt token's logprob (None at position 0) and its top `(token_id, logprob)`
+    pairs. Prompt logprobs are `log_softmax(logits)` at temperature 1 (vLLM applies no sampling processor to them)."""
+
+    rows: list[tuple]
+    prompt_logprobs: Optional[list[Optional[float]]] = None
+    prompt_top_logprobs: Optional[list[list[tuple[int, float]]]] = None
 
 
 class VLLMInferenceEngine(QueuedEngine):
@@ -194,7 +235,9 @@ class VLLMInferenceEngine(QueuedEngine):
                 "every part of fused q/k/v and gate/up included)"
             )
 
-    def vllm_params(self, params: SamplingParams, seed: Optional[int], prompt_length: int) -> Any:
+    def vllm_params(
+        self, params: SamplingParams, seed: Optional[int], prompt_length: int, prompt_logprobs: Optional[int] = None
+    ) -> Any:
         """The `vllm.SamplingParams` of one sample (n=1) of a prompt of `prompt_length` tokens.
 
         `repetition_penalty` maps to vLLM's own (same rule: prompt and output tokens, divide positive / multiply
@@ -214,6 +257,7 @@ class VLLMInferenceEngine(QueuedEngine):
             ignore_eos=params.ignore_eos,
             seed=seed,
             logprobs=params.top_logprobs if params.logprobs else None,
+            prompt_logprobs=prompt_logprobs,
         )
         extra = params.extra_kwargs
         clashes = sorted(set(extra) & set(settings))
@@ -235,20 +279,57 @@ class VLLMInferenceEngine(QueuedEngine):
             item.future.set_result(item_rows)
 
     def _generate_batch(self, pending: list[PendingRequest]) -> list[list[tuple]]:
-        prompts, sampling, owners = [], [], []
+        requests, owners = [], []
         for index, item in enumerate(pending):
             for prompt, seed in zip(item.prompts, item.seeds):
-                for sample in range(item.params.n):
-                    prompts.append(self._tokens_prompt(prompt_token_ids=prompt))
-                    sample_seed = None if seed is None else seed + sample
-                    sampling.append(self.vllm_params(item.params, sample_seed, len(prompt)))
-                    owners.append(index)
-        with self.compute_clock("generate"):
-            outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self._lora_request)
+                requests.append(VLLMRequest(prompt, item.params, seed))
+                owners.append(index)
         rows: list[list[tuple]] = [[] for _ in pending]
-        for owner, output in zip(owners, outputs):
-            rows[owner].append(self._row(output.outputs[0], pending[owner].params))
+        for owner, result in zip(owners, self._generate_requests(requests, self._lora_request)):
+            rows[owner].extend(result.rows)
         return rows
+
+    def _generate_requests(self, requests: list[VLLMRequest], lora_request: Any) -> list[VLLMResult]:
+        """One vLLM generate call for every sample of every request (each sample its own n=1 vLLM request)."""
+        prompts, sampling, owners = [], [], []
+        for index, request in enumerate(requests):
+            for sample in range(request.params.n):
+                prompts.append(self._tokens_prompt(prompt_token_ids=request.prompt))
+                seed = None if request.seed is None else request.seed + sample
+                wanted = request.prompt_logprobs if sample == 0 else None  # once per prompt
+                sampling.append(self.vllm_params(request.params, seed, len(request.prompt), wanted))
+                owners.append(index)
+        with self.compute_clock("generate"):
+            outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=lora_request)
+        results = [VLLMResult(rows=[]) for _ in requests]
+        for owner, output in zip(owners, outputs):
+            result, request = results[owner], requests[owner]
+            result.rows.append(self._row(output.outputs[0], request.params))
+            if request.prompt_logprobs is not None and result.prompt_logprobs is None:
+                result.prompt_logprobs, result.prompt_top_logprobs = _prompt_logprobs(
+                    request.prompt, output.prompt_logprobs, request.prompt_logprobs
+                )
+        return results
+
+    def generate_blocking(self, requests: list[VLLMRequest], lora_request: Any = None) -> list[VLLMResult]:
+        """Generate `requests` in one vLLM batch, optionally under a LoRA adapter (`adapter_request`), and wait.
+
+        For callers on a plain thread (skyrl_tx's compute thread), not on the event loop that serves `generate`;
+        the call runs on the engine's worker thread like every other vLLM call."""
+        self._check_servable()
+        return self._executor.submit(self._generate_requests, requests, lora_request).result()
+
+    def adapter_request(self, name: str, adapter_id: int, folder: str) -> Any:
+        """A vLLM `LoRARequest` for the peft adapter in `folder` (loaded by vLLM on first use, cached by id)."""
+        if self._lora_request_cls is None:
+            raise ValueError("this vllm engine was built without LoRA support (lora_rank=0)")
+        if adapter_id < 1:
+            raise ValueError(f"vLLM LoRA adapter ids start at 1, got {adapter_id}")
+        return self._lora_request_cls(name, adapter_id, folder)
+
+    def remove_adapter(self, adapter_id: int) -> None:
+        """Drop a LoRA adapter vLLM loaded (an id it never loaded is ignored)."""
+        self._executor.submit(self.llm.llm_engine.remove_lora, adapter_id).result()
 
     def _row(self, completion: Any, params: SamplingParams) -> tuple:
         ids = list(completion.token_ids)
