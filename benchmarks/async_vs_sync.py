@@ -16,7 +16,11 @@ samples/s counts trained samples over the wall time of the training loop (set-up
 reward columns are the mean training reward over the first and the last third of the steps, and the held-out greedy
 accuracy after training.
 
-    python benchmarks/async_vs_sync.py [--steps 16] [--delay-ms 200-500] [--configs tool-wait plain]
+    python benchmarks/async_vs_sync.py [--steps 16] [--delay-ms 200-500] [--configs tool-wait plain] [--out DIR]
+
+It also prints each run's training reward per sample trained (a trailing mean over `--window` steps, after a
+quarter, half, three quarters and all of the samples); `--out` writes the runs as JSON and the reward curves against
+samples and against wall time as a PNG.
 """
 
 from __future__ import annotations
@@ -100,20 +104,29 @@ class CheckedAdditionEnv(AdditionEnv):
 
 
 class TimedExp(BasePPOExp):
-    """BasePPOExp that records the wall time of the training loop (`run_steps`)."""
+    """BasePPOExp that records the wall time of the training loop (`run_steps`) and, for every step, the loop time
+    at which its metrics were logged."""
 
     loop_seconds = 0.0
+    step_seconds: dict[int, float] = {}
 
     def get_trainer(self, **parts: Any):
         trainer = super().get_trainer(**parts)
-        original = trainer.run_steps
+        original, log = trainer.run_steps, trainer.tracker.log
+        started = [0.0]
+        TimedExp.step_seconds = {}
 
         async def timed(max_steps: int) -> None:
-            start = time.perf_counter()
+            started[0] = time.perf_counter()
             await original(max_steps)
-            TimedExp.loop_seconds = time.perf_counter() - start
+            TimedExp.loop_seconds = time.perf_counter() - started[0]
 
-        trainer.run_steps = timed
+        def logged(metrics: dict[str, Any], step: int) -> None:
+            if "reward/mean" in metrics and started[0]:
+                TimedExp.step_seconds[step] = time.perf_counter() - started[0]
+            log(metrics, step=step)
+
+        trainer.run_steps, trainer.tracker.log = timed, logged
         return trainer
 
 
@@ -184,10 +197,16 @@ def run(model_dir: str, data_dir: Path, env_class: str, mode: str, steps: int) -
         cfg = SkyRLConfig.from_cli_overrides(overrides(model_dir, data_dir, Path(out), env_class, steps) + MODES[mode])
         experiment = TimedExp(cfg)
         result = experiment.run()
-    rewards = [value for _, value in result.history["reward/mean"]]
+    points = sorted(result.history["reward/mean"])
+    rewards = [value for _, value in points]
     third = max(1, len(rewards) // 3)
-    samples = result.global_step * cfg.trainer.train_batch_size * cfg.generator.n_samples_per_prompt
+    per_step = cfg.trainer.train_batch_size * cfg.generator.n_samples_per_prompt
+    samples = result.global_step * per_step
     return {
+        "curve": [
+            {"samples": step * per_step, "reward": reward, "seconds": TimedExp.step_seconds.get(step)}
+            for step, reward in points
+        ],
         "samples_per_s": samples / TimedExp.loop_seconds,
         "reward_first": sum(rewards[:third]) / third,
         "reward_last": sum(rewards[-third:]) / third,
@@ -210,13 +229,67 @@ def start_search_server(directory: Path, delay_ms: str) -> subprocess.Popen:
     return process
 
 
+def moving_average(values: list[float], window: int) -> list[float]:
+    """The mean of each value and the up to `window - 1` before it (a trailing window, so no future leaks in)."""
+    return [
+        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+        for i in range(len(values))
+    ]
+
+
+def curve_table(rows: list[tuple[str, str, dict[str, Any]]], window: int) -> list[str]:
+    """Lines of the reward-per-sample table: each run's trailing-mean training reward after a quarter, half, three
+    quarters and all of its samples (every mode trains the same number of samples)."""
+    lines = [f"{'config':>9} | {'mode':>14} | " + " | ".join(f"{q:>11}" for q in ("25% samples", "50%", "75%", "100%"))]
+    for config, mode, metrics in rows:
+        curve = metrics["curve"]
+        smooth = moving_average([point["reward"] for point in curve], window)
+        marks = [smooth[max(0, round(len(curve) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)]
+        lines.append(f"{config:>9} | {mode:>14} | " + " | ".join(f"{value:>11.3f}" for value in marks))
+    return lines
+
+
+def plot(rows: list[tuple[str, str, dict[str, Any]]], window: int, path: Path) -> None:
+    """One row of two panels per config: trailing-mean training reward against samples trained and against the
+    training loop's wall seconds."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    configs = list(dict.fromkeys(config for config, _, _ in rows))
+    figure = Figure(figsize=(11, 3.8 * len(configs)), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(len(configs), 2, squeeze=False)
+    for row, config in enumerate(configs):
+        for config_name, mode, metrics in rows:
+            if config_name != config:
+                continue
+            curve = metrics["curve"]
+            smooth = moving_average([point["reward"] for point in curve], window)
+            axes[row][0].plot([point["samples"] for point in curve], smooth, label=mode)
+            timed = [(point["seconds"], value) for point, value in zip(curve, smooth) if point["seconds"] is not None]
+            axes[row][1].plot([t for t, _ in timed], [v for _, v in timed], label=mode)
+        for column, x_label in enumerate(("samples trained", "training-loop seconds")):
+            axes[row][column].set_title(f"{config}: reward ({window}-step trailing mean)")
+            axes[row][column].set_xlabel(x_label)
+            axes[row][column].set_ylabel("training reward")
+            axes[row][column].grid(True, alpha=0.3)
+            axes[row][column].legend(fontsize="small")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="png")
+
+
 def main() -> None:
     """Run every (config, mode), print the table with ratios to sync."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--delay-ms", default="200-500", help="search API wait per request: N or MIN-MAX")
     parser.add_argument("--configs", nargs="+", default=["tool-wait", "plain"], choices=["tool-wait", "plain"])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--window", type=int, default=4, help="steps in the reward curves' trailing mean")
+    parser.add_argument("--out", type=Path, default=None, help="write async_vs_sync.json and async_vs_sync.png here")
     args = parser.parse_args()
+    if "sync" not in args.modes:
+        parser.error("--modes must include sync (the ratios are against it)")
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     model_dir = str(get_embedded_model(MODEL))
@@ -227,7 +300,7 @@ def main() -> None:
         for config in args.configs:
             env_class = "checked_addition" if config == "tool-wait" else "addition"
             data_dir = dataset_for(env_class, Path(data) / config)
-            for mode in MODES:
+            for mode in args.modes:
                 print(f"== {config} / {mode}", flush=True)
                 rows.append((config, mode, run(model_dir, data_dir, env_class, mode, args.steps)))
         search.terminate()
@@ -245,6 +318,15 @@ def main() -> None:
             f"{config:>9} | {mode:>14} | {m['samples_per_s']:>9.1f} | {m['samples_per_s'] / base[config]:>6.2f}x |"
             f" {curve:>24} | {m['accuracy']:>12.3f} | {m['staleness']:>13.0f}"
         )
+    print(f"\ntraining reward per sample ({args.window}-step trailing mean; every mode trains the same samples):")
+    print("\n".join(curve_table(rows, args.window)))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        record = {"benchmark": "async_vs_sync", "steps": args.steps, "delay_ms": args.delay_ms, "window": args.window}
+        record["runs"] = [{"config": config, "mode": mode, **metrics} for config, mode, metrics in rows]
+        (args.out / "async_vs_sync.json").write_text(json.dumps(record, indent=1))
+        plot(rows, args.window, args.out / "async_vs_sync.png")
+        print(f"results: {args.out / 'async_vs_sync.json'}, reward curves: {args.out / 'async_vs_sync.png'}")
 
 
 if __name__ == "__main__":
