@@ -61,7 +61,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     folder = Path(tempfile.mkdtemp(prefix="tx-sampler-bench-")) / "sampler"
     host.save("bench", folder, with_optimizer=False)
     started = time.perf_counter()
-    vllm = VLLMSampler(host, model, max_lora_rank=args.rank)
+    vllm = VLLMSampler(model, host.max_context, max_lora_rank=args.rank)
     print(f"vLLM engine up in {time.perf_counter() - started:.1f} s")
 
     rng = np.random.default_rng(0)

@@ -91,17 +91,12 @@ def resolve_device(device: str) -> str:
 
 
 def check_compute_flags(args: argparse.Namespace) -> None:
-    """Refuse (SystemExit naming the flag) Ray flags without `--compute ray`, a rank count below 1, vLLM flags without
-    `--sampler vllm`, and `--sampler vllm` with `--compute ray`."""
+    """Refuse (SystemExit naming the flag) Ray flags without `--compute ray`, a rank count below 1, and vLLM flags
+    without `--sampler vllm`."""
     if args.vllm_max_lora_rank is not None and args.sampler != "vllm":
         raise SystemExit(f"--vllm-max-lora-rank needs --sampler vllm (the sampler is {args.sampler!r})")
     if args.vllm_max_lora_rank is not None and not 1 <= args.vllm_max_lora_rank <= 512:
         raise SystemExit(f"--vllm-max-lora-rank must be in [1, 512], got {args.vllm_max_lora_rank}")
-    if args.sampler == "vllm" and args.compute == "ray":
-        raise SystemExit(
-            "--sampler vllm runs with --compute local only: the vLLM engine would live in the server process, not on "
-            "the Ray workers, and that placement is not wired yet (--compute ray samples with each rank's hf engine)"
-        )
     if args.compute != "ray":
         for flag, value in (("--ray-workers", args.ray_workers), ("--ray-address", args.ray_address)):
             if value is not None:
@@ -171,6 +166,7 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from skyrl_tx.app import ApiKeys, create_app
+    from skyrl_tx.compute import Sampler
     from skyrl_tx.db import Database
     from skyrl_tx.service import BaseModel, Service
 
@@ -191,7 +187,8 @@ def serve(args: argparse.Namespace) -> None:
 
         started_ray = start_ray(args.ray_address)
         workers = args.ray_workers or 1
-        device = ray_device(args.device, workers, len(base_models))
+        samplers = 1 if args.sampler == "vllm" else 0  # a vLLM actor per base model next to its ranks
+        device = ray_device(args.device, workers, len(base_models), samplers)
 
         def make_host(base: BaseModel) -> RayLoraHost:
             return RayLoraHost(base.name, base.path, workers, device=device, dtype=args.dtype)
@@ -200,12 +197,19 @@ def serve(args: argparse.Namespace) -> None:
         device = resolve_device(args.device)
     make_sampler = None
     if args.sampler == "vllm":
-        from skyrl_tx.vllm_sampler import VLLMSampler
+        max_lora_rank = args.vllm_max_lora_rank or 64
 
-        def make_sampler(base: BaseModel) -> VLLMSampler:
+        def make_sampler(base: BaseModel) -> Sampler:
             assert base.host is not None
-            rank = args.vllm_max_lora_rank or 64
-            return VLLMSampler(base.host, base.path, device=device, dtype=args.dtype, max_lora_rank=rank)
+            if args.compute == "ray":
+                from skyrl_tx.ray_vllm_sampler import RayVLLMSampler
+
+                return RayVLLMSampler(base.path, base.host.max_context, device, args.dtype, max_lora_rank)
+            from skyrl_tx.vllm_sampler import VLLMSampler
+
+            return VLLMSampler(
+                base.path, base.host.max_context, device=device, dtype=args.dtype, max_lora_rank=max_lora_rank
+            )
 
     service = Service(
         Database(url),

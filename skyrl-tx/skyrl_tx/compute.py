@@ -109,6 +109,27 @@ class Sampler(Protocol):
         """Release what the sampler holds."""
 
 
+def sampling_params_for(job: SampleJob, max_context: int) -> SamplingParams:
+    """The engines' `SamplingParams` for a job on a model of `max_context` positions (raises ValueError on values
+    they refuse); every sampler (`hf` on a host, `vllm`) uses these."""
+    prompt_room = max_context - len(job.prompt)
+    stop = job.stop
+    strings = tuple(s for s in (stop or []) if isinstance(s, str))
+    token_ids = tuple(int(s) for s in (stop or []) if not isinstance(s, str))
+    return SamplingParams(
+        max_tokens=max(1, min(job.max_tokens or prompt_room, prompt_room)),
+        temperature=job.temperature,
+        top_k=job.top_k if job.top_k and job.top_k > 0 else -1,
+        top_p=job.top_p,
+        stop=strings,
+        stop_token_ids=token_ids,
+        ignore_eos=stop is not None and len(stop) == 0,
+        n=job.num_samples,
+        logprobs=True,
+        top_logprobs=job.topk_sample_logprobs,
+    )
+
+
 def read_meta(directory: Path) -> dict[str, Any]:
     """The `skyrl_tx.json` a checkpoint folder holds: its base model, LoRA spec and step count."""
     return json.loads((directory / META_FILE).read_text(encoding="utf-8"))
@@ -197,22 +218,7 @@ class ComputeHost(ABC):
 
     def sampling_params(self, job: SampleJob) -> SamplingParams:
         """The engine's `SamplingParams` for a job (raises ValueError on values it refuses)."""
-        prompt_room = self.max_context - len(job.prompt)
-        stop = job.stop
-        strings = tuple(s for s in (stop or []) if isinstance(s, str))
-        token_ids = tuple(int(s) for s in (stop or []) if not isinstance(s, str))
-        return SamplingParams(
-            max_tokens=max(1, min(job.max_tokens or prompt_room, prompt_room)),
-            temperature=job.temperature,
-            top_k=job.top_k if job.top_k and job.top_k > 0 else -1,
-            top_p=job.top_p,
-            stop=strings,
-            stop_token_ids=token_ids,
-            ignore_eos=stop is not None and len(stop) == 0,
-            n=job.num_samples,
-            logprobs=True,
-            top_logprobs=job.topk_sample_logprobs,
-        )
+        return sampling_params_for(job, self.max_context)
 
     def padded_batch(
         self, data: list[TrainDatum], inputs_needed: tuple[str, ...]

@@ -294,10 +294,10 @@ def start_ray(address: Optional[str]) -> bool:
     return True
 
 
-def ray_device(device: str, workers: int, base_models: int = 1) -> str:
+def ray_device(device: str, workers: int, base_models: int = 1, samplers: int = 0) -> str:
     """The ranks' device for `--device` on the connected cluster: `auto` is `cuda` when the cluster has GPUs, else
-    `cpu`; refuses (SystemExit naming the flags) `cuda:N` and a cluster without room for `workers` ranks per base
-    model (one GPU, or one CPU, each)."""
+    `cpu`; refuses (SystemExit naming the flags) `cuda:N` and a cluster without room for `workers` ranks and
+    `samplers` vLLM sampler actors per base model (one GPU, or one CPU, each)."""
     import ray
 
     if device.startswith("cuda:"):
@@ -311,11 +311,12 @@ def ray_device(device: str, workers: int, base_models: int = 1) -> str:
     gpus, cpus = float(resources.get("GPU", 0)), float(resources.get("CPU", 0))
     if device == "auto":
         device = "cuda" if gpus >= 1 else "cpu"
-    need = workers * base_models
+    need = (workers + samplers) * base_models
     have, unit = (gpus, "GPU") if device == "cuda" else (cpus, "CPU")
     if have < need:
+        actors = f"--ray-workers {workers}" + (f" + {samplers} vLLM sampler" if samplers else "")
         raise SystemExit(
-            f"--ray-workers {workers} x {base_models} base model(s) on {device} needs {need} {unit}s; the Ray cluster "
-            f"has {have:g} (one {unit} per rank)"
+            f"{actors} x {base_models} base model(s) on {device} needs {need} {unit}s; the Ray cluster "
+            f"has {have:g} (one {unit} per rank{' and sampler' if samplers else ''})"
         )
     return device

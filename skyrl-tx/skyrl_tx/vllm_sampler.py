@@ -1,7 +1,8 @@
 """Sampling through vLLM (`skyrl-tx serve --sampler vllm`): the saved sampler weights of a training client are
-served as vLLM LoRA adapters by name, next to the base model, by skyrl_train's `vllm` engine in this process.
+served as vLLM LoRA adapters by name, next to the base model, by skyrl_train's `vllm` engine.
 
-Training stays on the compute host (peft adapters, `LoraHost` or `RayLoraHost`); only `sample` moves. A sampler
+Training stays on the compute host (peft adapters, `LoraHost` or `RayLoraHost`); only `sample` moves, to this
+process (`--compute local`) or to a Ray actor of its own (`--compute ray`, `skyrl_tx.ray_vllm_sampler`). A sampler
 folder holds a peft adapter (`adapter_model.safetensors` + `adapter_config.json`), which is the format vLLM's LoRA
 loader reads, so nothing is converted: each `<folder>@<adapter file mtime>` gets its own adapter id (weights saved
 again under the same name load as a new adapter; the old one is dropped), and vLLM keeps the most recently used
@@ -18,7 +19,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
-from skyrl_tx.compute import ADAPTER_CONFIG, ADAPTER_FILE, ComputeHost, SampleJob, SampleResult
+from skyrl_tx.compute import ADAPTER_CONFIG, ADAPTER_FILE, SampleJob, SampleResult, sampling_params_for
 from skyrl_tx.wire import SampledRow, WireError
 
 log = logging.getLogger(__name__)
@@ -52,28 +53,33 @@ class VLLMSampler:
     """The sampler of one base model on an in-process vLLM engine with LoRA enabled.
 
     Args:
-        host: the base model's compute host (its prompt checks and sampling-param rules are reused).
         path: the base model's HF folder.
+        max_context: the model's positions (prompt + response), as the compute host checks prompts against.
         device, dtype: where and in what dtype vLLM holds the base weights.
         max_lora_rank: the largest adapter rank served (vLLM reserves room for it; larger adapters are refused).
         max_loras: adapters one vLLM batch may mix (one per sampler call here, so small is enough).
         max_cpu_loras: adapters vLLM keeps loaded; older ones are dropped and reload on their next use.
+        num_threads: CPU threads of vLLM (its `OMP_NUM_THREADS` when unset).
+        gpu_memory_utilization: vLLM's share of the GPU (0.5 in the server process, where the host's base model
+            shares the device; a Ray actor with a GPU of its own takes more).
     """
 
     def __init__(
         self,
-        host: ComputeHost,
         path: str,
+        max_context: int,
         device: str = "cpu",
         dtype: str = "float32",
         max_lora_rank: int = 64,
         max_loras: int = 2,
         max_cpu_loras: int = 16,
+        num_threads: int = 1,
+        gpu_memory_utilization: float = 0.5,
     ) -> None:
         from skyrl_train.inference.vllm_engine import VLLMInferenceEngine
         from skyrl_train.inference.vllm_lora import vllm_max_lora_rank
 
-        self.host = host
+        self.max_context = max_context
         self.architecture = str((json.loads((Path(path) / "config.json").read_text()).get("architectures") or ["?"])[0])
         if self.architecture in HEAD_LORA_ARCHITECTURES:
             _register_head_lora(self.architecture)
@@ -83,11 +89,12 @@ class VLLMSampler:
             path,
             dtype=dtype,
             device=device,
-            max_model_len=host.max_context,
+            max_model_len=max_context,
+            num_threads=num_threads,
             lora_rank=vllm_max_lora_rank(max_lora_rank),
             max_loras=max_loras,
             max_cpu_loras=max_cpu_loras,
-            gpu_memory_utilization=0.5,  # on a GPU it shares the device with the base model the host trains
+            gpu_memory_utilization=gpu_memory_utilization,
         )
         self.head_lora = "lm_head" in self.engine.llm.collective_rpc(_lora_embedding_modules)[0]
         """Whether vLLM serves LoRA on `lm_head` for this model (adapters that train the unembedding need it)."""
@@ -132,7 +139,7 @@ class VLLMSampler:
         requests = []
         for job in jobs:
             wanted = job.topk_prompt_logprobs if job.prompt_logprobs or job.topk_prompt_logprobs else None
-            requests.append(VLLMRequest(job.prompt, self.host.sampling_params(job), job.seed, wanted))
+            requests.append(VLLMRequest(job.prompt, sampling_params_for(job, self.max_context), job.seed, wanted))
         results = []
         for generated in self.engine.generate_blocking(requests, lora_request):
             sequences = [

@@ -73,7 +73,6 @@ def test_devices_resolve_auto_and_refuse_what_torch_cannot_see():
         (["--compute", "ray", "--ray-workers", "0"], "--ray-workers must be >= 1, got 0"),
         (["--vllm-max-lora-rank", "16"], "--vllm-max-lora-rank needs --sampler vllm"),
         (["--sampler", "vllm", "--vllm-max-lora-rank", "0"], "--vllm-max-lora-rank must be in \\[1, 512\\], got 0"),
-        (["--sampler", "vllm", "--compute", "ray"], "--sampler vllm runs with --compute local only"),
     ],
 )
 def test_ray_and_sampler_flags_are_refused_where_they_would_do_nothing(argv, message):
@@ -83,6 +82,7 @@ def test_ray_and_sampler_flags_are_refused_where_they_would_do_nothing(argv, mes
         check_compute_flags(build_parser().parse_args(["serve", *argv]))
     check_compute_flags(build_parser().parse_args(["serve", "--compute", "ray", "--ray-workers", "2"]))  # accepted
     check_compute_flags(build_parser().parse_args(["serve", "--sampler", "vllm", "--vllm-max-lora-rank", "8"]))
+    check_compute_flags(build_parser().parse_args(["serve", "--sampler", "vllm", "--compute", "ray"]))
 
 
 def test_ray_compute_refuses_a_numbered_cuda_device_before_asking_the_cluster():

@@ -177,6 +177,8 @@ def test_the_ray_device_follows_the_clusters_resources(ray_cluster):
         ray_device("cuda", gpus + 1)
     with pytest.raises(SystemExit, match=rf"--ray-workers {cpus} x 2 base model\(s\) on cpu needs {2 * cpus} CPUs"):
         ray_device("cpu", cpus, base_models=2)
+    with pytest.raises(SystemExit, match=rf"--ray-workers {cpus} \+ 1 vLLM sampler x 1 base model\(s\) on cpu needs"):
+        ray_device("cpu", cpus, samplers=1)  # --sampler vllm: one actor per base model next to the ranks
 
 
 @pytest.mark.integration

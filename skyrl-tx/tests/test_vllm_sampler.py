@@ -48,7 +48,7 @@ def host(model_dir) -> LoraHost:
 @pytest.fixture(scope="module")
 def sampler(host, model_dir):
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    made = VLLMSampler(host, model_dir, max_lora_rank=8)
+    made = VLLMSampler(model_dir, host.max_context, max_lora_rank=8)
     yield made
     made.close()
 
