@@ -1,13 +1,14 @@
 """Benchmark: samples/s of the sync, one_step_off and fully_async trainers, back to back on one machine.
 
-Two configs, each trained by every mode from the same quickstart model with the same settings (fully_async twice:
-`max_staleness` 1, the default, and 2):
+Three configs (`--configs`: tool-wait and plain by default), each trained by every mode from the same quickstart
+model with the same settings (fully_async twice: `max_staleness` 1, the default, and 2):
 
 - **tool-wait**: a rollout-bound config whose episodes wait on the outside world the way agent rollouts do. Each
   episode is two turns of the addition task; after every turn the env looks the answer up in the bundled BM25 search
   server over HTTP (`skyrl_gym.tools.retrieval_server`), which waits `--delay-ms` (default 200-500 ms, a remote API's
   typical latency) before answering. The reward is the first answer's correctness. Each env thread keeps its own
   keep-alive `http.client` connection (see `post_json`): the client's CPU must not be what episodes wait on.
+- **tool-wait-4**: the same over four turns (four API calls per episode), closer to an agent's long rollouts.
 - **plain**: the quickstart task as it is (single turn, nothing to wait for): generation and training both need the
   two CPU cores, so overlapping them has little to win here.
 
@@ -86,21 +87,23 @@ def post_json(url: str, payload: dict[str, Any]) -> Any:
 
 
 class CheckedAdditionEnv(AdditionEnv):
-    """Addition in two turns: after each answer the env looks it up in a search API (a real HTTP call); the reward is
-    the first answer's correctness."""
+    """Addition over `max_turns` turns (the generator's `max_turns`): after each answer the env looks it up in a
+    search API (a real HTTP call) and shows the hit; the reward is the first answer's correctness."""
 
     default_max_turns = 2
 
     def _step(self, action: str):
         url = os.environ[SEARCH_URL_ENV]
         found = post_json(f"{url}/retrieve", {"query": action.strip() or "none", "topk": 1})
+        if self.turns >= self.max_turns:
+            return {"observations": [], "reward": 0.0, "done": True}
+        hits = found["result"][0]
+        note = {"role": "user", "content": f"Lookup: {hits[0]['text'] if hits else 'nothing found'}"}
         if self.turns == 1:
             scored = super()._step(action)
-            hits = found["result"][0]
-            note = hits[0]["text"] if hits else "nothing found"
-            scored.update(observations=[{"role": "user", "content": f"Lookup: {note}"}], done=False)
+            scored.update(observations=[note], done=False)
             return scored
-        return {"observations": [], "reward": 0.0, "done": True}
+        return {"observations": [note], "reward": 0.0, "done": False}
 
 
 class TimedExp(BasePPOExp):
@@ -130,8 +133,13 @@ class TimedExp(BasePPOExp):
         return trainer
 
 
-def overrides(model_dir: str, data_dir: Path, out_dir: Path, env_class: str, steps: int) -> list[str]:
-    """The shared config of every run."""
+CONFIGS = {"tool-wait": 2, "tool-wait-4": 4, "plain": 0}
+"""Configs by name: the turns of a tool-wait episode (a lookup after each), 0 for the plain single-turn task."""
+
+
+def overrides(model_dir: str, data_dir: Path, out_dir: Path, turns: int, steps: int) -> list[str]:
+    """The shared config of every run (`turns` > 0: the tool-wait env over that many turns)."""
+    env_class = "checked_addition" if turns else "addition"
     return [
         "trainer.device=cpu",
         f"trainer.policy.model.path={model_dir}",
@@ -146,8 +154,9 @@ def overrides(model_dir: str, data_dir: Path, out_dir: Path, env_class: str, ste
         "generator.inference_engine.num_engines=1",
         "generator.inference_engine.model_dtype=float32",
         *(
-            ["generator.max_turns=2", "generator.max_input_length=192", "environment.max_env_workers=512"]
-            if env_class == "checked_addition"  # every episode waits on its lookup at once, as async HTTP tools do
+            [f"generator.max_turns={turns}", f"generator.max_input_length={64 + 64 * turns}"]
+            + ["environment.max_env_workers=512"]  # every episode waits on its lookup at once, as async HTTP tools do
+            if turns
             else ["generator.batched=true"]
         ),
         "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
@@ -191,10 +200,10 @@ def dataset_for(env_class: str, directory: Path) -> Path:
     return directory
 
 
-def run(model_dir: str, data_dir: Path, env_class: str, mode: str, steps: int) -> dict[str, float]:
+def run(model_dir: str, data_dir: Path, turns: int, mode: str, steps: int) -> dict[str, float]:
     """One training run; its samples/s, reward over the first and last third, and held-out accuracy."""
     with tempfile.TemporaryDirectory() as out:
-        cfg = SkyRLConfig.from_cli_overrides(overrides(model_dir, data_dir, Path(out), env_class, steps) + MODES[mode])
+        cfg = SkyRLConfig.from_cli_overrides(overrides(model_dir, data_dir, Path(out), turns, steps) + MODES[mode])
         experiment = TimedExp(cfg)
         result = experiment.run()
     points = sorted(result.history["reward/mean"])
@@ -240,12 +249,14 @@ def moving_average(values: list[float], window: int) -> list[float]:
 def curve_table(rows: list[tuple[str, str, dict[str, Any]]], window: int) -> list[str]:
     """Lines of the reward-per-sample table: each run's trailing-mean training reward after a quarter, half, three
     quarters and all of its samples (every mode trains the same number of samples)."""
-    lines = [f"{'config':>9} | {'mode':>14} | " + " | ".join(f"{q:>11}" for q in ("25% samples", "50%", "75%", "100%"))]
+    lines = [
+        f"{'config':>11} | {'mode':>14} | " + " | ".join(f"{q:>11}" for q in ("25% samples", "50%", "75%", "100%"))
+    ]
     for config, mode, metrics in rows:
         curve = metrics["curve"]
         smooth = moving_average([point["reward"] for point in curve], window)
         marks = [smooth[max(0, round(len(curve) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)]
-        lines.append(f"{config:>9} | {mode:>14} | " + " | ".join(f"{value:>11.3f}" for value in marks))
+        lines.append(f"{config:>11} | {mode:>14} | " + " | ".join(f"{value:>11.3f}" for value in marks))
     return lines
 
 
@@ -283,7 +294,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--delay-ms", default="200-500", help="search API wait per request: N or MIN-MAX")
-    parser.add_argument("--configs", nargs="+", default=["tool-wait", "plain"], choices=["tool-wait", "plain"])
+    parser.add_argument("--configs", nargs="+", default=["tool-wait", "plain"], choices=list(CONFIGS))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--window", type=int, default=4, help="steps in the reward curves' trailing mean")
     parser.add_argument("--out", type=Path, default=None, help="write async_vs_sync.json and async_vs_sync.png here")
@@ -298,24 +309,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data:
         search = start_search_server(Path(data), args.delay_ms)
         for config in args.configs:
-            env_class = "checked_addition" if config == "tool-wait" else "addition"
-            data_dir = dataset_for(env_class, Path(data) / config)
+            turns = CONFIGS[config]
+            data_dir = dataset_for("checked_addition" if turns else "addition", Path(data) / config)
             for mode in args.modes:
                 print(f"== {config} / {mode}", flush=True)
-                rows.append((config, mode, run(model_dir, data_dir, env_class, mode, args.steps)))
+                rows.append((config, mode, run(model_dir, data_dir, turns, mode, args.steps)))
         search.terminate()
     print(
-        f"\n{args.steps} steps of 16 prompts x 8 samples each; tool-wait: 2 turns, a search API call after each "
-        f"turn waiting {args.delay_ms} ms; 1 policy rank + 1 separate hf engine on this machine"
+        f"\n{args.steps} steps of 16 prompts x 8 samples each; tool-wait(-N): 2 (N) turns, a search API call after "
+        f"each turn waiting {args.delay_ms} ms; 1 policy rank + 1 separate hf engine on this machine"
     )
-    header = f"{'config':>9} | {'mode':>14} | {'samples/s':>9} | {'vs sync':>7} | {'reward first→last third':>24}"
+    header = f"{'config':>11} | {'mode':>14} | {'samples/s':>9} | {'vs sync':>7} | {'reward first→last third':>24}"
     print(header + f" | {'held-out acc':>12} | {'max staleness':>13}")
     print("-" * (len(header) + 32))
     base = {config: metrics["samples_per_s"] for config, mode, metrics in rows if mode == "sync"}
     for config, mode, m in rows:
         curve = f"{m['reward_first']:.3f} → {m['reward_last']:.3f}"
         print(
-            f"{config:>9} | {mode:>14} | {m['samples_per_s']:>9.1f} | {m['samples_per_s'] / base[config]:>6.2f}x |"
+            f"{config:>11} | {mode:>14} | {m['samples_per_s']:>9.1f} | {m['samples_per_s'] / base[config]:>6.2f}x |"
             f" {curve:>24} | {m['accuracy']:>12.3f} | {m['staleness']:>13.0f}"
         )
     print(f"\ntraining reward per sample ({args.window}-step trailing mean; every mode trains the same samples):")
