@@ -33,6 +33,26 @@ def make_client():
 
 
 @pytest.fixture(scope="module")
+def ray_cluster():
+    """The module's Ray: a local one (4 CPUs, no token auth, which server subprocesses inherit) unless the session
+    already runs one. Yields the address a server joins with `--ray-address`."""
+    import ray
+
+    started = not ray.is_initialized()
+    previous = os.environ.get("RAY_AUTH_MODE")
+    if started:
+        os.environ["RAY_AUTH_MODE"] = "disabled"  # a throwaway local cluster on 127.0.0.1
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()
+        if previous is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = previous
+
+
+@pytest.fixture(scope="module")
 def tx_server(tmp_path_factory):
     """One server for a test module (dev mode: any `tml-` key)."""
     server = LocalServer(tmp_path_factory.mktemp("tx"))

@@ -6,7 +6,6 @@ are checked against hand-computed values first."""
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 import numpy as np
@@ -103,26 +102,6 @@ def model_dir(tmp_path_factory):
     build_tiny_model(TinyModelSpec(size=2, vocab_size=len(tokenizer))).save_pretrained(folder)
     save_tokenizer(tokenizer, folder)
     return str(folder)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """The module's Ray: a local one (4 CPUs: this module's 2 ranks and the served ones, no token auth, which the
-    server subprocess inherits) unless the session already runs one. Yields the address the server joins."""
-    import ray
-
-    started = not ray.is_initialized()
-    previous = os.environ.get("RAY_AUTH_MODE")
-    if started:
-        os.environ["RAY_AUTH_MODE"] = "disabled"  # a throwaway local cluster on 127.0.0.1
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield ray.get_runtime_context().gcs_address
-    if started:
-        ray.shutdown()
-        if previous is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = previous
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ official client drives a `--compute ray --sampler vllm` server. Skipped when vLL
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -27,26 +25,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
 ADAM = {"learning_rate": 2e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "grad_clip_norm": 0}
 TOLERANCE = 2e-3
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A local Ray for this module (4 CPUs, no token auth, which the server subprocess inherits); yields its
-    address."""
-    import ray
-
-    started = not ray.is_initialized()
-    previous = os.environ.get("RAY_AUTH_MODE")
-    if started:
-        os.environ["RAY_AUTH_MODE"] = "disabled"  # a throwaway local cluster on 127.0.0.1
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    yield ray.get_runtime_context().gcs_address
-    if started:
-        ray.shutdown()
-        if previous is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = previous
 
 
 @pytest.fixture(scope="module")
