@@ -98,7 +98,8 @@ def check_compute_flags(args: argparse.Namespace) -> None:
     if args.vllm_max_lora_rank is not None and not 1 <= args.vllm_max_lora_rank <= 512:
         raise SystemExit(f"--vllm-max-lora-rank must be in [1, 512], got {args.vllm_max_lora_rank}")
     if args.compute != "ray":
-        for flag, value in (("--ray-workers", args.ray_workers), ("--ray-address", args.ray_address)):
+        flags = (("--ray-workers", args.ray_workers), ("--ray-address", args.ray_address))
+        for flag, value in (*flags, ("--ray-sharding", args.ray_sharding)):
             if value is not None:
                 raise SystemExit(f"{flag} needs --compute ray (the compute is {args.compute!r})")
         return
@@ -141,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ray-address",
         default=None,
         help="a running Ray cluster (auto, HOST:PORT, ray://...) for --compute ray; default: start a local Ray",
+    )
+    serve.add_argument(
+        "--ray-sharding",
+        default=None,
+        choices=["replicate", "fsdp2"],
+        help="with --compute ray: each rank holds the whole base model (replicate, the default) or an FSDP2 shard of it",
     )
     serve.add_argument(
         "--sampler",
@@ -191,7 +198,8 @@ def serve(args: argparse.Namespace) -> None:
         device = ray_device(args.device, workers, len(base_models), samplers)
 
         def make_host(base: BaseModel) -> RayLoraHost:
-            return RayLoraHost(base.name, base.path, workers, device=device, dtype=args.dtype)
+            sharding = args.ray_sharding or "replicate"
+            return RayLoraHost(base.name, base.path, workers, device=device, dtype=args.dtype, sharding=sharding)
 
     else:
         device = resolve_device(args.device)
@@ -229,7 +237,9 @@ def serve(args: argparse.Namespace) -> None:
         raise
     if keys.dev_mode:
         log.warning("no --api-key given: local dev mode, any X-API-Key starting with 'tml-' is accepted")
-    compute = f"{args.ray_workers or 1} Ray rank(s) per model on {device}" if args.compute == "ray" else device
+    compute = device
+    if args.compute == "ray":
+        compute = f"{args.ray_workers or 1} Ray rank(s) per model ({args.ray_sharding or 'replicate'}) on {device}"
     compute += ", sampling on vLLM" if args.sampler == "vllm" else ""
     log.info(
         "serving %s on http://%s:%d (%s, %s; database %s)",

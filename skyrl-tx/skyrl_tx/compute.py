@@ -333,7 +333,9 @@ class LoraHost(ComputeHost):
             self.peft.delete_adapter(name)
             del self.adapters[name]
 
-    def _activate(self, name: Optional[str]) -> None:
+    def activate(self, name: Optional[str]) -> None:
+        """Make adapter `name` the one forwards use (None: leave the active one), keeping every trained adapter
+        trainable."""
         if name is not None:
             assert self.peft is not None
             self.peft.set_adapter(name)
@@ -352,7 +354,7 @@ class LoraHost(ComputeHost):
         tokens, valid, inputs = self.padded_batch(data, spec.inputs)
         tokens, valid = tokens.to(self.device), valid.to(self.device)
         inputs = {key: values.to(self.device) for key, values in inputs.items()}
-        self._activate(adapter.name)
+        self.activate(adapter.name)
         with torch.set_grad_enabled(not forward_only):
             logits = self.model(input_ids=tokens, attention_mask=valid.long()).logits.float()
             targets = inputs.pop("target_tokens").long()
@@ -419,7 +421,7 @@ class LoraHost(ComputeHost):
         return spec
 
     # ----- sampling ----------------------------------------------------------------------------------------------
-    def _sampler_adapter(self, directory: Optional[Path]) -> Optional[str]:
+    def sampler_adapter(self, directory: Optional[Path]) -> Optional[str]:
         """The adapter name serving the sampler weights in `directory` (loaded on first use, least recently used
         evicted beyond `max_sampler_adapters`); None for the base model."""
         if directory is None:
@@ -456,7 +458,7 @@ class LoraHost(ComputeHost):
 
     def sample(self, sampler_dir: Optional[Path], jobs: list[SampleJob]) -> list[SampleResult]:
         """Run sampling jobs of one sampler (adapter or base model), batching jobs with equal params."""
-        adapter = self._sampler_adapter(sampler_dir)
+        adapter = self.sampler_adapter(sampler_dir)
         context = self.peft.disable_adapter() if adapter is None and self.peft is not None else contextlib.nullcontext()
         if adapter is not None:
             self.peft.set_adapter(adapter)

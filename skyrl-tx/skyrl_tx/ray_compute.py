@@ -1,5 +1,7 @@
 """The service's compute on Ray workers: `RayLoraHost` drives N data-parallel `LoraRank` actors, each holding a full
-`LoraHost` replica of the base model (one GPU per rank on CUDA), in place of one `LoraHost` in the server process.
+`LoraHost` replica of the base model, or with `sharding="fsdp2"` an FSDP2 shard of its weights (one GPU per rank on
+CUDA), in place of one `LoraHost` in the server process. Sharded ranks all take part in every forward and sample call
+(see `skyrl_tx.ray_rank`).
 
 - Adapter operations (add, remove, load) run on every rank, with the same initialisation seed, so the replicas stay
   identical.
@@ -137,16 +139,20 @@ class RayLoraHost(ComputeHost):
         dtype: str = "float32",
         max_sampler_adapters: int = 16,
         cpus_per_rank: int = 1,
+        sharding: str = "replicate",
     ) -> None:
         import ray
 
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if sharding not in ("replicate", "fsdp2"):
+            raise ValueError(f"sharding must be 'replicate' or 'fsdp2', got {sharding!r}")
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda' (Ray gives each rank its own GPU), got {device!r}")
         if not ray.is_initialized():
             raise RuntimeError("RayLoraHost needs Ray: call ray.init() (or skyrl_tx.ray_compute.start_ray) first")
         self.name, self.path, self.workers, self.device = name, path, workers, device
+        self.sharded = sharding == "fsdp2"
         self.tokenizer = load_tokenizer(path, padding_side="left")
         actor = ray.remote(LoraRank).options(num_cpus=cpus_per_rank, num_gpus=1 if device == "cuda" else 0)
         first = actor.remote(0, workers, None, None, cpus_per_rank)
@@ -154,7 +160,7 @@ class RayLoraHost(ComputeHost):
         try:
             address, port = wait_all([first.master_address.remote()])[0]
             self.ranks += [actor.remote(rank, workers, address, port, cpus_per_rank) for rank in range(1, workers)]
-            infos = self._on_all("setup", name, path, device, dtype, max_sampler_adapters)
+            infos = self._on_all("setup", name, path, device, dtype, max_sampler_adapters, sharding)
         except BaseException:
             self.close()
             raise
@@ -163,7 +169,7 @@ class RayLoraHost(ComputeHost):
         self.pad_id, self.model_type = int(info["pad_id"]), str(info["model_type"])
         self.rank_devices = [str(each["device"]) for each in infos]
         self.adapters: dict[str, LoraSpec] = {}
-        log.info("%s: %d Ray ranks on %s (%s)", name, workers, device, ", ".join(self.rank_devices))
+        log.info("%s: %d Ray ranks (%s) on %s (%s)", name, workers, sharding, device, ", ".join(self.rank_devices))
 
     def _on_all(self, method: str, *args: Any) -> list[Any]:
         return wait_all([getattr(rank, method).remote(*args) for rank in self.ranks])
@@ -193,12 +199,15 @@ class RayLoraHost(ComputeHost):
         spec, _ = loss_spec(loss_fn, config)
         self.padded_batch(data, spec.inputs)
         shards = contiguous_shards([len(datum.tokens) for datum in data], len(self.ranks))
-        parts = wait_all(
-            [
-                rank.forward_backward.remote(name, data[start:end], loss_fn, config, forward_only)
-                for rank, (start, end) in zip(self.ranks, shards)
+        calls = [
+            rank.forward_backward.remote(name, data[start:end], loss_fn, config, forward_only)
+            for rank, (start, end) in zip(self.ranks, shards)
+        ]
+        if self.sharded:  # every sharded rank takes part in the weight gathers, with data or without
+            calls += [
+                rank.forward_backward.remote(name, [], loss_fn, config, forward_only) for rank in self.idle(shards)
             ]
-        )
+        parts = wait_all(calls)[: len(shards)]
         outputs = [output for shard_outputs, _ in parts for output in shard_outputs]
         counts = [
             sum(mean_metric_count(loss_fn, datum.inputs, len(datum.tokens)) for datum in data[start:end])
@@ -247,9 +256,12 @@ class RayLoraHost(ComputeHost):
         if sampler_dir is not None:
             key = f"{sampler_dir}@{(sampler_dir / ADAPTER_FILE).stat().st_mtime_ns}"
         shards = contiguous_shards([job.num_samples for job in jobs], len(self.ranks))
-        results = wait_all(
-            [rank.sample.remote(key, None, jobs[start:end]) for rank, (start, end) in zip(self.ranks, shards)]
-        )
+        if self.sharded and key is not None:  # every rank gathers the base: each needs the sampler's files first
+            self._mirror_everywhere(key, sampler_dir)
+        calls = [rank.sample.remote(key, None, jobs[start:end]) for rank, (start, end) in zip(self.ranks, shards)]
+        if self.sharded:
+            calls += [rank.sample.remote(key, None, []) for rank in self.idle(shards)]
+        results = wait_all(calls)[: len(shards)]
         missing = [index for index, result in enumerate(results) if result is None]
         if missing:
             assert sampler_dir is not None
@@ -259,7 +271,23 @@ class RayLoraHost(ComputeHost):
                 results[index] = result
         return [result for shard_results in results for result in shard_results]
 
+    def _mirror_everywhere(self, key: str, sampler_dir: Path) -> None:
+        import ray
+
+        have = self._on_all("has_sampler", key)
+        if not all(have):
+            files = ray.put(read_files(sampler_dir, (ADAPTER_FILE, META_FILE)))
+            wait_all([rank.mirror.remote(key, files) for rank, held in zip(self.ranks, have) if not held])
+
+    def idle(self, shards: list[tuple[int, int]]) -> list[Any]:
+        """The ranks a call's shards left without work (the last ones)."""
+        return self.ranks[len(shards) :]
+
     # ----- inspection and shutdown -------------------------------------------------------------------------------
+    def base_numels(self) -> list[int]:
+        """Elements of the base weights each rank holds (rank order): the whole model each, or a shard with FSDP2."""
+        return self._on_all("base_numel")
+
     def adapter_states(self, name: str) -> list[dict[str, np.ndarray]]:
         """Every rank's copy of adapter `name`'s weights (float32 numpy by parameter name), rank order."""
         self._known(name)

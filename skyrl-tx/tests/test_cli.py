@@ -70,6 +70,7 @@ def test_devices_resolve_auto_and_refuse_what_torch_cannot_see():
     [
         (["--ray-workers", "2"], "--ray-workers needs --compute ray"),
         (["--ray-address", "auto"], "--ray-address needs --compute ray"),
+        (["--ray-sharding", "fsdp2"], "--ray-sharding needs --compute ray"),
         (["--compute", "ray", "--ray-workers", "0"], "--ray-workers must be >= 1, got 0"),
         (["--vllm-max-lora-rank", "16"], "--vllm-max-lora-rank needs --sampler vllm"),
         (["--sampler", "vllm", "--vllm-max-lora-rank", "0"], "--vllm-max-lora-rank must be in \\[1, 512\\], got 0"),

@@ -104,17 +104,19 @@ def model_dir(tmp_path_factory):
     return str(folder)
 
 
-@pytest.fixture(scope="module")
-def ray_host(ray_cluster, model_dir):
+@pytest.fixture(scope="module", params=["replicate", "fsdp2"])
+def ray_host(request, ray_cluster, model_dir):
+    """Two ranks holding the whole base model each, or an FSDP2 shard of it each."""
     from skyrl_tx.ray_compute import RayLoraHost
 
-    host = RayLoraHost("org/tiny", model_dir, workers=2)
+    host = RayLoraHost("org/tiny", model_dir, workers=2, sharding=request.param)
     yield host
     host.close()
 
 
 @pytest.fixture(scope="module")
-def local_host(model_dir):
+def local_host(ray_host, model_dir):
+    """The in-process reference, one per Ray host (the tests create the same adapter names on both)."""
     return LoraHost("org/tiny", model_dir)
 
 
@@ -141,6 +143,32 @@ def test_forward_backward_matches_one_process(ray_host, local_host, loss_fn):
     bad[4].tokens[0] = 10_000  # refused here, naming the datum, before any rank runs (and accumulates) its shard
     with pytest.raises(WireError, match=r"data\[4\].model_input: token ids must be in"):
         ray_host.forward_backward(name, bad, loss_fn, {}, forward_only=False)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_fsdp2_ranks_hold_a_shard_of_the_base_and_still_run_calls_with_fewer_items_than_ranks(ray_host, local_host):
+    full = sum(param.numel() for key, param in local_host.model.named_parameters() if "lora_" not in key)
+    held = ray_host.base_numels()
+    if ray_host.sharded:
+        assert all(count < 0.6 * full for count in held) and sum(held) >= full
+    else:
+        assert held == [full, full]
+    for host in (ray_host, local_host):
+        host.add_adapter("one-datum", LoraSpec(rank=4, seed=5))
+    data = _data(4, lengths=(9,))  # one datum for two ranks: the second (sharded) rank joins without data
+    got = ray_host.forward_backward("one-datum", data, "cross_entropy", {}, forward_only=True)[0]
+    want = local_host.forward_backward("one-datum", data, "cross_entropy", {}, forward_only=True)[0]
+    np.testing.assert_allclose(got[0]["logprobs"], want[0]["logprobs"], rtol=0, atol=LOGPROB_ATOL)
+    steps = []
+    for host in (ray_host, local_host):
+        host.forward_backward("one-datum", data, "cross_entropy", {}, forward_only=False)
+        steps.append(host.optim_step("one-datum", ADAM)["grad_norm:mean"])
+    assert steps[0] == pytest.approx(steps[1], rel=1e-5) and steps[1] > 0  # the idle rank added a zero gradient
+    job = SampleJob(
+        prompt=[5, 9], num_samples=1, max_tokens=4, temperature=0.0, top_k=-1, top_p=1.0, seed=None, stop=[]
+    )
+    assert ray_host.sample(None, [job])[0].sequences[0].tokens == local_host.sample(None, [job])[0].sequences[0].tokens
 
 
 @pytest.mark.integration
@@ -247,9 +275,10 @@ def test_a_checkpoint_saved_by_the_ray_host_loads_in_either_host(ray_host, local
             assert np.array_equal(reloaded[rank][key.replace(".m-saved.", ".m-reloaded.")], value), key
 
 
+@pytest.mark.parametrize("sharding", ["replicate", "fsdp2"])
 @pytest.mark.integration
 @pytest.mark.slow
-def test_serve_with_ray_compute_drives_the_tinker_client(ray_cluster, model_dir, tmp_path):
+def test_serve_with_ray_compute_drives_the_tinker_client(ray_cluster, model_dir, tmp_path, sharding):
     import tinker
     from tinker import types
 
@@ -258,6 +287,7 @@ def test_serve_with_ray_compute_drives_the_tinker_client(ray_cluster, model_dir,
     server = LocalServer(
         Path(tmp_path),
         ["--base-model", f"org/tiny={model_dir}", "--device", "cpu", "--compute", "ray", "--ray-workers", "2"]
+        + ["--ray-sharding", sharding]
         + ["--ray-address", ray_cluster],
     )
     server.start(timeout_s=300)
@@ -297,4 +327,4 @@ def test_serve_with_ray_compute_drives_the_tinker_client(ray_cluster, model_dir,
             service.close("success")
         server.stop()
     log = server.log_path.read_text() if server.log_path else ""
-    assert "2 Ray ranks on cpu" in log, log[-3000:]
+    assert f"2 Ray ranks ({sharding}) on cpu" in log, log[-3000:]
