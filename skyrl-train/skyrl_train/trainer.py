@@ -38,11 +38,17 @@ from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy
 from skyrl_train.workers.accounting import reduction_denominator
 from skyrl_train.workers.group import WorkerGroup
+from skyrl_train.workers.worker import MiniBatchResult
 
 if TYPE_CHECKING:
     from skyrl_train.rewards.scorer import RewardScorer
 
 logger = logging.getLogger(__name__)
+
+DRIVER_TORCH_THREADS = 1
+"""Torch threads of the driver while it trains. Its tensor work is small (row selection, advantages, metrics), and
+on a busy machine a multi-threaded op waits for a second OpenMP thread to get a core: indexing 128 of 256 rows took
+~7 ms with 2 threads on the 2-core machine during a run, 4 us with 1, a few times per step."""
 
 
 @dataclass
@@ -99,13 +105,21 @@ class RayPPOTrainer:
 
     # ----- the loop -------------------------------------------------------------------------------------------------
     async def train(self) -> TrainResult:
-        """Resume if configured, evaluate, then run steps until the data or `max_training_steps` runs out."""
-        await self.start()
+        """Resume if configured, evaluate, then run steps until the data or `max_training_steps` runs out.
+
+        The driver runs with `DRIVER_TORCH_THREADS` torch threads meanwhile (its previous count is restored after).
+        """
+        threads = torch.get_num_threads()
+        torch.set_num_threads(DRIVER_TORCH_THREADS)
         try:
-            await self.run_steps(self.total_steps())
-            return await self.finish()
+            await self.start()
+            try:
+                await self.run_steps(self.total_steps())
+                return await self.finish()
+            finally:
+                gc.unfreeze()  # what start() froze is collectable again once the loop is over
         finally:
-            gc.unfreeze()  # what start() froze is collectable again once the loop is over
+            torch.set_num_threads(threads)
 
     async def start(self) -> None:
         """Restore a checkpoint (when configured), serve the policy's weights, and evaluate before training."""
@@ -201,9 +215,10 @@ class RayPPOTrainer:
             metrics["trainer/sampled_groups_total"] = float(self.sampled_groups_total)
         on_policy = self.takes_one_policy_update(batch)
         metrics["policy/old_logprobs_from_update"] = float(on_policy)
-        with timer("fwd_logprobs"):
-            old_logprobs, ref_logprobs, values = await self.forward_passes(batch, with_policy=not on_policy)
-            metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
+        with timer("fwd_logprobs"):  # the policy's old log-probs only when they are needed before its update
+            old_logprobs, ref_logprobs, values = await self.forward_passes(
+                batch, with_policy=self.old_logprobs_before_update
+            )
         if self.kl_controller is not None:
             metrics.update(self.apply_kl_in_reward(batch, old_logprobs, ref_logprobs))
         with timer("advantages"):
@@ -212,7 +227,11 @@ class RayPPOTrainer:
             with timer("train_critic"):
                 metrics.update(await self.train_critic(batch, returns, values))
         with timer("train_policy"):
-            metrics.update(await self.train_policy(batch, advantages, old_logprobs, ref_logprobs))
+            policy_metrics, old_logprobs = await self.train_policy(
+                batch, advantages, old_logprobs, ref_logprobs, on_policy
+            )
+            metrics.update(policy_metrics)
+        metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
         if self.engines_sleep:
             await self.client.wake_up()
         return metrics, float(batch.response_mask.sum())
@@ -245,11 +264,18 @@ class RayPPOTrainer:
             batch_metadata={"global_step": self.global_step, "training_phase": "train", "round": round_index},
         )
 
+    @property
+    def old_logprobs_before_update(self) -> bool:
+        """Whether the policy's old log-probs are computed before the advantages, by their own forward call: only
+        KL in the reward needs them that early. Otherwise the update's call computes them itself (see `train_policy`),
+        so the batch travels to the policy ranks once."""
+        return self.kl_controller is not None
+
     def takes_one_policy_update(self, batch: TrainingBatch) -> bool:
         """True when the policy takes exactly one optimizer step on this batch and nothing before it needs the old
         log-probs (no KL-in-reward): the old policy is then the current one, so its log-probs come from the update's
-        own forward (`forward_backward(on_policy=True)`) instead of a separate forward pass. Reported as the metric
-        `policy/old_logprobs_from_update` (1 = skipped).
+        own forward (`forward_backward(on_policy=True)`) instead of a forward pass of their own. Reported as the
+        metric `policy/old_logprobs_from_update` (1 = skipped).
 
         This holds in the async modes too: there the "old" log-probs are the proximal policy's (the weights at
         training time, which the update's forward uses), while the policy that sampled the data, possibly versions
@@ -324,44 +350,52 @@ class RayPPOTrainer:
         data-parallel ranks), so every rank normalises by the same number."""
         return reduction_denominator(self.algorithm.loss_reduction, loss_mask, self.algorithm.max_seq_len)
 
-    async def train_policy(self, batch, advantages, old_logprobs, ref_logprobs) -> dict[str, float]:
-        """`update_epochs_per_batch` passes over the policy mini-batches: forward_backward, then an optimizer step."""
+    async def train_policy(
+        self, batch, advantages, old_logprobs, ref_logprobs, on_policy: bool
+    ) -> tuple[dict[str, float], Optional[torch.Tensor]]:
+        """`update_epochs_per_batch` passes over the policy mini-batches: forward_backward, then an optimizer step.
+        The old log-probs are the ones given, else the update's own forward (`on_policy`, see
+        `takes_one_policy_update`), else a forward the update's call runs before its first optimizer step. Returns the
+        metrics and the old log-probs (None when `on_policy`)."""
         mini_batch_size = self.cfg.trainer.policy_mini_batch_size
         per_row = {"advantages": advantages, "old_logprobs": old_logprobs, "ref_logprobs": ref_logprobs}
-        on_policy = old_logprobs is None  # see takes_one_policy_update
-        metrics = await self.train_role(self.policy, "policy", batch, mini_batch_size, per_row, on_policy=on_policy)
+        forward_first = old_logprobs is None and not on_policy
+        options = {"old_logprobs_first": True} if forward_first else {"on_policy": on_policy}
+        metrics, results = await self.train_role(self.policy, "policy", batch, mini_batch_size, per_row, **options)
+        if forward_first:
+            old_logprobs = torch.zeros_like(batch.response_mask, dtype=torch.float32)
+            for rows, result in zip(self.mini_batches(batch, mini_batch_size), results):
+                old_logprobs[torch.tensor(rows)] = result.old_logprobs
         if on_policy and "policy/logprob_diff_vs_rollout" in metrics:
             # the update's forward is the trainer's only look at this batch: report its engine difference
             metrics["policy/rollout_train_logprob_abs_diff_mean"] = metrics["policy/logprob_diff_vs_rollout"]
-        return metrics
+        return metrics, old_logprobs
 
     async def train_critic(self, batch, returns, values) -> dict[str, float]:
         """Critic mini-batch updates on the returns, clipped around the values it predicted before the update."""
         mini_batch_size = self.cfg.trainer.critic_mini_batch_size
-        return await self.train_role(
-            self.critic, "critic", batch, mini_batch_size, {"returns": returns, "old_values": values}
-        )
+        per_row = {"returns": returns, "old_values": values}
+        metrics, _ = await self.train_role(self.critic, "critic", batch, mini_batch_size, per_row)
+        return metrics
 
     async def train_role(
         self, group, role: str, batch, mini_batch_size: int, per_row: dict, **options: Any
-    ) -> dict[str, float]:
+    ) -> tuple[dict[str, float], list[MiniBatchResult]]:
         """`update_epochs_per_batch` passes over `role`'s mini-batches: `forward_backward` on each (with those rows of
-        every `per_row` tensor, None stays None, and the `options` as they are), then an optimizer step; metrics
-        averaged, plus `<role>/grad_norm`."""
-        collected: list[dict[str, float]] = []
-        for _ in range(self.cfg.trainer.update_epochs_per_batch):
-            for rows in self.mini_batches(batch, mini_batch_size):
-                index = torch.tensor(rows)
-                metrics = await asyncio.to_thread(
-                    group.run_sharded,
-                    "forward_backward_step",  # forward_backward, then optim_step: one round trip per rank
-                    batch.select(rows),
-                    **{name: None if values is None else values[index] for name, values in per_row.items()},
-                    **options,
-                    loss_denominator=self.loss_denominator(batch.loss_mask[index]),
-                )
-                collected.append(metrics)
-        return average_metrics(collected)
+        every `per_row` tensor, None stays None), then an optimizer step, all in one `train_mini_batches` call per
+        rank (with the `options`). Returns the metrics averaged over the steps, plus `<role>/grad_norm`, and each
+        mini-batch's joined `MiniBatchResult`."""
+        mini_batches = []
+        for rows in self.mini_batches(batch, mini_batch_size):
+            index = torch.tensor(rows)
+            batch_kwargs = {name: None if values is None else values[index] for name, values in per_row.items()}
+            batch_kwargs["loss_denominator"] = self.loss_denominator(batch.loss_mask[index])
+            mini_batches.append((batch.select(rows), batch_kwargs))
+        epochs = self.cfg.trainer.update_epochs_per_batch
+        results = await asyncio.to_thread(
+            group.run_sharded_each, "train_mini_batches", mini_batches, epochs=epochs, **options
+        )
+        return average_metrics([step for result in results for step in result.steps]), results
 
     async def sleep_engines(self) -> None:
         """Close the endpoint gate (requests to `generator.http_endpoint` wait until the next sync), then put the
@@ -383,7 +417,7 @@ class RayPPOTrainer:
         self.weight_version += 1
         reports = await asyncio.to_thread(self.policy.run_all, "sync_weights", self.weight_version)
         report = reports[0]
-        await self.weight_sync.confirm(report["version"])
+        await self.weight_sync.confirm(report["version"], report.get("served_versions"))  # no round trip when given
         metrics = {
             "weight_sync/version": float(report["version"]),
             "weight_sync/megabytes": report["num_bytes"] / 1e6,

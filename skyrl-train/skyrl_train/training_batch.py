@@ -120,6 +120,25 @@ class TrainingBatch:
                 values[f.name] = value
         return TrainingBatch(**values)
 
+    @classmethod
+    def concat(cls, batches: list[TrainingBatch]) -> TrainingBatch:
+        """The rows of `batches` one after the other; they must share their widths (e.g. selections of one batch)."""
+        if not batches:
+            raise ValueError("TrainingBatch.concat needs at least one batch")
+        widths = {(batch.prompt_width, batch.input_ids.shape[1]) for batch in batches}
+        if len(widths) != 1:
+            raise ValueError(f"TrainingBatch.concat: batches of different (prompt, total) widths {sorted(widths)}")
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            parts = [getattr(batch, f.name) for batch in batches]
+            if f.name == "uids":
+                values[f.name] = [uid for uids in parts for uid in uids]
+            elif isinstance(parts[0], torch.Tensor):
+                values[f.name] = torch.cat(parts)
+            else:  # prompt_width, or rollout_logprobs when the batches have none
+                values[f.name] = parts[0]
+        return cls(**values)
+
     def __getstate__(self) -> dict[str, Any]:
         """Pickled with its CPU tensors as numpy arrays: Ray then ships them as out-of-band buffers, which made a
         trainer-to-worker call carrying a quickstart mini-batch about 2x cheaper than torch's own tensor pickling."""

@@ -126,3 +126,23 @@ def test_a_pickled_batch_travels_as_numpy_and_comes_back_equal_and_writable():
     readonly = np.frombuffer(np.arange(4, dtype=np.int64).tobytes(), dtype=np.int64)  # as a zero-copy buffer arrives
     restored.__setstate__({**vars(restored), "input_ids": readonly.reshape(2, 2)})
     restored.input_ids[0, 0] = 7  # writable: the worker may pad or trim in place
+
+
+def test_concat_puts_selections_of_one_batch_back_together():
+    batch = TrainingBatch.from_trajectories(
+        [
+            _trajectory([5, 6, 7], [8, 9], uid="a"),
+            _trajectory([5], [8, 9, 10], uid="b"),
+            _trajectory([6], [7], uid="c"),
+        ],
+        pad_token_id=0,
+    )
+    joined = TrainingBatch.concat([batch.select([2]), batch.select([0, 1])])
+    reordered = batch.select([2, 0, 1])
+    assert joined.uids == ["c", "a", "b"] and joined.prompt_width == batch.prompt_width
+    assert joined.rollout_logprobs is None
+    for name in ("input_ids", "attention_mask", "position_ids", "response_mask", "loss_mask", "token_rewards", "valid"):
+        assert torch.equal(getattr(joined, name), getattr(reordered, name)), name
+    other = TrainingBatch.from_trajectories([_trajectory([5], [8])], pad_token_id=0)
+    with pytest.raises(ValueError, match="different \\(prompt, total\\) widths"):
+        TrainingBatch.concat([batch, other])

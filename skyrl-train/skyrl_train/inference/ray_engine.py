@@ -302,7 +302,8 @@ class RayEngineProxy(InferenceEngine):
     """An `InferenceEngine` whose calls run in an `EngineActor` (`handle`).
 
     `weight_version` is the last version this proxy saw (from generate outputs, weight updates or
-    `fetch_weight_version`); weight syncs that bypass the proxy update it through `fetch_weight_version`.
+    `fetch_weight_version`); weight syncs that bypass the proxy update it through `fetch_weight_version`, or
+    `note_weight_version` with the version the engine acknowledged.
     """
 
     def __init__(self, handle: Any, version: int = 0) -> None:
@@ -318,6 +319,10 @@ class RayEngineProxy(InferenceEngine):
         """Ask the actor which version it serves (and remember it)."""
         self._version = await self.handle.weight_version.remote()
         return self._version
+
+    def note_weight_version(self, version: int) -> None:
+        """Remember `version` as served, as the actor reported it otherwise (e.g. in a weight-sync acknowledgement)."""
+        self._version = int(version)
 
     async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
         """Generate in the actor."""

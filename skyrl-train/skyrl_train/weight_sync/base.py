@@ -4,7 +4,9 @@
 A sync sends every tensor once, cast to the engines' dtype, in byte-bounded chunks. For each chunk the sender sends
 its metadata (a `WeightChunk`) to every engine through Ray, moves the payload by its own transport (a process group,
 shared memory, files, CUDA IPC), and waits until every engine installed the chunk. The last chunk of a sync carries
-`final=True`; installing it makes the engines serve the new version.
+`final=True`; installing it makes the engines serve the new version. Each engine acknowledges a chunk with the version
+it serves afterwards; the acknowledgements of the final chunk travel back in `SendResult.served_versions`, so the
+driver can confirm the sync without asking the engines again.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class SendResult:
     num_chunks: int
     seconds: float
     checksums: Optional[dict[str, float]] = None
+    served_versions: Optional[list[int]] = None
+    """The version each engine (in the sender's `engine_handles` order) acknowledged the final chunk with: what it
+    serves after the sync. None when the sender did not collect the acknowledgements (`wait_engines`)."""
 
     @property
     def megabytes_per_second(self) -> float:
@@ -122,6 +127,7 @@ class WeightSender(abc.ABC):
         self.timeout_s = float(init_info.get("timeout_s", DEFAULT_TIMEOUT_S))
         self.compute_checksums = bool(init_info.get("compute_checksums", False))
         self.last_version = int(init_info.get("start_version", 0))
+        self._final_acks: Optional[list[int]] = None
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: Optional[int] = None) -> SendResult:
         """Send every tensor, cast to the engines' dtype, and make the engines serve `version` (default: last + 1)."""
@@ -135,6 +141,7 @@ class WeightSender(abc.ABC):
         chunks = plan_chunks(named, self.chunk_bytes, self.dtype)
         checksums: Optional[dict[str, float]] = {} if self.compute_checksums else None
         num_bytes = 0
+        self._final_acks = None
         for index, chunk in enumerate(chunks):
             tensors = cast_tensors(chunk, self.dtype, self.transport_device)
             if checksums is not None:
@@ -151,7 +158,7 @@ class WeightSender(abc.ABC):
             self.send_chunk([tensor for _, tensor in tensors], meta)
         self.last_version = version
         seconds = time.perf_counter() - start
-        return SendResult(version, len(named), num_bytes, len(chunks), seconds, checksums)
+        return SendResult(version, len(named), num_bytes, len(chunks), seconds, checksums, self._final_acks)
 
     @abc.abstractmethod
     def send_chunk(self, tensors: list[torch.Tensor], chunk: WeightChunk) -> None:
@@ -161,15 +168,21 @@ class WeightSender(abc.ABC):
         """Ask every engine to receive `chunk` (they then take part in the transport)."""
         return [handle.receive_weights.remote(chunk) for handle in self.engine_handles]
 
-    def wait_engines(self, refs: list[ray.ObjectRef], chunk: WeightChunk) -> None:
-        """Wait for every engine's acknowledgement; a failure names the engine, chunk and version."""
+    def wait_engines(self, refs: list[ray.ObjectRef], chunk: WeightChunk) -> list[Any]:
+        """Wait for every engine's acknowledgement (what `receive_weights` returned: the version it serves after
+        installing `chunk`) and return them; those of the final chunk become the send's `served_versions` when every
+        one is a version number. A failure names the engine, chunk and version."""
+        acks = []
         for engine_index, ref in enumerate(refs):
             try:
-                ray.get(ref, timeout=self.timeout_s)
+                acks.append(ray.get(ref, timeout=self.timeout_s))
             except Exception as exc:
                 raise WeightSyncError(
                     f"engine {engine_index} failed to install chunk {chunk.index} of version {chunk.version}: {exc}"
                 ) from exc
+        if chunk.final and all(isinstance(ack, int) for ack in acks):
+            self._final_acks = list(acks)
+        return acks
 
     def close(self) -> None:
         """Release the transport; the sender is unusable afterwards."""

@@ -62,7 +62,7 @@ class MixedSender(WeightSender):
 
     def send(self, named_tensors: Any, version: Optional[int] = None) -> SendResult:
         """Send to every part's engines in turn (the same version); bytes and chunks add up, checksums are the
-        first part's (every part casts to the same dtype)."""
+        first part's (every part casts to the same dtype), served versions follow the parts' order."""
         named = list(named_tensors)
         results = [sender.send(named, version) for _, sender in self.parts]
         self.last_version = results[0].version
@@ -73,6 +73,11 @@ class MixedSender(WeightSender):
             num_chunks=sum(result.num_chunks for result in results),
             seconds=sum(result.seconds for result in results),
             checksums=next((result.checksums for result in results if result.checksums is not None), None),
+            served_versions=(
+                None
+                if any(result.served_versions is None for result in results)
+                else [version for result in results for version in result.served_versions]
+            ),
         )
 
     def send_chunk(self, tensors: list[torch.Tensor], chunk: Any) -> None:
@@ -109,6 +114,10 @@ class MixedStrategy(WeightSyncStrategy):
     def part_names(self) -> dict[str, list[int]]:
         """Strategy name -> the engine indices it serves."""
         return {name: indices for name, indices in self.parts}
+
+    def sender_engine_order(self) -> list[int]:
+        """The `MixedSender` reports its parts' engines one part after the other."""
+        return [index for _, indices in self.parts for index in indices]
 
     def build_init_infos(
         self, common: dict[str, Any], engine_infos: list[dict[str, Any]]

@@ -4,7 +4,8 @@ A strategy wires one sender to N engine actors. `init(sender, engines)` asks the
 node, builds each side's `init_info`, and creates the receivers (in the engines) and the sender together, since some
 transports (a process group) rendezvous at creation. The sender lives either in this process (`sender=None`; then
 `sync(named_tensors)` sends) or in a Ray actor that mixes in `WeightSenderHost` (typically policy rank 0; the actor
-then calls `self.weight_sender.send(...)` itself and the driver calls `confirm(version)`). `verify` compares the
+then calls `self.weight_sender.send(...)` itself and the driver calls `confirm(version, served_versions)` with what
+the send reported: the engines' acknowledgements already carry the versions they serve). `verify` compares the
 engines' weight checksums with the sender's.
 
     strategy = make_weight_sync_strategy("broadcast", compute_checksums=True)
@@ -220,17 +221,34 @@ class WeightSyncStrategy(abc.ABC):
                 "send (weight_sender.send) and then confirm(version)"
             )
         result = await asyncio.to_thread(self._local_sender.send, list(named_tensors), version)
-        await self.confirm(result.version)
+        await self.confirm(result.version, result.served_versions)
         return result
 
-    async def confirm(self, version: int) -> list[int]:
-        """Check that every engine serves `version` (raises `WeightSyncError` naming the others); returns versions."""
-        versions = list(await asyncio.gather(*(engine.fetch_weight_version() for engine in self.engines)))
-        behind = {index: served for index, served in enumerate(versions) if served != version}
+    async def confirm(self, version: int, served: Optional[list[int]] = None) -> list[int]:
+        """Check that every engine serves `version` (raises `WeightSyncError` naming the others); returns versions.
+
+        `served` is the send's `SendResult.served_versions`: the versions the engines acknowledged the final chunk
+        with, in the sender's engine order. When it covers every engine the check uses it and costs no round trip
+        (the engines' proxies learn the versions too); otherwise each engine is asked.
+        """
+        if served is not None and len(served) == len(self.engines):
+            by_engine = dict(zip(self.sender_engine_order(), served))
+            versions = [int(by_engine[index]) for index in range(len(self.engines))]
+            for engine, value in zip(self.engines, versions):
+                note = getattr(engine, "note_weight_version", None)  # a RayEngineProxy remembers what it serves
+                if note is not None:
+                    note(value)
+        else:
+            versions = list(await asyncio.gather(*(engine.fetch_weight_version() for engine in self.engines)))
+        behind = {index: value for index, value in enumerate(versions) if value != version}
         if behind:
             raise WeightSyncError(f"after syncing version {version}, engines serve other versions: {behind}")
         self.version = version
         return versions
+
+    def sender_engine_order(self) -> list[int]:
+        """The engine index of each position in the sender's `engine_handles` (and so in `served_versions`)."""
+        return list(range(len(self.engines)))
 
     async def verify(self, expected_checksums: dict[str, float]) -> VerifyReport:
         """Compare every engine's checksums with the sender's; raise `WeightSyncError` naming mismatching params."""

@@ -93,12 +93,16 @@ def data_parallel_ranks(world_size: int, model_parallel_size: int) -> list[int]:
 
 def join_results(results: list[Any], num_rows: int) -> Any:
     """Join per-rank results of a sharded call: tensors are concatenated in rank order with padding rows dropped,
-    metric dicts are combined (`combine_rank_metrics`), None stays None, anything else is returned as the list."""
+    metric dicts are combined (`combine_rank_metrics`), tuples (named or not) are joined field by field, None stays
+    None, anything else is returned as the list."""
     first = results[0]
     if isinstance(first, torch.Tensor):
         return torch.cat(results)[:num_rows]
     if isinstance(first, Mapping):
         return combine_rank_metrics(results)
+    if isinstance(first, tuple):
+        fields = [join_results([result[position] for result in results], num_rows) for position in range(len(first))]
+        return type(first)(*fields) if hasattr(first, "_fields") else tuple(fields)
     if all(result is None for result in results):
         return None
     return results

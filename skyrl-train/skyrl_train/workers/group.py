@@ -104,6 +104,30 @@ class WorkerGroup:
         results = self.wait_all(refs, method)
         return join_results(results[:: self.model_parallel_size], len(batch))
 
+    def run_sharded_each(
+        self, method: str, calls: list[tuple[TrainingBatch | ShardableBatch, dict[str, Any]]], **kwargs: Any
+    ) -> list[Any]:
+        """Several sharded calls in one round trip per rank: each `(batch, batch_kwargs)` of `calls` is split as
+        `run_sharded` splits it, and each rank gets all its shards at once, `method([(shard, shard_kwargs), ...],
+        **kwargs)`, which returns one result per shard. Returns the joined result of each call, in order."""
+        num_shards = self.world_size // self.model_parallel_size
+        sharded = [shard_arguments(batch, num_shards, batch_kwargs) for batch, batch_kwargs in calls]
+        refs = [
+            getattr(actor, method).remote([shards[dp] for shards in sharded], **kwargs)
+            for actor, dp in zip(self.actors, self.data_parallel_ranks)
+        ]
+        per_rank = self.wait_all(refs, method)[:: self.model_parallel_size]
+        for rank, results in enumerate(per_rank):
+            if len(results) != len(calls):
+                raise RuntimeError(
+                    f"{self.role} {method} returned {len(results)} results on data-parallel rank {rank}; expected one "
+                    f"per call ({len(calls)})"
+                )
+        return [
+            join_results([results[position] for results in per_rank], len(batch))
+            for position, (batch, _) in enumerate(calls)
+        ]
+
     def wait_all(self, refs: list[ray.ObjectRef], method: str) -> list[Any]:
         """The results of one call per rank (`refs` in rank order), failing as soon as any rank fails: a method
         that raised re-raises its exception; a dead actor or node raises `WorkerGroupError` naming the rank.

@@ -16,7 +16,7 @@ from skyrl_train.weight_sync.strategy import WeightSenderHost
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
 from skyrl_train.workers.policy_objective import ObjectiveSettings, policy_objective
-from skyrl_train.workers.worker import BaseWorker
+from skyrl_train.workers.worker import BaseWorker, MiniBatchResult
 
 
 class LogprobWorker(BaseWorker):
@@ -89,7 +89,8 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         """Gather the full weights (every rank takes part) and, on rank 0, send them to the engines as `version`.
         A LoRA policy sends only its adapters: the engines hold the same frozen base weights.
 
-        Returns rank 0's send report (`version`, `num_bytes`, `seconds`, `checksums`), None on other ranks.
+        Returns rank 0's send report (`version`, `num_bytes`, `seconds`, `checksums`, and `served_versions`: the
+        versions the engines acknowledged, for the driver's `confirm`), None on other ranks.
         """
         dtype = self.weight_sender.dtype if self.rank == 0 else None
         named = self.get_weights(dtype, trainable_only=self.uses_lora)
@@ -101,7 +102,32 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             "num_bytes": result.num_bytes,
             "seconds": result.seconds,
             "checksums": result.checksums,
+            "served_versions": result.served_versions,
         }
+
+    def train_mini_batches(
+        self,
+        mini_batches: list[tuple[TrainingBatch, dict[str, Any]]],
+        epochs: int = 1,
+        old_logprobs_first: bool = False,
+        **options: Any,
+    ) -> list[MiniBatchResult]:
+        """`BaseWorker.train_mini_batches`; with `old_logprobs_first`, this rank first runs one `forward` over all its
+        mini-batch shards (the weights are still the ones the old policy means) and trains against those log-probs,
+        which come back in each `MiniBatchResult.old_logprobs`: the trainer then ships the batch once, instead of
+        once for a separate forward call and again for the update."""
+        if not old_logprobs_first:
+            return super().train_mini_batches(mini_batches, epochs, **options)
+        if any(batch_kwargs.get("old_logprobs") is not None for _, batch_kwargs in mini_batches):
+            raise ValueError("train_mini_batches: old_logprobs_first=True computes old_logprobs; pass None")
+        batches = [batch for batch, _ in mini_batches]
+        together = self.forward(TrainingBatch.concat(batches))
+        olds = [old.clone() for old in together.split([len(batch) for batch in batches])]  # pickled without the rest
+        with_old = [
+            (batch, {**batch_kwargs, "old_logprobs": old}) for (batch, batch_kwargs), old in zip(mini_batches, olds)
+        ]
+        results = super().train_mini_batches(with_old, epochs, **options)
+        return [result._replace(old_logprobs=old) for result, old in zip(results, olds)]
 
     def forward_base(self, batch: TrainingBatch) -> torch.Tensor:
         """Log-probs of the base model with the LoRA adapters switched off: the reference policy of a LoRA run, with

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -56,6 +56,15 @@ ROLE_MODEL_PATH_KEYS: dict[str, str] = {
     "reward": "reward.model.path",
 }
 """The config key holding each role's model path (named in errors)."""
+
+
+class MiniBatchResult(NamedTuple):
+    """What a rank returns for one mini-batch of an update (`BaseWorker.train_mini_batches`)."""
+
+    steps: tuple[dict[str, float], ...]
+    """The metrics of each optimizer step on the mini-batch, one per epoch, each with `<role>/grad_norm`."""
+    old_logprobs: Optional[torch.Tensor] = None
+    """The policy's log-probs of the mini-batch before the update's first optimizer step, when asked for."""
 
 
 class BaseWorker:
@@ -221,6 +230,18 @@ class BaseWorker:
         metrics = self.forward_backward(batch, **kwargs)
         metrics[f"{self.role}/grad_norm"] = float(self.optim_step())
         return metrics
+
+    def train_mini_batches(
+        self, mini_batches: list[tuple[TrainingBatch, dict[str, Any]]], epochs: int = 1, **options: Any
+    ) -> list[MiniBatchResult]:
+        """A whole update in one call: `epochs` passes over this rank's shards of the mini-batches, each a
+        `forward_backward_step(batch, **batch_kwargs, **options)`, so the update costs the trainer one round trip per
+        rank however many mini-batches and epochs it takes. Returns one `MiniBatchResult` per mini-batch."""
+        steps: list[list[dict[str, float]]] = [[] for _ in mini_batches]
+        for _ in range(epochs):
+            for index, (batch, batch_kwargs) in enumerate(mini_batches):
+                steps[index].append(self.forward_backward_step(batch, **batch_kwargs, **options))
+        return [MiniBatchResult(tuple(metrics)) for metrics in steps]
 
     @timed_compute("optim_step")
     def optim_step(self) -> float:

@@ -119,10 +119,10 @@ def test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before(
 class RankDiesTrainer(RayPPOTrainer):
     """Kills policy rank 1 as step 2's policy update starts: rank 0 is then alone in an FSDP collective."""
 
-    async def train_policy(self, batch, advantages, old_logprobs, ref_logprobs):
+    async def train_policy(self, *args, **kwargs):
         if self.global_step == 2:
             ray.kill(self.policy.actors[1])
-        return await super().train_policy(batch, advantages, old_logprobs, ref_logprobs)
+        return await super().train_policy(*args, **kwargs)
 
 
 class RankDiesExp(BasePPOExp):
@@ -143,9 +143,7 @@ def test_a_dead_rank_stops_the_run_naming_it_and_resume_continues_exactly(
 ):
     full, _ = uninterrupted
     free_before = ray.available_resources().get("CPU", 0.0)
-    with pytest.raises(
-        WorkerGroupError, match=r"policy rank 1 of 2 failed in forward_backward_step: \w*ActorDiedError"
-    ):
+    with pytest.raises(WorkerGroupError, match=r"policy rank 1 of 2 failed in train_mini_batches: \w*ActorDiedError"):
         # the uninterrupted run's length: the cosine schedule depends on it
         RankDiesExp(make_config(tiny_model_dir, data_dir, tmp_path, *SCHEDULE, "trainer.max_training_steps=3")).run()
     # rank 0, blocked in a collective with the dead rank, the engines and the placement groups are all released

@@ -10,7 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from skyrl_train.entrypoints.main_base import BasePPOExp
-from skyrl_train.trainer import RayPPOTrainer
+from skyrl_train.inference.ray_engine import RayEngineProxy
+from skyrl_train.trainer import DRIVER_TORCH_THREADS, RayPPOTrainer
+from skyrl_train.workers.group import WorkerGroup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,3 +90,46 @@ def test_separate_placement_with_broadcast_sync(
     assert frozen_during_steps and frozen_during_steps[0] > 0 and gc.get_freeze_count() == 0
     assert result.history["weight_sync/verified_tensors"][-1][1] > 0
     assert result.history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
+
+
+def test_a_step_makes_two_calls_per_policy_rank_and_asks_no_engine_for_its_version(
+    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path, monkeypatch
+):
+    """2 mini-batches x 2 epochs: the policy update (with its old-log-prob forward) is one call per rank, the weight
+    sync another, and the sync is confirmed from the engines' acknowledgements, not by asking them again. The driver
+    trains with `DRIVER_TORCH_THREADS` torch threads."""
+    calls, version_requests = [], []
+    wait_all, fetch, step = WorkerGroup.wait_all, RayEngineProxy.fetch_weight_version, RayPPOTrainer.step
+
+    def recording_wait_all(self, refs, method):
+        calls.append((self.role, method, len(refs)))
+        return wait_all(self, refs, method)
+
+    async def recording_fetch(self):
+        version_requests.append(self)
+        return await fetch(self)
+
+    async def recording_step(self, items):
+        calls.append(("step", self.global_step, torch.get_num_threads()))
+        return await step(self, items)
+
+    monkeypatch.setattr(WorkerGroup, "wait_all", recording_wait_all)
+    monkeypatch.setattr(RayEngineProxy, "fetch_weight_version", recording_fetch)
+    monkeypatch.setattr(RayPPOTrainer, "step", recording_step)
+    cfg = make_config(
+        tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.update_epochs_per_batch=2"
+    )
+    threads = torch.get_num_threads()
+    result = BasePPOExp(cfg).run()
+    assert result.global_step == 2
+    assert torch.get_num_threads() == threads  # the driver's count is back after the run
+    first_step = calls.index(("step", 1, DRIVER_TORCH_THREADS))  # small tensor work: one thread while training
+    in_steps = [call for call in calls[first_step:] if call[0] != "step"]
+    assert in_steps[:4] == [("policy", "train_mini_batches", 2), ("policy", "sync_weights", 2)] * 2
+    assert [method for _, method, _ in in_steps[4:]] == ["save_hf_model"]  # the export at the end of the run
+    assert version_requests == []
+    history = result.history
+    assert history["policy/old_logprobs_from_update"][-1][1] == 0.0
+    # the update's call computed the old log-probs before its first optimizer step and put them back in row order
+    assert history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
+    assert history["policy/rollout_train_logprob_abs_diff_max"][-1][1] < 100 * LOGPROB_AGREEMENT

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from skyrl_train.inference.hf_engine import HFInferenceEngine
-from skyrl_train.inference.ray_engine import create_engine_actors
+from skyrl_train.inference.ray_engine import RayEngineProxy, create_engine_actors
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
@@ -138,15 +138,28 @@ async def _reset_to_model_a(setup):
     return version
 
 
+def _count_version_requests(monkeypatch):
+    """A list that gets an entry each time an engine proxy asks its actor for the served version."""
+    asked = []
+    fetch = RayEngineProxy.fetch_weight_version
+
+    async def counting(self):
+        asked.append(self)
+        return await fetch(self)
+
+    monkeypatch.setattr(RayEngineProxy, "fetch_weight_version", counting)
+    return asked
+
+
 def _strategy(name):
     options = {"chunk_bytes": CHUNK_BYTES, "compute_checksums": True, "timeout_s": 60}
-    if name == "mixed":  # what `auto` builds when engine 1 runs on another node than the sender
-        return MixedStrategy([("shm", [0]), ("broadcast", [1])], **options)
+    if name == "mixed":  # what `auto` builds when engine 0 runs on another node than the sender
+        return MixedStrategy([("shm", [1]), ("broadcast", [0])], **options)
     return make_weight_sync_strategy(name, **options)
 
 
 @pytest.mark.parametrize("strategy_name", ["broadcast", "shm", "checkpoint", "mixed"])
-async def test_remote_sender_sync_installs_new_model_and_verify_names_corruption(setup, strategy_name):
+async def test_remote_sender_sync_installs_new_model_and_verify_names_corruption(setup, strategy_name, monkeypatch):
     assert setup["expected_a"] != setup["expected_b"]  # otherwise the test could not tell the models apart
     engines, sender = setup["engines"], setup["policy"][0]
     start_version = await _reset_to_model_a(setup)
@@ -155,7 +168,12 @@ async def test_remote_sender_sync_installs_new_model_and_verify_names_corruption
     try:
         result = await sender.push_weights.remote()
         assert result.version == start_version + 1 and result.num_chunks > 1
-        assert await strategy.confirm(result.version) == [result.version] * 2
+        assert result.served_versions == [result.version] * 2  # the engines' acknowledgements of the final chunk
+        asked = _count_version_requests(monkeypatch)
+        assert await strategy.confirm(result.version, result.served_versions) == [result.version] * 2
+        assert asked == [] and [engine.weight_version for engine in engines] == [result.version] * 2
+        assert await strategy.confirm(result.version) == [result.version] * 2  # without them: each engine is asked
+        assert len(asked) == 2
         assert await _generations(engines, setup["prompts"]) == [(setup["expected_b"], result.version)] * 2
 
         report = await strategy.verify(result.checksums)
@@ -177,14 +195,16 @@ async def test_remote_sender_sync_installs_new_model_and_verify_names_corruption
     assert sums == [(3.0, 2), (3.0, 2)]  # 1 + 2 over the 2-rank default group
 
 
-async def test_local_sender_sync_from_this_process(setup):
+async def test_local_sender_sync_from_this_process(setup, monkeypatch):
     engines = setup["engines"]
     start_version = await _reset_to_model_a(setup)
     strategy = make_weight_sync_strategy("broadcast", chunk_bytes=CHUNK_BYTES, compute_checksums=True, timeout_s=60)
     await strategy.init(None, engines)
     try:
         model_b = _varied_model(seed=1)
+        asked = _count_version_requests(monkeypatch)
         result = await strategy.sync(model_b.state_dict().items())
+        assert asked == []  # confirmed from the engines' acknowledgements
         assert result.version == start_version + 1 and [e.weight_version for e in engines] == [result.version] * 2
         assert await _generations(engines, setup["prompts"]) == [(setup["expected_b"], result.version)] * 2
         with pytest.raises(ValueError, match="version must grow"):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from skyrl_train.workers.dispatch import join_results, pad_batch, padded_size, shard_arguments
+from skyrl_train.workers.worker import MiniBatchResult
 
 
 def test_padded_size_rounds_up_to_a_multiple():
@@ -41,6 +42,17 @@ def test_join_results_drops_padding_rows_and_combines_metrics():
     assert join_results([{"loss": 1.0}, {"loss": 2.0}], 3) == {"loss": 1.5}
     assert join_results([None, None], 3) is None
     assert join_results([1.5, 2.5], 3) == [1.5, 2.5]
+
+
+def test_join_results_joins_tuples_field_by_field():
+    rank0 = MiniBatchResult(({"loss": 1.0, "ratio_max": 2.0},), torch.tensor([[1.0], [2.0]]))
+    rank1 = MiniBatchResult(({"loss": 3.0, "ratio_max": 5.0},), torch.tensor([[3.0], [9.0]]))
+    joined = join_results([rank0, rank1], num_rows=3)
+    assert isinstance(joined, MiniBatchResult)
+    assert joined.steps == ({"loss": 2.0, "ratio_max": 5.0},)  # per-step metrics combined across ranks
+    assert joined.old_logprobs.tolist() == [[1.0], [2.0], [3.0]]  # the padding row dropped
+    assert join_results([MiniBatchResult(({},)), MiniBatchResult(({},))], 3).old_logprobs is None
+    assert join_results([(torch.ones(1), None), (torch.zeros(1), None)], 2)[0].tolist() == [1.0, 0.0]
 
 
 def test_any_batch_with_select_is_sharded_by_repeating_its_last_row():

@@ -231,3 +231,34 @@ def test_forward_backward_step_is_forward_backward_then_optim_step(
     assert step_metrics == pytest.approx(metrics)
     for (name, expected), (_, got) in zip(separate.get_weights(), combined.get_weights(), strict=True):
         assert torch.equal(got, expected), name  # the same ops in the same order: bit-identical
+
+
+def test_train_mini_batches_is_the_update_of_separate_calls_in_one(
+    single_rank_group, worker_config, make_batch, grpo_advantages
+):
+    """One `train_mini_batches(old_logprobs_first=True)` call does what the trainer did with a forward call and one
+    `forward_backward_step` call per mini-batch and epoch: the same old log-probs, metrics and weights."""
+    batch = make_batch(rows=6, seed=3)
+    advantages = grpo_advantages(batch)
+    shards = [[0, 1, 2], [3, 4, 5]]
+    separate = _policy(worker_config(), single_rank_group)
+    olds = separate.forward(batch).split([3, 3])  # all the rank's rows in one forward, before any optimizer step
+    expected = [[], []]
+    for _ in range(2):  # epochs
+        for index, rows in enumerate(shards):
+            kwargs = {"advantages": advantages[rows], "old_logprobs": olds[index]}
+            expected[index].append(separate.forward_backward_step(batch.select(rows), **kwargs))
+    combined = _policy(worker_config(), single_rank_group)
+    mini_batches = [(batch.select(rows), {"advantages": advantages[rows], "old_logprobs": None}) for rows in shards]
+    results = combined.train_mini_batches(mini_batches, epochs=2, old_logprobs_first=True)
+    for result, old, steps in zip(results, olds, expected, strict=True):
+        assert torch.equal(result.old_logprobs, old)
+        assert len(result.steps) == 2
+        for got, want in zip(result.steps, steps):
+            assert got == pytest.approx(want)
+    for (name, want), (_, got) in zip(separate.get_weights(), combined.get_weights(), strict=True):
+        assert torch.equal(got, want), name
+    with pytest.raises(ValueError, match="old_logprobs_first=True computes old_logprobs"):
+        combined.train_mini_batches(
+            [(batch, {"advantages": advantages, "old_logprobs": olds[0]})], old_logprobs_first=True
+        )
