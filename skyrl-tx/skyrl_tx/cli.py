@@ -4,6 +4,7 @@ version."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import shutil
@@ -90,10 +91,19 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def resolve_sampler(choice: str, device: str) -> str:
+    """The sampler `--sampler` means on `device`: `auto` is `vllm` when the vllm package is installed and the compute
+    runs on CUDA, `hf` otherwise (vLLM's CPU build sampled this project's small models at ~0.2x the hf engine's
+    tokens/s: benchmarks/tx_sampler.py)."""
+    if choice != "auto":
+        return choice
+    return "vllm" if device.startswith("cuda") and importlib.util.find_spec("vllm") is not None else "hf"
+
+
 def check_compute_flags(args: argparse.Namespace) -> None:
     """Refuse (SystemExit naming the flag) Ray flags without `--compute ray`, a rank count below 1, and vLLM flags
-    without `--sampler vllm`."""
-    if args.vllm_max_lora_rank is not None and args.sampler != "vllm":
+    with `--sampler hf`."""
+    if args.vllm_max_lora_rank is not None and args.sampler == "hf":
         raise SystemExit(f"--vllm-max-lora-rank needs --sampler vllm (the sampler is {args.sampler!r})")
     if args.vllm_max_lora_rank is not None and not 1 <= args.vllm_max_lora_rank <= 512:
         raise SystemExit(f"--vllm-max-lora-rank must be in [1, 512], got {args.vllm_max_lora_rank}")
@@ -151,9 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--sampler",
-        default="hf",
-        choices=["hf", "vllm"],
-        help="hf: sample on the compute host's hf engine; vllm: an in-process vLLM engine serving each sampler's "
+        default="auto",
+        choices=["auto", "hf", "vllm"],
+        help="auto: vllm when installed and on CUDA, else hf; hf: sample on the compute host's hf engine; vllm: a "
+        "vLLM engine (in this process, or a Ray actor with --compute ray) serving each sampler's "
         "saved LoRA weights as an adapter by name (needs vllm installed)",
     )
     serve.add_argument(
@@ -194,8 +205,10 @@ def serve(args: argparse.Namespace) -> None:
 
         started_ray = start_ray(args.ray_address)
         workers = args.ray_workers or 1
-        samplers = 1 if args.sampler == "vllm" else 0  # a vLLM actor per base model next to its ranks
-        device = ray_device(args.device, workers, len(base_models), samplers)
+        device = ray_device(args.device, workers, len(base_models))
+        sampler = resolve_sampler(args.sampler, device)
+        if sampler == "vllm":  # a vLLM actor per base model next to its ranks: check the cluster has room for it too
+            ray_device(args.device, workers, len(base_models), samplers=1)
 
         def make_host(base: BaseModel) -> RayLoraHost:
             sharding = args.ray_sharding or "replicate"
@@ -203,8 +216,11 @@ def serve(args: argparse.Namespace) -> None:
 
     else:
         device = resolve_device(args.device)
+        sampler = resolve_sampler(args.sampler, device)
+    if args.vllm_max_lora_rank is not None and sampler != "vllm":
+        raise SystemExit(f"--vllm-max-lora-rank: --sampler {args.sampler} resolved to {sampler} on {device}")
     make_sampler = None
-    if args.sampler == "vllm":
+    if sampler == "vllm":
         max_lora_rank = args.vllm_max_lora_rank or 64
 
         def make_sampler(base: BaseModel) -> Sampler:
@@ -240,7 +256,7 @@ def serve(args: argparse.Namespace) -> None:
     compute = device
     if args.compute == "ray":
         compute = f"{args.ray_workers or 1} Ray rank(s) per model ({args.ray_sharding or 'replicate'}) on {device}"
-    compute += ", sampling on vLLM" if args.sampler == "vllm" else ""
+    compute += ", sampling on vLLM" if sampler == "vllm" else ""
     log.info(
         "serving %s on http://%s:%d (%s, %s; database %s)",
         sorted(base_models),

@@ -72,7 +72,7 @@ def test_devices_resolve_auto_and_refuse_what_torch_cannot_see():
         (["--ray-address", "auto"], "--ray-address needs --compute ray"),
         (["--ray-sharding", "fsdp2"], "--ray-sharding needs --compute ray"),
         (["--compute", "ray", "--ray-workers", "0"], "--ray-workers must be >= 1, got 0"),
-        (["--vllm-max-lora-rank", "16"], "--vllm-max-lora-rank needs --sampler vllm"),
+        (["--sampler", "hf", "--vllm-max-lora-rank", "16"], "--vllm-max-lora-rank needs --sampler vllm"),
         (["--sampler", "vllm", "--vllm-max-lora-rank", "0"], "--vllm-max-lora-rank must be in \\[1, 512\\], got 0"),
     ],
 )
@@ -91,3 +91,23 @@ def test_ray_compute_refuses_a_numbered_cuda_device_before_asking_the_cluster():
 
     with pytest.raises(SystemExit, match="every rank gets its own GPU from Ray: use --device cuda"):
         ray_device("cuda:1", 2)
+
+
+def test_the_auto_sampler_is_vllm_only_on_cuda_with_vllm_installed(monkeypatch):
+    import importlib.util
+
+    from skyrl_tx.cli import resolve_sampler
+
+    real_find_spec = importlib.util.find_spec
+    for installed in (True, False):  # whether `vllm` is importable is the one input faked here
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *rest, installed=installed: (
+                (object() if installed else None) if name == "vllm" else real_find_spec(name, *rest)
+            ),
+        )
+        assert resolve_sampler("auto", "cuda") == ("vllm" if installed else "hf")
+        assert resolve_sampler("auto", "cuda:1") == ("vllm" if installed else "hf")
+        assert resolve_sampler("auto", "cpu") == "hf"  # vLLM's CPU build samples small models ~5x slower
+        assert resolve_sampler("hf", "cuda") == "hf" and resolve_sampler("vllm", "cpu") == "vllm"
