@@ -130,6 +130,12 @@ def sampling_params_for(job: SampleJob, max_context: int) -> SamplingParams:
     )
 
 
+def sampler_key(directory: Path) -> str:
+    """`<folder>@<adapter file write time in ns>`: one save of a sampler's weights (a save into the same folder gets a
+    new key, so every cache keyed by it reloads)."""
+    return f"{directory}@{(directory / ADAPTER_FILE).stat().st_mtime_ns}"
+
+
 def read_meta(directory: Path) -> dict[str, Any]:
     """The `skyrl_tx.json` a checkpoint folder holds: its base model, LoRA spec and step count."""
     return json.loads((directory / META_FILE).read_text(encoding="utf-8"))
@@ -427,7 +433,7 @@ class LoraHost(ComputeHost):
         if directory is None:
             return None
         # the file's write time is part of the key: weights saved again under the same name (overwrite) reload
-        key = f"{directory}@{(directory / ADAPTER_FILE).stat().st_mtime_ns}"
+        key = sampler_key(directory)
         if key in self.sampler_adapters:
             self.sampler_adapters.move_to_end(key)
             return self.sampler_adapters[key]

@@ -37,6 +37,7 @@ from skyrl_tx.compute import (
     SampleJob,
     SampleResult,
     read_meta,
+    sampler_key,
 )
 from skyrl_tx.losses import loss_spec, mean_metric_count
 from skyrl_tx.ray_rank import LoraRank, read_files, write_files
@@ -254,7 +255,7 @@ class RayLoraHost(ComputeHost):
 
         key = None
         if sampler_dir is not None:
-            key = f"{sampler_dir}@{(sampler_dir / ADAPTER_FILE).stat().st_mtime_ns}"
+            key = sampler_key(sampler_dir)
         shards = contiguous_shards([job.num_samples for job in jobs], len(self.ranks))
         if self.sharded and key is not None:  # every rank gathers the base: each needs the sampler's files first
             self._mirror_everywhere(key, sampler_dir)

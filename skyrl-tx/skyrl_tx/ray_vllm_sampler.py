@@ -18,16 +18,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Optional
 
-from skyrl_tx.compute import ADAPTER_CONFIG, ADAPTER_FILE, SampleJob, SampleResult
+from skyrl_tx.compute import ADAPTER_CONFIG, ADAPTER_FILE, SampleJob, SampleResult, sampler_key
 from skyrl_tx.ray_compute import wait_all
 from skyrl_tx.ray_rank import Files, read_files, write_files
 
 log = logging.getLogger("skyrl_tx")
-
-
-def sampler_key(sampler_dir: Path) -> str:
-    """`<folder>@<adapter file write time in ns>`: what identifies one save of a sampler's weights."""
-    return f"{sampler_dir}@{(sampler_dir / ADAPTER_FILE).stat().st_mtime_ns}"
 
 
 class VLLMSamplerActor:
@@ -51,6 +46,10 @@ class VLLMSamplerActor:
         self.mirrors: OrderedDict[str, str] = OrderedDict()
         """Server sampler folder -> the key (`folder@mtime`) of the files mirrored for it, least recently used first."""
 
+    def _mirror_path(self, folder: str) -> Path:
+        """Where this actor mirrors the server's sampler `folder` (one place per folder, whatever its saves)."""
+        return self.scratch / hashlib.sha256(folder.encode()).hexdigest()[:24]
+
     def ready(self) -> bool:
         """True once vLLM is up (a failed start raises from here)."""
         return True
@@ -62,7 +61,7 @@ class VLLMSamplerActor:
         `key`, when this actor has not mirrored that save yet."""
         if folder is None:
             return self.sampler.sample(None, jobs)
-        mirror = self.scratch / hashlib.sha256(folder.encode()).hexdigest()[:24]
+        mirror = self._mirror_path(folder)
         if self.mirrors.get(folder) != key:
             if files is None or key is None:
                 return None
@@ -74,7 +73,7 @@ class VLLMSamplerActor:
         results = self.sampler.sample(mirror, jobs)
         while len(self.mirrors) > self.sampler.max_cpu_loras:
             evicted, _ = self.mirrors.popitem(last=False)
-            shutil.rmtree(self.scratch / hashlib.sha256(evicted.encode()).hexdigest()[:24], ignore_errors=True)
+            shutil.rmtree(self._mirror_path(evicted), ignore_errors=True)
         return results
 
     def close(self) -> None:

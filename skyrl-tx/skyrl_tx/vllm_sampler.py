@@ -19,7 +19,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
-from skyrl_tx.compute import ADAPTER_CONFIG, ADAPTER_FILE, SampleJob, SampleResult, sampling_params_for
+from skyrl_tx.compute import ADAPTER_CONFIG, SampleJob, SampleResult, sampler_key, sampling_params_for
 from skyrl_tx.wire import SampledRow, WireError
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class VLLMSampler:
         """The vLLM LoRA request serving the sampler weights in `directory` (None: the base model)."""
         if directory is None:
             return None
-        key = f"{directory}@{(directory / ADAPTER_FILE).stat().st_mtime_ns}"
+        key = sampler_key(directory)
         if key in self.adapters:
             self.adapters.move_to_end(key)
             return self.engine.adapter_request(key, self.adapters[key], str(directory))

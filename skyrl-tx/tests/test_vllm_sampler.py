@@ -47,7 +47,6 @@ def host(model_dir) -> LoraHost:
 
 @pytest.fixture(scope="module")
 def sampler(host, model_dir):
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     made = VLLMSampler(model_dir, host.max_context, max_lora_rank=8)
     yield made
     made.close()
