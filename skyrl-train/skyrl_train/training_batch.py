@@ -141,13 +141,16 @@ class TrainingBatch:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled with its CPU tensors as numpy arrays: Ray then ships them as out-of-band buffers, which made a
-        trainer-to-worker call carrying a quickstart mini-batch about 2x cheaper than torch's own tensor pickling."""
+        trainer-to-worker call carrying a quickstart mini-batch about 2x cheaper than torch's own tensor pickling.
+        Integer tensors travel in the narrowest integer type that holds their values (ids, positions and 0/1 masks
+        are int64 in memory): a policy rank's quickstart update then weighs ~45 KB instead of ~125 KB, under the
+        100 KB up to which Ray sends arguments inline instead of through its object store (~1.4 ms a call here)."""
         return {name: _to_wire(value) for name, value in vars(self).items()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Rebuild the tensors of `__getstate__` (copies, so they are writable even from a read-only buffer)."""
         for name, value in state.items():
-            setattr(self, name, torch.from_numpy(value.copy()) if isinstance(value, np.ndarray) else value)
+            setattr(self, name, _from_wire(value))
 
     def to(self, device: torch.device | str) -> TrainingBatch:
         """A copy with every tensor on `device`."""
@@ -171,8 +174,36 @@ _NUMPY_DTYPES = {
 }
 
 
+_NARROW_INTEGERS = (np.uint8, np.int8, np.int16, np.int32)
+
+
+@dataclass(frozen=True)
+class _NarrowedIntegers:
+    """An integer tensor on the wire in a narrower numpy type than its own (`dtype`, restored on arrival)."""
+
+    values: np.ndarray
+    dtype: str  # numpy's name of the tensor's own type: "int64" or "int32"
+
+
 def _to_wire(value: Any) -> Any:
-    """A CPU tensor numpy can hold, as a numpy array; anything else (CUDA, bfloat16, non-tensors) unchanged."""
-    if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dtype in _NUMPY_DTYPES:
-        return value.detach().numpy()
+    """A CPU tensor numpy can hold, as a numpy array (integers in the narrowest type that holds their values,
+    wrapped with their own dtype); anything else (CUDA, bfloat16, non-tensors) unchanged."""
+    if not (isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dtype in _NUMPY_DTYPES):
+        return value
+    array = value.detach().numpy()
+    if value.dtype in (torch.int64, torch.int32) and array.size:
+        low, high = int(array.min()), int(array.max())
+        for narrow in _NARROW_INTEGERS:
+            limits = np.iinfo(narrow)
+            if limits.min <= low and high <= limits.max and limits.bits < array.itemsize * 8:
+                return _NarrowedIntegers(array.astype(narrow), array.dtype.name)
+    return array
+
+
+def _from_wire(value: Any) -> Any:
+    """The tensor `_to_wire` sent (a writable copy), or `value` itself when it was not one."""
+    if isinstance(value, _NarrowedIntegers):
+        return torch.from_numpy(value.values.astype(value.dtype))  # astype copies: writable
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
     return value

@@ -37,7 +37,8 @@ class HFInferenceEngine(QueuedEngine):
         tokenizer: the model's tokenizer (chat template for message prompts, decoding, eos id).
         max_batch_size: most sequences decoded together (prompts x n).
         max_model_len: prompt + response limit; defaults to the model's max_position_embeddings.
-        batch_wait_s: how long the first request waits for others before a batch starts (later ones join it).
+        batch_wait_s: how long a request for a single completion waits for others before a batch starts (later ones
+            join it); a request for several completions (prompts x n > 1) starts at once.
         admit_after_steps: the most decode steps a request that arrives mid-decode waits before joining (it joins
             sooner once the waiting rows are as many as the live ones).
         lora_alpha: set when the trainer trains LoRA adapters: weight syncs may then send adapter tensors only (peft
@@ -177,10 +178,12 @@ class HFInferenceEngine(QueuedEngine):
                 admitted, backlog = backlog[:room], backlog[room:]
                 if not admitted and not len(batch):
                     return
-                for row in await self._in_model_thread(self._advance_locked, batch, admitted):
+                # With nothing left to admit, the model thread runs step after step until a request completes or
+                # another caller (a new request, a weight update) is waiting: one thread hop per call, not per token.
+                run_on = not backlog
+                for row in await self._in_model_thread(self._advance_locked, batch, admitted, remaining, run_on):
                     item, index = row.tag
                     item.results[index] = self._result(row, item.params)
-                    remaining[id(item)] -= 1
                     if remaining[id(item)] == 0 and not item.future.done():
                         item.future.set_result(item.results)
                         live.pop(id(item))
@@ -209,12 +212,28 @@ class HFInferenceEngine(QueuedEngine):
         """What a finished row returns: (text, ids, logprobs, stop_reason, top_logprobs, token versions)."""
         return (self._text(row, params), row.tokens, row.logprobs, row.reason, row.tops, row.versions)
 
-    def _advance_locked(self, batch: DecodeBatch, admitted: list[DecodeRow]) -> list[DecodeRow]:
+    def _advance_locked(
+        self, batch: DecodeBatch, admitted: list[DecodeRow], remaining: dict[int, int], run_on: bool
+    ) -> list[DecodeRow]:
+        """Admit `admitted` and decode one step; with `run_on`, keep stepping while no request has completed, rows
+        are left and no one waits to join or to update the weights. Returns the finished rows, having counted them
+        off `remaining` (rows still to finish per request, keyed by `id(request)`)."""
+        finished: list[DecodeRow] = []
         with self._model_lock, self.compute_clock("generate"):
             if batch.version != self._version:  # an in-flight update landed between two tokens of this batch
                 batch.recompute(self._version)
             batch.admit(admitted)
-            return batch.step()
+            while True:
+                completed = False
+                for row in batch.step():
+                    finished.append(row)
+                    key = id(row.tag[0])
+                    remaining[key] -= 1
+                    completed = completed or remaining[key] == 0
+                # the queue and the weight-update count belong to the event loop's thread; reading them here only
+                # decides whether to hand control back to it a step earlier
+                if not run_on or completed or not len(batch) or self._queue or self._weights_waiting:
+                    return finished
 
     def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, seeds: Optional[list[Optional[int]]] = None

@@ -2,7 +2,8 @@
 
 It admits generate calls (`pause` / `resume`), renders and checks their prompts, and queues them; a drain task
 takes everything queued after `batch_wait_s` and hands it to the subclass's `_serve`, so concurrent calls (the
-trajectories of a multi-turn rollout each asking for one completion) decode together.
+trajectories of a multi-turn rollout each asking for one completion) decode together. A call that asks for several
+completions (prompts x n > 1) was batched by its caller and starts at once.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ class QueuedEngine(InferenceEngine):
     async def _drain(self) -> None:
         """Serve queued requests in batches until the queue is empty."""
         while self._queue:
-            await asyncio.sleep(self.batch_wait_s)
+            if not any(len(item.prompts) * item.params.n > 1 for item in self._queue):
+                await asyncio.sleep(self.batch_wait_s)  # single completions: let concurrent callers' calls gather
             pending, self._queue = self._queue, []
             try:
                 await self._serve(pending)

@@ -67,7 +67,8 @@ class SGLangInferenceEngine(QueuedEngine):
             maps the config with `engine_kwargs_from_settings`); `model_path`, `tokenizer_path` and `tp_size` are
             read here too.
         device: must be `cuda` (SGLang runs on CUDA GPUs only).
-        batch_wait_s: how long a new request waits for others to join its batch.
+        batch_wait_s: how long a request for a single completion waits for others to join its batch (a request for
+            several completions starts at once).
     """
 
     def __init__(self, engine_args: dict[str, Any], device: str = "cuda", batch_wait_s: float = 0.002) -> None:

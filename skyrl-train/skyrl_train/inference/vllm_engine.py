@@ -137,7 +137,8 @@ class VLLMInferenceEngine(QueuedEngine):
         tensor_parallel_size, gpu_memory_utilization, enable_prefix_caching, enforce_eager: vLLM's own settings.
         seed: the engine's base seed (for unseeded requests).
         num_threads: CPU threads (sets OMP_NUM_THREADS when unset).
-        batch_wait_s: how long a new request waits for others to join its batch.
+        batch_wait_s: how long a request for a single completion waits for others to join its batch (a request for
+            several completions starts at once).
         lora_rank, lora_alpha: with a rank > 0, vLLM's LoRA support is on and weight syncs may send adapter tensors
             only (peft names); each synced version is loaded as the LoRA adapter `policy-v<version>` and serves
             every request from then on.

@@ -118,6 +118,38 @@ def test_a_request_that_arrives_mid_decode_joins_it_and_a_short_one_returns_firs
     assert first.response_ids[0] == engine.generate_batch([long_prompt], params)[0][1]
 
 
+def test_a_batched_request_decodes_in_one_model_thread_call_without_the_batch_wait(model, tokenizer, monkeypatch):
+    # batch_wait_s gathers concurrent single-completion calls; a call that brings several prompts starts at once,
+    # and with no one else waiting its whole decode is one hop to the model thread instead of one per token
+    engine = HFInferenceEngine(model, tokenizer, batch_wait_s=0.05)
+    params = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+    prompts = [prompt_ids(tokenizer, f"What is {i}+{i}?") for i in range(3)]
+    hops, sleeps = [], []
+    in_model_thread = engine._in_model_thread
+
+    async def counted(function, *args):
+        hops.append(function.__name__)
+        return await in_model_thread(function, *args)
+
+    engine._in_model_thread = counted
+    real_sleep = asyncio.sleep
+
+    async def recorded_sleep(seconds, *args):
+        sleeps.append(seconds)
+        return await real_sleep(seconds, *args)
+
+    monkeypatch.setattr("skyrl_train.inference.queued_engine.asyncio.sleep", recorded_sleep)
+    batched = asyncio.run(engine.generate(InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params)))
+    assert hops == ["_advance_locked"] and sleeps == []
+    assert batched.response_ids == [row[1] for row in engine.generate_batch(prompts, params)]
+    assert all(len(ids) == 6 for ids in batched.response_ids)
+
+    hops.clear()
+    single = asyncio.run(engine.generate(InferenceEngineInput(prompt_token_ids=prompts[:1], sampling_params=params)))
+    assert sleeps == [0.05] and hops == ["_advance_locked"]  # a single completion waits for company first
+    assert single.response_ids[0] == batched.response_ids[0]
+
+
 def test_a_weight_update_waits_for_the_running_decode_and_later_requests_use_it(tokenizer):
     engine = HFInferenceEngine(build_tiny_model(TinyModelSpec(size=2), seed=0), tokenizer)
     params = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
@@ -140,7 +172,9 @@ def test_a_weight_update_waits_for_the_running_decode_and_later_requests_use_it(
     assert after.response_logprobs[0] == pytest.approx(new[0][2], abs=LOGPROB_TOLERANCE) and after.weight_version == 1
 
 
-def test_an_in_flight_update_lands_between_two_tokens_and_each_token_keeps_its_version_and_logprob(tokenizer):
+def test_an_in_flight_update_lands_between_two_tokens_and_each_token_keeps_its_version_and_logprob(
+    tokenizer, monkeypatch
+):
     old_model = build_tiny_model(TinyModelSpec(size=2), seed=0)
     new_model = build_tiny_model(TinyModelSpec(size=2), seed=7)
     engine = HFInferenceEngine(
@@ -149,10 +183,10 @@ def test_an_in_flight_update_lands_between_two_tokens_and_each_token_keeps_its_v
     params = SamplingParams(max_tokens=16, temperature=1.0, ignore_eos=True, logprobs=True)
     prompts = [prompt_ids(tokenizer, "Tell me a story."), prompt_ids(tokenizer, "What is 12+34?")]
     advances = []
-    advance = engine._advance_locked
+    step = DecodeBatch.step
 
-    def counted(batch, admitted):  # runs in the engine's model thread
-        out = advance(batch, admitted)
+    def counted(batch):  # runs in the engine's model thread
+        out = step(batch)
         advances.append(len(batch))
         if len(advances) == 3:  # hold the third step until the update is queued behind it in the model thread
             deadline = time.monotonic() + 30
@@ -160,7 +194,7 @@ def test_an_in_flight_update_lands_between_two_tokens_and_each_token_keeps_its_v
                 time.sleep(0.001)
         return out
 
-    engine._advance_locked = counted
+    monkeypatch.setattr(DecodeBatch, "step", counted)
 
     async def scenario():
         request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=replace(params, n=2), seeds=[5, 6])
