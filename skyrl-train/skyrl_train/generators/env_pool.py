@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -55,37 +55,46 @@ class EnvPool:
         """Run every zero-argument call on the pool's runner threads; one result per call, in order.
 
         The time limit counts from submission, as `call`'s does: a call still queued or running `timeout_s` after
-        the batch started is reported as timed out.
+        the batch started is reported as timed out. The event loop awaits the runners themselves (no thread sits
+        waiting for them), so concurrent batches (the groups of fully_async generation, each waiting on a grader)
+        are bounded by the pool's `max_workers` only.
         """
         if not calls:
             return []
         start = time.perf_counter()
-        try:
-            return await asyncio.to_thread(self._run_all, calls)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def _run_all(self, calls: list[Callable[[], Any]]) -> list[EnvCallResult]:
-        # A few runner threads pull the calls from a shared counter instead of one pool task per call: a task hop
-        # costs more than a synthetic env's whole call, and pulling keeps a slow call from holding up the rest.
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         finished: list[Optional[EnvCallResult]] = [None] * len(calls)
         next_index = itertools.count()  # next() on it is atomic under the GIL
-
-        def run_calls() -> None:
-            for index in next_index:
-                if index >= len(calls):
-                    return
-                if deadline is not None and time.monotonic() >= deadline:
-                    return  # not started in time: reported as timed out
-                try:
-                    finished[index] = EnvCallResult(value=calls[index]())
-                except BaseException as error:  # noqa: BLE001 - user env code: every failure is reported per row
-                    finished[index] = EnvCallResult(error=error)
-
-        runners = [self._pool.submit(run_calls) for _ in range(min(self.max_workers, len(calls)))]
-        concurrent.futures.wait(runners, timeout=self.timeout_s)
+        # A few runner threads pull the calls from a shared counter instead of one pool task per call: a task hop
+        # costs more than a synthetic env's whole call, and pulling keeps a slow call from holding up the rest.
+        runners = [
+            asyncio.wrap_future(self._pool.submit(self._run_calls, calls, finished, next_index, deadline))
+            for _ in range(min(self.max_workers, len(calls)))
+        ]
+        try:
+            await asyncio.wait(runners, timeout=self.timeout_s)
+        finally:
+            self.seconds += time.perf_counter() - start
         return [result if result is not None else EnvCallResult(timed_out=True) for result in list(finished)]
+
+    @staticmethod
+    def _run_calls(
+        calls: list[Callable[[], Any]],
+        finished: list[Optional[EnvCallResult]],
+        next_index: Iterator[int],
+        deadline: Optional[float],
+    ) -> None:
+        """A runner: take the next call not taken yet and record its result, until none is left or the deadline
+        passed (a call not started in time is reported as timed out)."""
+        for index in next_index:
+            if index >= len(calls):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            try:
+                finished[index] = EnvCallResult(value=calls[index]())
+            except BaseException as error:  # noqa: BLE001 - user env code: every failure is reported per row
+                finished[index] = EnvCallResult(error=error)
 
     def shutdown(self) -> None:
         """Stop the pool without waiting for running calls; queued ones are cancelled."""

@@ -87,3 +87,22 @@ def test_an_empty_batch_returns_nothing():
     pool = EnvPool(max_workers=1, timeout_s=None)
     assert asyncio.run(pool.call_all([])) == []
     pool.shutdown()
+
+
+def test_concurrent_batches_are_bounded_by_the_pool_not_by_asyncio_default_executor():
+    # fully_async runs one batched generate per prompt group, each waiting on its env (a grader API) at once; the
+    # default executor has at most 32 threads (min(32, cpus + 4)), so 40 concurrent batches must not need one each
+    batches = 40
+    pool = EnvPool(max_workers=64, timeout_s=30)
+    everyone_in = threading.Barrier(batches, timeout=10)
+
+    async def all_batches():
+        return await asyncio.gather(*(pool.call_all([everyone_in.wait]) for _ in range(batches)))
+
+    try:
+        results = asyncio.run(all_batches())
+    finally:
+        everyone_in.abort()
+        pool.shutdown()
+    errors = [result[0].error for result in results if result[0].error is not None]
+    assert not errors, f"{len(errors)} of {batches} env calls never ran together: {errors[0]!r}"
