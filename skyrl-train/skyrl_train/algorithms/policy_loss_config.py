@@ -68,14 +68,19 @@ class PolicyLossConfig:
             object.__setattr__(self, "off_policy", OffPolicyConfig.from_mapping(self.off_policy))
 
     @classmethod
-    def from_algorithm_config(cls, algorithm: Any) -> PolicyLossConfig:
+    def from_algorithm_config(cls, algorithm: Any, stale_data: bool = False) -> PolicyLossConfig:
         """Build from the run config's `trainer.algorithm` section (a `skyrl_train.config.AlgorithmConfig`).
 
         The section nests per-loss knobs (`cispo.eps_clip_low`, `clip_cov.clip_ratio`, ...); this flattens them onto
         the loss's field names. Duck-typed so the algorithm library does not import the config package.
+        `off_policy_correction.tis_ratio_type: auto` becomes `token` when `stale_data` (the async trainers' batches
+        were sampled by older weights), else null.
         """
         from dataclasses import asdict
 
+        off_policy = asdict(algorithm.off_policy_correction)
+        if off_policy["tis_ratio_type"] == "auto":
+            off_policy["tis_ratio_type"] = "token" if stale_data else None
         return cls(
             eps_clip_low=algorithm.eps_clip_low,
             eps_clip_high=algorithm.eps_clip_high,
@@ -92,7 +97,7 @@ class PolicyLossConfig:
             clip_cov_ub=algorithm.clip_cov.clip_cov_ub,
             kl_cov_frac=algorithm.kl_cov.kl_cov_frac,
             kl_cov_coef=algorithm.kl_cov.kl_cov_coef,
-            off_policy=asdict(algorithm.off_policy_correction),
+            off_policy=off_policy,
         )
 
     @classmethod

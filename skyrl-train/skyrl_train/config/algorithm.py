@@ -32,8 +32,10 @@ class OffPolicyCorrectionConfig:
     """Corrections for the mismatch between the engine's rollout logprobs and the trainer's (truncated importance
     sampling and masks)."""
 
-    tis_ratio_type: Literal["token", "sequence"] | None = None
-    """Truncated importance sampling on the trainer/rollout ratio: per `token`, per `sequence`, or null (off)."""
+    tis_ratio_type: Literal["auto", "token", "sequence"] | None = "auto"
+    """Truncated importance sampling on the trainer/rollout ratio: per `token`, per `sequence`, or null (off). `auto`:
+    `token` in the async modes (`trainer.mode` one_step_off or fully_async, whose data is up to `max_staleness`
+    versions old: uncorrected, it made the quickstart model unlearn), off in `sync`."""
 
     token_tis_ratio_clip_high: float = 2.0
     """Upper cap of the per-token importance ratio when `tis_ratio_type: token`."""

@@ -78,3 +78,20 @@ def check_lora(cfg: "SkyRLConfig") -> Iterator[str]:
             "trainer.policy.model.lora.rank > 0 with generator.inference_engine.backend=sglang: adapter-only weight"
             " sync into SGLang engines is not wired yet; use backend=vllm or hf, or lora.rank=0"
         )
+
+
+def check_off_policy_correction(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Importance sampling (`off_policy_correction.tis_ratio_type`: set, or `auto` in an async mode) weighs each
+    token by the trainer/rollout ratio, so the engines must return rollout logprobs."""
+    configured = cfg.trainer.algorithm.off_policy_correction.tis_ratio_type
+    if configured == "auto":
+        tis = "token" if cfg.trainer.mode != "sync" else None
+        setting = f"auto (token with trainer.mode={cfg.trainer.mode})"
+    else:
+        tis, setting = configured, configured
+    if tis is not None and cfg.generator.sampling_params.logprobs is None:
+        yield (
+            f"trainer.algorithm.off_policy_correction.tis_ratio_type={setting} weighs tokens by the engines' rollout"
+            " logprobs, but generator.sampling_params.logprobs is null: set it to 0, or tis_ratio_type=null to train"
+            " without the correction"
+        )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
 from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS, RESERVED_SAMPLING_KWARGS
 from skyrl_train.config.health import check_health
-from skyrl_train.config.mode_checks import check_async, check_lora
+from skyrl_train.config.mode_checks import check_async, check_lora, check_off_policy_correction
 from skyrl_train.config.unsupported import check_not_yet_supported
 
 if TYPE_CHECKING:
@@ -504,6 +504,7 @@ ERROR_CHECKS: list[Check] = [
     check_megatron,
     check_lora,
     check_async,
+    check_off_policy_correction,
     check_models,
     check_generator,
     check_placement,

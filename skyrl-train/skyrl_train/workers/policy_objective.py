@@ -33,11 +33,16 @@ class ObjectiveSettings:
 
     @classmethod
     def from_config(
-        cls, algorithm: Any, loss_name: Optional[str] = None, loss_overrides: Optional[Mapping[str, Any]] = None
+        cls,
+        algorithm: Any,
+        loss_name: Optional[str] = None,
+        loss_overrides: Optional[Mapping[str, Any]] = None,
+        stale_data: bool = False,
     ) -> ObjectiveSettings:
         """Build from `trainer.algorithm`; `loss_name` replaces `policy_loss_type` and `loss_overrides` replace
-        fields of `PolicyLossConfig.from_algorithm_config(algorithm)`."""
-        config = PolicyLossConfig.from_algorithm_config(algorithm)
+        fields of `PolicyLossConfig.from_algorithm_config(algorithm, stale_data)` (`stale_data`: the run trains on
+        batches sampled by older weights, as the async trainers do)."""
+        config = PolicyLossConfig.from_algorithm_config(algorithm, stale_data)
         if loss_overrides:
             config = PolicyLossConfig.from_mapping({**asdict(config), **dict(loss_overrides)})
         loss_name = loss_name or algorithm.policy_loss_type

@@ -168,7 +168,8 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         `optim_step`.
         """
         model = self._require_model()
-        settings = ObjectiveSettings.from_config(self.cfg.trainer.algorithm, loss_fn, loss_fn_config)
+        stale_data = self.cfg.trainer.mode != "sync"
+        settings = ObjectiveSettings.from_config(self.cfg.trainer.algorithm, loss_fn, loss_fn_config, stale_data)
         if settings.kl_loss_coef is not None and ref_logprobs is None:  # checked before any collective starts
             raise ValueError("trainer.algorithm.use_kl_loss is true but forward_backward got ref_logprobs=None")
         if on_policy and old_logprobs is not None:

@@ -56,3 +56,17 @@ def test_every_loss_key_of_the_algorithm_section_reaches_its_loss_field():
         for name in field_path.split("."):
             got, before = getattr(got, name), getattr(before, name)
         assert got == value and before != value, key
+
+
+def test_auto_importance_sampling_corrects_stale_data_only():
+    # tis_ratio_type: auto (the default) weighs tokens by the capped trainer/rollout ratio when the batch was sampled
+    # by older weights (the async trainers), and leaves on-policy data alone
+    algorithm = SkyRLConfig().trainer.algorithm
+    assert algorithm.off_policy_correction.tis_ratio_type == "auto"
+    assert PolicyLossConfig.from_algorithm_config(algorithm).off_policy.tis_ratio_type is None
+    stale = PolicyLossConfig.from_algorithm_config(algorithm, stale_data=True).off_policy
+    assert stale.tis_ratio_type == "token" and stale.enabled
+    off = SkyRLConfig.from_cli_overrides(["trainer.algorithm.off_policy_correction.tis_ratio_type=null"])
+    assert not PolicyLossConfig.from_algorithm_config(off.trainer.algorithm, stale_data=True).off_policy.enabled
+    chosen = SkyRLConfig.from_cli_overrides(["trainer.algorithm.off_policy_correction.tis_ratio_type=sequence"])
+    assert PolicyLossConfig.from_algorithm_config(chosen.trainer.algorithm).off_policy.tis_ratio_type == "sequence"

@@ -113,6 +113,19 @@ CASES = {
         ],
         "max_staleness is fixed at 1 in trainer.mode=one_step_off",
     ),
+    "async correction without rollout logprobs": (
+        [
+            "trainer.mode=fully_async",
+            "trainer.placement.colocate_all=false",
+            "generator.inference_engine.num_engines=1",
+            "generator.sampling_params.logprobs=null",
+        ],
+        "tis_ratio_type=auto (token with trainer.mode=fully_async) weighs tokens by the engines' rollout logprobs",
+    ),
+    "importance sampling without rollout logprobs": (
+        ["trainer.algorithm.off_policy_correction.tis_ratio_type=sequence", "generator.sampling_params.logprobs=null"],
+        "tis_ratio_type=sequence weighs tokens by the engines' rollout logprobs",
+    ),
     "weight update boundary without fully_async": (
         ["trainer.async_rl.weight_update_boundary=token"],
         "weight_update_boundary=token has no effect with trainer.mode=sync",

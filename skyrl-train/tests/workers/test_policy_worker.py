@@ -262,3 +262,25 @@ def test_train_mini_batches_is_the_update_of_separate_calls_in_one(
         combined.train_mini_batches(
             [(batch, {"advantages": advantages, "old_logprobs": olds[0]})], old_logprobs_first=True
         )
+
+
+def test_async_modes_correct_stale_data_by_default(
+    single_rank_group, worker_config, make_batch, grpo_advantages, full_gradients
+):
+    """`tis_ratio_type: auto` (the default) is token-level truncated importance sampling in the async modes: the
+    batch's rollout log-probs are not the model's (as with stale async data), so the default async update is the
+    explicitly corrected one and differs from the uncorrected one."""
+    batch = make_batch(rows=6, seed=3)
+    advantages = grpo_advantages(batch)
+
+    def gradients(*overrides):
+        worker = _policy(worker_config("trainer.micro_train_batch_size_per_gpu=4", *overrides), single_rank_group)
+        worker.forward_backward(batch, advantages, None, on_policy=True)
+        return full_gradients(worker)
+
+    by_default = gradients("trainer.mode=fully_async")  # a worker config: validation (placement) is not run
+    corrected = gradients("trainer.algorithm.off_policy_correction.tis_ratio_type=token")
+    uncorrected = gradients("trainer.mode=fully_async", "trainer.algorithm.off_policy_correction.tis_ratio_type=null")
+    for name, grad in corrected.items():
+        assert torch.allclose(by_default[name], grad, rtol=1e-5, atol=1e-8), name
+    assert any(not torch.allclose(uncorrected[name], grad, rtol=1e-3, atol=1e-6) for name, grad in corrected.items())
