@@ -1,6 +1,6 @@
 """Benchmark: samples/s of the sync, one_step_off and fully_async trainers, back to back on one machine.
 
-Three configs (`--configs`: tool-wait and plain by default), each trained by every mode from the same quickstart
+Four configs (`--configs`: tool-wait and plain by default), each trained by every mode from the same quickstart
 model with the same settings (fully_async twice: `max_staleness` 1, the default, and 2):
 
 - **tool-wait**: a rollout-bound config whose episodes wait on the outside world the way agent rollouts do. Each
@@ -9,6 +9,10 @@ model with the same settings (fully_async twice: `max_staleness` 1, the default,
   typical latency) before answering. The reward is the first answer's correctness. Each env thread keeps its own
   keep-alive `http.client` connection (see `post_json`): the client's CPU must not be what episodes wait on.
 - **tool-wait-4**: the same over four turns (four API calls per episode), closer to an agent's long rollouts.
+- **grader-wait**: the single-turn quickstart task whose reward comes back from a remote grader: the env posts the
+  answer to the same API (same wait) before scoring it. It learns at the quickstart's pace, so it is the config on
+  which the reward curves per sample can be compared (the tiny model does not learn the multi-turn tool-wait
+  episodes within a few hundred steps: the tokens of its later turns share the first answer's advantage).
 - **plain**: the quickstart task as it is (single turn, nothing to wait for): generation and training both need the
   two CPU cores, so overlapping them has little to win here.
 
@@ -27,10 +31,12 @@ samples and against wall time as a PNG.
 from __future__ import annotations
 
 import argparse
+import datetime
 import http.client
 import json
 import logging
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -38,7 +44,7 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import skyrl_gym
 from skyrl_gym.envs.synthetic.addition import AdditionEnv
@@ -106,6 +112,14 @@ class CheckedAdditionEnv(AdditionEnv):
         return {"observations": [note], "reward": 0.0, "done": False}
 
 
+class GradedAdditionEnv(AdditionEnv):
+    """The single-turn addition task whose answer goes to a grading API (a real HTTP call) before it is scored."""
+
+    def _step(self, action: str):
+        post_json(f"{os.environ[SEARCH_URL_ENV]}/retrieve", {"query": action.strip() or "none", "topk": 1})
+        return super()._step(action)
+
+
 class TimedExp(BasePPOExp):
     """BasePPOExp that records the wall time of the training loop (`run_steps`) and, for every step, the loop time
     at which its metrics were logged."""
@@ -133,13 +147,25 @@ class TimedExp(BasePPOExp):
         return trainer
 
 
-CONFIGS = {"tool-wait": 2, "tool-wait-4": 4, "plain": 0}
-"""Configs by name: the turns of a tool-wait episode (a lookup after each), 0 for the plain single-turn task."""
+class Config(NamedTuple):
+    """A benchmark config: its env class and the turns of an episode (a lookup after each; 0: single turn)."""
+
+    env_class: str
+    turns: int
 
 
-def overrides(model_dir: str, data_dir: Path, out_dir: Path, turns: int, steps: int) -> list[str]:
-    """The shared config of every run (`turns` > 0: the tool-wait env over that many turns)."""
-    env_class = "checked_addition" if turns else "addition"
+CONFIGS = {
+    "tool-wait": Config("checked_addition", 2),
+    "tool-wait-4": Config("checked_addition", 4),
+    "grader-wait": Config("graded_addition", 0),
+    "plain": Config("addition", 0),
+}
+
+
+def overrides(model_dir: str, data_dir: Path, out_dir: Path, config: Config, steps: int) -> list[str]:
+    """The shared config of every run (multi-turn when `config.turns` > 0)."""
+    env_class, turns = config
+    waits = env_class != "addition"
     return [
         "trainer.device=cpu",
         f"trainer.policy.model.path={model_dir}",
@@ -153,12 +179,10 @@ def overrides(model_dir: str, data_dir: Path, out_dir: Path, turns: int, steps: 
         "generator.inference_engine.backend=hf",
         "generator.inference_engine.num_engines=1",
         "generator.inference_engine.model_dtype=float32",
-        *(
-            [f"generator.max_turns={turns}", f"generator.max_input_length={64 + 64 * turns}"]
-            + ["environment.max_env_workers=512"]  # every episode waits on its lookup at once, as async HTTP tools do
-            if turns
-            else ["generator.batched=true"]
-        ),
+        *([f"generator.max_turns={turns}", f"generator.max_input_length={64 + 64 * turns}"] if turns else []),
+        *(["generator.batched=true"] if not turns else []),
+        # every episode waits on its API call at once, as async HTTP tools do
+        *(["environment.max_env_workers=512"] if waits else []),
         "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
         "trainer.policy.gradient_checkpointing=false",
         "trainer.policy.optimizer.lr=2e-4",
@@ -200,10 +224,10 @@ def dataset_for(env_class: str, directory: Path) -> Path:
     return directory
 
 
-def run(model_dir: str, data_dir: Path, turns: int, mode: str, steps: int) -> dict[str, float]:
+def run(model_dir: str, data_dir: Path, config: Config, mode: str, steps: int) -> dict[str, float]:
     """One training run; its samples/s, reward over the first and last third, and held-out accuracy."""
     with tempfile.TemporaryDirectory() as out:
-        cfg = SkyRLConfig.from_cli_overrides(overrides(model_dir, data_dir, Path(out), turns, steps) + MODES[mode])
+        cfg = SkyRLConfig.from_cli_overrides(overrides(model_dir, data_dir, Path(out), config, steps) + MODES[mode])
         experiment = TimedExp(cfg)
         result = experiment.run()
     points = sorted(result.history["reward/mean"])
@@ -305,19 +329,20 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     model_dir = str(get_embedded_model(MODEL))
     skyrl_gym.register("checked_addition", CheckedAdditionEnv)
+    skyrl_gym.register("graded_addition", GradedAdditionEnv)
     rows = []
     with tempfile.TemporaryDirectory() as data:
         search = start_search_server(Path(data), args.delay_ms)
         for config in args.configs:
-            turns = CONFIGS[config]
-            data_dir = dataset_for("checked_addition" if turns else "addition", Path(data) / config)
+            data_dir = dataset_for(CONFIGS[config].env_class, Path(data) / config)
             for mode in args.modes:
                 print(f"== {config} / {mode}", flush=True)
-                rows.append((config, mode, run(model_dir, data_dir, turns, mode, args.steps)))
+                rows.append((config, mode, run(model_dir, data_dir, CONFIGS[config], mode, args.steps)))
         search.terminate()
     print(
         f"\n{args.steps} steps of 16 prompts x 8 samples each; tool-wait(-N): 2 (N) turns, a search API call after "
-        f"each turn waiting {args.delay_ms} ms; 1 policy rank + 1 separate hf engine on this machine"
+        f"each turn waiting {args.delay_ms} ms; grader-wait: one turn, graded by a call to that API; 1 policy rank + "
+        "1 separate hf engine on this machine"
     )
     header = f"{'config':>11} | {'mode':>14} | {'samples/s':>9} | {'vs sync':>7} | {'reward first→last third':>24}"
     print(header + f" | {'held-out acc':>12} | {'max staleness':>13}")
@@ -334,6 +359,8 @@ def main() -> None:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         record = {"benchmark": "async_vs_sync", "steps": args.steps, "delay_ms": args.delay_ms, "window": args.window}
+        record["date"] = datetime.date.today().isoformat()
+        record["machine"] = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
         record["runs"] = [{"config": config, "mode": mode, **metrics} for config, mode, metrics in rows]
         (args.out / "async_vs_sync.json").write_text(json.dumps(record, indent=1))
         plot(rows, args.window, args.out / "async_vs_sync.png")
