@@ -7,6 +7,7 @@ policy ranks' default group must still work afterwards.
 """
 
 import asyncio
+import os
 import socket
 
 import pytest
@@ -234,3 +235,32 @@ async def test_auto_on_one_node_takes_the_local_transport_for_every_engine(setup
     finally:
         await colocated.close()
         await separate.close()
+
+
+async def test_shm_sender_keeps_one_block_grows_it_and_unlinks_it_on_close(setup):
+    engines = setup["engines"]
+    start_version = await _reset_to_model_a(setup)
+    strategy = make_weight_sync_strategy("shm", chunk_bytes=CHUNK_BYTES, timeout_s=60)
+    await strategy.init(None, engines)
+    closed = False
+    try:
+        state_b = list(_varied_model(seed=1).state_dict().items())
+        first = await strategy.sync(state_b)
+        sender = strategy._local_sender
+        kept = sender.block.name
+        assert first.num_chunks > 1 and os.path.exists(f"/dev/shm/{kept}")  # one block served every chunk
+        second = await strategy.sync(state_b)
+        assert sender.block.name == kept  # and the next sync too
+        sender.chunk_bytes = 16 * CHUNK_BYTES  # bigger chunks than the block holds: the sender replaces it
+        third = await strategy.sync(state_b)
+        assert sender.block.name != kept and not os.path.exists(f"/dev/shm/{kept}")
+        assert (first.version, second.version, third.version) == tuple(start_version + k for k in (1, 2, 3))
+        # the engines followed the block to its new name and serve B, as the greedy generations show
+        assert await _generations(engines, setup["prompts"]) == [(setup["expected_b"], third.version)] * 2
+        grown = sender.block.name
+        await strategy.close()
+        closed = True
+        assert not os.path.exists(f"/dev/shm/{grown}")
+    finally:
+        if not closed:
+            await strategy.close()
