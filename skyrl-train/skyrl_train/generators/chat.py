@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 from transformers import PreTrainedTokenizerBase
@@ -9,6 +10,11 @@ from transformers import PreTrainedTokenizerBase
 from skyrl_train.inference.types import Messages
 
 _PROBE_CONTENT = "\x00SKYRL-PROBE\x00"
+# apply_chat_template arguments that change how the rendered text is tokenized: with any of them, the batched helper
+# lets apply_chat_template tokenize each prompt itself.
+_TOKENIZING_KWARGS = frozenset(
+    {"tokenizer_kwargs", "truncation", "max_length", "padding", "return_tensors", "return_dict"}
+)
 
 
 def _as_ids(encoded: Any) -> list[int]:
@@ -27,6 +33,40 @@ def prompt_token_ids(
             messages, tools=tools, add_generation_prompt=True, tokenize=True, **(chat_template_kwargs or {})
         )
     )
+
+
+def prompt_token_ids_batch(
+    tokenizer: PreTrainedTokenizerBase,
+    conversations: list[tuple[Messages, Optional[list[dict]]]],
+    chat_template_kwargs: Optional[dict[str, Any]] = None,
+) -> list[list[int]]:
+    """`prompt_token_ids` of each `(messages, tools)`: every prompt rendered by the template, then all encoded in one
+    tokenizer call without added special tokens, which is what `apply_chat_template(tokenize=True)` does per prompt
+    (same ids, about half the cost: the per-call overhead was most of it for short prompts)."""
+    kwargs = chat_template_kwargs or {}
+    if not conversations:
+        return []
+    if _TOKENIZING_KWARGS.intersection(kwargs):
+        return [prompt_token_ids(tokenizer, messages, tools, kwargs) for messages, tools in conversations]
+    texts = [
+        tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs)
+        for messages, tools in conversations
+    ]
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def conversation_key(messages: Messages, tools: Optional[list[dict]]) -> Any:
+    """A hashable key equal for equal `(messages, tools)`: a tuple of the messages' items when every message is a
+    flat dict of strings and there are no tools (the common case, ~20x cheaper), else their canonical JSON."""
+    if tools is None:
+        try:
+            key = tuple(tuple(sorted(message.items())) for message in messages)
+            hash(key)
+            if all(isinstance(value, str) for message in key for _, value in message):
+                return key
+        except (AttributeError, TypeError):
+            pass
+    return json.dumps([messages, tools], sort_keys=True, default=repr)
 
 
 class ObservationRenderer:

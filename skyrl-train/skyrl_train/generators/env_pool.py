@@ -5,7 +5,8 @@ time limit. A multi-turn episode awaits its env one call at a time. The batched 
 and nothing to do until all of them return, so `call_all` hands the rows to at most `max_workers` runner threads that
 pull them one by one and waits for them together: one event-loop round trip per phase and one thread hop per runner
 instead of one per row, which for cheap envs (the synthetic ones answer in microseconds) was most of the generator's
-time.
+time. A batch starts with two runners and gets the others only if it is still running after 5 ms, so a batch of cheap
+calls does not wake every thread of the pool.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
+
+EAGER_RUNNERS = 2
+"""Runner threads a `call_all` batch starts with."""
+TOP_UP_AFTER_S = 0.005
+"""A batch still running after this long gets its other runners (up to `max_workers`)."""
 
 
 @dataclass
@@ -65,14 +71,23 @@ class EnvPool:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         finished: list[Optional[EnvCallResult]] = [None] * len(calls)
         next_index = itertools.count()  # next() on it is atomic under the GIL
+
         # A few runner threads pull the calls from a shared counter instead of one pool task per call: a task hop
         # costs more than a synthetic env's whole call, and pulling keeps a slow call from holding up the rest.
-        runners = [
-            asyncio.wrap_future(self._pool.submit(self._run_calls, calls, finished, next_index, deadline))
-            for _ in range(min(self.max_workers, len(calls)))
-        ]
+        def runner() -> asyncio.Future:
+            return asyncio.wrap_future(self._pool.submit(self._run_calls, calls, finished, next_index, deadline))
+
+        # Two runners first; the rest join if the batch is still running after `TOP_UP_AFTER_S`. Cheap envs finish
+        # by then, and waking 16 threads for a batch one thread does in a millisecond cost more than the batch.
+        wanted = min(self.max_workers, len(calls))
+        runners = [runner() for _ in range(min(EAGER_RUNNERS, wanted))]
         try:
-            await asyncio.wait(runners, timeout=self.timeout_s)
+            first_wait = TOP_UP_AFTER_S if self.timeout_s is None else min(TOP_UP_AFTER_S, self.timeout_s)
+            _, running = await asyncio.wait(runners, timeout=first_wait)
+            if running and len(runners) < wanted:
+                runners += [runner() for _ in range(wanted - len(runners))]
+            left = None if self.timeout_s is None else max(0.0, self.timeout_s - (time.perf_counter() - start))
+            await asyncio.wait(runners, timeout=left)
         finally:
             self.seconds += time.perf_counter() - start
         return [result if result is not None else EnvCallResult(timed_out=True) for result in list(finished)]

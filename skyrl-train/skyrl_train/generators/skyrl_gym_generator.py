@@ -9,7 +9,6 @@ mask zeroed) and is counted, never turned into an unannounced zero reward.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import traceback
@@ -21,7 +20,12 @@ from transformers import PreTrainedTokenizerBase
 import skyrl_gym
 from skyrl_gym import check_step_output, failed_step
 from skyrl_train.generators.base import GeneratorInterface
-from skyrl_train.generators.chat import ObservationRenderer, prompt_token_ids
+from skyrl_train.generators.chat import (
+    ObservationRenderer,
+    conversation_key,
+    prompt_token_ids,
+    prompt_token_ids_batch,
+)
 from skyrl_train.generators.env_pool import EnvCallResult, EnvPool
 from skyrl_train.generators.metrics import rollout_metrics
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput, Trajectory
@@ -66,6 +70,46 @@ class GeneratorSettings:
             raise ValueError("GeneratorSettings.batched=True needs max_turns == 1 (batched mode is single-turn)")
         if self.batched and self.step_wise_trajectories:
             raise ValueError("GeneratorSettings.batched and step_wise_trajectories cannot both be on")
+
+
+@dataclass
+class _Finished:
+    """What the pool call ending a batched single-turn episode did: its step, its `get_metrics()` and its close."""
+
+    step: EnvCallResult
+    metrics: EnvCallResult = field(default_factory=EnvCallResult)
+    close: EnvCallResult = field(default_factory=EnvCallResult)
+
+    @classmethod
+    def of(cls, result: EnvCallResult) -> _Finished:
+        """The record `_finish_episode` returned; for a call that timed out, a timed-out step (its close is not a
+        failure: it runs in the pool thread once the step returns)."""
+        if result.timed_out:  # the pool thread still runs it: the env is closed once its step returns
+            return cls(step=result)
+        if result.error is not None:  # a BaseException that `_run` lets through
+            return cls(step=result, close=result)
+        return result.value
+
+    def env_metrics(self) -> dict[str, Any]:
+        """The env's metrics; raises what `get_metrics()` raised (as calling it here would have)."""
+        if self.metrics.error is not None:
+            raise self.metrics.error
+        return self.metrics.value
+
+
+def _run(call) -> EnvCallResult:
+    try:
+        return EnvCallResult(value=call())
+    except Exception as exc:  # noqa: BLE001 - user env code: the caller decides what each failure means
+        return EnvCallResult(error=exc)
+
+
+def _finish_episode(env, text: str) -> _Finished:
+    """In a pool thread: step the env with the model's answer, read its metrics and close it. Each part's failure is
+    kept for the caller (a failed step still closes the env); metrics are read only after a step that returned."""
+    step = _run(lambda: env.step(text))
+    metrics = _run(env.get_metrics) if step.error is None else EnvCallResult(value={})
+    return _Finished(step=step, metrics=metrics, close=_run(env.close))
 
 
 @dataclass
@@ -298,14 +342,16 @@ class SkyRLGymGenerator(GeneratorInterface):
         inits = [init for _, init, _ in started]
         failures = {i: failure for i, (_, _, failure) in enumerate(started) if failure is not None}
         live = [i for i in range(count) if i not in failures]
-        templated: dict[str, list[int]] = {}  # the samples of one prompt share its chat-templated ids
-        prompts = []
+        # the samples of one prompt share its chat-templated ids; the distinct prompts are tokenized in one call
+        conversations = {}
+        keys = []
         for i in live:
             messages, tools = inits[i][0], inits[i][1].get("tools")
-            key = json.dumps([messages, tools], sort_keys=True, default=repr)
-            if key not in templated:
-                templated[key] = prompt_token_ids(self.tokenizer, messages, tools, self.settings.chat_template_kwargs)
-            prompts.append(list(templated[key]))
+            keys.append(conversation_key(messages, tools))
+            conversations.setdefault(keys[-1], (messages, tools))
+        ids = prompt_token_ids_batch(self.tokenizer, list(conversations.values()), self.settings.chat_template_kwargs)
+        templated = dict(zip(conversations, ids))
+        prompts = [list(templated[key]) for key in keys]
         out = None
         if live:
             start = time.perf_counter()
@@ -314,9 +360,13 @@ class SkyRLGymGenerator(GeneratorInterface):
                 InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params, seeds=seeds)
             )
             self._llm_seconds += time.perf_counter() - start
-        step_calls = [lambda i=i, k=k: envs[i].step(out.responses[k]) for k, i in enumerate(live)]
-        step_results = await self.env_pool.call_all(step_calls)
-        steps = [self._step_outcome(envs[i], result) for i, result in zip(live, step_results)]
+        # Step, metrics and close of a row are one pool call (the episode ends with its one step); envs whose init
+        # failed are only closed, in the same batch.
+        finish_calls = [lambda i=i, k=k: _finish_episode(envs[i], out.responses[k]) for k, i in enumerate(live)]
+        orphans = [envs[i] for i in failures if envs[i] is not None]
+        done = await self.env_pool.call_all(finish_calls + [orphan.close for orphan in orphans])
+        finished = [_Finished.of(result) for result in done[: len(live)]]
+        steps = [self._step_outcome(envs[i], end.step) for i, end in zip(live, finished)]
         results: list[list[Trajectory]] = []
         position = {i: k for k, i in enumerate(live)}
         for i in range(count):
@@ -342,20 +392,20 @@ class SkyRLGymGenerator(GeneratorInterface):
                 num_turns=1,
                 weight_version=out.weight_version,
                 token_versions=out.response_token_versions[k] if out.response_token_versions else None,
-                env_metrics={} if env_error else envs[i].get_metrics(),
+                env_metrics={} if env_error else finished[k].env_metrics(),
                 env_error=env_error,
                 response_text=out.responses[k],
             )
             self._apply_reward_rules(trajectory)
             results.append([trajectory])
-        closing = [env.close for env in envs if env is not None]
-        failed_closes = [r for r in await self.env_pool.call_all(closing) if r.error is not None or r.timed_out]
+        closes = [end.close for end in finished] + done[len(live) :]
+        failed_closes = [r for r in closes if r.error is not None or r.timed_out]
         if failed_closes:  # the episodes are complete: report the leak, keep the rollouts
             first = failed_closes[0]
             logger.warning(
                 "%d of %d env close() calls failed or timed out; first: %s",
                 len(failed_closes),
-                len(closing),
+                len(closes),
                 "timeout" if first.timed_out else f"{type(first.error).__name__}: {first.error}",
             )
         return results

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from skyrl_train.generators import env_pool
 from skyrl_train.generators.env_pool import EnvPool
 
 
@@ -106,3 +107,44 @@ def test_concurrent_batches_are_bounded_by_the_pool_not_by_asyncio_default_execu
         pool.shutdown()
     errors = [result[0].error for result in results if result[0].error is not None]
     assert not errors, f"{len(errors)} of {batches} env calls never ran together: {errors[0]!r}"
+
+
+def _threads_used(pool, calls_made):
+    threads = set()
+    lock = threading.Lock()
+
+    def call(work):
+        with lock:
+            threads.add(threading.get_ident())
+        return work()
+
+    results = asyncio.run(pool.call_all([lambda w=w: call(w) for w in calls_made]))
+    return results, threads
+
+
+def test_a_cheap_batch_runs_on_the_eager_runners_and_a_slow_one_gets_every_runner(monkeypatch):
+    pool = EnvPool(max_workers=8, timeout_s=5)
+    try:
+        # the top-up delay stretched to 1 s so that a busy machine cannot make this batch outlast it
+        monkeypatch.setattr(env_pool, "TOP_UP_AFTER_S", 1.0)
+        results, threads = _threads_used(pool, [lambda i=i: i for i in range(200)])
+        assert [r.value for r in results] == list(range(200))
+        assert len(threads) <= env_pool.EAGER_RUNNERS  # microsecond calls: done before the others were due
+        monkeypatch.undo()
+        inside, most_inside = [0], [0]
+        lock = threading.Lock()
+
+        def slow():
+            with lock:
+                inside[0] += 1
+                most_inside[0] = max(most_inside[0], inside[0])
+            time.sleep(0.2)
+            with lock:
+                inside[0] -= 1
+            return "done"
+
+        results, threads = _threads_used(pool, [slow] * 8)
+        assert [r.value for r in results] == ["done"] * 8
+        assert len(threads) == 8 and most_inside[0] == 8  # still running after 5 ms: all 8 runners took a call
+    finally:
+        pool.shutdown()

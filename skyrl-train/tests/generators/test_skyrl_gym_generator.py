@@ -58,9 +58,39 @@ class LeakyEnv(BaseTextEnv):
         raise OSError("could not remove the scratch dir")
 
 
+class RecordingEnv(BaseTextEnv):
+    """Records, per env object, the calls the generator makes after init; its init fails on the prompt "fail"."""
+
+    events: list[tuple[int, str]] = []
+
+    def init(self, prompt):
+        if prompt[0]["content"] == "fail":
+            raise ValueError("cannot start from this prompt")
+        return super().init(prompt)
+
+    def _step(self, action):
+        RecordingEnv.events.append((id(self), "step"))
+        return {"observations": [], "reward": 1.0, "done": True}
+
+    def get_metrics(self):
+        RecordingEnv.events.append((id(self), "metrics"))
+        return {**super().get_metrics(), "recorded": 1.0}
+
+    def close(self):
+        RecordingEnv.events.append((id(self), "close"))
+        super().close()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def test_envs():
-    envs = {"chatty": ChattyEnv, "broken": BrokenEnv, "slow": SlowEnv, "slow_start": SlowStartEnv, "leaky": LeakyEnv}
+    envs = {
+        "chatty": ChattyEnv,
+        "broken": BrokenEnv,
+        "slow": SlowEnv,
+        "slow_start": SlowStartEnv,
+        "leaky": LeakyEnv,
+        "recording": RecordingEnv,
+    }
     for name, cls in envs.items():
         skyrl_gym.register(name, cls)
     yield
@@ -230,6 +260,22 @@ def test_batched_mode_times_out_slow_rows_alone_and_keeps_rollouts_whose_close_f
     assert leaky.env_error is None and leaky.reward == 1.0  # a failed close loses nothing ...
     assert "1 of 4 env close() calls failed" in caplog.text and "scratch dir" in caplog.text  # ... and is reported
     assert out.metrics["generate/env_errors"] == 3.0
+
+
+def test_batched_mode_steps_reads_metrics_and_closes_each_env_once_in_that_order(tokenizer, client):
+    RecordingEnv.events.clear()
+    settings = GeneratorSettings(sampling_params=SamplingParams(max_tokens=3, temperature=0), batched=True)
+    gi = _input("recording", 3)
+    gi.prompts[1] = [{"role": "user", "content": "fail"}]
+    out = asyncio.run(SkyRLGymGenerator(client, tokenizer, settings).generate(gi))
+    started, failed, other = out.trajectories
+    assert failed.env_error["kind"] == "init" and "cannot start" in failed.env_error["reason"]
+    assert started.env_metrics["recorded"] == other.env_metrics["recorded"] == 1.0 and started.reward == 1.0
+    per_env: dict[int, list[str]] = {}
+    for env_id, call in RecordingEnv.events:
+        per_env.setdefault(env_id, []).append(call)
+    # two episodes stepped, measured and closed; the env whose init failed is closed too, and nothing runs twice
+    assert sorted(per_env.values()) == [["close"], ["step", "metrics", "close"], ["step", "metrics", "close"]]
 
 
 def test_length_limit_overlong_filtering_and_zero_reward_on_non_stop(tokenizer, client):
