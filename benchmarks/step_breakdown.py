@@ -10,7 +10,9 @@ averages over the steps after `--warmup-steps`:
   FSDP collectives but not Ray scheduling, argument transfer, env scoring or the driver's own work.
 
 The baseline is the model compute itself: the table ends with step time / model compute and the share of the step
-spent outside model compute (framework overhead).
+spent outside model compute (framework overhead), then the training loop's own time between two steps (logging,
+health checks, drawing the next batch; the benchmark's clock reads left out), which `timing/step` does not contain:
+nothing may hide there.
 
     python benchmarks/step_breakdown.py [--steps 30] [--warmup-steps 3] [--results PATH] [key=value ...]
 
@@ -30,6 +32,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +63,8 @@ class MeasuredTrainer(RayPPOTrainer):
     def __init__(self, *args: Any, engines: list[Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.engine_handles = [engine.handle for engine in engines]
+        self.step_starts: list[float] = []  # wall clock at each step's start
+        self.reading_seconds: list[float] = []  # per step, the time this class spent reading the actors' clocks
 
     def _group_seconds(self, group: Any) -> float:
         per_rank = ray.get([actor.take_compute_seconds.remote() for actor in group.actors])
@@ -67,17 +72,22 @@ class MeasuredTrainer(RayPPOTrainer):
 
     async def step(self, items: list[dict[str, Any]]) -> dict[str, float]:
         """One training step, then `compute/generate` (slowest engine) and `compute/<role>` (slowest rank)."""
+        start = time.perf_counter()
+        self.step_starts.append(start)
         for handle in self.engine_handles:  # drop whatever evaluation or set-up left on the clocks
             await handle.take_compute_seconds.remote()
         for group in (self.policy, self.ref, self.critic):
             if group is not None:
                 self._group_seconds(group)
+        stepped = time.perf_counter()
         metrics = await super().step(items)
+        reading = time.perf_counter()
         engine_seconds = [await handle.take_compute_seconds.remote() for handle in self.engine_handles]
         metrics["compute/generate"] = max(sum(seconds.values()) for seconds in engine_seconds)
         for role, group in (("policy", self.policy), ("ref", self.ref), ("critic", self.critic)):
             if group is not None:
                 metrics[f"compute/{role}"] = self._group_seconds(group)
+        self.reading_seconds.append((stepped - start) + (time.perf_counter() - reading))
         return metrics
 
 
@@ -91,7 +101,21 @@ class MeasuredExp(BasePPOExp):
 
     def get_trainer(self, **parts: Any) -> RayPPOTrainer:
         """The measuring trainer."""
-        return MeasuredTrainer(self.cfg, engines=self.engine_proxies, **parts)
+        self.trainer = MeasuredTrainer(self.cfg, engines=self.engine_proxies, **parts)
+        return self.trainer
+
+
+def between_steps_seconds(trainer: MeasuredTrainer, skip: int) -> float:
+    """Mean wall time from one step's start to the next's, less the step itself and this benchmark's clock reads:
+    the loop's work outside `step()` (logging, health checks, the next batch), which `timing/step` does not see."""
+    starts, reads = trainer.step_starts, trainer.reading_seconds
+    step_seconds = dict(dict(trainer.tracker.history).get("timing/step", []))
+    gaps = [
+        later - start - reads[index] - step_seconds.get(index + 1, 0.0)
+        for index, (start, later) in enumerate(zip(starts, starts[1:]))
+        if index + 1 > skip
+    ]
+    return statistics.mean(gaps) if gaps else 0.0
 
 
 def mean_after(history: dict[str, list[tuple[int, float]]], key: str, skip: int) -> float:
@@ -100,8 +124,11 @@ def mean_after(history: dict[str, list[tuple[int, float]]], key: str, skip: int)
     return statistics.mean(values) if values else 0.0
 
 
-def breakdown_rows(history: dict[str, list[tuple[int, float]]], skip: int) -> list[tuple[str, float, float]]:
-    """(name, mean seconds, share of step) for each phase, the unphased rest, the compute parts and the total."""
+def breakdown_rows(
+    history: dict[str, list[tuple[int, float]]], skip: int, between: float = 0.0
+) -> list[tuple[str, float, float]]:
+    """(name, mean seconds, share of step) for each phase, the unphased rest, the compute parts and the total, and the
+    loop's time `between` steps."""
     step = mean_after(history, "timing/step", skip)
     rows = []
     phased = 0.0
@@ -119,6 +146,7 @@ def breakdown_rows(history: dict[str, list[tuple[int, float]]], skip: int) -> li
         rows.append((f"model compute: {key.split('/', 1)[1]}", seconds, seconds / step))
     rows.append(("model compute, total", compute, compute / step))
     rows.append(("outside model compute", step - compute, (step - compute) / step))
+    rows.append(("between steps (not in step)", between, between / step))
     return rows
 
 
@@ -147,8 +175,9 @@ def main() -> int:
             "trainer.hf_save_interval=-1",
         ]
         cfg = SkyRLConfig.from_cli_overrides(overrides + args.overrides)
-        result = MeasuredExp(cfg).run()
-    rows = breakdown_rows(result.history, args.warmup_steps)
+        exp = MeasuredExp(cfg)
+        result = exp.run()
+    rows = breakdown_rows(result.history, args.warmup_steps, between_steps_seconds(exp.trainer, args.warmup_steps))
     print(
         f"\nquickstart step breakdown: mean of steps {args.warmup_steps + 1}-{result.global_step}, {os.cpu_count()} CPUs"
     )
