@@ -22,10 +22,13 @@ reward columns are the mean training reward over the first and the last third of
 accuracy after training.
 
     python benchmarks/async_vs_sync.py [--steps 16] [--delay-ms 200-500] [--configs tool-wait plain] [--out DIR]
+        [--repeats N]
 
 It also prints each run's training reward per sample trained (a trailing mean over `--window` steps, after a
-quarter, half, three quarters and all of the samples); `--out` writes the runs as JSON and the reward curves against
-samples and against wall time as a PNG.
+quarter, half, three quarters and all of the samples) and held-out accuracy; with `--repeats N` every mode runs N
+times (interleaved) and the tables show means (± standard error), which is what tells a real difference between two
+modes from the noise of one run. `--out` writes the runs as JSON and the reward curves against samples and against wall
+time as a PNG.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +66,8 @@ MODES = {
     "fully_async_s2": ["trainer.mode=fully_async", "trainer.async_rl.max_staleness=2"],
 }
 SEARCH_URL_ENV = "SKYRL_BENCH_SEARCH_URL"
+SUMMED = ("samples_per_s", "reward_first", "reward_last", "accuracy")
+"""Per-run numbers the summary table averages over repeats."""
 _CONNECTIONS = threading.local()
 
 
@@ -270,17 +276,39 @@ def moving_average(values: list[float], window: int) -> list[float]:
     ]
 
 
-def curve_table(rows: list[tuple[str, str, dict[str, Any]]], window: int) -> list[str]:
-    """Lines of the reward-per-sample table: each run's trailing-mean training reward after a quarter, half, three
-    quarters and all of its samples (every mode trains the same number of samples)."""
-    lines = [
-        f"{'config':>11} | {'mode':>14} | " + " | ".join(f"{q:>11}" for q in ("25% samples", "50%", "75%", "100%"))
-    ]
+def quarter_marks(metrics: dict[str, Any], window: int) -> list[float]:
+    """A run's trailing-mean training reward after a quarter, half, three quarters and all of its samples."""
+    curve = metrics["curve"]
+    smooth = moving_average([point["reward"] for point in curve], window)
+    return [smooth[max(0, round(len(curve) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)]
+
+
+def mean_and_error(values: list[float]) -> str:
+    """`mean` of one value, `mean ± standard error` of several."""
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values) / len(values) ** 0.5:.3f}"
+
+
+def grouped(rows: list[tuple[str, str, dict[str, Any]]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The runs of each (config, mode), in the order they first ran (repeats of one pair together)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for config, mode, metrics in rows:
-        curve = metrics["curve"]
-        smooth = moving_average([point["reward"] for point in curve], window)
-        marks = [smooth[max(0, round(len(curve) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)]
-        lines.append(f"{config:>11} | {mode:>14} | " + " | ".join(f"{value:>11.3f}" for value in marks))
+        groups.setdefault((config, mode), []).append(metrics)
+    return groups
+
+
+def curve_table(rows: list[tuple[str, str, dict[str, Any]]], window: int) -> list[str]:
+    """Lines of the reward-per-sample table: each (config, mode)'s trailing-mean training reward after a quarter,
+    half, three quarters and all of its samples (every mode trains the same number of samples), and its held-out
+    accuracy; with repeats, the mean ± standard error over them."""
+    columns = ("25% samples", "50%", "75%", "100%", "held-out")
+    lines = [f"{'config':>11} | {'mode':>14} | " + " | ".join(f"{q:>13}" for q in columns)]
+    for (config, mode), runs in grouped(rows).items():
+        marks = [quarter_marks(metrics, window) for metrics in runs]
+        cells = [mean_and_error([run[q] for run in marks]) for q in range(4)]
+        cells.append(mean_and_error([metrics["accuracy"] for metrics in runs]))
+        lines.append(f"{config:>11} | {mode:>14} | " + " | ".join(f"{cell:>13}" for cell in cells))
     return lines
 
 
@@ -295,14 +323,20 @@ def plot(rows: list[tuple[str, str, dict[str, Any]]], window: int, path: Path) -
     FigureCanvasAgg(figure)
     axes = figure.subplots(len(configs), 2, squeeze=False)
     for row, config in enumerate(configs):
-        for config_name, mode, metrics in rows:
+        for (config_name, mode), runs in grouped(rows).items():
             if config_name != config:
                 continue
-            curve = metrics["curve"]
-            smooth = moving_average([point["reward"] for point in curve], window)
-            axes[row][0].plot([point["samples"] for point in curve], smooth, label=mode)
-            timed = [(point["seconds"], value) for point, value in zip(curve, smooth) if point["seconds"] is not None]
-            axes[row][1].plot([t for t, _ in timed], [v for _, v in timed], label=mode)
+            color = None  # every repeat of a mode in the colour its first run got
+            for index, metrics in enumerate(runs):
+                curve = metrics["curve"]
+                smooth = moving_average([point["reward"] for point in curve], window)
+                label = mode if index == 0 else None
+                (line,) = axes[row][0].plot(
+                    [point["samples"] for point in curve], smooth, label=label, color=color, alpha=0.8
+                )
+                color = line.get_color()
+                timed = [(p["seconds"], value) for p, value in zip(curve, smooth) if p["seconds"] is not None]
+                axes[row][1].plot([t for t, _ in timed], [v for _, v in timed], label=label, color=color, alpha=0.8)
         for column, x_label in enumerate(("samples trained", "training-loop seconds")):
             axes[row][column].set_title(f"{config}: reward ({window}-step trailing mean)")
             axes[row][column].set_xlabel(x_label)
@@ -321,6 +355,9 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=["tool-wait", "plain"], choices=list(CONFIGS))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--window", type=int, default=4, help="steps in the reward curves' trailing mean")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs of each (config, mode); tables then show mean ± standard error"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write async_vs_sync.json and async_vs_sync.png here")
     args = parser.parse_args()
     if "sync" not in args.modes:
@@ -335,9 +372,11 @@ def main() -> None:
         search = start_search_server(Path(data), args.delay_ms)
         for config in args.configs:
             data_dir = dataset_for(CONFIGS[config].env_class, Path(data) / config)
-            for mode in args.modes:
-                print(f"== {config} / {mode}", flush=True)
-                rows.append((config, mode, run(model_dir, data_dir, CONFIGS[config], mode, args.steps)))
+            for repeat in range(args.repeats):  # modes interleaved, so a drift of the machine hits each alike
+                for mode in args.modes:
+                    print(f"== {config} / {mode} (run {repeat + 1} of {args.repeats})", flush=True)
+                    metrics = run(model_dir, data_dir, CONFIGS[config], mode, args.steps)
+                    rows.append((config, mode, {**metrics, "repeat": repeat}))
         search.terminate()
     print(
         f"\n{args.steps} steps of 16 prompts x 8 samples each; tool-wait(-N): 2 (N) turns, a search API call after "
@@ -347,18 +386,26 @@ def main() -> None:
     header = f"{'config':>11} | {'mode':>14} | {'samples/s':>9} | {'vs sync':>7} | {'reward first→last third':>24}"
     print(header + f" | {'held-out acc':>12} | {'max staleness':>13}")
     print("-" * (len(header) + 32))
-    base = {config: metrics["samples_per_s"] for config, mode, metrics in rows if mode == "sync"}
-    for config, mode, m in rows:
+    groups = grouped(rows)
+    summary = {
+        key: {name: statistics.mean(run[name] for run in runs) for name in SUMMED} for key, runs in groups.items()
+    }
+    for (config, mode), m in summary.items():
         curve = f"{m['reward_first']:.3f} → {m['reward_last']:.3f}"
+        staleness = max(run["staleness"] for run in groups[(config, mode)])
         print(
-            f"{config:>11} | {mode:>14} | {m['samples_per_s']:>9.1f} | {m['samples_per_s'] / base[config]:>6.2f}x |"
-            f" {curve:>24} | {m['accuracy']:>12.3f} | {m['staleness']:>13.0f}"
+            f"{config:>11} | {mode:>14} | {m['samples_per_s']:>9.1f} | "
+            f"{m['samples_per_s'] / summary[(config, 'sync')]['samples_per_s']:>6.2f}x |"
+            f" {curve:>24} | {m['accuracy']:>12.3f} | {staleness:>13.0f}"
         )
+    if args.repeats > 1:
+        print(f"(means over {args.repeats} runs of each mode)")
     print(f"\ntraining reward per sample ({args.window}-step trailing mean; every mode trains the same samples):")
     print("\n".join(curve_table(rows, args.window)))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         record = {"benchmark": "async_vs_sync", "steps": args.steps, "delay_ms": args.delay_ms, "window": args.window}
+        record["repeats"] = args.repeats
         record["date"] = datetime.date.today().isoformat()
         record["machine"] = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
         record["runs"] = [{"config": config, "mode": mode, **metrics} for config, mode, metrics in rows]
