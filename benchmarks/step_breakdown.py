@@ -109,7 +109,7 @@ def between_steps_seconds(trainer: MeasuredTrainer, skip: int) -> float:
     """Mean wall time from one step's start to the next's, less the step itself and this benchmark's clock reads:
     the loop's work outside `step()` (logging, health checks, the next batch), which `timing/step` does not see."""
     starts, reads = trainer.step_starts, trainer.reading_seconds
-    step_seconds = dict(dict(trainer.tracker.history).get("timing/step", []))
+    step_seconds = dict(trainer.tracker.history.get("timing/step", []))  # global step -> seconds
     gaps = [
         later - start - reads[index] - step_seconds.get(index + 1, 0.0)
         for index, (start, later) in enumerate(zip(starts, starts[1:]))

@@ -58,14 +58,9 @@ def prompt_token_ids_batch(
 def conversation_key(messages: Messages, tools: Optional[list[dict]]) -> Any:
     """A hashable key equal for equal `(messages, tools)`: a tuple of the messages' items when every message is a
     flat dict of strings and there are no tools (the common case, ~20x cheaper), else their canonical JSON."""
-    if tools is None:
-        try:
-            key = tuple(tuple(sorted(message.items())) for message in messages)
-            hash(key)
-            if all(isinstance(value, str) for message in key for _, value in message):
-                return key
-        except (AttributeError, TypeError):
-            pass
+    flat = all(isinstance(message, dict) and all(isinstance(v, str) for v in message.values()) for message in messages)
+    if tools is None and flat:
+        return tuple(tuple(sorted(message.items())) for message in messages)
     return json.dumps([messages, tools], sort_keys=True, default=repr)
 
 

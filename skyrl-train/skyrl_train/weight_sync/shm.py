@@ -55,13 +55,14 @@ class SharedMemorySender(WeightSender):
         """Pack the chunk into the block (a bigger one when it does not fit) and return once every engine copied it."""
         nbytes = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
         block = self._block_for(nbytes)
-        target = torch.frombuffer(block.buf, dtype=torch.uint8, count=nbytes) if nbytes else None
-        offset = 0
-        for tensor in tensors:
-            size = tensor.numel() * tensor.element_size()
-            target[offset : offset + size].copy_(tensor.reshape(-1).view(torch.uint8))
-            offset += size
-        del target
+        if nbytes:  # a chunk of empty tensors has nothing to pack
+            target = torch.frombuffer(block.buf, dtype=torch.uint8, count=nbytes)
+            offset = 0
+            for tensor in tensors:
+                size = tensor.numel() * tensor.element_size()
+                target[offset : offset + size].copy_(tensor.reshape(-1).view(torch.uint8))
+                offset += size
+            del target  # no view may outlive the packing: the block is closed (resized) later
         chunk.payload = {"shm_name": block.name, "nbytes": nbytes}
         self.wait_engines(self.notify_engines(chunk), chunk)
 
@@ -97,10 +98,7 @@ class SharedMemoryReceiver(WeightReceiver):
         raw = torch.frombuffer(block.buf, dtype=torch.uint8, count=chunk.payload["nbytes"])
         named = unpack(raw.view(dtype_from_name(chunk.dtype)), chunk.names, chunk.shapes)
         del raw
-        try:
-            return await self.install(chunk, named)
-        finally:
-            named = None
+        return await self.install(chunk, named)
 
     def _mapped(self, name: str) -> shared_memory.SharedMemory:
         if self.block is not None and self.block.name != name:  # the sender replaced its block with a bigger one
