@@ -4,7 +4,9 @@ The recipe, in four points:
 1. Problems come from skyrl-gym's generator (`generate_splits` with the settings' seed): the test split is the
    held-out set, the train split the supervised data (disjoint from it).
 2. Each example is the chat-templated prompt followed by the reference answer and `<|im_end|>`; the loss is the
-   mean next-token cross-entropy over those answer tokens only.
+   mean next-token cross-entropy over those answer tokens only. With `turns > 1` an example is a multi-turn episode:
+   after each answer a user message (`follow_up`) asks the next question, rendered exactly as the multi-turn
+   generator renders env observations, and every answer is labelled.
 3. AdamW with a linear warmup then a constant rate; data order and initial weights come from the seed, so the same
    settings (and thread count) give the same weights.
 4. Every `eval_every` steps the held-out set is answered greedily by the `hf` engine and scored by the real env;
@@ -26,12 +28,16 @@ import skyrl_gym
 from skyrl_gym.envs.synthetic import get_task
 from skyrl_gym.envs.synthetic.base import check_difficulty
 from skyrl_gym.envs.synthetic.generate import generate_splits
+from skyrl_train.generators.chat import ObservationRenderer
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.types import SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
 
 Row = dict[str, Any]
+Example = tuple[list[int], list[int]]
+"""A supervised example: token ids and, per token, 1 where it is a labelled answer token."""
+_DEFAULT_FOLLOW_UP = "{question}"
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,14 @@ class WarmStartSettings:
     """Upper end of the band the model should land in; reported (`in_target_band`), not enforced."""
     max_new_tokens: int = 16
     """Generation budget per answer when measuring accuracy."""
+    turns: int = 1
+    """Questions per supervised example. Above 1, each example is an episode of that many turns: the row's question
+    and answer, then the questions of the next `turns - 1` train rows, each in a user message made by `follow_up` and
+    each answered. A model for a multi-turn env needs this: a single-turn model has never seen a second question.
+    Held-out accuracy (early stop and reports) stays the first turn's."""
+    follow_up: str = _DEFAULT_FOLLOW_UP
+    """The user message that asks a later question of a multi-turn example: `{question}` is the question,
+    `{previous_answer}` the reference answer of the turn before. Match what the env shows after a turn."""
     sample_n: int = 8
     """Samples per prompt (temperature 1) in the final sampled measurement."""
     sample_prompts: int = 128
@@ -78,7 +92,16 @@ class WarmStartSettings:
 
     def __post_init__(self) -> None:
         get_task(self.task)  # raises with the list of known tasks
-        positive = ("size", "train_examples", "eval_examples", "batch_size", "eval_every", "max_new_tokens", "sample_n")
+        positive = (
+            "size",
+            "train_examples",
+            "eval_examples",
+            "batch_size",
+            "eval_every",
+            "max_new_tokens",
+            "sample_n",
+            "turns",
+        )
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -93,6 +116,15 @@ class WarmStartSettings:
                 f"WarmStartSettings: need target_low <= target_high with target_high in [0, 1]; got "
                 f"target_low={self.target_low}, target_high={self.target_high}"
             )
+        try:
+            filled = self.follow_up.format(question="\x00Q\x00", previous_answer="A")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"WarmStartSettings.follow_up may use only {{question}} and {{previous_answer}}; "
+                f"{self.follow_up!r} fails: {exc!r}"
+            ) from None
+        if "\x00Q\x00" not in filled:
+            raise ValueError(f"WarmStartSettings.follow_up must contain {{question}}; got {self.follow_up!r}")
         TinyModelSpec(size=self.size, architecture=self.architecture)  # validates the model fields
         available = get_task(self.task).count_problems(check_difficulty(self.difficulty))
         if available is not None and self.train_examples + self.eval_examples > available:
@@ -107,8 +139,12 @@ class WarmStartSettings:
         return TinyModelSpec(size=self.size, architecture=self.architecture)
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as a plain dict (cache keys, the model's description file)."""
-        return asdict(self)
+        """The settings as a plain dict (cache keys, the model's description file). The multi-turn fields are left
+        out at their single-turn defaults, so single-turn models keep the cache keys they had before those fields."""
+        settings = asdict(self)
+        if self.turns == 1 and self.follow_up == _DEFAULT_FOLLOW_UP:
+            del settings["turns"], settings["follow_up"]
+        return settings
 
 
 @dataclass
@@ -176,16 +212,37 @@ def encode_example(tokenizer: PreTrainedTokenizerBase, row: Row) -> tuple[list[i
     return prompt + answer + [tokenizer.eos_token_id], len(prompt)
 
 
-def collate(examples: list[tuple[list[int], int]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad a batch; `labels` hold the answer tokens and -100 on prompt and padding positions."""
+def encode_episode(
+    tokenizer: PreTrainedTokenizerBase, rows: list[Row], follow_up: str, renderer: Optional[ObservationRenderer] = None
+) -> Example:
+    """A multi-turn example: the first row's prompt and answer, then for each later row a user message (`follow_up`
+    with its question and the previous row's answer) and its answer. The tokens between turns are the ones the
+    multi-turn generator puts there (`ObservationRenderer`); every answer and its eos token are labelled."""
+    ids, prompt_length = encode_example(tokenizer, rows[0])
+    labelled = [0] * prompt_length + [1] * (len(ids) - prompt_length)
+    renderer = renderer if renderer is not None else ObservationRenderer(tokenizer)
+    for previous, row in zip(rows, rows[1:]):
+        content = follow_up.format(
+            question=row["extra_info"]["question"], previous_answer=previous["extra_info"]["answer"]
+        )
+        between = renderer.continuation_ids([{"role": "user", "content": content}])
+        answer = tokenizer.encode(row["extra_info"]["answer"], add_special_tokens=False) + [tokenizer.eos_token_id]
+        ids = ids + between + answer
+        labelled += [0] * len(between) + [1] * len(answer)
+    return ids, labelled
+
+
+def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad a batch; `labels` hold the labelled (answer) tokens and -100 everywhere else, padding included."""
     width = max(len(ids) for ids, _ in examples)
     input_ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(examples), width), dtype=torch.long)
     labels = torch.full((len(examples), width), -100, dtype=torch.long)
-    for i, (ids, prompt_length) in enumerate(examples):
-        input_ids[i, : len(ids)] = torch.tensor(ids)
+    for i, (ids, labelled) in enumerate(examples):
+        row = torch.tensor(ids)
+        input_ids[i, : len(ids)] = row
         attention_mask[i, : len(ids)] = 1
-        labels[i, prompt_length : len(ids)] = torch.tensor(ids[prompt_length:])
+        labels[i, : len(ids)] = torch.where(torch.tensor(labelled, dtype=torch.bool), row, -100)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
@@ -275,15 +332,29 @@ def sampled_stats(
 
 
 # ----- the loop ------------------------------------------------------------------------------------------------
-def _encode_checked(
-    tokenizer: PreTrainedTokenizerBase, rows: list[Row], spec: TinyModelSpec
-) -> list[tuple[list[int], int]]:
+def encode_examples(tokenizer: PreTrainedTokenizerBase, rows: list[Row], settings: WarmStartSettings) -> list[Example]:
+    """One example per train row: the row alone, or with `turns > 1` the episode of it and the next `turns - 1` rows
+    (wrapping around), asked with `settings.follow_up`."""
+    if settings.turns == 1:
+        single = [encode_example(tokenizer, row) for row in rows]
+        return [(ids, [0] * prompt_length + [1] * (len(ids) - prompt_length)) for ids, prompt_length in single]
+    renderer = ObservationRenderer(tokenizer)
+    return [
+        encode_episode(
+            tokenizer, [rows[(i + k) % len(rows)] for k in range(settings.turns)], settings.follow_up, renderer
+        )
+        for i in range(len(rows))
+    ]
+
+
+def _encode_checked(tokenizer: PreTrainedTokenizerBase, rows: list[Row], settings: WarmStartSettings) -> list[Example]:
     """Encode the training rows, checking that the model's vocabulary and context hold them."""
+    spec = settings.model_spec
     if len(tokenizer) > spec.vocab_size:
         raise ValueError(
             f"the tokenizer has {len(tokenizer)} tokens; TinyModelSpec.vocab_size {spec.vocab_size} is less"
         )
-    examples = [encode_example(tokenizer, row) for row in rows]
+    examples = encode_examples(tokenizer, rows, settings)
     longest = max(len(ids) for ids, _ in examples)
     if longest > spec.max_position_embeddings:
         raise ValueError(
@@ -303,7 +374,7 @@ def warm_start(
     splits = splits if splits is not None else make_splits(settings)
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(settings.model_spec, seed=settings.seed, pad_token_id=tokenizer.pad_token_id).train()
-    examples = _encode_checked(tokenizer, splits["train"], settings.model_spec)
+    examples = _encode_checked(tokenizer, splits["train"], settings)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=settings.lr, betas=(0.9, 0.98), weight_decay=settings.weight_decay
     )

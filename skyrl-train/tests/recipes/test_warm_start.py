@@ -12,7 +12,9 @@ from skyrl_train.recipes.warm_start import (
     answer_loss,
     batch_order,
     collate,
+    encode_episode,
     encode_example,
+    encode_examples,
     make_splits,
     sampled_stats,
     score_response,
@@ -45,7 +47,7 @@ def test_encode_example_appends_answer_and_eos_after_the_chat_prompt():
 
 
 def test_collate_right_pads_and_labels_only_answer_tokens():
-    batch = collate([([3, 10, 11, 4], 2), ([3, 12, 4], 1)], pad_token_id=0)
+    batch = collate([([3, 10, 11, 4], [0, 0, 1, 1]), ([3, 12, 4], [0, 1, 1])], pad_token_id=0)
     assert batch["input_ids"].tolist() == [[3, 10, 11, 4], [3, 12, 4, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
     assert batch["labels"].tolist() == [[-100, -100, 11, 4], [-100, 12, 4, -100]]
@@ -138,8 +140,63 @@ def test_warm_start_is_deterministic_and_lowers_the_loss():
         ({"size": 0}, "size must be a positive integer, got 0"),
         ({"architecture": "llama"}, "architecture must be 'qwen2' or 'qwen3'"),
         ({"difficulty": 0}, "difficulty must be an integer from 1"),
+        ({"turns": 0}, "turns must be a positive integer, got 0"),
+        ({"follow_up": "next one please"}, "follow_up must contain {question}"),
+        ({"follow_up": "{question} {answer}"}, "follow_up may use only {question} and {previous_answer}"),
     ],
 )
 def test_bad_settings_name_the_field(overrides, message):
     with pytest.raises(ValueError, match=message):
         WarmStartSettings(**overrides)
+
+
+def test_a_multi_turn_example_is_what_the_multi_turn_generator_builds_with_every_answer_labelled():
+    from skyrl_train.generators.chat import ObservationRenderer
+
+    tokenizer = build_char_tokenizer()
+    rows = [_row("19+71=", "90"), _row("3+4=", "7"), _row("50+50=", "100")]
+    ids, labelled = encode_episode(tokenizer, rows, follow_up="Seen {previous_answer}. {question}")
+    assert tokenizer.decode(ids) == (
+        "<|im_start|>user\n19+71=<|im_end|>\n<|im_start|>assistant\n90<|im_end|>"
+        "\n<|im_start|>user\nSeen 90. 3+4=<|im_end|>\n<|im_start|>assistant\n7<|im_end|>"
+        "\n<|im_start|>user\nSeen 7. 50+50=<|im_end|>\n<|im_start|>assistant\n100<|im_end|>"
+    )
+    answers = [tokenizer.decode([t for t, keep in zip(ids, labelled) if keep])]
+    assert answers == ["90<|im_end|>7<|im_end|>100<|im_end|>"]
+    # the token layout the generator's _run_turns produces: prompt, answer + eos, then the renderer's continuation
+    renderer = ObservationRenderer(tokenizer)
+    first, prompt_length = encode_example(tokenizer, rows[0])
+    expected = first + renderer.continuation_ids([{"role": "user", "content": "Seen 90. 3+4="}])
+    assert ids[: len(expected)] == expected and sum(labelled[:prompt_length]) == 0
+
+
+def test_examples_pair_each_row_with_the_next_ones_when_turns_is_above_one():
+    tokenizer = build_char_tokenizer()
+    rows = [_row("1+1=", "2"), _row("2+2=", "4"), _row("3+3=", "6")]
+    settings = WarmStartSettings(**{**TINY, "turns": 2})
+    examples = encode_examples(tokenizer, rows, settings)
+    labelled = [tokenizer.decode([t for t, keep in zip(ids, mask) if keep]) for ids, mask in examples]
+    assert labelled == ["2<|im_end|>4<|im_end|>", "4<|im_end|>6<|im_end|>", "6<|im_end|>2<|im_end|>"]
+    single = encode_examples(tokenizer, rows, WarmStartSettings(**TINY))
+    assert [tokenizer.decode([t for t, keep in zip(ids, mask) if keep]) for ids, mask in single][0] == "2<|im_end|>"
+
+
+def test_single_turn_settings_keep_their_cache_key_and_multi_turn_settings_get_their_own():
+    from dataclasses import asdict
+
+    from skyrl_train.recipes.embedded import cache_key
+
+    single = WarmStartSettings(**TINY)
+    assert single.to_dict() == {k: v for k, v in asdict(single).items() if k not in ("turns", "follow_up")}
+    multi = WarmStartSettings(**{**TINY, "turns": 2})
+    assert multi.to_dict()["turns"] == 2 and cache_key(multi) != cache_key(single)
+    assert WarmStartSettings(**multi.to_dict()) == multi and WarmStartSettings(**single.to_dict()) == single
+    assert cache_key(WarmStartSettings(**{**TINY, "follow_up": "Next: {question}"})) != cache_key(single)
+
+
+def test_a_multi_turn_warm_start_runs_and_lowers_the_loss():
+    settings = WarmStartSettings(
+        **{**TINY, "turns": 2, "follow_up": "Next: {question}", "max_steps": 30, "eval_every": 15, "target_low": 0.0}
+    )
+    result = warm_start(settings, progress=False)
+    assert result.steps == 30 and result.history[1]["loss"] < result.history[0]["loss"]
