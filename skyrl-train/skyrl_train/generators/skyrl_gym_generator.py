@@ -33,6 +33,8 @@ from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 
 logger = logging.getLogger(__name__)
+MAX_REPORTED_ENV_FAILURES = 20
+"""Distinct env failure reasons a generator logs; beyond them the `generate/env_errors` metric alone counts."""
 
 
 @dataclass
@@ -133,6 +135,7 @@ class SkyRLGymGenerator(GeneratorInterface):
         )
         self.env_pool = EnvPool(settings.max_env_workers, settings.env_step_timeout_s)
         self._llm_seconds = 0.0
+        self._reported_env_failures: set[str] = set()
 
     async def generate(self, generator_input: GeneratorInput) -> GeneratorOutput:
         """Roll out every prompt; returns trajectories in input order and the batch metrics."""
@@ -148,9 +151,31 @@ class SkyRLGymGenerator(GeneratorInterface):
         else:
             episodes = await asyncio.gather(*(self._episode(generator_input, i, params) for i in range(count)))
         finals = [steps[-1] for steps in episodes]
+        self._report_env_failures(finals)
         metrics = rollout_metrics(finals, self._llm_seconds, self.env_pool.seconds)
         trajectories = [t for steps in episodes for t in steps] if self.settings.step_wise_trajectories else finals
         return GeneratorOutput(trajectories=trajectories, metrics=metrics)
+
+    def _report_env_failures(self, finals: list[Trajectory]) -> None:
+        """Log a WARNING for each env failure not seen before (its reason, how many episodes of the batch failed), so
+        that a broken env cannot pass for a reward of 0: invalid episodes leave the loss, and only the
+        `generate/env_errors` metric would count them. After `MAX_REPORTED_ENV_FAILURES` distinct reasons, only the
+        metric does."""
+        failed = [t.env_error for t in finals if t.env_error is not None]
+        new = [error for error in failed if error.get("reason") not in self._reported_env_failures]
+        if not new or len(self._reported_env_failures) >= MAX_REPORTED_ENV_FAILURES:
+            return
+        reason = str(new[0].get("reason"))
+        self._reported_env_failures.add(reason)
+        logger.warning(
+            "%d of %d episodes of this batch failed in their env (kept out of the loss, counted in "
+            "generate/env_errors); new failure [%s]: %s%s",
+            len(failed),
+            len(finals),
+            new[0].get("kind"),
+            reason,
+            f"\n{new[0]['detail']}" if new[0].get("detail") else "",
+        )
 
     # ----- env calls off the event loop ---------------------------------------------------------------------------
     async def _safe_step(self, env, text: str) -> dict[str, Any]:

@@ -198,10 +198,18 @@ def test_single_turn_real_env_metrics_and_batched_mode_agree(tokenizer, client):
         assert sum(v for k, v in out.metrics.items() if k.startswith("generate/stop_reason/")) == pytest.approx(1.0)
 
 
-def test_env_failures_are_recorded_masked_and_counted(tokenizer, client):
+def test_env_failures_are_recorded_masked_counted_and_each_new_reason_logged_once(tokenizer, client, caplog):
     params = SamplingParams(max_tokens=3, temperature=0)
     generator = SkyRLGymGenerator(client, tokenizer, GeneratorSettings(sampling_params=params, env_step_timeout_s=0.3))
-    broken = asyncio.run(generator.generate(_input("broken", 2)))
+    with caplog.at_level("WARNING"):
+        broken = asyncio.run(generator.generate(_input("broken", 2)))
+    warnings = [r.getMessage() for r in caplog.records if "failed in their env" in r.getMessage()]
+    assert len(warnings) == 1 and "2 of 2 episodes" in warnings[0] and "grader crashed" in warnings[0]
+    assert "Traceback" in warnings[0]  # where the env raised, not only what
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        asyncio.run(generator.generate(_input("broken", 2)))  # the same failure again: the metric counts it, no log
+    assert "failed in their env" not in caplog.text
     for t in broken.trajectories:
         assert t.env_error["kind"] == "exception" and "grader crashed" in t.env_error["reason"]
         # the generated tokens stay marked as generated; the trajectory leaves the loss and the group statistics
