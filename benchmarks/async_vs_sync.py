@@ -1,25 +1,25 @@
 """Benchmark: samples/s of the sync, one_step_off and fully_async trainers, back to back on one machine.
 
-Four configs (`--configs`: tool-wait and plain by default), each trained by every mode from the same quickstart
+Four configs (`--configs`: tool-wait and plain by default), each trained by every mode from the same warm-started
 model with the same settings (fully_async twice: `max_staleness` 1, the default, and 2):
 
 - **tool-wait**: a rollout-bound config whose episodes wait on the outside world the way agent rollouts do. Each
-  episode is two turns of the addition task; after every turn the env looks the answer up in the bundled BM25 search
-  server over HTTP (`skyrl_gym.tools.retrieval_server`), which waits `--delay-ms` (default 200-500 ms, a remote API's
-  typical latency) before answering. The reward is the first answer's correctness. Each env thread keeps its own
-  keep-alive `http.client` connection (see `post_json`): the client's CPU must not be what episodes wait on.
+  episode asks two addition questions; after every answer the env looks it up in the bundled BM25 search server
+  over HTTP (`skyrl_gym.tools.retrieval_server`), which waits `--delay-ms` (default 200-500 ms, a remote API's
+  typical latency) before answering, shows the hit and asks the next question. Each right answer earns 1 / turns.
+  Each env thread keeps its own keep-alive `http.client` connection (see `post_json`): the client's CPU must not be
+  what episodes wait on. The model is warm-started on episodes of as many turns (`model_for`; the quickstart
+  model has never seen a second question).
 - **tool-wait-4**: the same over four turns (four API calls per episode), closer to an agent's long rollouts.
 - **grader-wait**: the single-turn quickstart task whose reward comes back from a remote grader: the env posts the
-  answer to the same API (same wait) before scoring it. It learns at the quickstart's pace, so it is the config on
-  which the reward curves per sample can be compared (the tiny model does not learn the multi-turn tool-wait
-  episodes within a few hundred steps: the tokens of its later turns share the first answer's advantage).
+  answer to the same API (same wait) before scoring it.
 - **plain**: the quickstart task as it is (single turn, nothing to wait for): generation and training both need the
   two CPU cores, so overlapping them has little to win here.
 
 Placement is the same for every mode: 1 FSDP2 policy rank and 1 separate hf engine (async modes cannot share devices).
 samples/s counts trained samples over the wall time of the training loop (set-up and evaluation excluded). The
 reward columns are the mean training reward over the first and the last third of the steps, and the held-out greedy
-accuracy after training.
+mean reward after training (accuracy for single-turn configs, the fraction of questions right for multi-turn ones).
 
     python benchmarks/async_vs_sync.py [--steps 16] [--delay-ms 200-500] [--configs tool-wait plain] [--out DIR]
         [--repeats N]
@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -47,11 +48,12 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import skyrl_gym
-from skyrl_gym.envs.synthetic.addition import AdditionEnv
+from skyrl_gym.envs.synthetic.addition import AdditionEnv, make_problem
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp
@@ -59,6 +61,9 @@ from skyrl_train.recipes.embedded import get_embedded_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
 MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)
+FOLLOW_UP = "Lookup: {previous_answer} is a number\n{question}"
+"""How the multi-turn models see a later question: what `CheckedAdditionEnv` shows after a right answer (the search
+hit of a correct sum `n` is the document `n is a number`)."""
 MODES = {
     "sync": [],
     "one_step_off": ["trainer.mode=one_step_off"],
@@ -99,23 +104,32 @@ def post_json(url: str, payload: dict[str, Any]) -> Any:
 
 
 class CheckedAdditionEnv(AdditionEnv):
-    """Addition over `max_turns` turns (the generator's `max_turns`): after each answer the env looks it up in a
-    search API (a real HTTP call) and shows the hit; the reward is the first answer's correctness."""
+    """`max_turns` addition questions (the generator's `max_turns`) in one episode. After each answer the env looks it
+    up in a search API (a real HTTP call), shows the hit and asks the next question, drawn from a generator seeded by
+    the row's question; each correct answer earns 1 / `max_turns`, so the episode's reward is the fraction right."""
 
     default_max_turns = 2
 
+    def init(self, prompt):
+        """Start the episode; the later questions are fixed by the row (same row, same episode)."""
+        started = super().init(prompt)
+        self._questions = random.Random(f"checked_addition/{self.extras['extra_info']['question']}")
+        return started
+
     def _step(self, action: str):
-        url = os.environ[SEARCH_URL_ENV]
-        found = post_json(f"{url}/retrieve", {"query": action.strip() or "none", "topk": 1})
+        found = post_json(f"{os.environ[SEARCH_URL_ENV]}/retrieve", {"query": action.strip() or "none", "topk": 1})
+        scored = super()._step(action)
+        scored["reward"] = scored["reward"] / self.max_turns
         if self.turns >= self.max_turns:
-            return {"observations": [], "reward": 0.0, "done": True}
-        hits = found["result"][0]
-        note = {"role": "user", "content": f"Lookup: {hits[0]['text'] if hits else 'nothing found'}"}
-        if self.turns == 1:
-            scored = super()._step(action)
-            scored.update(observations=[note], done=False)
             return scored
-        return {"observations": [note], "reward": 0.0, "done": False}
+        problem = make_problem(self._questions, difficulty=2)
+        self._truth = self.parse_ground_truth(problem["ground_truth"])
+        hits = found["result"][0]
+        lookup = hits[0]["text"] if hits else "nothing found"
+        scored.update(
+            observations=[{"role": "user", "content": f"Lookup: {lookup}\n{problem['question']}"}], done=False
+        )
+        return scored
 
 
 class GradedAdditionEnv(AdditionEnv):
@@ -166,6 +180,14 @@ CONFIGS = {
     "grader-wait": Config("graded_addition", 0),
     "plain": Config("addition", 0),
 }
+
+
+def model_for(config: Config) -> WarmStartSettings:
+    """The warm-started model a config trains: the quickstart's, or for a multi-turn config the same warm start over
+    episodes of its turns (a single-turn model has never seen a second question, and does not learn one here)."""
+    if not config.turns:
+        return MODEL
+    return replace(MODEL, turns=config.turns, follow_up=FOLLOW_UP)
 
 
 def overrides(model_dir: str, data_dir: Path, out_dir: Path, config: Config, steps: int) -> list[str]:
@@ -249,7 +271,8 @@ def run(model_dir: str, data_dir: Path, config: Config, mode: str, steps: int) -
         "samples_per_s": samples / TimedExp.loop_seconds,
         "reward_first": sum(rewards[:third]) / third,
         "reward_last": sum(rewards[-third:]) / third,
-        "accuracy": result.final_eval.get("eval/all/pass_at_1", float("nan")),
+        # mean held-out reward: accuracy for single-turn configs, the fraction of questions right for multi-turn ones
+        "accuracy": result.final_eval.get("eval/all/mean_reward", float("nan")),
         "staleness": max((v for _, v in result.history.get("async/staleness_max", [])), default=0.0),
     }
 
@@ -364,7 +387,6 @@ def main() -> None:
         parser.error("--modes must include sync (the ratios are against it)")
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    model_dir = str(get_embedded_model(MODEL))
     skyrl_gym.register("checked_addition", CheckedAdditionEnv)
     skyrl_gym.register("graded_addition", GradedAdditionEnv)
     rows = []
@@ -372,6 +394,7 @@ def main() -> None:
         search = start_search_server(Path(data), args.delay_ms)
         for config in args.configs:
             data_dir = dataset_for(CONFIGS[config].env_class, Path(data) / config)
+            model_dir = str(get_embedded_model(model_for(CONFIGS[config])))
             for repeat in range(args.repeats):  # modes interleaved, so a drift of the machine hits each alike
                 for mode in args.modes:
                     print(f"== {config} / {mode} (run {repeat + 1} of {args.repeats})", flush=True)
