@@ -402,7 +402,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "environment.max_env_workers": (_GENERATOR_KEYS,),
     "environment.env_step_timeout_s": (
         _GENERATOR_KEYS,
-        f"{_GENERATOR}::test_env_failures_are_recorded_masked_and_counted",
+        f"{_GENERATOR}::test_env_failures_are_recorded_masked_counted_and_each_new_reason_logged_once",
     ),
     "environment.env_configs": (_GENERATOR_KEYS,),
     # training-health checks

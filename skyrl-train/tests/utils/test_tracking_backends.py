@@ -6,6 +6,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -54,20 +55,35 @@ def read_wandb_records(path):
 @pytest.mark.integration  # wandb starts its wandb-core service process
 def test_wandb_offline_run_files(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
+    from google.protobuf.message import DecodeError
+
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     log_run("wandb", tmp_path / "logs")
 
     (run_file,) = glob.glob(str(tmp_path / "wandb_dir" / "wandb" / "offline-run-*" / "run-*.wandb"))
-    records = read_wandb_records(run_file)
-    history = []
-    for record in records:
-        if record.WhichOneof("record_type") == "history":
-            # Keys holding "/" may be stored split into `nested_key`; "_step", "_runtime"... are wandb's own.
-            items = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-            history.append({"step": record.history.step.num} | {k: v for k, v in items.items() if k[0] != "_"})
-    assert history == [{"step": step, **metrics} for step, metrics in METRICS]
+    expected = [{"step": step, **metrics} for step, metrics in METRICS]
+    # wandb-core writes the file from its own process: on a loaded machine (one CI run) the history records were not
+    # on disk yet when the test first read it, so re-read for a while; data that never arrives still fails below.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            records = read_wandb_records(run_file)
+        except DecodeError:  # a record half written
+            records = []
+        history = []
+        for record in records:
+            if record.WhichOneof("record_type") == "history":
+                # Keys holding "/" may be stored split into `nested_key`; "_step", "_runtime"... are wandb's own.
+                items = {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
+                }
+                history.append({"step": record.history.step.num} | {k: v for k, v in items.items() if k[0] != "_"})
+        if history == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert history == expected
     (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (run.project, run.display_name) == ("proj", "run1")
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
