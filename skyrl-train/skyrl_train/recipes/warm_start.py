@@ -215,12 +215,13 @@ def encode_example(tokenizer: PreTrainedTokenizerBase, row: Row) -> tuple[list[i
 def encode_episode(
     tokenizer: PreTrainedTokenizerBase, rows: list[Row], follow_up: str, renderer: Optional[ObservationRenderer] = None
 ) -> Example:
-    """A multi-turn example: the first row's prompt and answer, then for each later row a user message (`follow_up`
+    """An example of `rows`: the first row's prompt and answer, then for each later row a user message (`follow_up`
     with its question and the previous row's answer) and its answer. The tokens between turns are the ones the
     multi-turn generator puts there (`ObservationRenderer`); every answer and its eos token are labelled."""
     ids, prompt_length = encode_example(tokenizer, rows[0])
     labelled = [0] * prompt_length + [1] * (len(ids) - prompt_length)
-    renderer = renderer if renderer is not None else ObservationRenderer(tokenizer)
+    if renderer is None and len(rows) > 1:
+        renderer = ObservationRenderer(tokenizer)
     for previous, row in zip(rows, rows[1:]):
         content = follow_up.format(
             question=row["extra_info"]["question"], previous_answer=previous["extra_info"]["answer"]
@@ -333,12 +334,9 @@ def sampled_stats(
 
 # ----- the loop ------------------------------------------------------------------------------------------------
 def encode_examples(tokenizer: PreTrainedTokenizerBase, rows: list[Row], settings: WarmStartSettings) -> list[Example]:
-    """One example per train row: the row alone, or with `turns > 1` the episode of it and the next `turns - 1` rows
-    (wrapping around), asked with `settings.follow_up`."""
-    if settings.turns == 1:
-        single = [encode_example(tokenizer, row) for row in rows]
-        return [(ids, [0] * prompt_length + [1] * (len(ids) - prompt_length)) for ids, prompt_length in single]
-    renderer = ObservationRenderer(tokenizer)
+    """One example per train row: the episode of it and the next `turns - 1` rows (wrapping around), asked with
+    `settings.follow_up` (with `turns == 1`, the row alone)."""
+    renderer = ObservationRenderer(tokenizer) if settings.turns > 1 else None
     return [
         encode_episode(
             tokenizer, [rows[(i + k) % len(rows)] for k in range(settings.turns)], settings.follow_up, renderer
