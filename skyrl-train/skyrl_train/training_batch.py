@@ -61,14 +61,20 @@ class TrainingBatch:
         """Pad and stack trajectories; trajectories with no response still get one (masked) column."""
         if not trajectories:
             raise ValueError("TrainingBatch.from_trajectories needs at least one trajectory")
-        prompt_width = max(len(t.prompt_token_ids) for t in trajectories)
-        response_width = max(1, max(len(t.response_ids) for t in trajectories))
-        # Rows are padded as Python lists and converted once per field: a tensor per row and field cost ~10 us each,
-        # which for a few hundred rows was most of the step's "reward" phase.
-        ids_rows, attention_rows, mask_rows, reward_rows, logprob_rows = [], [], [], [], []
+        prompt_lengths = [len(t.prompt_token_ids) for t in trajectories]
+        response_lengths = [len(t.response_ids) for t in trajectories]
+        prompt_width, response_width = max(prompt_lengths), max(1, max(response_lengths))
+        rows, width = len(trajectories), prompt_width + response_width
+        # Each field is one numpy array filled a row slice at a time, then shared with torch (no copy): padding Python
+        # lists and converting them with torch.tensor took 2.3x as long for 256 quickstart-sized rows.
+        ids = np.full((rows, width), pad_token_id, dtype=np.int64)
+        attention_array = np.zeros((rows, width), dtype=np.int64)
+        mask = np.zeros((rows, response_width), dtype=np.float32)
+        reward_array = np.zeros((rows, response_width), dtype=np.float32)
         has_logprobs = all(t.rollout_logprobs is not None for t in trajectories)
+        logprob_array = np.zeros((rows, response_width), dtype=np.float32) if has_logprobs else None
         for i, t in enumerate(trajectories):
-            p, r = len(t.prompt_token_ids), len(t.response_ids)
+            p, r = prompt_lengths[i], response_lengths[i]
             per_token = {"loss_mask": t.loss_mask, "token_rewards": t.token_rewards}
             if has_logprobs:
                 per_token["rollout_logprobs"] = t.rollout_logprobs
@@ -77,20 +83,16 @@ class TrainingBatch:
                     raise ValueError(
                         f"trajectory {i} (uid {t.uid!r}): {name} has {len(values)} entries for {r} response tokens"
                     )
-            left, right = prompt_width - p, response_width - r
-            ids_rows.append(
-                [pad_token_id] * left + list(t.prompt_token_ids) + list(t.response_ids) + [pad_token_id] * right
-            )
-            attention_rows.append([0] * left + [1] * (p + r) + [0] * right)
-            mask_rows.append(list(t.loss_mask) + [0] * right)
-            reward_rows.append(list(t.token_rewards) + [0.0] * right)
-            if has_logprobs:
-                logprob_rows.append(list(t.rollout_logprobs) + [0.0] * right)
-        input_ids = torch.tensor(ids_rows, dtype=torch.long)
-        attention = torch.tensor(attention_rows, dtype=torch.long)
-        response_mask = torch.tensor(mask_rows, dtype=torch.float32)
-        rewards = torch.tensor(reward_rows, dtype=torch.float32)
-        logprobs = torch.tensor(logprob_rows, dtype=torch.float32) if has_logprobs else None
+            ids[i, prompt_width - p : prompt_width] = t.prompt_token_ids
+            ids[i, prompt_width : prompt_width + r] = t.response_ids
+            attention_array[i, prompt_width - p : prompt_width + r] = 1
+            mask[i, :r] = t.loss_mask
+            reward_array[i, :r] = t.token_rewards
+            if logprob_array is not None:
+                logprob_array[i, :r] = t.rollout_logprobs
+        input_ids, attention = torch.from_numpy(ids), torch.from_numpy(attention_array)
+        response_mask, rewards = torch.from_numpy(mask), torch.from_numpy(reward_array)
+        logprobs = None if logprob_array is None else torch.from_numpy(logprob_array)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         trained = torch.tensor([t.is_trained for t in trajectories], dtype=torch.float32)
         return cls(
