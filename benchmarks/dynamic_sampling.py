@@ -14,7 +14,11 @@ against sampled prompt groups (the generation cost), and the groups each run nee
 accuracy. Results go to `--out` as JSON (read by docs/algorithms.md's table) and a PNG plot.
 
     python benchmarks/dynamic_sampling.py [--steps 450] [--eval-every 25] [--out benchmarks/results]
-        [--filter-override key=value ...] [key=value ...]
+        [--filter-override key=value ...] [--model-setting key=value ...] [key=value ...]
+
+`--model-setting` changes a field of the quickstart's `WarmStartSettings` for both runs, e.g.
+`--model-setting target_low=0.03` starts from a weaker warm start, where most groups of 8 samples are all wrong (the
+regime dynamic sampling is meant for).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import os
 import platform
 import sys
 import tempfile
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,6 +39,7 @@ from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import get_embedded_model
+from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.trainer import RayPPOTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -106,10 +112,27 @@ def run(name: str, overrides: list[str], budget: Optional[float] = None) -> dict
     }
 
 
+def model_settings(base: WarmStartSettings, settings: list[str]) -> WarmStartSettings:
+    """`base` with each `key=value` of `settings` applied (the value converted to the field's type)."""
+    known = {f.name: type(getattr(base, f.name)) for f in fields(base)}
+    changes: dict[str, Any] = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or key not in known:
+            raise SystemExit(f"--model-setting {setting!r}: expected key=value with key one of {sorted(known)}")
+        try:
+            changes[key] = known[key](value)
+        except ValueError as exc:
+            raise SystemExit(f"--model-setting {setting!r}: {key} takes {known[key].__name__} values ({exc})") from exc
+    return replace(base, **changes)
+
+
 def reused_grpo_run(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The grpo run of an earlier results file, after checking it was measured with the same settings."""
     record = json.loads(path.read_text())
-    for key, wanted in (("steps", args.steps), ("eval_every", args.eval_every), ("overrides", args.overrides)):
+    record.setdefault("model_settings", [])  # files from before --model-setting used the quickstart model
+    checked = {"steps": args.steps, "eval_every": args.eval_every, "overrides": args.overrides}
+    for key, wanted in {**checked, "model_settings": args.model_setting}.items():
         if key in record and record[key] != wanted:
             raise SystemExit(f"--reuse-grpo {path}: its {key} is {record[key]!r}, this run asks for {wanted!r}")
     grpo = next((r for r in record["runs"] if r["name"] == "grpo"), None)
@@ -162,17 +185,25 @@ def main() -> int:
         help="take the grpo run from an earlier results file of this script (same --steps, --eval-every and "
         "overrides, checked) instead of running it again: the run is deterministic on one machine (seeded rollouts)",
     )
+    parser.add_argument(
+        "--model-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a field of the quickstart's WarmStartSettings (repeatable), e.g. target_low=0.03",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides applied to both runs, key=value")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     quickstart = load_quickstart()
-    model_dir = get_embedded_model(quickstart.MODEL)
+    model = model_settings(quickstart.MODEL, args.model_setting)
+    model_dir = get_embedded_model(model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
     with tempfile.TemporaryDirectory(prefix="dynamic_sampling_") as scratch:
         scratch = Path(scratch)
-        write_dataset(scratch / "data", quickstart.MODEL.task, train_size=8000, test_size=200, difficulty=2, seed=0)
+        write_dataset(scratch / "data", model.task, train_size=8000, test_size=200, difficulty=2, seed=0)
         common = [
             # a constant rate: the filter run stops early (at the budget), so a decaying schedule would not be fair
             "trainer.policy.optimizer.scheduler=constant_with_warmup",
@@ -208,6 +239,7 @@ def main() -> int:
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {platform.python_version()}",
         "grpo_final_accuracy": target,
         "overrides": args.overrides,
+        "model_settings": args.model_setting,
         "steps": args.steps,
         "eval_every": args.eval_every,
         "grpo_reused_from": args.reuse_grpo and {"file": args.reuse_grpo, "date": reused_date(Path(args.reuse_grpo))},

@@ -1,0 +1,44 @@
+"""`--model-setting` of benchmarks/dynamic_sampling.py: typed changes to the quickstart's warm start, bad ones refused."""
+
+import importlib.util
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from skyrl_train.recipes.warm_start import WarmStartSettings
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("dynamic_sampling", REPO / "benchmarks" / "dynamic_sampling.py")
+dynamic_sampling = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(dynamic_sampling)
+
+BASE = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)
+
+
+def test_settings_change_only_the_named_fields_with_their_types():
+    changed = dynamic_sampling.model_settings(BASE, ["target_low=0.1", "max_steps=300", "task=addition"])
+    assert changed.target_low == 0.1 and changed.max_steps == 300 and isinstance(changed.max_steps, int)
+    assert changed.train_examples == 8192 and changed.size == 2
+    assert dynamic_sampling.model_settings(BASE, []) == BASE
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [("target_lo=0.1", "key one of"), ("target_low", "key=value"), ("max_steps=many", "max_steps takes int values")],
+)
+def test_bad_settings_are_refused_by_name(setting, message):
+    with pytest.raises(SystemExit, match=message):
+        dynamic_sampling.model_settings(BASE, [setting])
+
+
+def test_a_reused_grpo_run_must_come_from_the_same_model(tmp_path):
+    record = {"steps": 450, "eval_every": 25, "overrides": [], "runs": [{"name": "grpo", "curve": []}]}
+    (tmp_path / "old.json").write_text(json.dumps(record))  # written before --model-setting existed
+    args = Namespace(steps=450, eval_every=25, overrides=[], model_setting=[])
+    assert dynamic_sampling.reused_grpo_run(tmp_path / "old.json", args)["name"] == "grpo"
+    with pytest.raises(SystemExit, match="model_settings"):
+        dynamic_sampling.reused_grpo_run(
+            tmp_path / "old.json", Namespace(**{**vars(args), "model_setting": ["seed=1"]})
+        )
