@@ -17,8 +17,8 @@ accuracy. Results go to `--out` as JSON (read by docs/algorithms.md's table) and
         [--filter-override key=value ...] [--model-setting key=value ...] [key=value ...]
 
 `--model-setting` changes a field of the quickstart's `WarmStartSettings` for both runs, e.g.
-`--model-setting target_low=0.03` starts from a weaker warm start, where most groups of 8 samples are all wrong (the
-regime dynamic sampling is meant for).
+`--model-setting target_low=0.1` starts from a weaker warm start (stopped at 10 % greedy accuracy instead of 20 %),
+where most groups of 8 samples are all wrong: the regime dynamic sampling is meant for.
 """
 
 from __future__ import annotations
@@ -121,10 +121,17 @@ def model_settings(base: WarmStartSettings, settings: list[str]) -> WarmStartSet
         if not sep or key not in known:
             raise SystemExit(f"--model-setting {setting!r}: expected key=value with key one of {sorted(known)}")
         try:
-            changes[key] = known[key](value)
+            changes[key] = _parse_bool(value) if known[key] is bool else known[key](value)
         except ValueError as exc:
             raise SystemExit(f"--model-setting {setting!r}: {key} takes {known[key].__name__} values ({exc})") from exc
     return replace(base, **changes)
+
+
+def _parse_bool(text: str) -> bool:
+    """`true` or `false` (any case); `bool("false")` would be True."""
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return text.lower() == "true"
 
 
 def reused_grpo_run(path: Path, args: argparse.Namespace) -> dict[str, Any]:

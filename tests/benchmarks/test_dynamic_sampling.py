@@ -3,6 +3,7 @@
 import importlib.util
 import json
 from argparse import Namespace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,14 @@ def test_a_reused_grpo_run_must_come_from_the_same_model(tmp_path):
         dynamic_sampling.reused_grpo_run(
             tmp_path / "old.json", Namespace(**{**vars(args), "model_setting": ["seed=1"]})
         )
+
+
+def test_a_boolean_field_takes_true_or_false_not_any_text():
+    @dataclass(frozen=True)
+    class Settings:  # WarmStartSettings has no boolean field yet; bool("false") is True, so one must be parsed
+        verbose: bool = True
+
+    assert dynamic_sampling.model_settings(Settings(), ["verbose=False"]).verbose is False
+    assert dynamic_sampling.model_settings(Settings(verbose=False), ["verbose=true"]).verbose is True
+    with pytest.raises(SystemExit, match="verbose takes bool values"):
+        dynamic_sampling.model_settings(Settings(), ["verbose=no"])
