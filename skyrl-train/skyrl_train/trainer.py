@@ -463,7 +463,7 @@ def total_training_steps(cfg: Any, train_loader: Any) -> int:
     """
     all_epochs = cfg.trainer.epochs * len(train_loader)
     cap = cfg.trainer.max_training_steps
-    return min(cap, all_epochs) if cap else all_epochs
+    return min(cap, all_epochs) if cap is not None else all_epochs
 
 
 def optimizer_steps_per_training_step(cfg: Any, role: str) -> int:

@@ -126,8 +126,8 @@ class TrainerConfig:
     """Passes over the training data."""
 
     max_training_steps: int | None = None
-    """Stop after this many training steps (batches) even if epochs remain; null runs all epochs. It never extends a
-    run: when `epochs` x batches per epoch is smaller, the run stops there (and says so at start-up)."""
+    """Stop after this many training steps (batches) even if epochs remain: at least 1, or null to run all epochs. It
+    never extends a run: when `epochs` x batches per epoch is smaller, the run stops there (and says so at start-up)."""
 
     update_epochs_per_batch: int = 1
     """Passes over each training batch (PPO epochs); each pass walks all mini-batches."""

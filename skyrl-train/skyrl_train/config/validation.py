@@ -123,6 +123,9 @@ def check_ranges(cfg: "SkyRLConfig") -> Iterator[str]:
     for path in ("trainer.placement.num_threads_per_worker", "generator.inference_engine.num_threads"):
         if get_path(cfg, path) is not None and get_path(cfg, path) < 1:
             yield f"{path} must be null (the bundle's CPUs) or at least 1, got {get_path(cfg, path)}"
+    if cfg.trainer.max_training_steps is not None and cfg.trainer.max_training_steps < 1:
+        # 0 used to read as "no cap" and ran every epoch
+        yield f"trainer.max_training_steps must be null (all epochs) or at least 1, got {cfg.trainer.max_training_steps}"
     for path in _NON_NEGATIVE_FLOATS:
         if get_path(cfg, path) < 0:
             yield f"{path} must not be negative, got {get_path(cfg, path)}"

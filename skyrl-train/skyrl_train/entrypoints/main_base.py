@@ -340,7 +340,7 @@ def warn_if_epochs_end_first(cfg: SkyRLConfig, batches_per_epoch: int) -> Option
     the run then stops when the epochs end, before the asked-for step count."""
     cap, epochs = cfg.trainer.max_training_steps, cfg.trainer.epochs
     available = epochs * batches_per_epoch
-    if not cap or cap <= available:
+    if cap is None or cap <= available:
         return None
     needed = -(-cap // max(batches_per_epoch, 1))
     message = (

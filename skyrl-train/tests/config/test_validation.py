@@ -252,6 +252,10 @@ CASES = {
         ["trainer.algorithm.kl_ctrl.type=adaptive", "trainer.algorithm.kl_ctrl.kl_target=0"],
         "kl_ctrl.type=adaptive needs kl_ctrl.kl_target > 0",
     ),
+    "zero max_training_steps": (
+        ["trainer.max_training_steps=0"],
+        "trainer.max_training_steps must be null (all epochs) or at least 1, got 0",
+    ),
     "negative lora rank": (["trainer.policy.model.lora.rank=-1"], "trainer.policy.model.lora.rank must be 0 (no LoRA)"),
     "non-positive repetition penalty": (
         ["generator.eval_sampling_params.repetition_penalty=0"],
