@@ -22,7 +22,10 @@ reward columns are the mean training reward over the first and the last third of
 mean reward after training (accuracy for single-turn configs, the fraction of questions right for multi-turn ones).
 
     python benchmarks/async_vs_sync.py [--steps 16] [--delay-ms 200-500] [--configs tool-wait plain] [--out DIR]
-        [--repeats N]
+        [--repeats N] [key=value ...]
+
+Trailing `key=value` config overrides apply to every run of every mode (e.g. `trainer.policy.optimizer.lr=1e-4`);
+they are checked against the config before anything runs and recorded in the JSON.
 
 It also prints each run's training reward per sample trained (a trailing mean over `--window` steps, after a
 quarter, half, three quarters and all of the samples) and held-out accuracy; with `--repeats N` every mode runs N
@@ -252,10 +255,19 @@ def dataset_for(env_class: str, directory: Path) -> Path:
     return directory
 
 
-def run(model_dir: str, data_dir: Path, config: Config, mode: str, steps: int) -> dict[str, float]:
+def run_config(
+    model_dir: str, data_dir: Path, out_dir: Path, config: Config, mode: str, steps: int, extra: list[str]
+) -> SkyRLConfig:
+    """The config of one run: the shared overrides, the mode's, then the user's `extra` ones (which win)."""
+    return SkyRLConfig.from_cli_overrides(overrides(model_dir, data_dir, out_dir, config, steps) + MODES[mode] + extra)
+
+
+def run(
+    model_dir: str, data_dir: Path, config: Config, mode: str, steps: int, extra: list[str] = ()
+) -> dict[str, float]:
     """One training run; its samples/s, reward over the first and last third, and held-out accuracy."""
     with tempfile.TemporaryDirectory() as out:
-        cfg = SkyRLConfig.from_cli_overrides(overrides(model_dir, data_dir, Path(out), config, steps) + MODES[mode])
+        cfg = run_config(model_dir, data_dir, Path(out), config, mode, steps, list(extra))
         experiment = TimedExp(cfg)
         result = experiment.run()
     points = sorted(result.history["reward/mean"])
@@ -370,6 +382,17 @@ def plot(rows: list[tuple[str, str, dict[str, Any]]], window: int, path: Path) -
     figure.savefig(path, format="png")
 
 
+def check_overrides(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Build every (config, mode)'s config with the user's overrides before anything runs: a typo or a bad value
+    stops the benchmark at once, not after the first runs."""
+    for name in args.configs:
+        for mode in args.modes:
+            try:
+                run_config("model", Path("data"), Path("out"), CONFIGS[name], mode, args.steps, args.overrides)
+            except Exception as error:  # noqa: BLE001 - reported to the user, with the override that caused it
+                parser.error(f"the overrides {args.overrides} do not make a valid config for {name} / {mode}: {error}")
+
+
 def main() -> None:
     """Run every (config, mode), print the table with ratios to sync."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -382,9 +405,11 @@ def main() -> None:
         "--repeats", type=int, default=1, help="runs of each (config, mode); tables then show mean ± standard error"
     )
     parser.add_argument("--out", type=Path, default=None, help="write async_vs_sync.json and async_vs_sync.png here")
+    parser.add_argument("overrides", nargs="*", help="config overrides for every run, key=value")
     args = parser.parse_args()
     if "sync" not in args.modes:
         parser.error("--modes must include sync (the ratios are against it)")
+    check_overrides(parser, args)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     skyrl_gym.register("checked_addition", CheckedAdditionEnv)
@@ -398,7 +423,7 @@ def main() -> None:
             for repeat in range(args.repeats):  # modes interleaved, so a drift of the machine hits each alike
                 for mode in args.modes:
                     print(f"== {config} / {mode} (run {repeat + 1} of {args.repeats})", flush=True)
-                    metrics = run(model_dir, data_dir, CONFIGS[config], mode, args.steps)
+                    metrics = run(model_dir, data_dir, CONFIGS[config], mode, args.steps, args.overrides)
                     rows.append((config, mode, {**metrics, "repeat": repeat}))
         search.terminate()
     print(
@@ -423,12 +448,15 @@ def main() -> None:
         )
     if args.repeats > 1:
         print(f"(means over {args.repeats} runs of each mode)")
+    if args.overrides:
+        print(f"overrides of every run: {' '.join(args.overrides)}")
     print(f"\ntraining reward per sample ({args.window}-step trailing mean; every mode trains the same samples):")
     print("\n".join(curve_table(rows, args.window)))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         record = {"benchmark": "async_vs_sync", "steps": args.steps, "delay_ms": args.delay_ms, "window": args.window}
         record["repeats"] = args.repeats
+        record["overrides"] = args.overrides
         record["date"] = datetime.date.today().isoformat()
         record["machine"] = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
         record["runs"] = [{"config": config, "mode": mode, **metrics} for config, mode, metrics in rows]

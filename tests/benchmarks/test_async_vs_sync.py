@@ -1,5 +1,6 @@
 """The envs and the models of benchmarks/async_vs_sync.py, against the real bundled search server (no delay)."""
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -60,3 +61,19 @@ def test_multi_turn_configs_train_a_model_warm_started_on_their_episodes():
     )
     assert single is async_vs_sync.MODEL and single.turns == 1
     assert (two.turns, four.turns) == (2, 4) and two.follow_up == four.follow_up == async_vs_sync.FOLLOW_UP
+
+
+def test_overrides_reach_every_run_and_a_bad_one_stops_the_benchmark_before_it_starts(tmp_path, capsys):
+    config = async_vs_sync.CONFIGS["plain"]
+    for mode in ("sync", "one_step_off"):
+        cfg = async_vs_sync.run_config(
+            "model", tmp_path, tmp_path, config, mode, 5, ["trainer.policy.optimizer.lr=1e-4"]
+        )
+        assert cfg.trainer.policy.optimizer.lr == 1e-4  # the user's value wins over the shared 2e-4
+    parser = argparse.ArgumentParser()
+    args = argparse.Namespace(
+        configs=["plain"], modes=["sync", "one_step_off"], steps=5, overrides=["trainer.policy.optimizr.lr=1e-4"]
+    )
+    with pytest.raises(SystemExit):
+        async_vs_sync.check_overrides(parser, args)
+    assert "has no field 'optimizr'" in capsys.readouterr().err
