@@ -67,9 +67,9 @@ def test_overrides_reach_every_run_and_a_bad_one_stops_the_benchmark_before_it_s
     config = async_vs_sync.CONFIGS["plain"]
     for mode in ("sync", "one_step_off"):
         cfg = async_vs_sync.run_config(
-            "model", tmp_path, tmp_path, config, mode, 5, ["trainer.policy.optimizer.lr=1e-4"]
+            "model", tmp_path, tmp_path, config, mode, 5, ["trainer.policy.optimizer.lr=2e-4"]
         )
-        assert cfg.trainer.policy.optimizer.lr == 1e-4  # the user's value wins over the shared 2e-4
+        assert cfg.trainer.policy.optimizer.lr == 2e-4  # the user's value wins over the shared 1e-4
     parser = argparse.ArgumentParser()
     args = argparse.Namespace(
         configs=["plain"], modes=["sync", "one_step_off"], steps=5, overrides=["trainer.policy.optimizr.lr=1e-4"]
