@@ -1,6 +1,7 @@
 """The async trainers (`trainer.mode` one_step_off and fully_async) through the real stack: staleness stays within
-its bound whether generation is fast or slow, one_step_off trains on data exactly one version old, and a killed
-fully_async run resumed from its checkpoint trains every prompt it had drawn once, never twice."""
+its bound whether generation is fast or slow, one_step_off trains on data exactly one version old, a killed
+fully_async run resumed from its checkpoint trains every prompt it had drawn once, never twice, and after in-flight
+weight updates the trainer scores every token as the engine version that sampled it did."""
 
 import json
 import shutil
@@ -140,3 +141,63 @@ def test_a_registered_workflow_trains_in_fully_async_mode(ray_cluster, make_conf
     finally:
         ROLLOUT_WORKFLOWS.unregister("counting_env")
     assert result.global_step == 2 and len(episodes) >= 2 * 4  # one episode call per prompt group
+
+
+def test_after_in_flight_updates_the_trainer_scores_each_token_as_the_engine_that_sampled_it(
+    ray_cluster, make_config, addition, tmp_path, monkeypatch
+):
+    """fully_async with token-boundary syncs: for every token sampled by the weights the trainer holds when it trains
+    the batch (including tokens sampled after a sync landed in the middle of their rollout, from a KV cache the
+    engine rebuilt), the trainer's log-prob before the update equals the engine's."""
+    from skyrl_train.async_trainer import AsyncPPOTrainer
+
+    from .conftest import LOGPROB_AGREEMENT
+
+    captured = []  # per step: (version the trainer holds, trajectories, trainer log-probs before the update)
+    learn, train_policy = AsyncPPOTrainer.learn, AsyncPPOTrainer.train_policy
+
+    async def recording_learn(self, rollouts, timer):
+        captured.append([self.weight_version, rollouts.output.trajectories, None])
+        return await learn(self, rollouts, timer)
+
+    async def recording_train_policy(self, *args, **kwargs):
+        metrics, old_logprobs = await train_policy(self, *args, **kwargs)
+        captured[-1][2] = old_logprobs
+        return metrics, old_logprobs
+
+    monkeypatch.setattr(AsyncPPOTrainer, "learn", recording_learn)
+    monkeypatch.setattr(AsyncPPOTrainer, "train_policy", recording_train_policy)
+    cfg = _config(
+        make_config,
+        addition,
+        tmp_path,
+        "trainer.mode=fully_async",
+        "trainer.async_rl.max_staleness=1",
+        "trainer.async_rl.weight_update_boundary=token",
+        "trainer.policy_mini_batch_size=2",  # two updates a step: the trainer's old log-probs come from a forward
+        # long rollouts decoded one row at a time, so generation outlasts a training step and syncs land inside them
+        "generator.sampling_params.max_generate_length=64",
+        "generator.sampling_params.additional_kwargs={ignore_eos: true}",
+        "generator.inference_engine.engine_init_kwargs={max_batch_size: 1}",
+        # the answers are all wrong past their end: an entropy bonus moves the weights at every update anyway
+        "trainer.algorithm.use_entropy_loss=true",
+        "trainer.algorithm.entropy_loss_coef=0.1",
+        "trainer.max_training_steps=4",
+    )
+    result = BasePPOExp(cfg).run()
+    assert result.global_step == 4
+    assert all(norm > 0 for norm in _history(result, "policy/grad_norm"))  # every version differs from the last
+    differences, spanning = [], 0
+    for version, trajectories, old_logprobs in captured:
+        assert old_logprobs is not None
+        for row, trajectory in enumerate(trajectories):
+            versions = trajectory.token_versions
+            assert versions is not None and len(versions) == len(trajectory.response_ids) == 64
+            for position, token_version in enumerate(versions):
+                if token_version == version:
+                    engine = trajectory.rollout_logprobs[position]
+                    differences.append(abs(float(old_logprobs[row, position]) - engine))
+                    spanning += len(set(versions)) > 1  # sampled after a sync landed inside its rollout
+    assert spanning > 0, "no rollout spanned a weight sync: the in-flight path was not exercised"
+    assert differences and sum(differences) / len(differences) < LOGPROB_AGREEMENT
+    assert max(differences) < 100 * LOGPROB_AGREEMENT
