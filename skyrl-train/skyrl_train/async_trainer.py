@@ -67,7 +67,8 @@ def merge_rollouts(parts: list[Rollouts]) -> Rollouts:
 
 def staleness_metrics(staleness: list[int], dropped: int, throttled_s: float, idle_s: float) -> dict[str, float]:
     """`async/*` metrics of one step: staleness of the trained groups (mean, max, histogram), groups dropped for
-    staleness, seconds generation waited for capacity, seconds the trainer waited for data."""
+    staleness, seconds generation waited for capacity (one_step_off: the engines' wait between finishing one batch
+    and starting the next), seconds the trainer waited for data."""
     counts = Counter(staleness)
     metrics = {
         "async/staleness_mean": sum(staleness) / max(len(staleness), 1),
@@ -174,20 +175,24 @@ class AsyncPPOTrainer(RayPPOTrainer):
             return None
         return drawn
 
-    async def _generate_batch(self, drawn: list[tuple[int, dict[str, Any]]]) -> tuple[Rollouts, float]:
+    async def _generate_batch(self, drawn: list[tuple[int, dict[str, Any]]]) -> tuple[Rollouts, float, float]:
+        """The batch's rollouts, the seconds generating it took, and the clock when it finished."""
         start = time.perf_counter()
         rollouts = await self.rollouts.collect([item for _, item in drawn])
-        return rollouts, time.perf_counter() - start
+        finished = time.perf_counter()
+        return rollouts, finished - start, finished
 
     async def _one_step_off(self, max_steps: int) -> None:
         drawn = self._draw_batch() if self.global_step < max_steps else None
         pending = asyncio.create_task(self._generate_batch(drawn)) if drawn else None
         while pending is not None and self.global_step < max_steps:
             waited = time.perf_counter()
-            rollouts, generate_s = await pending
+            rollouts, generate_s, generated_at = await pending
             idle = time.perf_counter() - waited
             current = drawn
             drawn = self._draw_batch() if self.global_step + 1 < max_steps else None
+            # the engines wait from the end of one batch until the sync lets the next one start
+            throttled = time.perf_counter() - generated_at
             pending = asyncio.create_task(self._generate_batch(drawn)) if drawn else None
             self.global_step += 1
             timer = PhaseTimer()
@@ -200,7 +205,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
                     metrics.update(await self.sync_weights())
             self._trained([key for key, _ in current])
             staleness = [self.weight_version - 1 - t.oldest_version for t in rollouts.output.trajectories]
-            metrics.update(staleness_metrics(staleness, 0, 0.0, idle))
+            metrics.update(staleness_metrics(staleness, 0, throttled, idle))
             metrics["timing/generate"] = generate_s
             await self.after_step(self.step_metrics(metrics, timer, generated), max_steps)
         if pending is not None:

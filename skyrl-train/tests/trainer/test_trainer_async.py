@@ -88,6 +88,9 @@ def test_one_step_off_trains_on_data_one_version_old(ray_cluster, make_config, a
     assert _history(result, "async/staleness_mean") == [0.0, 1.0, 1.0, 1.0]  # batch 1 is generated before any update
     # one update per batch: the proximal (old) log-probs come from the update's own forward, as in sync mode
     assert all(value == 1 for value in _history(result, "policy/old_logprobs_from_update"))
+    # batch k is done before step k-1's sync, and batch k+1 starts only after it: the engines' wait covers that sync
+    throttled, syncs = _history(result, "async/throttled_seconds"), _history(result, "timing/weight_sync")
+    assert all(wait >= sync for wait, sync in zip(throttled[1:], syncs[:-1]))
 
 
 def test_a_killed_fully_async_run_resumes_without_losing_or_repeating_prompts(
