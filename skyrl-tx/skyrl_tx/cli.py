@@ -8,6 +8,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
@@ -181,8 +182,19 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> None:
     """Build the service and run it under uvicorn."""
     check_compute_flags(args)
-    import uvicorn
+    from skyrl_train.serving.listen import listen_socket
 
+    listener = listen_socket(args.host, args.port)  # before the models load: a taken port fails now, not minutes later
+    args.port = listener.getsockname()[1]  # --port 0: the one the OS gave
+    try:
+        _serve(args, listener)
+    finally:
+        listener.close()
+
+
+def _serve(args: argparse.Namespace, listener: socket.socket) -> None:
+    """`serve` once its port is held: build the service, then answer on `listener` until interrupted."""
+    from skyrl_train.serving.listen import serve_on
     from skyrl_tx.app import ApiKeys, create_app
     from skyrl_tx.compute import Sampler
     from skyrl_tx.db import Database
@@ -268,7 +280,7 @@ def serve(args: argparse.Namespace) -> None:
     )
     app = create_app(service, keys, args.poll_seconds, int(args.max_request_mb * (1 << 20)))
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        serve_on(app, listener)
     finally:
         service.stop()
         _stop_ray(started_ray)

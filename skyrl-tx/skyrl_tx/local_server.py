@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,12 +16,20 @@ from typing import Optional
 
 import httpx
 
+from skyrl_train.serving.listen import spare_port
+
 
 def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port nothing listens on right now, outside the range other processes' `bind(port=0)` draws from (so Ray
+    or vLLM starting meanwhile cannot take it before the server binds it)."""
+    return spare_port("127.0.0.1")
+
+
+def log_tail(path: Optional[Path], lines: int = 40) -> str:
+    """The last `lines` lines of a server log ('' when there is none)."""
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 @dataclass
@@ -50,14 +57,20 @@ class LocalServer:
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"skyrl-tx serve exited with {self.process.returncode}; see {self.log_path}")
+                raise RuntimeError(
+                    f"skyrl-tx serve exited with {self.process.returncode}; its log ({self.log_path}) ends:\n"
+                    + log_tail(self.log_path)
+                )
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
-        raise TimeoutError(f"skyrl-tx serve did not answer /healthz within {timeout_s} s")
+        raise TimeoutError(
+            f"skyrl-tx serve did not answer /healthz within {timeout_s} s; its log ({self.log_path}) ends:\n"
+            + log_tail(self.log_path)
+        )
 
     def kill(self) -> None:
         """kill -9: no shutdown hooks run."""

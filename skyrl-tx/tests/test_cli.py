@@ -1,6 +1,7 @@
 """The command line: `skyrl-tx version`, the refusals of bad `--base-model` values, keys files, and the tokenizer
 folder that `get_info` names (a plain `tokenizers` tokenizer must load through AutoTokenizer unchanged)."""
 
+import socket
 import subprocess
 import sys
 
@@ -111,3 +112,18 @@ def test_the_auto_sampler_is_vllm_only_on_cuda_with_vllm_installed(monkeypatch):
         assert resolve_sampler("auto", "cuda:1") == ("vllm" if installed else "hf")
         assert resolve_sampler("auto", "cpu") == "hf"  # vLLM's CPU build samples small models ~5x slower
         assert resolve_sampler("hf", "cuda") == "hf" and resolve_sampler("vllm", "cpu") == "vllm"
+
+
+def test_serve_refuses_a_taken_port_before_building_anything(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "skyrl_tx", "serve", "--port", str(port), "--checkpoint-dir", str(tmp_path / "tx")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode != 0 and f"--port {port}: cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert not (tmp_path / "tx").exists()  # refused before the checkpoint folder, database or model were made

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -62,9 +63,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if bad:
         parser.error(f"overrides must be key=value, got {bad}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    import uvicorn
+    from skyrl_train.serving.listen import listen_socket
 
+    listener = listen_socket(args.host, args.port)  # before the engine loads: a taken port fails now
+    args.port = listener.getsockname()[1]  # --port 0: the one the OS gave
+    try:
+        _serve(args, listener)
+    finally:
+        listener.close()
+    return 0
+
+
+def _serve(args: argparse.Namespace, listener: socket.socket) -> None:
+    """Build the engine and serve the OpenAI-compatible API on `listener` until interrupted."""
     from skyrl_train.serving import create_app
+    from skyrl_train.serving.listen import serve_on
 
     model_path = args.model
     if model_path is None:
@@ -75,8 +88,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     name = served_name(model_path, args.served_model_name)
     logger.info("serving %s (%s engine) as %r on http://%s:%d/v1", model_path, args.backend, name, args.host, args.port)
     app = create_app(client, tokenizer, name, weight_updates=args.enable_weight_updates)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return 0
+    serve_on(app, listener)
 
 
 if __name__ == "__main__":

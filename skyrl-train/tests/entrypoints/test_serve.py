@@ -12,12 +12,7 @@ import pytest
 from skyrl_train.entrypoints.serve import served_name
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from skyrl_train.serving.listen import spare_port
 
 
 def test_served_name_defaults_to_the_folder():
@@ -30,7 +25,7 @@ def test_the_server_process_answers_the_openai_client(tmp_path):
     model_dir = tmp_path / "tiny"
     build_tiny_model(TinyModelSpec(size=1), seed=0).save_pretrained(model_dir)
     save_tokenizer(build_char_tokenizer(), str(model_dir))
-    port = _free_port()
+    port = spare_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "skyrl_train.entrypoints.serve", "--model", str(model_dir), "--port", str(port)]
     process = subprocess.Popen(
@@ -41,7 +36,7 @@ def test_the_server_process_answers_the_openai_client(tmp_path):
         text=True,
     )
     try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -69,3 +64,25 @@ def test_overrides_must_be_key_value():
         timeout=120,
     )
     assert done.returncode == 2 and "overrides must be key=value, got ['oops']" in done.stderr
+
+
+def test_a_taken_port_is_refused_before_the_model_loads(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(  # a model folder that does not exist: reaching it would fail with another message
+            [
+                sys.executable,
+                "-m",
+                "skyrl_train.entrypoints.serve",
+                "--model",
+                str(tmp_path / "none"),
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode != 0 and f"--port {port}: cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
