@@ -2,21 +2,15 @@
 sending requests through two training steps: every one is answered, by weights of a whole version (requests wait
 while a sync runs), and the versions it sees advance as the policy trains."""
 
-import socket
 import threading
 
 import openai
 import pytest
 
 from skyrl_train.entrypoints.main_base import BasePPOExp
+from skyrl_train.serving.listen import spare_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class EndpointExp(BasePPOExp):
@@ -46,7 +40,7 @@ class EndpointExp(BasePPOExp):
 def test_the_endpoint_serves_whole_weight_versions_while_the_policy_trains(
     ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
 ):
-    port = _free_port()
+    port = spare_port()  # the endpoint binds it after the workers start: keep it out of bind(0)'s range
     cfg = make_config(
         tiny_model_dir,
         data_dir,

