@@ -11,13 +11,19 @@ and when the weights move differ:
   A sync meets running rollouts at `async_rl.weight_update_boundary`: `token` (hf) lands between two tokens (the
   engine rebuilds the running rows' KV cache with the new weights), `turn` waits for in-flight generate calls. Either
   way a rollout may span versions: each generated token records the version that sampled it (`token_versions`) and
-  its logprob under that version. A new group starts only while `started < (steps done + max_staleness + 1) * train_batch_size`, so no
-  group is older than `max_staleness` versions when trained; one that still is (a slow multi-turn rollout) is dropped
-  and its prompt generated again.
+  its logprob under that version. A new group starts only while
+  `started < (steps done + max_staleness + 1) * train_batch_size`, so no group is older than `max_staleness` versions
+  when trained; one that still is (a slow multi-turn rollout) is dropped and its prompt generated again.
+
+Dynamic sampling (`trainer.algorithm.dynamic_sampling`) works in both: one_step_off runs the sync trainer's
+`RolloutCollector` on each batch, drawing its extra batches through `draw_prompt`; fully_async applies it to finished
+groups as the trainer takes them (`filter`: a group without reward variance is left out and its place goes to a new
+prompt; `replace`: a batch of groups is filled with copies of its informative ones, or left out whole).
 
 Data accounting: prompts drawn from the dataloader but not trained yet (in flight, buffered, or dropped for
 staleness) are kept in the checkpoint (`pending_prompts`) and generated again first on resume, so a killed run
-loses and duplicates no prompt. The buffered rollouts themselves are not checkpointed: they are regenerated.
+loses and duplicates no prompt; prompts dynamic sampling left out are used up, as in the sync trainer. The buffered
+rollouts themselves are not checkpointed: they are regenerated.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
-from skyrl_train.rollouts import Rollouts
+from skyrl_train.rollouts import Rollouts, informative_groups, replace_uninformative_groups
 from skyrl_train.trainer import RayPPOTrainer
 from skyrl_train.utils.timer import PhaseTimer
 
@@ -39,6 +45,9 @@ logger = logging.getLogger(__name__)
 
 _GROUP_INDEX: contextvars.ContextVar[Optional[int]] = contextvars.ContextVar("skyrl_async_group", default=None)
 """Set inside a fully_async group's task: seeds and uids then follow the group's index, not the step."""
+
+_BATCH_KEYS: contextvars.ContextVar[Optional[list[int]]] = contextvars.ContextVar("skyrl_async_batch", default=None)
+"""Set inside a one_step_off generation task: the keys of the prompts it drew (dynamic sampling draws more)."""
 
 
 @dataclass
@@ -97,8 +106,11 @@ class AsyncPPOTrainer(RayPPOTrainer):
         self._requeued: list[dict[str, Any]] = []
         self._next_key = 0
         self._local_batch: list[dict[str, Any]] = []
-        self.trained_uids: list[list[str]] = []
-        """Per step of this process, the dataset uids of the prompts it trained on (for tests and debugging)."""
+        self.used_uids: list[list[str]] = []
+        """Per step of this process, the dataset uids of the prompts it used up: trained on, or generated and left
+        out by dynamic sampling (for tests and debugging)."""
+        self._used_now: list[str] = []
+        self.rollouts.next_items = self._draw_more  # dynamic sampling's extra batches are drawn (and kept) here
 
     # ----- checkpointed state ---------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -129,6 +141,18 @@ class AsyncPPOTrainer(RayPPOTrainer):
         key, self._next_key = self._next_key, self._next_key + 1
         self.pending[key] = item
         return key, item
+
+    def _draw_more(self) -> Optional[list[dict[str, Any]]]:
+        """Another batch of prompts for one_step_off's dynamic sampling, drawn as the first (so it is checkpointed
+        while in flight) and counted to the generation that asked; None when the data ran out."""
+        keys = _BATCH_KEYS.get()
+        if keys is None:
+            raise RuntimeError("dynamic sampling drew more prompts outside a one_step_off generation batch")
+        drawn = self._draw_batch()
+        if drawn is None:
+            return None
+        keys.extend(key for key, _ in drawn)
+        return [item for _, item in drawn]
 
     def generator_input(self, items: list[dict[str, Any]], round_index: int = 0) -> GeneratorInput:
         """As the sync trainer's, but inside a fully_async group the seeds and uids follow the group's index."""
@@ -175,21 +199,25 @@ class AsyncPPOTrainer(RayPPOTrainer):
             return None
         return drawn
 
-    async def _generate_batch(self, drawn: list[tuple[int, dict[str, Any]]]) -> tuple[Rollouts, float, float]:
-        """The batch's rollouts, the seconds generating it took, and the clock when it finished."""
+    async def _generate_batch(
+        self, drawn: list[tuple[int, dict[str, Any]]]
+    ) -> tuple[Rollouts, float, float, list[int]]:
+        """The batch's rollouts, the seconds generating it took, the clock when it finished, and the keys of every
+        prompt it used (dynamic sampling's extra batches included)."""
+        keys = [key for key, _ in drawn]
+        _BATCH_KEYS.set(keys)  # this task's own context
         start = time.perf_counter()
         rollouts = await self.rollouts.collect([item for _, item in drawn])
         finished = time.perf_counter()
-        return rollouts, finished - start, finished
+        return rollouts, finished - start, finished, keys
 
     async def _one_step_off(self, max_steps: int) -> None:
         drawn = self._draw_batch() if self.global_step < max_steps else None
         pending = asyncio.create_task(self._generate_batch(drawn)) if drawn else None
         while pending is not None and self.global_step < max_steps:
             waited = time.perf_counter()
-            rollouts, generate_s, generated_at = await pending
+            rollouts, generate_s, generated_at, used = await pending
             idle = time.perf_counter() - waited
-            current = drawn
             drawn = self._draw_batch() if self.global_step + 1 < max_steps else None
             # the engines wait from the end of one batch until the sync lets the next one start
             throttled = time.perf_counter() - generated_at
@@ -203,7 +231,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
                         await asyncio.wait({pending})
                 with timer("weight_sync"):
                     metrics.update(await self.sync_weights())
-            self._trained([key for key, _ in current])
+            self._used(used)
             staleness = [self.weight_version - 1 - t.oldest_version for t in rollouts.output.trajectories]
             metrics.update(staleness_metrics(staleness, 0, throttled, idle))
             metrics["timing/generate"] = generate_s
@@ -211,8 +239,10 @@ class AsyncPPOTrainer(RayPPOTrainer):
         if pending is not None:
             pending.cancel()
 
-    def _trained(self, keys: list[int]) -> None:
-        self.trained_uids.append([str(self.pending[key].get("uid")) for key in keys])
+    def _used(self, keys: list[int]) -> None:
+        """The step is done with these prompts (and with those fully_async's dynamic sampling left out)."""
+        self.used_uids.append([*self._used_now, *(str(self.pending[key].get("uid")) for key in keys)])
+        self._used_now = []
         for key in keys:
             self.pending.pop(key, None)
 
@@ -224,21 +254,23 @@ class AsyncPPOTrainer(RayPPOTrainer):
         try:
             while self.global_step < max_steps:
                 waited = time.perf_counter()
-                groups, dropped = await self._take_batch(buffer, producer, capacity, counters)
-                if groups is None:
+                taken = await self._take_batch(buffer, producer, capacity, counters)
+                if taken is None:
                     break
+                groups, rollouts, taken_metrics = taken
                 idle = time.perf_counter() - waited
                 throttled, counters["throttled_s"] = counters["throttled_s"], 0.0
                 trained_version = self.weight_version  # the weights this step's update starts from
                 self.global_step += 1
                 timer = PhaseTimer()
                 with timer("step"):
-                    metrics, generated = await self.learn(merge_rollouts([g.rollouts for g in groups]), timer)
+                    metrics, generated = await self.learn(rollouts, timer)
                     with timer("weight_sync"):
                         metrics.update(await self.sync_weights())
-                self._trained([group.index for group in groups])
+                self._used([group.index for group in groups])
                 staleness = [trained_version - group.oldest_version for group in groups]
-                metrics.update(staleness_metrics(staleness, dropped, throttled, idle))
+                metrics.update(staleness_metrics(staleness, int(taken_metrics.pop("dropped")), throttled, idle))
+                metrics.update(taken_metrics)
                 async with capacity:
                     counters["steps_done"] += 1
                     capacity.notify_all()  # a step done: more groups may start
@@ -249,17 +281,74 @@ class AsyncPPOTrainer(RayPPOTrainer):
 
     async def _take_batch(
         self, buffer: asyncio.Queue, producer: asyncio.Task, capacity: asyncio.Condition, counters: dict
-    ) -> tuple[Optional[list[GroupRollout]], int]:
-        """`train_batch_size` finished groups within the staleness bound (a stale one goes back to be generated
-        again, and frees its place); None when generation ended without enough groups."""
-        groups: list[GroupRollout] = []
-        dropped = 0
+    ) -> Optional[tuple[list[GroupRollout], Rollouts, dict[str, float]]]:
+        """The step's groups and rollouts: `train_batch_size` finished groups within the staleness bound (a stale one
+        goes back to be generated again, and frees its place), after dynamic sampling: `filter` leaves out each group
+        without reward variance as it arrives and waits for another; `replace` fills a batch with copies of its
+        informative groups, or leaves the whole batch out and takes another. Also the step's counts (`dropped`
+        stale groups, `dynamic_sampling/*`). None when generation ended without enough groups."""
+        sampling = self.cfg.trainer.algorithm.dynamic_sampling
         trained_version = self.weight_version
-        while len(groups) < self.batch_size:
+        groups: list[GroupRollout] = []
+        dropped = sampled = rounds = 0
+        while True:
+            while len(groups) < self.batch_size:
+                group = await self._next_group(buffer, producer)
+                if group is None:
+                    if sampling.type is not None:
+                        logger.warning("dynamic sampling: the training data ran out with %d groups kept", len(groups))
+                    return None
+                gap = trained_version - group.oldest_version
+                if gap > self.max_staleness:
+                    dropped += 1
+                    logger.info(
+                        "dropped group %d: %d versions old (max_staleness %d)", group.index, gap, self.max_staleness
+                    )
+                    await self._release(group, capacity, counters, again=True)
+                    continue
+                sampled += 1
+                trajectories = group.rollouts.output.trajectories
+                if sampling.type == "filter":
+                    if not informative_groups(trajectories)[0]:  # no reward variance: no signal to train on
+                        await self._release(group, capacity, counters, again=False)
+                        if sampled >= self.rollouts.max_rounds * self.batch_size:
+                            raise self.rollouts.filter_gave_up(len(groups))
+                        continue
+                    group.rollouts.output.trajectories = [t for t in trajectories if t.is_valid]
+                groups.append(group)
+            rounds += 1
+            merged = merge_rollouts([group.rollouts for group in groups])
+            merged.sampled_groups = sampled  # the cost includes the groups dynamic sampling left out
+            if sampling.type is None:
+                return groups, merged, {"dropped": dropped}
+            if sampling.type == "filter":
+                counts = self.rollouts.sampling_metrics(sampled / self.batch_size, sampled, len(groups), 0)
+                return groups, merged, {"dropped": dropped, **counts}
+            replaced = replace_uninformative_groups(
+                merged.output.trajectories, sampling.min_replace_ratio, self.rollouts.rng
+            )
+            if replaced is not None:
+                merged.output.trajectories, count = replaced
+                counts = self.rollouts.sampling_metrics(rounds, sampled, len(groups) - count, count)
+                return groups, merged, {"dropped": dropped, **counts}
+            for group in groups:
+                await self._release(group, capacity, counters, again=False)
+            groups = []
+            if rounds >= self.rollouts.max_rounds:
+                raise self.rollouts.replace_gave_up()
+            logger.warning(
+                "dynamic sampling (replace): at most %.0f%% of the groups have reward variance; taking another batch",
+                100 * sampling.min_replace_ratio,
+            )
+
+    async def _next_group(self, buffer: asyncio.Queue, producer: asyncio.Task) -> Optional[GroupRollout]:
+        """The next finished group; None when generation ended and the buffer is empty. A failed group or producer
+        raises here."""
+        while True:
             if producer.done() and buffer.empty():
                 if not producer.cancelled() and producer.exception() is not None:
                     raise producer.exception()
-                return None, dropped
+                return None
             getter = asyncio.create_task(buffer.get())
             done, _ = await asyncio.wait({getter, producer}, return_when=asyncio.FIRST_COMPLETED)
             if getter not in done:
@@ -268,19 +357,19 @@ class AsyncPPOTrainer(RayPPOTrainer):
             group = getter.result()
             if isinstance(group, Exception):
                 raise RuntimeError(f"fully_async generation of a prompt group failed: {group}") from group
-            gap = trained_version - group.oldest_version
-            if gap > self.max_staleness:
-                dropped += 1
-                self._requeued.append(self.pending.pop(group.index))
-                logger.info(
-                    "dropped group %d: %d versions old (max_staleness %d)", group.index, gap, self.max_staleness
-                )
-                async with capacity:
-                    counters["started"] -= 1
-                    capacity.notify_all()
-                continue
-            groups.append(group)
-        return groups, dropped
+            return group
+
+    async def _release(self, group: GroupRollout, capacity: asyncio.Condition, counters: dict, again: bool) -> None:
+        """Let go of a group that will not be trained, freeing its place: its prompt is generated `again` (dropped
+        for staleness) or used up (left out by dynamic sampling, as the sync trainer moves past such prompts)."""
+        item = self.pending.pop(group.index)
+        if again:
+            self._requeued.append(item)
+        else:
+            self._used_now.append(str(item.get("uid")))
+        async with capacity:
+            counters["started"] -= 1
+            capacity.notify_all()
 
     async def _produce(self, buffer: asyncio.Queue, capacity: asyncio.Condition, counters: dict) -> None:
         """Start groups while the staleness bound allows (`started < (steps done + max_staleness + 1) * batch`);
@@ -314,7 +403,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
         """Generate one group into `buffer` (a failure goes there too, so the trainer raises it)."""
         _GROUP_INDEX.set(key)
         try:
-            rollouts = await self.rollouts.collect([item])
+            rollouts = await self.rollouts.collect_once([item])  # dynamic sampling is applied when it is taken
         except Exception as exc:  # noqa: BLE001 - handed to the trainer, which raises it
             await buffer.put(exc)
             return

@@ -170,14 +170,29 @@ class RolloutCollector:
         """The step's trajectories, starting from the prompts `items`."""
         kind = self.sampling.type
         if kind is None:
-            output, metrics = await self.generate_round(items, 0)
-            output.metrics.update(metrics)  # scoring and shaping metrics reach the step's metrics
-            return Rollouts(output, 1, _group_count(output.trajectories))
+            return await self.collect_once(items)
         if kind == "filter":
             return await self._filter(items)
         if kind == "replace":
             return await self._replace(items)
         raise ValueError(f"trainer.algorithm.dynamic_sampling.type must be null, filter or replace, got {kind!r}")
+
+    async def collect_once(self, items: list[dict[str, Any]]) -> Rollouts:
+        """One generation round of `items` with its rewards shaped, whatever `dynamic_sampling` says (fully_async
+        applies dynamic sampling to finished groups itself)."""
+        output, metrics = await self.generate_round(items, 0)
+        output.metrics.update(metrics)  # scoring and shaping metrics reach the step's metrics
+        return Rollouts(output, 1, _group_count(output.trajectories))
+
+    @staticmethod
+    def sampling_metrics(rounds: float, sampled: int, kept: int, replaced: int) -> dict[str, float]:
+        """The `dynamic_sampling/*` metrics of one step."""
+        return {
+            "dynamic_sampling/rounds": float(rounds),
+            "dynamic_sampling/sampled_groups": float(sampled),
+            "dynamic_sampling/kept_groups": float(kept),
+            "dynamic_sampling/replaced_groups": float(replaced),
+        }
 
     async def _filter(self, items: list[dict[str, Any]]) -> Rollouts:
         """DAPO: keep groups with reward variance, generate more batches until `train_batch_size` groups are kept
@@ -187,12 +202,7 @@ class RolloutCollector:
         outputs, shaping, sampled, rounds = [], [], 0, 0
         while len(kept) < target:
             if rounds >= self.max_rounds:
-                raise DynamicSamplingError(
-                    f"dynamic sampling (filter) kept {len(kept)} of the {target} prompt groups a training batch needs "
-                    f"after trainer.algorithm.dynamic_sampling.max_sample_batches={self.max_rounds} generation "
-                    "batches: most prompts get the same reward on every sample. Raise max_sample_batches (-1 never "
-                    "gives up), use data of another difficulty, or raise generator.n_samples_per_prompt"
-                )
+                raise self.filter_gave_up(len(kept))
             if rounds > 0:
                 items = self.next_items()
                 if items is None:
@@ -214,7 +224,7 @@ class RolloutCollector:
         if not trajectories:  # no informative group at all before the data ran out: train on the last batch
             trajectories = outputs[-1].trajectories
         metrics = _mean_metrics(shaping)
-        metrics.update(self._sampling_metrics(rounds, sampled, min(len(kept), target), 0))
+        metrics.update(self.sampling_metrics(rounds, sampled, min(len(kept), target), 0))
         merged = _mean_metrics([output.metrics for output in outputs])
         return Rollouts(GeneratorOutput(trajectories, {**merged, **metrics}), rounds, sampled)
 
@@ -228,7 +238,7 @@ class RolloutCollector:
                 next_items = self.next_items()
                 if next_items is None:
                     logger.warning("dynamic sampling: the training data ran out; training on the last batch as it is")
-                    metrics = {**_mean_metrics(shaping), **self._sampling_metrics(round_index, sampled, 0, 0)}
+                    metrics = {**_mean_metrics(shaping), **self.sampling_metrics(round_index, sampled, 0, 0)}
                     last = GeneratorOutput(output.trajectories, {**output.metrics, **metrics})
                     return Rollouts(last, round_index, sampled)
                 items = next_items
@@ -240,7 +250,7 @@ class RolloutCollector:
                 trajectories, count = replaced
                 metrics = _mean_metrics(shaping)
                 metrics.update(
-                    self._sampling_metrics(round_index + 1, sampled, _group_count(trajectories) - count, count)
+                    self.sampling_metrics(round_index + 1, sampled, _group_count(trajectories) - count, count)
                 )
                 output = GeneratorOutput(trajectories, {**output.metrics, **metrics})
                 return Rollouts(output, round_index + 1, sampled)
@@ -248,21 +258,25 @@ class RolloutCollector:
                 "dynamic sampling (replace): at most %.0f%% of the groups have reward variance; sampling another batch",
                 100 * self.sampling.min_replace_ratio,
             )
-        raise DynamicSamplingError(
+        raise self.replace_gave_up()
+
+    def filter_gave_up(self, kept: int) -> DynamicSamplingError:
+        """The error when `filter` used up `max_sample_batches` batches having kept only `kept` groups."""
+        return DynamicSamplingError(
+            f"dynamic sampling (filter) kept {kept} of the {self.cfg.trainer.train_batch_size} prompt groups a "
+            f"training batch needs after trainer.algorithm.dynamic_sampling.max_sample_batches={self.max_rounds} "
+            "generation batches: most prompts get the same reward on every sample. Raise max_sample_batches (-1 "
+            "never gives up), use data of another difficulty, or raise generator.n_samples_per_prompt"
+        )
+
+    def replace_gave_up(self) -> DynamicSamplingError:
+        """The error when `replace` found no batch informative enough in `max_sample_batches` batches."""
+        return DynamicSamplingError(
             f"dynamic sampling (replace) found no batch where more than trainer.algorithm.dynamic_sampling."
             f"min_replace_ratio={self.sampling.min_replace_ratio} of the prompt groups have reward variance in "
             f"max_sample_batches={self.max_rounds} generation batches: lower min_replace_ratio, raise "
             "max_sample_batches, or check the data's difficulty"
         )
-
-    @staticmethod
-    def _sampling_metrics(rounds: int, sampled: int, kept: int, replaced: int) -> dict[str, float]:
-        return {
-            "dynamic_sampling/rounds": float(rounds),
-            "dynamic_sampling/sampled_groups": float(sampled),
-            "dynamic_sampling/kept_groups": float(kept),
-            "dynamic_sampling/replaced_groups": float(replaced),
-        }
 
 
 def _group_count(trajectories: list[Trajectory]) -> int:

@@ -68,8 +68,9 @@ class DynamicSamplingConfig:
     `train_batch_size` prompts (drawn from the dataloader) until `train_batch_size` informative groups are kept;
     surplus groups of the last batch are dropped. `replace` (POLARIS): when more than `min_replace_ratio` of a batch's
     groups are informative, each uninformative group is replaced by a copy of an informative one (its own group id),
-    else another batch is generated. null disables dynamic sampling. Metrics: `dynamic_sampling/{rounds,
-    sampled_groups, kept_groups, replaced_groups}` and `trainer/sampled_groups_total`."""
+    else another batch is generated. null disables dynamic sampling. In `trainer.mode=fully_async` both apply to the
+    finished groups the trainer takes (a left-out group's place goes to a new prompt). Metrics:
+    `dynamic_sampling/{rounds, sampled_groups, kept_groups, replaced_groups}` and `trainer/sampled_groups_total`."""
 
     max_sample_batches: int = 30
     """Generation batches one training step may use (`filter` and `replace`); when they are used up without filling

@@ -11,8 +11,8 @@ if TYPE_CHECKING:
 
 
 def check_async(cfg: "SkyRLConfig") -> Iterator[str]:
-    """The async modes overlap generation with training, so engines and workers must not share devices; DAPO's
-    dynamic sampling regenerates whole batches and is not combined with them; the staleness bound is not negative."""
+    """The async modes overlap generation with training, so engines and workers must not share devices; the
+    staleness bound is not negative and only settable where it applies."""
     trainer = cfg.trainer
     if trainer.async_rl.max_staleness < 0:
         yield f"trainer.async_rl.max_staleness must be >= 0, got {trainer.async_rl.max_staleness}"
@@ -39,11 +39,6 @@ def check_async(cfg: "SkyRLConfig") -> Iterator[str]:
         yield (
             f"trainer.mode={trainer.mode} overlaps generation with training, so engines and policy cannot share"
             " devices: set trainer.placement.colocate_all=false"
-        )
-    if trainer.algorithm.dynamic_sampling.type is not None:
-        yield (
-            f"trainer.algorithm.dynamic_sampling.type={trainer.algorithm.dynamic_sampling.type} is not supported with"
-            f" trainer.mode={trainer.mode} yet: use trainer.mode=sync"
         )
     if trainer.mode == "one_step_off" and trainer.async_rl.max_staleness != 1:
         yield (

@@ -91,15 +91,6 @@ CASES = {
         ["trainer.mode=fully_async"],
         "trainer.mode=fully_async overlaps generation with training",
     ),
-    "async with dynamic sampling": (
-        [
-            "trainer.mode=one_step_off",
-            "trainer.placement.colocate_all=false",
-            "generator.inference_engine.num_engines=1",
-            "trainer.algorithm.dynamic_sampling.type=filter",
-        ],
-        "dynamic_sampling.type=filter is not supported with trainer.mode=one_step_off",
-    ),
     "staleness without an async mode": (
         ["trainer.async_rl.max_staleness=3"],
         "max_staleness=3 has no effect with trainer.mode=sync",

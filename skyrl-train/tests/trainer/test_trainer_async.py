@@ -75,7 +75,7 @@ def test_fully_async_staleness_stays_within_its_bound(
     result = experiment.run()
     assert result.global_step == 5
     assert max(_history(result, "async/staleness_max")) <= max_staleness
-    trained = [uid for step in experiment.trainer.trained_uids for uid in step]
+    trained = [uid for step in experiment.trainer.used_uids for uid in step]
     assert len(trained) == 5 * 4 and len(set(trained)) == len(trained)  # no prompt trained twice
     if max_staleness == 2:
         assert max(_history(result, "async/staleness_max")) >= 1  # generation really ran ahead of training
@@ -109,8 +109,8 @@ def test_a_killed_fully_async_run_resumes_without_losing_or_repeating_prompts(
     )
     result = resumed.run()
     assert result.global_step == 4
-    before = [uid for step in first.trainer.trained_uids[:2] for uid in step]
-    after = [uid for step in resumed.trainer.trained_uids for uid in step]
+    before = [uid for step in first.trainer.used_uids[:2] for uid in step]
+    after = [uid for step in resumed.trainer.used_uids for uid in step]
     assert len(after) == 2 * 4 and not set(before) & set(after)  # nothing trained twice
     # nothing lost: every prompt the step-2 checkpoint held as drawn-but-untrained was trained after resuming or is
     # still held (in the resumed run's own last checkpoint state)

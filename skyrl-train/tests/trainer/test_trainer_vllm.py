@@ -98,5 +98,5 @@ def test_fully_async_with_a_vllm_engine_pauses_syncs_and_stays_within_staleness(
     )
     experiment, history = run_with_verified_syncs(cfg, steps=3)
     assert max(value for _, value in history["async/staleness_max"]) <= 1
-    trained = [uid for step in experiment.trainer.trained_uids for uid in step]
+    trained = [uid for step in experiment.trainer.used_uids for uid in step]
     assert len(trained) == 3 * cfg.trainer.train_batch_size and len(set(trained)) == len(trained)
