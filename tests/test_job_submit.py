@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,21 @@ from pathlib import Path
 
 import pytest
 
+from skyrl_train.serving.listen import spare_port
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _free_ports(count: int) -> list[int]:
+    """Distinct free ports outside the OS's bind(0) range: the head's own daemons draw from that range before the
+    second node binds its agent's port."""
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(spare_port())
+    return list(ports)
 
 
 def _start(args: list[str], env: dict) -> int:
@@ -62,10 +66,9 @@ def cluster():
     env["RAY_AUTH_MODE"] = "disabled"  # a local test cluster; token auth would need a token on every node
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `python` = this venv's, as
     # for a user who activated the environment before `ray start`
-    gcs, dashboard = _free_port(), _free_port()
     # a node's dashboard agent listens on a fixed port (52365) unless told otherwise: the test session's own Ray and
     # this cluster's second node would take it, and a node whose agent cannot bind takes no jobs
-    head_agent, worker_agent = _free_port(), _free_port()
+    gcs, dashboard, head_agent, worker_agent = _free_ports(4)
     temp = Path("/tmp") / f"skyrl-jobs-{os.getpid()}"  # short: Ray's socket paths must stay under 107 characters
     groups = []
     try:

@@ -7,6 +7,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from skyrl_train.serving import listen
 from skyrl_train.serving.listen import ephemeral_range, listen_socket, serve_on, spare_port
 
 
@@ -36,11 +37,17 @@ def test_the_socket_listens_before_the_app_exists_and_uvicorn_answers_on_it():
     assert httpx.get(f"http://127.0.0.1:{port}/ping", timeout=30).json() == {"pong": True}
 
 
-def test_spare_ports_are_free_and_outside_the_ephemeral_range():
+@pytest.mark.parametrize("configured", [None, "30000 40000", "1024 65000"], ids=["this-machine", "mid", "everything"])
+def test_spare_ports_are_free_and_outside_the_ephemeral_range_when_it_leaves_room(tmp_path, monkeypatch, configured):
+    if configured is not None:
+        (tmp_path / "range").write_text(configured + "\n")
+        monkeypatch.setattr(listen, "EPHEMERAL_RANGE_FILE", tmp_path / "range")
     low, high = ephemeral_range()
     assert 0 < low <= high < 65536
+    room = low - listen.SPARE_PORTS_FLOOR >= 1000 or 65535 - high >= 1000
     for _ in range(20):
         port = spare_port()
-        assert not low <= port <= high
+        if room:
+            assert not low <= port <= high
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", port))  # free: binding it succeeds
+            sock.bind(("127.0.0.1", port))  # free: binding it succeeds (with no room, it is one the OS picked)
