@@ -395,9 +395,10 @@ class AsyncPPOTrainer(RayPPOTrainer):
                 task = asyncio.create_task(self._run_group(*pair, buffer))
                 running.add(task)
                 task.add_done_callback(running.discard)
-        finally:
+        finally:  # groups still generating end here, their envs closed, before the run tears down the env pool
             for task in running:
                 task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
 
     async def _run_group(self, key: int, item: dict[str, Any], buffer: asyncio.Queue) -> None:
         """Generate one group into `buffer` (a failure goes there too, so the trainer raises it)."""

@@ -13,6 +13,7 @@ import pytest
 import skyrl_gym
 from skyrl_gym import BaseTextEnv
 from skyrl_train.entrypoints.main_base import BasePPOExp
+from skyrl_train.rollouts import DynamicSamplingError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,13 +34,22 @@ class HalfParityEnv(BaseTextEnv):
         return {"observations": [], "reward": reward, "done": True}
 
 
+class NoSignalEnv(BaseTextEnv):
+    """Reward 0 on every sample: no group ever has reward variance."""
+
+    def _step(self, action):
+        return {"observations": [], "reward": 0.0, "done": True}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def parity_env():
     skyrl_gym.register("parity_test", ParityEnv)
     skyrl_gym.register("half_parity_test", HalfParityEnv)
+    skyrl_gym.register("no_signal_test", NoSignalEnv)
     yield
     skyrl_gym.deregister("parity_test")
     skyrl_gym.deregister("half_parity_test")
+    skyrl_gym.deregister("no_signal_test")
 
 
 def _with_env(data_dir, path, env_class):
@@ -195,3 +205,20 @@ def test_a_killed_one_step_off_run_with_filter_resumes_without_losing_or_repeati
     assert len(after) == len(set(after)) and not set(before) & set(after)  # nothing used twice
     still_held = {str(item["uid"]) for item in resumed.trainer.state()["pending_prompts"]}
     assert pending <= set(after) | still_held  # nothing lost: the held prompts were generated again first
+
+
+def test_fully_async_filter_gives_up_after_max_sample_batches_saying_so(
+    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+):
+    cfg = make_config(
+        tiny_model_dir,
+        _with_env(data_dir, tmp_path, "no_signal_test"),
+        tmp_path,
+        "trainer.mode=fully_async",
+        "trainer.algorithm.dynamic_sampling.type=filter",
+        "trainer.algorithm.dynamic_sampling.max_sample_batches=2",
+        *ASYNC,
+        colocate=False,
+    )
+    with pytest.raises(DynamicSamplingError, match=r"kept 0 of the 4 prompt groups .*max_sample_batches=2"):
+        BasePPOExp(cfg).run()
