@@ -257,7 +257,7 @@ class AsyncPPOTrainer(RayPPOTrainer):
                 taken = await self._take_batch(buffer, producer, capacity, counters)
                 if taken is None:
                     break
-                groups, rollouts, taken_metrics = taken
+                groups, rollouts, dropped, sampling_counts = taken
                 idle = time.perf_counter() - waited
                 throttled, counters["throttled_s"] = counters["throttled_s"], 0.0
                 trained_version = self.weight_version  # the weights this step's update starts from
@@ -269,8 +269,8 @@ class AsyncPPOTrainer(RayPPOTrainer):
                         metrics.update(await self.sync_weights())
                 self._used([group.index for group in groups])
                 staleness = [trained_version - group.oldest_version for group in groups]
-                metrics.update(staleness_metrics(staleness, int(taken_metrics.pop("dropped")), throttled, idle))
-                metrics.update(taken_metrics)
+                metrics.update(staleness_metrics(staleness, dropped, throttled, idle))
+                metrics.update(sampling_counts)
                 async with capacity:
                     counters["steps_done"] += 1
                     capacity.notify_all()  # a step done: more groups may start
@@ -281,12 +281,12 @@ class AsyncPPOTrainer(RayPPOTrainer):
 
     async def _take_batch(
         self, buffer: asyncio.Queue, producer: asyncio.Task, capacity: asyncio.Condition, counters: dict
-    ) -> Optional[tuple[list[GroupRollout], Rollouts, dict[str, float]]]:
+    ) -> Optional[tuple[list[GroupRollout], Rollouts, int, dict[str, float]]]:
         """The step's groups and rollouts: `train_batch_size` finished groups within the staleness bound (a stale one
         goes back to be generated again, and frees its place), after dynamic sampling: `filter` leaves out each group
         without reward variance as it arrives and waits for another; `replace` fills a batch with copies of its
-        informative groups, or leaves the whole batch out and takes another. Also the step's counts (`dropped`
-        stale groups, `dynamic_sampling/*`). None when generation ended without enough groups."""
+        informative groups, or leaves the whole batch out and takes another. Also the count of stale groups dropped
+        and the `dynamic_sampling/*` metrics. None when generation ended without enough groups."""
         sampling = self.cfg.trainer.algorithm.dynamic_sampling
         trained_version = self.weight_version
         groups: list[GroupRollout] = []
@@ -320,17 +320,17 @@ class AsyncPPOTrainer(RayPPOTrainer):
             merged = merge_rollouts([group.rollouts for group in groups])
             merged.sampled_groups = sampled  # the cost includes the groups dynamic sampling left out
             if sampling.type is None:
-                return groups, merged, {"dropped": dropped}
+                return groups, merged, dropped, {}
             if sampling.type == "filter":
                 counts = self.rollouts.sampling_metrics(sampled / self.batch_size, sampled, len(groups), 0)
-                return groups, merged, {"dropped": dropped, **counts}
+                return groups, merged, dropped, counts
             replaced = replace_uninformative_groups(
                 merged.output.trajectories, sampling.min_replace_ratio, self.rollouts.rng
             )
             if replaced is not None:
                 merged.output.trajectories, count = replaced
                 counts = self.rollouts.sampling_metrics(rounds, sampled, len(groups) - count, count)
-                return groups, merged, {"dropped": dropped, **counts}
+                return groups, merged, dropped, counts
             for group in groups:
                 await self._release(group, capacity, counters, again=False)
             groups = []

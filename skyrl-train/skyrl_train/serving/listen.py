@@ -56,8 +56,9 @@ def spare_port(host: str = "127.0.0.1", attempts: int = 200) -> int:
     """A port free now that no `bind(port=0)` will be given before the caller binds it: drawn below the ephemeral
     range (or above it when there is no room below), falling back to one the OS picks."""
     low, high = ephemeral_range()
-    candidates = range(SPARE_PORTS_FLOOR, low) if low - SPARE_PORTS_FLOOR >= 1000 else range(high + 1, 65536)
-    for _ in range(attempts if len(candidates) >= 1000 else 0):
+    below, above = range(SPARE_PORTS_FLOOR, low), range(high + 1, 65536)
+    candidates = below if len(below) >= 1000 else above if len(above) >= 1000 else range(0)
+    for _ in range(attempts if candidates else 0):
         port = _draw.choice(candidates)  # not the seeded global generator: two seeded runs would collide
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
