@@ -197,14 +197,27 @@ class RayPPOTrainer:
         with timer("step"):
             with timer("generate"):
                 rollouts = await self.rollouts.collect(items)
-            metrics, generated = await self.learn(rollouts, timer)
-            with timer("weight_sync"):
-                metrics.update(await self.sync_weights())
+            metrics, generated = await self.learn(rollouts, timer, sync_in_update=self.syncs_in_update)
+            if not self.syncs_in_update:
+                with timer("weight_sync"):
+                    metrics.update(await self.sync_weights())
         return self.step_metrics(metrics, timer, generated)
 
-    async def learn(self, rollouts: Rollouts, timer: PhaseTimer) -> tuple[dict[str, float], float]:
+    @property
+    def syncs_in_update(self) -> bool:
+        """Whether a step's weight sync runs inside the policy update's own call (`train_mini_batches` with
+        `sync_weights_version`), saving the round trip to every rank that a separate sync call costs; reported as
+        `weight_sync/in_update`. Only when the engines stay awake while the policy trains (sleeping engines must wake
+        before they take weights) and no OpenAI endpoint serves the run (its requests wait during a sync, so they
+        would wait for the whole update)."""
+        return not self.engines_sleep and not self.cfg.generator.http_endpoint.enabled
+
+    async def learn(
+        self, rollouts: Rollouts, timer: PhaseTimer, sync_in_update: bool = False
+    ) -> tuple[dict[str, float], float]:
         """Everything of a step between its rollouts and the weight sync: rewards, log-probs, KL, advantages, critic
-        and policy updates. Returns the metrics and the count of generated tokens."""
+        and policy updates; with `sync_in_update`, also the weight sync, in the policy update's call. Returns the
+        metrics and the count of generated tokens."""
         if self.engines_sleep:
             await self.sleep_engines()
         with timer("reward"):
@@ -228,7 +241,7 @@ class RayPPOTrainer:
                 metrics.update(await self.train_critic(batch, returns, values))
         with timer("train_policy"):
             policy_metrics, old_logprobs = await self.train_policy(
-                batch, advantages, old_logprobs, ref_logprobs, on_policy
+                batch, advantages, old_logprobs, ref_logprobs, on_policy, sync_in_update
             )
             metrics.update(policy_metrics)
         metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
@@ -351,17 +364,27 @@ class RayPPOTrainer:
         return reduction_denominator(self.algorithm.loss_reduction, loss_mask, self.algorithm.max_seq_len)
 
     async def train_policy(
-        self, batch, advantages, old_logprobs, ref_logprobs, on_policy: bool
+        self, batch, advantages, old_logprobs, ref_logprobs, on_policy: bool, sync_in_update: bool = False
     ) -> tuple[dict[str, float], Optional[torch.Tensor]]:
         """`update_epochs_per_batch` passes over the policy mini-batches: forward_backward, then an optimizer step.
         The old log-probs are the ones given, else the update's own forward (`on_policy`, see
-        `takes_one_policy_update`), else a forward the update's call runs before its first optimizer step. Returns the
-        metrics and the old log-probs (None when `on_policy`)."""
+        `takes_one_policy_update`), else a forward the update's call runs before its first optimizer step. With
+        `sync_in_update` the same call then sends the new weights to the engines as the next version (the sync's
+        metrics join the returned ones). Returns the metrics and the old log-probs (None when `on_policy`)."""
         mini_batch_size = self.cfg.trainer.policy_mini_batch_size
         per_row = {"advantages": advantages, "old_logprobs": old_logprobs, "ref_logprobs": ref_logprobs}
         forward_first = old_logprobs is None and not on_policy
-        options = {"old_logprobs_first": True} if forward_first else {"on_policy": on_policy}
+        options: dict[str, Any] = {"old_logprobs_first": True} if forward_first else {"on_policy": on_policy}
+        if sync_in_update:
+            self.weight_version += 1
+            options["sync_weights_version"] = self.weight_version
         metrics, results = await self.train_role(self.policy, "policy", batch, mini_batch_size, per_row, **options)
+        if sync_in_update:
+            sent = next((result for result in results[-1].weight_sync or [] if result is not None), None)
+            if sent is None:
+                raise RuntimeError("the policy update was asked to sync the weights, but no rank reported a send")
+            metrics.update(await self.finish_sync(sent.report()))
+            metrics["weight_sync/in_update"] = 1.0
         if forward_first:
             old_logprobs = torch.zeros_like(batch.response_mask, dtype=torch.float32)
             for rows, result in zip(self.mini_batches(batch, mini_batch_size), results):
@@ -416,7 +439,11 @@ class RayPPOTrainer:
     async def _sync_weights(self) -> dict[str, float]:
         self.weight_version += 1
         reports = await asyncio.to_thread(self.policy.run_all, "sync_weights", self.weight_version)
-        report = reports[0]
+        return await self.finish_sync(reports[0])
+
+    async def finish_sync(self, report: dict[str, Any]) -> dict[str, float]:
+        """After rank 0 sent the weights (its `sync_weights` report): confirm every engine serves the version, verify
+        checksums when `verify_weight_sync` is on, and return the `weight_sync/*` metrics."""
         await self.weight_sync.confirm(report["version"], report.get("served_versions"))  # no round trip when given
         metrics = {
             "weight_sync/version": float(report["version"]),

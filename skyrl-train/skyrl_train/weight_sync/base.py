@@ -69,6 +69,17 @@ class SendResult:
     """The version each engine (in the sender's `engine_handles` order) acknowledged the final chunk with: what it
     serves after the sync. None when the sender did not collect the acknowledgements (`wait_engines`)."""
 
+    def report(self) -> dict[str, Any]:
+        """What the trainer reads of a send (plain data for Ray): `version`, `num_bytes`, `seconds`, `checksums`,
+        `served_versions`."""
+        return {
+            "version": self.version,
+            "num_bytes": self.num_bytes,
+            "seconds": self.seconds,
+            "checksums": self.checksums,
+            "served_versions": self.served_versions,
+        }
+
     @property
     def megabytes_per_second(self) -> float:
         """Throughput of the sync in MB/s (10^6 bytes)."""

@@ -12,6 +12,7 @@ from skyrl_train.algorithms.masked import masked_count, zero_masked
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import timed_compute
+from skyrl_train.weight_sync.base import SendResult
 from skyrl_train.weight_sync.strategy import WeightSenderHost
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
@@ -92,30 +93,44 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         Returns rank 0's send report (`version`, `num_bytes`, `seconds`, `checksums`, and `served_versions`: the
         versions the engines acknowledged, for the driver's `confirm`), None on other ranks.
         """
+        result = self._send_weights(version)
+        return None if result is None else result.report()
+
+    def _send_weights(self, version: int) -> Optional[SendResult]:
         dtype = self.weight_sender.dtype if self.rank == 0 else None
         named = self.get_weights(dtype, trainable_only=self.uses_lora)
         if self.rank != 0:
             return None
-        result = self.weight_sender.send(named, version)
-        return {
-            "version": result.version,
-            "num_bytes": result.num_bytes,
-            "seconds": result.seconds,
-            "checksums": result.checksums,
-            "served_versions": result.served_versions,
-        }
+        return self.weight_sender.send(named, version)
 
     def train_mini_batches(
         self,
         mini_batches: list[tuple[TrainingBatch, dict[str, Any]]],
         epochs: int = 1,
         old_logprobs_first: bool = False,
+        sync_weights_version: Optional[int] = None,
         **options: Any,
     ) -> list[MiniBatchResult]:
         """`BaseWorker.train_mini_batches`; with `old_logprobs_first`, this rank first runs one `forward` over all its
         mini-batch shards (the weights are still the ones the old policy means) and trains against those log-probs,
         which come back in each `MiniBatchResult.old_logprobs`: the trainer then ships the batch once, instead of
-        once for a separate forward call and again for the update."""
+        once for a separate forward call and again for the update.
+
+        With `sync_weights_version`, the updated weights are then sent to the engines as that version in the same
+        call (`sync_weights`; rank 0's `SendResult` comes back in the last result's `weight_sync`): the trainer's
+        step saves the round trip to every rank that a separate sync call costs."""
+        results = self._train(mini_batches, epochs, old_logprobs_first, **options)
+        if sync_weights_version is not None and results:
+            results[-1] = results[-1]._replace(weight_sync=self._send_weights(sync_weights_version))
+        return results
+
+    def _train(
+        self,
+        mini_batches: list[tuple[TrainingBatch, dict[str, Any]]],
+        epochs: int,
+        old_logprobs_first: bool,
+        **options: Any,
+    ) -> list[MiniBatchResult]:
         if not old_logprobs_first:
             return super().train_mini_batches(mini_batches, epochs, **options)
         if any(batch_kwargs.get("old_logprobs") is not None for _, batch_kwargs in mini_batches):

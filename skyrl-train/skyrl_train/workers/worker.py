@@ -65,6 +65,10 @@ class MiniBatchResult(NamedTuple):
     """The metrics of each optimizer step on the mini-batch, one per epoch, each with `<role>/grad_norm`."""
     old_logprobs: Optional[torch.Tensor] = None
     """The policy's log-probs of the mini-batch before the update's first optimizer step, when asked for."""
+    weight_sync: Any = None
+    """On the last mini-batch of an update that also synced the weights (`PolicyWorker.train_mini_batches` with
+    `sync_weights_version`): rank 0's `SendResult`, None on the other ranks. Not a tuple or mapping, so joining the
+    ranks' results keeps it as the list of per-rank values."""
 
 
 class BaseWorker:

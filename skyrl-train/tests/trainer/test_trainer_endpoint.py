@@ -62,5 +62,8 @@ def test_the_endpoint_serves_whole_weight_versions_while_the_policy_trains(
     assert len(experiment.seen) >= 2
     assert set(experiment.seen) <= {1, 2, 3}  # the initial sync, then one per step
     assert experiment.seen == sorted(experiment.seen)  # versions only move forward
+    # with an endpoint the sync is a call of its own (in the update, requests would wait for the whole update)
+    assert "weight_sync/in_update" not in result.history
+    assert len(result.history["timing/weight_sync"]) == 2
     with pytest.raises(openai.APIConnectionError):  # stopped with the run
         openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0).models.list()

@@ -92,12 +92,12 @@ def test_separate_placement_with_broadcast_sync(
     assert result.history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
 
 
-def test_a_step_makes_two_calls_per_policy_rank_and_asks_no_engine_for_its_version(
+def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_version(
     ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path, monkeypatch
 ):
-    """2 mini-batches x 2 epochs: the policy update (with its old-log-prob forward) is one call per rank, the weight
-    sync another, and the sync is confirmed from the engines' acknowledgements, not by asking them again. The driver
-    trains with `DRIVER_TORCH_THREADS` torch threads."""
+    """2 mini-batches x 2 epochs: the policy update (with its old-log-prob forward) and the weight sync after it are
+    one call per rank, and the sync is confirmed from the engines' acknowledgements, not by asking them again. The
+    driver trains with `DRIVER_TORCH_THREADS` torch threads."""
     calls, version_requests = [], []
     wait_all, fetch, step = WorkerGroup.wait_all, RayEngineProxy.fetch_weight_version, RayPPOTrainer.step
 
@@ -125,10 +125,13 @@ def test_a_step_makes_two_calls_per_policy_rank_and_asks_no_engine_for_its_versi
     assert torch.get_num_threads() == threads  # the driver's count is back after the run
     first_step = calls.index(("step", 1, DRIVER_TORCH_THREADS))  # small tensor work: one thread while training
     in_steps = [call for call in calls[first_step:] if call[0] != "step"]
-    assert in_steps[:4] == [("policy", "train_mini_batches", 2), ("policy", "sync_weights", 2)] * 2
-    assert [method for _, method, _ in in_steps[4:]] == ["save_hf_model"]  # the export at the end of the run
+    assert in_steps[:2] == [("policy", "train_mini_batches", 2)] * 2
+    assert [method for _, method, _ in in_steps[2:]] == ["save_hf_model"]  # the export at the end of the run
     assert version_requests == []
     history = result.history
+    assert [value for _, value in history["weight_sync/in_update"]] == [1.0, 1.0]
+    assert [value for _, value in history["weight_sync/version"]] == [2.0, 3.0]  # after the initial sync's 1
+    assert "timing/weight_sync" not in history
     assert history["policy/old_logprobs_from_update"][-1][1] == 0.0
     # the update's call computed the old log-probs before its first optimizer step and put them back in row order
     assert history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
