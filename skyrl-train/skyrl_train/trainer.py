@@ -449,6 +449,7 @@ class RayPPOTrainer:
             "weight_sync/version": float(report["version"]),
             "weight_sync/megabytes": report["num_bytes"] / 1e6,
             "weight_sync/seconds": report["seconds"],
+            "weight_sync/writer_ranks": float(report.get("writers", 1)),
         }
         if self.verify_weight_sync:
             verdict = await self.weight_sync.verify(report["checksums"])

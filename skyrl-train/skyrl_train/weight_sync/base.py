@@ -68,6 +68,9 @@ class SendResult:
     served_versions: Optional[list[int]] = None
     """The version each engine (in the sender's `engine_handles` order) acknowledged the final chunk with: what it
     serves after the sync. None when the sender did not collect the acknowledgements (`wait_engines`)."""
+    writers: int = 1
+    """Processes that wrote the payload: 1 when the sender packed gathered tensors, the policy's rank count when
+    each rank wrote its own shard (`workers.shard_send`)."""
 
     def report(self) -> dict[str, Any]:
         """What the trainer reads of a send (plain data for Ray): `version`, `num_bytes`, `seconds`, `checksums`,
@@ -78,6 +81,7 @@ class SendResult:
             "seconds": self.seconds,
             "checksums": self.checksums,
             "served_versions": self.served_versions,
+            "writers": self.writers,
         }
 
     @property
@@ -142,9 +146,7 @@ class WeightSender(abc.ABC):
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: Optional[int] = None) -> SendResult:
         """Send every tensor, cast to the engines' dtype, and make the engines serve `version` (default: last + 1)."""
-        version = self.last_version + 1 if version is None else int(version)
-        if version <= self.last_version:
-            raise ValueError(f"send: version must grow; got {version}, the engines already have {self.last_version}")
+        version = self.check_next_version(version)
         named = list(named_tensors)
         if not named:
             raise ValueError("send: named_tensors is empty; a sync must send at least one tensor")
@@ -170,6 +172,13 @@ class WeightSender(abc.ABC):
         self.last_version = version
         seconds = time.perf_counter() - start
         return SendResult(version, len(named), num_bytes, len(chunks), seconds, checksums, self._final_acks)
+
+    def check_next_version(self, version: Optional[int]) -> int:
+        """The version a send makes the engines serve: `version`, which must exceed the last one (default: last + 1)."""
+        version = self.last_version + 1 if version is None else int(version)
+        if version <= self.last_version:
+            raise ValueError(f"send: version must grow; got {version}, the engines already have {self.last_version}")
+        return version
 
     @abc.abstractmethod
     def send_chunk(self, tensors: list[torch.Tensor], chunk: WeightChunk) -> None:

@@ -15,18 +15,21 @@ first touching it on both sides, and the resource-tracker messages of creating, 
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any, Optional
 
 import ray
 import torch
 
-from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSender, WeightSyncError
+from skyrl_train.utils.checksum import tensor_checksum
+from skyrl_train.weight_sync.base import SendResult, WeightChunk, WeightReceiver, WeightSender, WeightSyncError
 from skyrl_train.weight_sync.chunks import dtype_from_name, unpack
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy, register_weight_sync_strategy
 
 
-def _attach(name: str) -> shared_memory.SharedMemory:
+def attach_block(name: str) -> shared_memory.SharedMemory:
     """Map an existing block without adopting it: the sender owns (and unlinks) it."""
     try:
         return shared_memory.SharedMemory(name=name, track=False)  # Python >= 3.13
@@ -54,7 +57,7 @@ class SharedMemorySender(WeightSender):
     def send_chunk(self, tensors: list[torch.Tensor], chunk: WeightChunk) -> None:
         """Pack the chunk into the block (a bigger one when it does not fit) and return once every engine copied it."""
         nbytes = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
-        block = self._block_for(nbytes)
+        block = self.block_for(nbytes)
         if nbytes:  # a chunk of empty tensors has nothing to pack
             target = torch.frombuffer(block.buf, dtype=torch.uint8, count=nbytes)
             offset = 0
@@ -66,7 +69,39 @@ class SharedMemorySender(WeightSender):
         chunk.payload = {"shm_name": block.name, "nbytes": nbytes}
         self.wait_engines(self.notify_engines(chunk), chunk)
 
-    def _block_for(self, nbytes: int) -> shared_memory.SharedMemory:
+    def send_written(self, plan: Any, version: int, write: Callable[[int], None], writers: int) -> SendResult:
+        """Send chunks that the policy ranks write into this sender's block themselves (`workers.shard_send`):
+        for each chunk of `plan`, `write(index)` returns once every rank's part is in the block, then the engines
+        copy it. `plan` has `block_name`, `dtype` and `chunks` (per chunk, `(name, shape, byte offset)`)."""
+        version = self.check_next_version(version)
+        if self.block is None or self.block.name != plan.block_name:
+            raise WeightSyncError(f"shm sender: the plan's block {plan.block_name} is not this sender's block")
+        start = time.perf_counter()
+        checksums: Optional[dict[str, float]] = {} if self.compute_checksums else None
+        num_bytes = num_tensors = 0
+        self._final_acks = None
+        for index, placed in enumerate(plan.chunks):
+            write(index)
+            names, shapes = [name for name, _, _ in placed], [tuple(shape) for _, shape, _ in placed]
+            nbytes = plan.chunk_bytes(index)
+            if checksums is not None:
+                raw = torch.frombuffer(self.block.buf, dtype=torch.uint8, count=nbytes)
+                tensors = unpack(raw.view(dtype_from_name(plan.dtype)), names, shapes)
+                checksums.update((name, tensor_checksum(tensor)) for name, tensor in tensors)
+                del raw, tensors
+            chunk = WeightChunk(version, index, index == len(plan.chunks) - 1, names, shapes, plan.dtype)
+            chunk.payload = {"shm_name": self.block.name, "nbytes": nbytes}
+            self.wait_engines(self.notify_engines(chunk), chunk)
+            num_bytes += nbytes
+            num_tensors += len(names)
+        self.last_version = version
+        seconds = time.perf_counter() - start
+        return SendResult(
+            version, num_tensors, num_bytes, len(plan.chunks), seconds, checksums, self._final_acks, writers
+        )
+
+    def block_for(self, nbytes: int) -> shared_memory.SharedMemory:
+        """The sender's block, replaced by a bigger one when it holds fewer than `nbytes` bytes."""
         if self.block is not None and self.block.size < nbytes:
             self._release()
         if self.block is None:
@@ -104,7 +139,7 @@ class SharedMemoryReceiver(WeightReceiver):
         if self.block is not None and self.block.name != name:  # the sender replaced its block with a bigger one
             self.close()
         if self.block is None:
-            self.block = _attach(name)
+            self.block = attach_block(name)
         return self.block
 
     def close(self) -> None:

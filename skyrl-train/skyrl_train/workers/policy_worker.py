@@ -17,6 +17,7 @@ from skyrl_train.weight_sync.strategy import WeightSenderHost
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
 from skyrl_train.workers.policy_objective import ObjectiveSettings, policy_objective
+from skyrl_train.workers.shard_send import ShardedSend
 from skyrl_train.workers.worker import BaseWorker, MiniBatchResult
 
 
@@ -85,6 +86,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
     and `sync_weights` to the inference engines (rank 0 holds the weight-sync sender)."""
 
     trainable = True
+    _shard_send: Optional[ShardedSend] = None
 
     def sync_weights(self, version: int) -> Optional[dict[str, Any]]:
         """Gather the full weights (every rank takes part) and, on rank 0, send them to the engines as `version`.
@@ -97,6 +99,18 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         return None if result is None else result.report()
 
     def _send_weights(self, version: int) -> Optional[SendResult]:
+        """Every rank: send the weights as `version`; rank 0's `SendResult`, None elsewhere. With an `shm` sender
+        and an FSDP2 model every rank writes its own rows into the shared block (`workers.shard_send`), else rank 0
+        gathers the model and sends it."""
+        writable = getattr(self.strategy, "shard_writable_state", None)
+        state = writable() if writable is not None and not self.uses_lora else None  # alike on every rank
+        if state is not None:
+            if self._shard_send is None:
+                self._shard_send = ShardedSend(self.rank, self.world_size)
+            sender = self.weight_sender if self.rank == 0 else None
+            plan = self._shard_send.agree(self._shard_send.propose(sender, state) if self.rank == 0 else None)
+            if plan is not None:
+                return self._shard_send.send(state, sender, version)
         dtype = self.weight_sender.dtype if self.rank == 0 else None
         named = self.get_weights(dtype, trainable_only=self.uses_lora)
         if self.rank != 0:

@@ -61,6 +61,7 @@ def test_one_step_per_estimator_trains_and_syncs(
     assert math.isfinite(loss)
     assert history["weight_sync/verified_tensors"][-1][1] > 0  # checksums of every engine matched the policy
     assert history["weight_sync/version"][-1][1] == 2.0  # initial sync, then one per step
+    assert history["weight_sync/writer_ranks"][-1][1] == 2.0  # shm: each FSDP2 rank wrote its own rows
     assert history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
     one_update = "trainer.policy_mini_batch_size=4" in extra
     assert history["policy/old_logprobs_from_update"][-1][1] == float(one_update)
@@ -89,6 +90,7 @@ def test_separate_placement_with_broadcast_sync(
     # set-up objects sit in the GC's permanent generation during the loop only
     assert frozen_during_steps and frozen_during_steps[0] > 0 and gc.get_freeze_count() == 0
     assert result.history["weight_sync/verified_tensors"][-1][1] > 0
+    assert result.history["weight_sync/writer_ranks"][-1][1] == 1.0  # broadcast: rank 0 gathers and sends
     assert result.history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
 
 

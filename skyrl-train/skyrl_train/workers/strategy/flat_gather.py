@@ -98,3 +98,19 @@ def flat_full_state_dict(model: torch.nn.Module) -> Optional[dict[str, torch.Ten
                 offsets[r] += count
             full[name] = torch.cat(pieces).reshape(value.shape)
     return full
+
+
+def writable_state(model: torch.nn.Module, world_size: int) -> Optional[dict[str, torch.Tensor]]:
+    """The model's state dict when every rank can write its part of each entry on its own (each DTensor a dim-0
+    shard of a 1-D CPU mesh over all ranks, every other entry a CPU tensor that rank 0 writes whole); else None."""
+    state = model.state_dict()
+    for value in state.values():
+        if value.device.type != "cpu":
+            return None
+        if isinstance(value, DTensor) and (
+            value.device_mesh.ndim != 1
+            or value.device_mesh.size() != world_size
+            or tuple(value.placements) != (Shard(0),)
+        ):
+            return None
+    return state

@@ -34,7 +34,7 @@ from skyrl_train.models.loading import resolve_dtype
 from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
 from skyrl_train.utils.plain_values import to_jsonable
 from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
-from skyrl_train.workers.strategy.flat_gather import flat_full_state_dict
+from skyrl_train.workers.strategy.flat_gather import flat_full_state_dict, writable_state
 from skyrl_train.workers.strategy.optimizer import build_optimizer, build_scheduler, current_lr
 
 logger = logging.getLogger(__name__)
@@ -231,6 +231,11 @@ class FSDP2Strategy:
             return gathered
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(self.model, options=options)
+
+    def shard_writable_state(self) -> Optional[dict[str, torch.Tensor]]:
+        """The model's state when every rank can write its own rows of it into a shared block (weight sync without
+        the gather, `workers.shard_send`), else None."""
+        return writable_state(self.model, self.world_size)
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """The trained parameters only (the LoRA adapters of a peft model), whole, on CPU on rank 0 ({} on the other

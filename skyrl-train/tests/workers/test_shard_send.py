@@ -1,0 +1,83 @@
+"""Weight sync without the gather (`workers.shard_send`): two FSDP2 policy ranks write their own rows into the `shm`
+block, in many chunks, and two bf16 engine actors that started from another model must then hold exactly what the
+general path (a gather on rank 0, cast to bf16) would have sent: before, after a plain sync, after a second one
+(the plan is reused), and after a sync inside the update call that changed the weights."""
+
+import asyncio
+
+import pytest
+import torch
+
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.inference.ray_engine import create_engine_actors
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+from skyrl_train.utils.checksum import tensor_checksum
+from skyrl_train.weight_sync import WeightSyncError, make_weight_sync_strategy
+from skyrl_train.workers import PolicyWorker, WorkerGroup
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ENGINE_CFG = {
+    "generator": {"inference_engine": {"backend": "hf", "model_dtype": "bfloat16"}},
+    "trainer": {"device": "cpu"},
+}
+CHUNK_BYTES = 16 * 1024  # the size-1 model is ~0.2 MB in bf16: a sync moves many chunks
+
+
+def _policy_config(model_dir):
+    overrides = [
+        "trainer.device=cpu",
+        f"trainer.policy.model.path={model_dir}",
+        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
+        "trainer.policy.optimizer.lr=1e-2",
+        "trainer.algorithm.use_kl_loss=false",
+        "trainer.micro_train_batch_size_per_gpu=2",
+        "trainer.micro_forward_batch_size_per_gpu=2",
+    ]
+    return SkyRLConfig.from_cli_overrides(overrides, validate=False)
+
+
+@pytest.fixture(scope="module")
+def parts(ray_cluster, tiny_model_dir, tmp_path_factory):
+    other = tmp_path_factory.mktemp("other_model")
+    build_tiny_model(TinyModelSpec(size=1), seed=1).save_pretrained(other)
+    save_tokenizer(build_char_tokenizer(), other)
+    group = WorkerGroup("policy", PolicyWorker, 2, _policy_config(tiny_model_dir))
+    group.init_model(num_training_steps=4)
+    engines = create_engine_actors(2, str(other), ENGINE_CFG)
+    strategy = make_weight_sync_strategy("shm", chunk_bytes=CHUNK_BYTES, compute_checksums=True, timeout_s=60)
+    asyncio.run(strategy.init(sender=group.actors[0], engines=engines))
+    yield group, strategy
+    group.shutdown()
+    for engine in engines:
+        engine.handle.__ray_terminate__.remote()
+
+
+def _gathered_checksums(group):
+    """What the general path sends: rank 0's gathered model cast to the engines' bf16."""
+    return {name: tensor_checksum(tensor) for name, tensor in group.run_all("get_weights", "bfloat16")[0]}
+
+
+def test_each_rank_writes_its_rows_and_the_engines_get_the_gathered_model(parts, make_batch):
+    group, strategy = parts
+    expected = _gathered_checksums(group)
+    with pytest.raises(WeightSyncError, match="differ"):  # the engines hold another model so far
+        asyncio.run(strategy.verify(expected))
+    for version in (1, 2):  # the second sync reuses the agreed plan
+        reports = group.run_all("sync_weights", version)
+        assert reports[1] is None
+        report = reports[0]
+        assert report["writers"] == 2  # both ranks wrote: nothing was gathered
+        assert report["version"] == version and report["served_versions"] == [version, version]
+        assert asyncio.run(strategy.verify(expected)).num_checked > 0
+        assert asyncio.run(strategy.verify(report["checksums"])).ok
+
+    batch = make_batch(rows=4)
+    arguments = {"advantages": torch.ones_like(batch.response_mask, dtype=torch.float32), "old_logprobs": None}
+    results = group.run_sharded_each("train_mini_batches", [(batch, arguments)], on_policy=True, sync_weights_version=3)
+    sent = [result for result in results[-1].weight_sync if result is not None]
+    assert len(sent) == 1 and sent[0].writers == 2 and sent[0].version == 3 and sent[0].num_chunks > 1
+    trained = _gathered_checksums(group)
+    assert trained != expected  # the update changed the weights
+    assert asyncio.run(strategy.verify(trained)).num_checked > 0
