@@ -28,6 +28,7 @@ class BaseTextEnvStepOutput(TypedDict):
 
 
 _STEP_KEYS = ("observations", "reward", "done", "metadata", "postprocessed_action")
+_STEP_KEY_SET = frozenset(_STEP_KEYS)
 
 
 def check_step_output(output: Any, env_name: str = "env") -> BaseTextEnvStepOutput:
@@ -40,7 +41,7 @@ def check_step_output(output: Any, env_name: str = "env") -> BaseTextEnvStepOutp
         raise EnvOutputError(
             f"{env_name}.step returned {type(output).__name__}; expected a dict with keys {_STEP_KEYS}"
         )
-    unknown = set(output) - set(_STEP_KEYS)
+    unknown = output.keys() - _STEP_KEY_SET
     if unknown:
         raise EnvOutputError(f"{env_name}.step returned unknown keys {sorted(unknown)}; allowed keys are {_STEP_KEYS}")
     for key in ("observations", "reward", "done"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -30,8 +31,8 @@ class EnvSpec:
         module_name, sep, attr = self.entry_point.partition(":")
         if not sep or not module_name or not attr:
             raise RegistrationError(f"env '{self.id}': entry point {self.entry_point!r} is not 'module:Attr'")
-        try:
-            module = importlib.import_module(module_name)
+        try:  # an env is made per episode: a module imported already is looked up without the import machinery
+            module = sys.modules.get(module_name) or importlib.import_module(module_name)
         except ImportError as exc:
             raise RegistrationError(
                 f"env '{self.id}': cannot import module '{module_name}' of entry point {self.entry_point!r}: {exc}"

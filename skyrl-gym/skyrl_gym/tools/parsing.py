@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -46,9 +47,14 @@ def parse_tool_calls(text: str) -> list[ParsedToolCall]:
     return calls
 
 
+@functools.lru_cache(maxsize=256)
+def _tag_pattern(tag: str) -> re.Pattern:
+    return re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL)
+
+
 def extract_tag(text: str, tag: str, last: bool = True) -> Optional[str]:
     """Return the stripped content of the last (or first) `<tag>...</tag>` block, or None if there is none."""
-    matches = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, flags=re.DOTALL)
+    matches = _tag_pattern(tag).findall(text)
     if not matches:
         return None
     return (matches[-1] if last else matches[0]).strip()
