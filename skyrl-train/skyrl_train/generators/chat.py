@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from array import array
+from collections import OrderedDict
 from typing import Any, Optional
 
 from transformers import PreTrainedTokenizerBase
@@ -62,6 +64,56 @@ def conversation_key(messages: Messages, tools: Optional[list[dict]]) -> Any:
     if tools is None and flat:
         return tuple(tuple(sorted(message.items())) for message in messages)
     return json.dumps([messages, tools], sort_keys=True, default=repr)
+
+
+class PromptIdsCache:
+    """Chat-templated prompt ids by `conversation_key`, so a run that sees a prompt again (every epoch after the
+    first, every evaluation) templates and tokenizes it once. Once the cached ids pass `max_tokens` tokens the least
+    recently used prompts are dropped (ids are kept as 8-byte arrays: the default holds at most 16 MB)."""
+
+    def __init__(self, max_tokens: int = 2_000_000) -> None:
+        self.max_tokens = max_tokens
+        self.tokens = 0
+        self.hits = 0
+        self.misses = 0
+        self._ids: OrderedDict[Any, array] = OrderedDict()
+
+    def prompt_ids(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        conversations: dict[Any, tuple[Messages, Optional[list[dict]]]],
+        chat_template_kwargs: Optional[dict[str, Any]] = None,
+    ) -> dict[Any, list[int]]:
+        """`prompt_token_ids` of each `conversation_key -> (messages, tools)`; the ones not cached are tokenized in
+        one `prompt_token_ids_batch` call. The tokenizer and `chat_template_kwargs` must be the same on every call."""
+        found: dict[Any, list[int]] = {}
+        missing = []
+        for key in conversations:
+            cached = self._ids.get(key)
+            if cached is None:
+                missing.append(key)
+            else:
+                self._ids.move_to_end(key)
+                found[key] = cached.tolist()
+        self.hits += len(found)
+        self.misses += len(missing)
+        fresh = prompt_token_ids_batch(tokenizer, [conversations[key] for key in missing], chat_template_kwargs)
+        for key, ids in zip(missing, fresh):
+            found[key] = ids
+            self._keep(key, ids)
+        return found
+
+    def _keep(self, key: Any, ids: list[int]) -> None:
+        if len(ids) > self.max_tokens:
+            return
+        self._ids[key] = array("q", ids)
+        self.tokens += len(ids)
+        while self.tokens > self.max_tokens:
+            _, dropped = self._ids.popitem(last=False)
+            self.tokens -= len(dropped)
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
 
 class ObservationRenderer:

@@ -22,9 +22,9 @@ from skyrl_gym import check_step_output, failed_step
 from skyrl_train.generators.base import GeneratorInterface
 from skyrl_train.generators.chat import (
     ObservationRenderer,
+    PromptIdsCache,
     conversation_key,
     prompt_token_ids,
-    prompt_token_ids_batch,
 )
 from skyrl_train.generators.env_pool import EnvCallResult, EnvPool
 from skyrl_train.generators.metrics import rollout_metrics
@@ -134,6 +134,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             ObservationRenderer(tokenizer, settings.chat_template_kwargs) if settings.max_turns > 1 else None
         )
         self.env_pool = EnvPool(settings.max_env_workers, settings.env_step_timeout_s)
+        self.prompt_ids = PromptIdsCache()  # single-turn prompts seen again are not templated again
         self._llm_seconds = 0.0
         self._reported_env_failures: set[str] = set()
 
@@ -374,8 +375,7 @@ class SkyRLGymGenerator(GeneratorInterface):
             messages, tools = inits[i][0], inits[i][1].get("tools")
             keys.append(conversation_key(messages, tools))
             conversations.setdefault(keys[-1], (messages, tools))
-        ids = prompt_token_ids_batch(self.tokenizer, list(conversations.values()), self.settings.chat_template_kwargs)
-        templated = dict(zip(conversations, ids))
+        templated = self.prompt_ids.prompt_ids(self.tokenizer, conversations, self.settings.chat_template_kwargs)
         prompts = [list(templated[key]) for key in keys]
         out = None
         if live:
