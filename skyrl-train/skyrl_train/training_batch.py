@@ -187,6 +187,27 @@ class _NarrowedIntegers:
     dtype: str  # numpy's name of the tensor's own type: "int64" or "int32"
 
 
+class TensorOnWire:
+    """A tensor travelling to or from an actor as `TrainingBatch`'s tensors do (a numpy array, integers narrowed),
+    arriving as a writable tensor. Plain tensors are pickled by torch, which `torch.save`s each storage into bytes
+    on one side and loads it on the other; on the quickstart's update calls (advantages and old log-probs per
+    mini-batch) that was a visible part of the driver's own time. Use it only at the actor boundary: it is a
+    tensor again only once pickled and unpickled."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __reduce__(self) -> tuple:
+        return (_from_wire, (_to_wire(self.tensor),))
+
+
+def on_wire(value: Any) -> Any:
+    """`value` as a `TensorOnWire` when it is a tensor, else `value` itself."""
+    return TensorOnWire(value) if isinstance(value, torch.Tensor) else value
+
+
 def _to_wire(value: Any) -> Any:
     """A CPU tensor numpy can hold, as a numpy array (integers in the narrowest type that holds their values,
     wrapped with their own dtype); anything else (CUDA, bfloat16, non-tensors) unchanged."""

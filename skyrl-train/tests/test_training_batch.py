@@ -164,6 +164,41 @@ def test_integer_tensors_travel_narrowed_and_come_back_with_their_own_dtype_and_
     assert 2 * narrowed < 100 * 1024
 
 
+def test_tensor_arguments_and_update_results_travel_as_numpy_and_arrive_as_writable_tensors():
+    import pickle
+
+    from skyrl_train.training_batch import TensorOnWire, on_wire
+    from skyrl_train.workers.worker import MiniBatchResult
+
+    arguments = {
+        "advantages": torch.randn(4, 3),
+        "ids": torch.tensor([[1, 300]]),  # int64 in memory, int16 on the wire
+        "half": torch.ones(2, dtype=torch.bfloat16),  # numpy has no bfloat16: pickled by torch
+        "denominator": 12.0,
+        "none": None,
+    }
+    wrapped = {name: on_wire(value) for name, value in arguments.items()}
+    assert isinstance(wrapped["advantages"], TensorOnWire) and wrapped["denominator"] == 12.0
+    payload = pickle.dumps(wrapped, protocol=5)
+    numpy_only = pickle.dumps({name: value for name, value in wrapped.items() if name != "half"}, protocol=5)
+    assert b"torch.storage" not in numpy_only and b"torch.storage" in pickle.dumps(arguments["advantages"])
+    arrived = pickle.loads(payload)
+    for name, value in arguments.items():
+        if isinstance(value, torch.Tensor):
+            assert arrived[name].dtype == value.dtype and torch.equal(arrived[name], value), name
+        else:
+            assert arrived[name] == value, name
+    arrived["advantages"][0, 0] = 5.0  # writable
+
+    result = MiniBatchResult(({"policy/loss": 0.5},), torch.randn(2, 3), None)
+    payload = pickle.dumps(result, protocol=5)
+    assert b"torch.storage" not in payload
+    back = pickle.loads(payload)
+    assert isinstance(back, MiniBatchResult) and back.steps == result.steps and back.weight_sync is None
+    assert torch.equal(back.old_logprobs, result.old_logprobs)
+    assert pickle.loads(pickle.dumps(MiniBatchResult(({},)))).old_logprobs is None
+
+
 def test_concat_puts_selections_of_one_batch_back_together():
     batch = TrainingBatch.from_trajectories(
         [

@@ -10,7 +10,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from skyrl_train.config.root import SkyRLConfig
-from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.training_batch import TrainingBatch, on_wire
 from skyrl_train.utils.threads import actor_threads
 from skyrl_train.workers.dispatch import ShardableBatch, data_parallel_ranks, join_results, shard_arguments
 
@@ -98,7 +98,7 @@ class WorkerGroup:
         each, and join the results: tensors concatenated in row order, metric dicts averaged (see `dispatch`)."""
         shards = shard_arguments(batch, self.world_size // self.model_parallel_size, kwargs)
         refs = [
-            getattr(actor, method).remote(shards[dp][0], **shards[dp][1])
+            getattr(actor, method).remote(shards[dp][0], **_on_wire(shards[dp][1]))
             for actor, dp in zip(self.actors, self.data_parallel_ranks)
         ]
         results = self.wait_all(refs, method)
@@ -111,7 +111,13 @@ class WorkerGroup:
         `run_sharded` splits it, and each rank gets all its shards at once, `method([(shard, shard_kwargs), ...],
         **kwargs)`, which returns one result per shard. Returns the joined result of each call, in order."""
         num_shards = self.world_size // self.model_parallel_size
-        sharded = [shard_arguments(batch, num_shards, batch_kwargs) for batch, batch_kwargs in calls]
+        sharded = [
+            [
+                (shard, _on_wire(shard_kwargs))
+                for shard, shard_kwargs in shard_arguments(batch, num_shards, batch_kwargs)
+            ]
+            for batch, batch_kwargs in calls
+        ]
         refs = [
             getattr(actor, method).remote([shards[dp] for shards in sharded], **kwargs)
             for actor, dp in zip(self.actors, self.data_parallel_ranks)
@@ -156,3 +162,8 @@ class WorkerGroup:
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
+
+
+def _on_wire(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of an actor call with their tensors as `TensorOnWire` (numpy on the wire)."""
+    return {name: on_wire(value) for name, value in kwargs.items()}

@@ -19,7 +19,7 @@ from skyrl_train.algorithms.registry import import_user_registrations
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 from skyrl_train.models.lora import LoRASettings, apply_lora
-from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.training_batch import TrainingBatch, on_wire
 from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
 from skyrl_train.workers.accounting import reduction_denominator
 from skyrl_train.workers.distributed import free_port, init_process_group, node_ip, resolve_device
@@ -69,6 +69,10 @@ class MiniBatchResult(NamedTuple):
     """On the last mini-batch of an update that also synced the weights (`PolicyWorker.train_mini_batches` with
     `sync_weights_version`): rank 0's `SendResult`, None on the other ranks. Not a tuple or mapping, so joining the
     ranks' results keeps it as the list of per-rank values."""
+
+    def __reduce__(self) -> tuple:
+        """Pickled with `old_logprobs` as a `TensorOnWire` (numpy on the wire, a tensor again on arrival)."""
+        return (MiniBatchResult, (self.steps, on_wire(self.old_logprobs), self.weight_sync))
 
 
 class BaseWorker:
