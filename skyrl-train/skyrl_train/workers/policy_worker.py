@@ -108,7 +108,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             if self._shard_send is None:
                 self._shard_send = ShardedSend(self.rank, self.world_size)
             sender = self.weight_sender if self.rank == 0 else None
-            plan = self._shard_send.agree(self._shard_send.propose(sender, state) if self.rank == 0 else None)
+            plan = self._shard_send.agree(self._shard_send.propose(sender, state, version) if self.rank == 0 else None)
             if plan is not None:
                 return self._shard_send.send(state, sender, version)
         dtype = self.weight_sender.dtype if self.rank == 0 else None

@@ -73,6 +73,11 @@ def test_each_rank_writes_its_rows_and_the_engines_get_the_gathered_model(parts,
         assert asyncio.run(strategy.verify(expected)).num_checked > 0
         assert asyncio.run(strategy.verify(report["checksums"])).ok
 
+    # a version the sender refuses fails on rank 0 without leaving rank 1 in a barrier: the general path raises
+    # after both ranks left the gather, and the group keeps working
+    with pytest.raises(Exception, match="version must grow"):
+        group.run_all("sync_weights", 2)
+
     batch = make_batch(rows=4)
     arguments = {"advantages": torch.ones_like(batch.response_mask, dtype=torch.float32), "old_logprobs": None}
     results = group.run_sharded_each("train_mini_batches", [(batch, arguments)], on_policy=True, sync_weights_version=3)
