@@ -89,8 +89,9 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
     _shard_send: Optional[ShardedSend] = None
 
     def sync_weights(self, version: int) -> Optional[dict[str, Any]]:
-        """Gather the full weights (every rank takes part) and, on rank 0, send them to the engines as `version`.
-        A LoRA policy sends only its adapters: the engines hold the same frozen base weights.
+        """Send the weights to the engines as `version`; every rank takes part (`_send_weights`: each rank writes its
+        own rows into an `shm` block, else rank 0 gathers them). A LoRA policy sends only its adapters: the engines
+        hold the same frozen base weights.
 
         Returns rank 0's send report (`version`, `num_bytes`, `seconds`, `checksums`, and `served_versions`: the
         versions the engines acknowledged, for the driver's `confirm`), None on other ranks.
