@@ -43,6 +43,8 @@ NOT_IN_SHORT_RUN = {
     "eval/reward/": "only with a reward manager or model: skyrl-train/tests/test_evaluation.py",
     "timing/trainer_idle": "only with trainer.mode one_step_off / fully_async: tests/trainer/test_trainer_async.py",
     "timing/wait_generation": "only with trainer.mode=one_step_off: skyrl_train/async_trainer.py",
+    "timing/weight_sync": "only when the sync is a call of its own (async modes, an OpenAI endpoint, engines that "
+    "sleep while training); this run syncs inside the update call: tests/trainer/test_trainer_endpoint.py",
 }
 
 
