@@ -72,10 +72,9 @@ class SharedMemorySender(WeightSender):
     def send_written(self, plan: Any, version: int, write: Callable[[int], None], writers: int) -> SendResult:
         """Send chunks that the policy ranks write into this sender's block themselves (`workers.shard_send`):
         for each chunk of `plan`, `write(index)` returns once every rank's part is in the block, then the engines
-        copy it. `plan` has `block_name`, `dtype` and `chunks` (per chunk, `(name, shape, byte offset)`)."""
+        copy it. `plan` has `dtype` and `chunks` (per chunk, `(name, shape, byte offset)`) and was made for this sender's
+        current block (`ShardedSend.propose` sizes it with `block_for`)."""
         version = self.check_next_version(version)
-        if self.block is None or self.block.name != plan.block_name:
-            raise WeightSyncError(f"shm sender: the plan's block {plan.block_name} is not this sender's block")
         start = time.perf_counter()
         checksums: Optional[dict[str, float]] = {} if self.compute_checksums else None
         num_bytes = num_tensors = 0

@@ -67,16 +67,15 @@ class ShardedSend:
         other ranks would wait in a barrier for a rank that gave up)."""
         if state is None or not isinstance(sender, SharedMemorySender) or version <= sender.last_version:
             return None
-        named = list(state.items())
-        chunks = plan_chunks(named, sender.chunk_bytes, sender.dtype)
-        block = sender.block_for(max(sum(nbytes_as(value, sender.dtype) for _, value in chunk) for chunk in chunks))
-        layout = []
-        for chunk in chunks:
+        layout, sizes = [], []
+        for chunk in plan_chunks(list(state.items()), sender.chunk_bytes, sender.dtype):
             offset, placed = 0, []
             for name, value in chunk:
                 placed.append((name, tuple(value.shape), offset))
                 offset += nbytes_as(value, sender.dtype)
             layout.append(tuple(placed))
+            sizes.append(offset)
+        block = sender.block_for(max(sizes))
         key = (id(sender), block.name, tuple(layout))
         if key != self._proposed_for:
             self._proposals += 1
