@@ -212,6 +212,15 @@ class RayPPOTrainer:
         would wait for the whole update)."""
         return not self.engines_sleep and not self.cfg.generator.http_endpoint.enabled
 
+    @property
+    def defers_weight_install(self) -> bool:
+        """Whether a sync inside the update leaves the engines' installation of its final chunk to their next
+        generate call (`WeightSyncStrategy.defer_install`), which saves the engines' notify/acknowledge round trip
+        after the update; reported as `weight_sync/installed_at_generate`. Only when the sync runs in the update, no
+        checksum verification follows it (that reads the installed weights at once), and every engine is a proxy that
+        can carry the chunk. Senders that gather ignore it (their engines install before the send returns)."""
+        return self.syncs_in_update and not self.verify_weight_sync and self.weight_sync.can_defer_install()
+
     async def learn(
         self, rollouts: Rollouts, timer: PhaseTimer, sync_in_update: bool = False
     ) -> tuple[dict[str, float], float]:
@@ -376,8 +385,10 @@ class RayPPOTrainer:
         forward_first = old_logprobs is None and not on_policy
         options: dict[str, Any] = {"old_logprobs_first": True} if forward_first else {"on_policy": on_policy}
         if sync_in_update:
+            await self.weight_sync.install_deferred()  # the last sync's payload is about to be overwritten
             self.weight_version += 1
             options["sync_weights_version"] = self.weight_version
+            options["defer_weight_install"] = self.defers_weight_install
         metrics, results = await self.train_role(self.policy, "policy", batch, mini_batch_size, per_row, **options)
         if sync_in_update:
             sent = next((result for result in results[-1].weight_sync or [] if result is not None), None)
@@ -437,15 +448,22 @@ class RayPPOTrainer:
             self.endpoint_gate.open()
 
     async def _sync_weights(self) -> dict[str, float]:
+        await self.weight_sync.install_deferred()
         self.weight_version += 1
         reports = await asyncio.to_thread(self.policy.run_all, "sync_weights", self.weight_version)
         return await self.finish_sync(reports[0])
 
     async def finish_sync(self, report: dict[str, Any]) -> dict[str, float]:
         """After rank 0 sent the weights (its `sync_weights` report): confirm every engine serves the version, verify
-        checksums when `verify_weight_sync` is on, and return the `weight_sync/*` metrics."""
-        await self.weight_sync.confirm(report["version"], report.get("served_versions"))  # no round trip when given
+        checksums when `verify_weight_sync` is on, and return the `weight_sync/*` metrics. A deferred final chunk
+        (`report["deferred"]`) goes to the engines' proxies instead, which confirm the version at the next generate."""
+        deferred = report.get("deferred")
+        if deferred is not None:
+            self.weight_sync.defer_install(report["version"], deferred)
+        else:
+            await self.weight_sync.confirm(report["version"], report.get("served_versions"))  # no round trip if given
         metrics = {
+            "weight_sync/installed_at_generate": float(deferred is not None),
             "weight_sync/version": float(report["version"]),
             "weight_sync/megabytes": report["num_bytes"] / 1e6,
             "weight_sync/seconds": report["seconds"],

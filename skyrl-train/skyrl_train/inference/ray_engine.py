@@ -33,7 +33,7 @@ from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOut
 from skyrl_train.models.loading import resolve_dtype
 from skyrl_train.utils.registry import Registry
 from skyrl_train.utils.threads import actor_threads
-from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver
+from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSyncError
 from skyrl_train.weight_sync.chunks import dtype_name
 from skyrl_train.weight_sync.strategy import make_receiver
 
@@ -235,6 +235,7 @@ class EngineActor:
         builder: Callable[[EngineSettings], InferenceEngine] = ENGINE_BUILDERS.get(settings.backend)
         self.engine = builder(settings)
         self.receiver: Optional[WeightReceiver] = None
+        self._installing: Optional[asyncio.Lock] = None  # made in the actor's event loop, on first use
 
     async def engine_info(self) -> dict[str, Any]:
         """Node, process, dtype, device and served version (what weight-sync coordinators need to know)."""
@@ -252,12 +253,27 @@ class EngineActor:
             "sync_ranks": int(getattr(self.engine, "weight_sync_ranks", 1)),
         }
 
-    async def generate_pickled(self, request: bytes) -> bytes:
+    async def generate_pickled(self, request: bytes, weights: Optional[WeightChunk] = None) -> bytes:
         """`generate` with the request and the output pickled as one bytes object each (what `RayEngineProxy`
         sends): Ray serialises a bytes object with almost no work, while an output's nested lists (ids, log-probs
-        and versions per sample) cost it more than pickle does."""
+        and versions per sample) cost it more than pickle does.
+
+        `weights` is the final chunk of a sync whose installation was left to this call (`SendResult.deferred`):
+        it is installed first unless the engine already serves its version (an earlier call installed it)."""
+        if weights is not None:
+            await self.install_if_behind(weights)
         output = await self.engine.generate(pickle.loads(request))
         return pickle.dumps(output, protocol=pickle.HIGHEST_PROTOCOL)
+
+    async def install_if_behind(self, chunk: WeightChunk) -> int:
+        """Receive `chunk` (the final chunk of a sync) unless the engine already serves its version; concurrent
+        callers install it once. Returns the version served afterwards."""
+        if self._installing is None:
+            self._installing = asyncio.Lock()
+        async with self._installing:
+            if self.engine.weight_version < chunk.version:
+                await self.receive_weights(chunk)
+        return self.engine.weight_version
 
     async def take_compute_seconds(self) -> dict[str, float]:
         """The engine's compute seconds since the last call (`{}` for engines without a `compute_clock`)."""
@@ -317,6 +333,7 @@ class RayEngineProxy(InferenceEngine):
     def __init__(self, handle: Any, version: int = 0) -> None:
         self.handle = handle
         self._version = version
+        self._pending_weights: Optional[WeightChunk] = None
 
     @property
     def weight_version(self) -> int:
@@ -332,12 +349,43 @@ class RayEngineProxy(InferenceEngine):
         """Remember `version` as served, as the actor reported it otherwise (e.g. in a weight-sync acknowledgement)."""
         self._version = int(version)
 
+    def install_before_generate(self, chunk: WeightChunk) -> None:
+        """Have the actor install `chunk` (the final chunk of a sync, `SendResult.deferred`) at the start of the next
+        generate call; `install_pending_weights` installs it without one."""
+        self._pending_weights = chunk
+
+    @property
+    def pending_weights(self) -> Optional[WeightChunk]:
+        """The deferred chunk no generate call has installed yet, else None."""
+        return self._pending_weights
+
+    async def install_pending_weights(self) -> None:
+        """Install the deferred chunk now, when no generate call has (before the next sync overwrites its payload)."""
+        pending = self._pending_weights
+        if pending is not None:
+            self._served(await self.handle.install_if_behind.remote(pending), pending)
+
     async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
-        """Generate in the actor (request and output travel pickled: `EngineActor.generate_pickled`)."""
+        """Generate in the actor (request and output travel pickled: `EngineActor.generate_pickled`), installing
+        the deferred chunk first when there is one."""
         packed = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
-        output = pickle.loads(await self.handle.generate_pickled.remote(packed))
+        pending = self._pending_weights
+        output = pickle.loads(await self.handle.generate_pickled.remote(packed, pending))
+        if pending is not None:
+            self._served(output.weight_version, pending)
         self._version = output.weight_version
         return output
+
+    def _served(self, version: int, installed: WeightChunk) -> None:
+        """After the actor was asked to install `installed`: it must serve its version (or a later one)."""
+        if version < installed.version:
+            raise WeightSyncError(
+                f"engine {self.handle} serves weight version {version}, not the version {installed.version} it was "
+                "asked to install"
+            )
+        self._version = version
+        if self._pending_weights is installed:
+            self._pending_weights = None
 
     async def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Ship the tensors to the actor through Ray and install them (fine for small models; syncs use a

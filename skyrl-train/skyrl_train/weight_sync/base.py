@@ -7,6 +7,10 @@ shared memory, files, CUDA IPC), and waits until every engine installed the chun
 `final=True`; installing it makes the engines serve the new version. Each engine acknowledges a chunk with the version
 it serves afterwards; the acknowledgements of the final chunk travel back in `SendResult.served_versions`, so the
 driver can confirm the sync without asking the engines again.
+
+A transport whose payload stays readable after the send (`shm`: the sender's block) may leave the final chunk to be
+installed later (`SendResult.deferred`): the driver then hands it to the engines' proxies, which send it along with
+their next generate call, so the sync costs no notify/acknowledge round trip (see `WeightSyncStrategy.defer_install`).
 """
 
 from __future__ import annotations
@@ -72,9 +76,13 @@ class SendResult:
     """Processes that wrote the payload: 1 when the sender packed gathered tensors, the policy's rank count when
     each rank wrote its own shard (`workers.shard_send`)."""
 
+    deferred: Optional[WeightChunk] = None
+    """The final chunk when the sender left its installation to the engines' next generate call (no engine has
+    installed it yet; its payload stays in the transport until the next send), else None."""
+
     def report(self) -> dict[str, Any]:
         """What the trainer reads of a send (plain data for Ray): `version`, `num_bytes`, `seconds`, `checksums`,
-        `served_versions`."""
+        `served_versions`, `writers`, `deferred`."""
         return {
             "version": self.version,
             "num_bytes": self.num_bytes,
@@ -82,6 +90,7 @@ class SendResult:
             "checksums": self.checksums,
             "served_versions": self.served_versions,
             "writers": self.writers,
+            "deferred": self.deferred,
         }
 
     @property

@@ -69,16 +69,23 @@ class SharedMemorySender(WeightSender):
         chunk.payload = {"shm_name": block.name, "nbytes": nbytes}
         self.wait_engines(self.notify_engines(chunk), chunk)
 
-    def send_written(self, plan: Any, version: int, write: Callable[[int], None], writers: int) -> SendResult:
+    def send_written(
+        self, plan: Any, version: int, write: Callable[[int], None], writers: int, defer_final: bool = False
+    ) -> SendResult:
         """Send chunks that the policy ranks write into this sender's block themselves (`workers.shard_send`):
         for each chunk of `plan`, `write(index)` returns once every rank's part is in the block, then the engines
         copy it. `plan` has `dtype` and `chunks` (per chunk, `(name, shape, byte offset)`) and was made for this sender's
-        current block (`ShardedSend.propose` sizes it with `block_for`)."""
+        current block (`ShardedSend.propose` sizes it with `block_for`).
+
+        With `defer_final` the engines are not asked to copy the final chunk: it stays in the block and comes back in
+        `SendResult.deferred`, for the engines to install when they next generate. The caller must see it installed
+        (or install it) before anything writes into the block again, i.e. before the next send."""
         version = self.check_next_version(version)
         start = time.perf_counter()
         checksums: Optional[dict[str, float]] = {} if self.compute_checksums else None
         num_bytes = num_tensors = 0
         self._final_acks = None
+        deferred = None
         for index, placed in enumerate(plan.chunks):
             write(index)
             names, shapes = [name for name, _, _ in placed], [tuple(shape) for _, shape, _ in placed]
@@ -90,13 +97,16 @@ class SharedMemorySender(WeightSender):
                 del raw, tensors
             chunk = WeightChunk(version, index, index == len(plan.chunks) - 1, names, shapes, plan.dtype)
             chunk.payload = {"shm_name": self.block.name, "nbytes": nbytes}
-            self.wait_engines(self.notify_engines(chunk), chunk)
+            if chunk.final and defer_final:
+                deferred = chunk
+            else:
+                self.wait_engines(self.notify_engines(chunk), chunk)
             num_bytes += nbytes
             num_tensors += len(names)
         self.last_version = version
         seconds = time.perf_counter() - start
         return SendResult(
-            version, num_tensors, num_bytes, len(plan.chunks), seconds, checksums, self._final_acks, writers
+            version, num_tensors, num_bytes, len(plan.chunks), seconds, checksums, self._final_acks, writers, deferred
         )
 
     def block_for(self, nbytes: int) -> shared_memory.SharedMemory:

@@ -31,6 +31,7 @@ from skyrl_train.weight_sync.base import (
     DEFAULT_TIMEOUT_S,
     SendResult,
     VerifyReport,
+    WeightChunk,
     WeightReceiver,
     WeightSender,
     WeightSyncError,
@@ -245,6 +246,27 @@ class WeightSyncStrategy(abc.ABC):
             raise WeightSyncError(f"after syncing version {version}, engines serve other versions: {behind}")
         self.version = version
         return versions
+
+    def can_defer_install(self) -> bool:
+        """Whether every engine can take a sync's final chunk with its next generate call (`defer_install`): each is
+        a proxy that sends it along (`RayEngineProxy.install_before_generate`)."""
+        return all(hasattr(engine, "install_before_generate") for engine in self.engines)
+
+    def defer_install(self, version: int, chunk: WeightChunk) -> None:
+        """After a send that left its final `chunk` uninstalled (`SendResult.deferred`): every engine installs it at
+        the start of its next generate call, and its proxy checks the version it then serves (the confirmation
+        `confirm` gives otherwise). `install_deferred` must run before the next send writes over the payload."""
+        if not self.can_defer_install():
+            raise WeightSyncError("defer_install: an engine cannot install weights with its generate calls")
+        for engine in self.engines:
+            engine.install_before_generate(chunk)
+        self.version = version
+
+    async def install_deferred(self) -> None:
+        """Install a deferred final chunk in every engine that has not generated since (no-op when none waits)."""
+        waiting = [engine for engine in self.engines if getattr(engine, "pending_weights", None) is not None]
+        if waiting:
+            await asyncio.gather(*(engine.install_pending_weights() for engine in waiting))
 
     def sender_engine_order(self) -> list[int]:
         """The engine index of each position in the sender's `engine_handles` (and so in `served_versions`)."""

@@ -99,10 +99,12 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         result = self._send_weights(version)
         return None if result is None else result.report()
 
-    def _send_weights(self, version: int) -> Optional[SendResult]:
+    def _send_weights(self, version: int, defer_install: bool = False) -> Optional[SendResult]:
         """Every rank: send the weights as `version`; rank 0's `SendResult`, None elsewhere. With an `shm` sender
         and an FSDP2 model every rank writes its own rows into the shared block (`workers.shard_send`), else rank 0
-        gathers the model and sends it."""
+        gathers the model and sends it. `defer_install` leaves the final chunk of a sharded send for the engines to
+        install at their next generate (`SendResult.deferred`); the gathered send ignores it (the engines install
+        every chunk before it returns)."""
         writable = getattr(self.strategy, "shard_writable_state", None)
         state = writable() if writable is not None and not self.uses_lora else None  # alike on every rank
         if state is not None:
@@ -111,7 +113,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             sender = self.weight_sender if self.rank == 0 else None
             plan = self._shard_send.agree(self._shard_send.propose(sender, state, version) if self.rank == 0 else None)
             if plan is not None:
-                return self._shard_send.send(state, sender, version)
+                return self._shard_send.send(state, sender, version, defer_final=defer_install)
         dtype = self.weight_sender.dtype if self.rank == 0 else None
         named = self.get_weights(dtype, trainable_only=self.uses_lora)
         if self.rank != 0:
@@ -124,6 +126,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         epochs: int = 1,
         old_logprobs_first: bool = False,
         sync_weights_version: Optional[int] = None,
+        defer_weight_install: bool = False,
         **options: Any,
     ) -> list[MiniBatchResult]:
         """`BaseWorker.train_mini_batches`; with `old_logprobs_first`, this rank first runs one `forward` over all its
@@ -133,10 +136,12 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
 
         With `sync_weights_version`, the updated weights are then sent to the engines as that version in the same
         call (`sync_weights`; rank 0's `SendResult` comes back in the last result's `weight_sync`): the trainer's
-        step saves the round trip to every rank that a separate sync call costs."""
+        step saves the round trip to every rank that a separate sync call costs. `defer_weight_install` leaves the
+        engines' installation of the last chunk to their next generate call (see `_send_weights`)."""
         results = self._train(mini_batches, epochs, old_logprobs_first, **options)
         if sync_weights_version is not None and results:
-            results[-1] = results[-1]._replace(weight_sync=self._send_weights(sync_weights_version))
+            sent = self._send_weights(sync_weights_version, defer_install=defer_weight_install)
+            results[-1] = results[-1]._replace(weight_sync=sent)
         return results
 
     def _train(

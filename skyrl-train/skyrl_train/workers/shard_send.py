@@ -13,7 +13,8 @@ and broadcasts one integer: 0 for the general path, else the id of the plan it p
 chunk layout) travels once, when its id changes. Per chunk: every rank writes its rows, a barrier, rank 0 notifies
 the engines and waits for their acknowledgements, and (before the next chunk) a barrier so no rank overwrites a
 chunk the engines are still copying. After the last chunk no barrier is needed: the next sync starts only after the
-driver has every rank's answer to this one, which rank 0 gives after the engines acknowledged.
+driver has every rank's answer to this one, which rank 0 gives after the engines acknowledged, and, when the final
+chunk's installation was deferred to the engines' next generate, after the driver saw every engine install it.
 """
 
 from __future__ import annotations
@@ -129,10 +130,15 @@ class ShardedSend:
             del target  # no view may outlive the write: the block may be closed later
 
     def send(
-        self, state: dict[str, torch.Tensor], sender: Optional[SharedMemorySender], version: int
+        self,
+        state: dict[str, torch.Tensor],
+        sender: Optional[SharedMemorySender],
+        version: int,
+        defer_final: bool = False,
     ) -> Optional[SendResult]:
-        """Every rank: write each chunk and (rank 0, through `sender`) hand it to the engines. Returns rank 0's
-        `SendResult`, None elsewhere."""
+        """Every rank: write each chunk and (rank 0, through `sender`) hand it to the engines; with `defer_final` the
+        final chunk is left in the block for the engines' next generate (`SharedMemorySender.send_written`). Returns
+        rank 0's `SendResult`, None elsewhere."""
         plan = self.plan
 
         def write(index: int) -> None:
@@ -146,7 +152,7 @@ class ShardedSend:
             for index in range(len(plan.chunks)):
                 write(index)
             return None
-        return sender.send_written(plan, version, write, writers=self.world_size)
+        return sender.send_written(plan, version, write, writers=self.world_size, defer_final=defer_final)
 
     def _mapped(self, name: str) -> shared_memory.SharedMemory:
         if self._block is not None and self._block.name.lstrip("/") != name.lstrip("/"):

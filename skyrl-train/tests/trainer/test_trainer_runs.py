@@ -100,8 +100,9 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
     """2 mini-batches x 2 epochs: the policy update (with its old-log-prob forward) and the weight sync after it are
     one call per rank, and the sync is confirmed from the engines' acknowledgements, not by asking them again. The
     driver trains with `DRIVER_TORCH_THREADS` torch threads."""
-    calls, version_requests = [], []
+    calls, version_requests, generated = [], [], []
     wait_all, fetch, step = WorkerGroup.wait_all, RayEngineProxy.fetch_weight_version, RayPPOTrainer.step
+    generate = RayEngineProxy.generate
 
     def recording_wait_all(self, refs, method):
         calls.append((self.role, method, len(refs)))
@@ -115,9 +116,16 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
         calls.append(("step", self.global_step, torch.get_num_threads()))
         return await step(self, items)
 
+    async def recording_generate(self, request):
+        pending = self.pending_weights
+        output = await generate(self, request)
+        generated.append((None if pending is None else pending.version, output.weight_version, self.pending_weights))
+        return output
+
     monkeypatch.setattr(WorkerGroup, "wait_all", recording_wait_all)
     monkeypatch.setattr(RayEngineProxy, "fetch_weight_version", recording_fetch)
     monkeypatch.setattr(RayPPOTrainer, "step", recording_step)
+    monkeypatch.setattr(RayEngineProxy, "generate", recording_generate)
     cfg = make_config(
         tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.update_epochs_per_batch=2"
     )
@@ -133,6 +141,11 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
     history = result.history
     assert [value for _, value in history["weight_sync/in_update"]] == [1.0, 1.0]
     assert [value for _, value in history["weight_sync/version"]] == [2.0, 3.0]  # after the initial sync's 1
+    # no engine acknowledged the syncs: each engine installed step 1's weights with its first generate call of
+    # step 2 (and step 2's with the final evaluation's), which then sampled with them
+    assert [value for _, value in history["weight_sync/installed_at_generate"]] == [1.0, 1.0]
+    assert {(pending, served) for pending, served, _ in generated if pending is not None} == {(2, 2), (3, 3)}
+    assert all(left is None for _, _, left in generated)  # installed once: later calls carry nothing
     assert "timing/weight_sync" not in history
     assert history["policy/old_logprobs_from_update"][-1][1] == 0.0
     # the update's call computed the old log-probs before its first optimizer step and put them back in row order

@@ -1,7 +1,8 @@
 """Weight sync without the gather (`workers.shard_send`): two FSDP2 policy ranks write their own rows into the `shm`
 block, in many chunks, and two bf16 engine actors that started from another model must then hold exactly what the
 general path (a gather on rank 0, cast to bf16) would have sent: before, after a plain sync, after a second one
-(the plan is reused), and after a sync inside the update call that changed the weights."""
+(the plan is reused), after a sync inside the update call that changed the weights, and after one whose final chunk
+the engines installed later (at their next generate, or when asked)."""
 
 import asyncio
 
@@ -10,6 +11,7 @@ import torch
 
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.inference.ray_engine import create_engine_actors
+from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.utils.checksum import tensor_checksum
@@ -86,3 +88,40 @@ def test_each_rank_writes_its_rows_and_the_engines_get_the_gathered_model(parts,
     trained = _gathered_checksums(group)
     assert trained != expected  # the update changed the weights
     assert asyncio.run(strategy.verify(trained)).num_checked > 0
+
+
+def test_a_deferred_final_chunk_is_installed_by_the_next_generate_or_on_request(parts, make_batch):
+    """`defer_weight_install`: the engines are not asked to copy the last chunk; it waits in the block until an
+    engine's next generate call brings it (that engine then serves the new version and samples with it), and
+    `install_deferred` installs it in an engine that has not generated since."""
+    group, strategy = parts
+    engines = strategy.engines
+    before = asyncio.run(engines[0].fetch_weight_version())
+    version = before + 1
+    batch = make_batch(rows=4)
+    arguments = {"advantages": torch.ones_like(batch.response_mask, dtype=torch.float32), "old_logprobs": None}
+    results = group.run_sharded_each(
+        "train_mini_batches",
+        [(batch, arguments)],
+        on_policy=True,
+        sync_weights_version=version,
+        defer_weight_install=True,
+    )
+    sent = next(result for result in results[-1].weight_sync if result is not None)
+    assert sent.num_chunks > 1 and sent.served_versions is None
+    assert sent.deferred is not None and sent.deferred.final and sent.deferred.version == version
+    # nothing told the engines the sync ended: both still serve the old version
+    assert [asyncio.run(engine.fetch_weight_version()) for engine in engines] == [before, before]
+    trained = _gathered_checksums(group)
+
+    strategy.defer_install(version, sent.deferred)
+    request = InferenceEngineInput(prompt_token_ids=[[1, 2, 3]], sampling_params=SamplingParams(max_tokens=2))
+    output = asyncio.run(engines[0].generate(request))
+    assert output.weight_version == version and engines[0].pending_weights is None
+    assert engines[1].pending_weights is sent.deferred
+    assert asyncio.run(engines[1].fetch_weight_version()) == before  # engine 1 has not generated
+
+    asyncio.run(strategy.install_deferred())
+    assert engines[1].pending_weights is None and engines[1].weight_version == version
+    assert asyncio.run(strategy.verify(trained)).num_checked > 0  # both hold the whole trained model
+    asyncio.run(strategy.install_deferred())  # nothing left to install: no call, no error
