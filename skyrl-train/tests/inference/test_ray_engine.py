@@ -127,6 +127,25 @@ async def test_lifecycle_calls_and_weight_updates_reach_the_actor(cluster):
     assert (await engine.generate(request)).weight_version == version
 
 
+async def test_generate_takes_the_local_channel_and_falls_back_to_ray_without_it(cluster):
+    engine = cluster["engines"][0]
+    request = InferenceEngineInput(prompt_token_ids=_prompts(2), sampling_params=GREEDY)
+    through_channel = await engine.generate(request)
+    channel = engine._channel  # the proxy's connection for this test's event loop
+    assert engine._channel_state == "open" and channel is not None and channel._next_id == 1  # one request sent
+
+    # the socket is gone (as after the actor's channel failed): the call goes through Ray, with the same answer
+    path = engine._channel_path
+    channel.close()
+    engine._channel, engine._channel_path = None, path + ".gone"
+    through_ray = await engine.generate(request)
+    assert engine._channel_state == "ray" and engine._channel._next_id == 0
+    assert through_ray.response_ids == through_channel.response_ids
+    engine._channel, engine._channel_state = None, "untried"  # the next call asks the actor again
+    await engine.generate(request)
+    assert engine._channel_path == path and engine._channel._next_id == 1
+
+
 async def test_receive_weights_needs_a_receiver(cluster):
     chunk = WeightChunk(version=99, index=0, final=True, names=["x"], shapes=[(1,)], dtype="float32")
     with pytest.raises(ray.exceptions.RayTaskError, match="call init_weight_receiver first"):
