@@ -62,16 +62,22 @@ class ChannelServer:
         self._server: Optional[asyncio.AbstractServer] = None
         self._tasks: set[asyncio.Task] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._starting: Optional[asyncio.Future] = None
 
     async def start(self) -> str:
-        """Listen (once) and return the socket's path. The socket sits in a directory only this user can enter
-        (`mkdtemp`): requests are pickles, which another user must not be able to send."""
-        if self._server is None:
-            directory = tempfile.mkdtemp(prefix="skyrl-engine-")
-            path = os.path.join(directory, "channel.sock")
-            self._server = await asyncio.start_unix_server(self._serve, path=path)
-            self.path = path
-        return self.path
+        """Listen (once, however many callers ask at the same time) and return the socket's path. The socket sits in
+        a directory only this user can enter (`mkdtemp`): requests are pickles, which another user must not be able
+        to send."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._listen())
+        return await asyncio.shield(self._starting)
+
+    async def _listen(self) -> str:
+        directory = tempfile.mkdtemp(prefix="skyrl-engine-")
+        path = os.path.join(directory, "channel.sock")
+        self._server = await asyncio.start_unix_server(self._serve, path=path)
+        self.path = path
+        return path
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
@@ -112,8 +118,9 @@ class ChannelServer:
 
 
 class ChannelClient:
-    """One connection to a `ChannelServer`, bound to the event loop that opened it; `call(*args)` sends a request
-    and waits for its reply."""
+    """One connection to a `ChannelServer`, bound to the event loop that opened it (a caller with several event
+    loops, e.g. a training loop and an HTTP endpoint's thread, keeps one client per loop); `call(*args)` sends a
+    request and waits for its reply."""
 
     def __init__(self, path: str, name: str) -> None:
         self.path = path

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import functools
 import os
 import pickle
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
@@ -355,7 +355,7 @@ class RayEngineProxy(InferenceEngine):
         self.handle = handle
         self._version = version
         self._pending_weights: Optional[WeightChunk] = None
-        self._channel: Optional[ChannelClient] = None
+        self._channels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its ChannelClient
         self._channel_path: Optional[str] = None
         self._channel_state = "untried"  # "untried", "open" (a path to connect to), "ray" (calls go through Ray)
 
@@ -411,8 +411,9 @@ class RayEngineProxy(InferenceEngine):
         return output
 
     async def _local_channel(self) -> Optional[ChannelClient]:
-        """A connection to the actor's local channel for the running event loop, or None when calls go through Ray
-        (the actor runs on another machine, or its channel failed)."""
+        """A connection to the actor's local channel for the running event loop (each loop calling the proxy has its
+        own: the training loop, an HTTP endpoint's thread), or None when calls go through Ray (the actor runs on
+        another machine, or its channel failed)."""
         if self._channel_state == "untried":
             opener = getattr(self.handle, "open_channel", None)  # an actor class of its own may not serve one
             node = ray.get_runtime_context().get_node_id()
@@ -420,12 +421,11 @@ class RayEngineProxy(InferenceEngine):
             self._channel_state = "ray" if self._channel_path is None else "open"
         if self._channel_state != "open":
             return None
-        if self._channel is None or not self._channel.usable:
-            if self._channel is not None:
-                with contextlib.suppress(Exception):  # bound to an event loop that may be closed
-                    self._channel.close()
-            self._channel = ChannelClient(self._channel_path, f"engine actor {self.handle}")
-        return self._channel
+        loop = asyncio.get_running_loop()
+        channel = self._channels.get(loop)
+        if channel is None:
+            channel = self._channels[loop] = ChannelClient(self._channel_path, f"engine actor {self.handle}")
+        return channel
 
     def _served(self, version: int, installed: WeightChunk) -> None:
         """After the actor was asked to install `installed`: it must serve its version (or a later one)."""
@@ -446,10 +446,11 @@ class RayEngineProxy(InferenceEngine):
     async def teardown(self, timeout_s: float = 30.0) -> None:
         """Tear the engine down and end the actor; returns once the actor is gone (`ray.kill` only asks for it, so
         a call right after it could otherwise still be answered)."""
-        if self._channel is not None:
-            with contextlib.suppress(Exception):  # bound to an event loop that may be closed
-                self._channel.close()
-            self._channel, self._channel_state = None, "ray"
+        channel = self._channels.get(asyncio.get_running_loop())
+        if channel is not None:  # another loop's connection closes with its loop
+            channel.close()
+        self._channels.clear()
+        self._channel_state = "ray"
         try:
             await self.handle.teardown.remote()
         finally:

@@ -71,3 +71,15 @@ async def test_a_missing_socket_is_a_channel_error(tmp_path):
     client = ChannelClient(str(tmp_path / "gone.sock"), "engine 5")
     with pytest.raises(ChannelError, match="cannot connect to engine 5"):
         await client.call(1)
+
+
+async def test_concurrent_starts_listen_once():
+    server = ChannelServer(_handler)
+    first, second = await asyncio.gather(server.start(), server.start())
+    client = ChannelClient(first, "test engine")
+    try:
+        assert first == second == await server.start()
+        assert (await client.call(4))["echo"] == 4
+    finally:
+        client.close()
+        await server.close()

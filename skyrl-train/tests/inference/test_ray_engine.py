@@ -131,19 +131,30 @@ async def test_generate_takes_the_local_channel_and_falls_back_to_ray_without_it
     engine = cluster["engines"][0]
     request = InferenceEngineInput(prompt_token_ids=_prompts(2), sampling_params=GREEDY)
     through_channel = await engine.generate(request)
-    channel = engine._channel  # the proxy's connection for this test's event loop
-    assert engine._channel_state == "open" and channel is not None and channel._next_id == 1  # one request sent
+    loop = asyncio.get_running_loop()
+    channel = engine._channels[loop]  # the proxy's connection for this test's event loop
+    assert engine._channel_state == "open" and channel._next_id == 1  # one request went through it
+
+    # another thread's event loop (an HTTP endpoint's, say) calls the same proxy meanwhile: it gets a connection of
+    # its own, and this loop's connection keeps serving
+    elsewhere, here = await asyncio.gather(
+        asyncio.to_thread(asyncio.run, engine.generate(request)), engine.generate(request)
+    )
+    assert elsewhere.response_ids == here.response_ids == through_channel.response_ids
+    assert engine._channels[loop] is channel and channel._next_id == 2 and channel.usable
 
     # the socket is gone (as after the actor's channel failed): the call goes through Ray, with the same answer
     path = engine._channel_path
     channel.close()
-    engine._channel, engine._channel_path = None, path + ".gone"
+    engine._channels.clear()
+    engine._channel_path = path + ".gone"
     through_ray = await engine.generate(request)
-    assert engine._channel_state == "ray" and engine._channel._next_id == 0
+    assert engine._channel_state == "ray" and engine._channels[loop]._next_id == 0
     assert through_ray.response_ids == through_channel.response_ids
-    engine._channel, engine._channel_state = None, "untried"  # the next call asks the actor again
+    engine._channels.clear()
+    engine._channel_state = "untried"  # the next call asks the actor again, which serves the same socket
     await engine.generate(request)
-    assert engine._channel_path == path and engine._channel._next_id == 1
+    assert engine._channel_path == path and engine._channels[loop]._next_id == 1
 
 
 async def test_receive_weights_needs_a_receiver(cluster):
