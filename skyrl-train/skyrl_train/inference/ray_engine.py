@@ -5,10 +5,10 @@ one proxy per actor; the proxies forward every `InferenceEngine` call to their a
 works on them unchanged. The calls both forward unchanged are listed once (`PASS_THROUGH`) and added by the
 `_forwarding` class decorator; the rest (the proxy's `generate` and `update_weights`, which track the served version,
 `teardown`) are written out. On the driver's machine the proxy's generate calls skip Ray's call path and go through
-a Unix socket the actor serves (`skyrl_train.inference.local_channel`). The actor also hosts the receiving half of weight sync (`init_weight_receiver`,
-`receive_weights`; see `skyrl_train.weight_sync`): an engine may bring its own receiver for a strategy
-(`make_weight_receiver`, e.g. the sglang engine's workers join a `broadcast` group themselves), else the strategy's
-generic one installs through `update_weights`.
+a Unix socket the actor serves (`skyrl_train.inference.local_channel`). The actor also hosts the receiving half of
+weight sync (`init_weight_receiver`, `receive_weights`; see `skyrl_train.weight_sync`): an engine may bring its own
+receiver for a strategy (`make_weight_receiver`, e.g. the sglang engine's workers join a `broadcast` group
+themselves), else the strategy's generic one installs through `update_weights`.
 
 A builder may carry a `preflight(settings)` that `create_engine_actors` runs in the driver before any actor starts,
 so a backend that cannot work here (a missing package, no GPU) fails at once with the reason.
@@ -22,7 +22,6 @@ import functools
 import os
 import pickle
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
@@ -355,7 +354,7 @@ class RayEngineProxy(InferenceEngine):
         self.handle = handle
         self._version = version
         self._pending_weights: Optional[WeightChunk] = None
-        self._channels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its ChannelClient
+        self._channels: dict[asyncio.AbstractEventLoop, ChannelClient] = {}  # each calling event loop's connection
         self._channel_path: Optional[str] = None
         self._channel_state = "untried"  # "untried", "open" (a path to connect to), "ray" (calls go through Ray)
 
@@ -424,6 +423,8 @@ class RayEngineProxy(InferenceEngine):
         loop = asyncio.get_running_loop()
         channel = self._channels.get(loop)
         if channel is None:
+            for closed in [other for other in self._channels if other.is_closed()]:  # its loop ended (asyncio.run)
+                del self._channels[closed]
             channel = self._channels[loop] = ChannelClient(self._channel_path, f"engine actor {self.handle}")
         return channel
 

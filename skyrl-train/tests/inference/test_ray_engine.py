@@ -142,14 +142,16 @@ async def test_generate_takes_the_local_channel_and_falls_back_to_ray_without_it
     )
     assert elsewhere.response_ids == here.response_ids == through_channel.response_ids
     assert engine._channels[loop] is channel and channel._next_id == 2 and channel.usable
+    assert len(engine._channels) == 2  # the other loop's stays until a new connection finds that loop closed
 
     # the socket is gone (as after the actor's channel failed): the call goes through Ray, with the same answer
     path = engine._channel_path
     channel.close()
-    engine._channels.clear()
+    del engine._channels[loop]
     engine._channel_path = path + ".gone"
     through_ray = await engine.generate(request)
     assert engine._channel_state == "ray" and engine._channels[loop]._next_id == 0
+    assert list(engine._channels) == [loop]  # the closed loop's connection was dropped
     assert through_ray.response_ids == through_channel.response_ids
     engine._channels.clear()
     engine._channel_state = "untried"  # the next call asks the actor again, which serves the same socket
