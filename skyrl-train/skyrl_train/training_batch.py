@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
@@ -61,51 +63,50 @@ class TrainingBatch:
         """Pad and stack trajectories; trajectories with no response still get one (masked) column."""
         if not trajectories:
             raise ValueError("TrainingBatch.from_trajectories needs at least one trajectory")
-        prompt_lengths = [len(t.prompt_token_ids) for t in trajectories]
-        response_lengths = [len(t.response_ids) for t in trajectories]
-        prompt_width, response_width = max(prompt_lengths), max(1, max(response_lengths))
-        rows, width = len(trajectories), prompt_width + response_width
-        # Each field is one numpy array filled a row slice at a time, then shared with torch (no copy): padding Python
-        # lists and converting them with torch.tensor took 2.3x as long for 256 quickstart-sized rows.
-        ids = np.full((rows, width), pad_token_id, dtype=np.int64)
-        attention_array = np.zeros((rows, width), dtype=np.int64)
-        mask = np.zeros((rows, response_width), dtype=np.float32)
-        reward_array = np.zeros((rows, response_width), dtype=np.float32)
+        rows = len(trajectories)
+        prompt_lengths = np.fromiter((len(t.prompt_token_ids) for t in trajectories), dtype=np.int64, count=rows)
+        response_lengths = np.fromiter((len(t.response_ids) for t in trajectories), dtype=np.int64, count=rows)
         has_logprobs = all(t.rollout_logprobs is not None for t in trajectories)
-        logprob_array = np.zeros((rows, response_width), dtype=np.float32) if has_logprobs else None
-        for i, t in enumerate(trajectories):
-            p, r = prompt_lengths[i], response_lengths[i]
-            per_token = {"loss_mask": t.loss_mask, "token_rewards": t.token_rewards}
-            if has_logprobs:
-                per_token["rollout_logprobs"] = t.rollout_logprobs
-            for name, values in per_token.items():
-                if len(values) != r:
-                    raise ValueError(
-                        f"trajectory {i} (uid {t.uid!r}): {name} has {len(values)} entries for {r} response tokens"
-                    )
-            ids[i, prompt_width - p : prompt_width] = t.prompt_token_ids
-            ids[i, prompt_width : prompt_width + r] = t.response_ids
-            attention_array[i, prompt_width - p : prompt_width + r] = 1
-            mask[i, :r] = t.loss_mask
-            reward_array[i, :r] = t.token_rewards
-            if logprob_array is not None:
-                logprob_array[i, :r] = t.rollout_logprobs
+        _check_token_lists(trajectories, has_logprobs)
+        prompt_width, response_width = int(prompt_lengths.max()), max(1, int(response_lengths.max()))
+        width = prompt_width + response_width
+        # Every field is filled by one scatter of all rows' values (flattened in one pass), then shared with torch
+        # (no copy): a slice assignment per row and field took 1.6x as long for 256 quickstart-sized rows.
+        prompt_rows, prompt_positions = _row_positions(prompt_lengths)
+        response_rows, response_positions = _row_positions(response_lengths)
+        total_prompt, total_response = len(prompt_rows), len(response_rows)
+        ids = np.full((rows, width), pad_token_id, dtype=np.int64)
+        prompt_columns = prompt_width - prompt_lengths[prompt_rows] + prompt_positions
+        ids[prompt_rows, prompt_columns] = _flatten((t.prompt_token_ids for t in trajectories), total_prompt, np.int64)
+        response_values = _flatten((t.response_ids for t in trajectories), total_response, np.int64)
+        ids[response_rows, prompt_width + response_positions] = response_values
+        columns = np.arange(width)
+        starts, stops = prompt_width - prompt_lengths, prompt_width + response_lengths
+        attention_array = ((columns >= starts[:, None]) & (columns < stops[:, None])).astype(np.int64)
+
+        def per_token(name: str) -> np.ndarray:
+            values = np.zeros((rows, response_width), dtype=np.float32)
+            flat = _flatten((getattr(t, name) for t in trajectories), total_response, np.float32)
+            values[response_rows, response_positions] = flat
+            return values
+
         input_ids, attention = torch.from_numpy(ids), torch.from_numpy(attention_array)
-        response_mask, rewards = torch.from_numpy(mask), torch.from_numpy(reward_array)
-        logprobs = None if logprob_array is None else torch.from_numpy(logprob_array)
+        response_mask, rewards = torch.from_numpy(per_token("loss_mask")), torch.from_numpy(per_token("token_rewards"))
+        logprobs = torch.from_numpy(per_token("rollout_logprobs")) if has_logprobs else None
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        trained = torch.tensor([t.is_trained for t in trajectories], dtype=torch.float32)
+        trained = np.fromiter((t.is_trained for t in trajectories), dtype=np.float32, count=rows)
+        valid = np.fromiter((t.is_valid for t in trajectories), dtype=np.bool_, count=rows)
         return cls(
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=positions,
             response_mask=response_mask,
-            loss_mask=response_mask * trained[:, None],
+            loss_mask=response_mask * torch.from_numpy(trained)[:, None],
             token_rewards=rewards,
             rollout_logprobs=logprobs,
             prompt_width=prompt_width,
             uids=[t.uid for t in trajectories],
-            valid=torch.tensor([t.is_valid for t in trajectories], dtype=torch.bool),
+            valid=torch.from_numpy(valid),
         )
 
     def select(self, indices: list[int]) -> TrainingBatch:
@@ -161,6 +162,31 @@ class TrainingBatch:
             if isinstance(value, torch.Tensor):
                 values[name] = value.to(device)
         return TrainingBatch(**values)
+
+
+def _check_token_lists(trajectories: list[Trajectory], has_logprobs: bool) -> None:
+    """Raise naming the trajectory whose per-token lists do not have one entry per response token."""
+    for i, t in enumerate(trajectories):
+        r = len(t.response_ids)
+        if len(t.loss_mask) == r and len(t.token_rewards) == r and (not has_logprobs or len(t.rollout_logprobs) == r):
+            continue
+        per_token = {"loss_mask": t.loss_mask, "token_rewards": t.token_rewards}
+        if has_logprobs:
+            per_token["rollout_logprobs"] = t.rollout_logprobs
+        name, values = next((name, values) for name, values in per_token.items() if len(values) != r)
+        raise ValueError(f"trajectory {i} (uid {t.uid!r}): {name} has {len(values)} entries for {r} response tokens")
+
+
+def _row_positions(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the rows' values laid end to end: each value's row, and its position within its row."""
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    row_starts = np.cumsum(lengths) - lengths
+    return rows, np.arange(len(rows)) - row_starts[rows]
+
+
+def _flatten(lists: Iterable[Sequence[float]], count: int, dtype: type) -> np.ndarray:
+    """The values of `lists` end to end, as one array of `count` values."""
+    return np.fromiter(itertools.chain.from_iterable(lists), dtype=dtype, count=count)
 
 
 _NUMPY_DTYPES = {

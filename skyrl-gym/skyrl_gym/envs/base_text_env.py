@@ -29,6 +29,16 @@ class BaseTextEnvStepOutput(TypedDict):
 
 _STEP_KEYS = ("observations", "reward", "done", "metadata", "postprocessed_action")
 _STEP_KEY_SET = frozenset(_STEP_KEYS)
+_REQUIRED_STEP_KEYS = ("observations", "reward", "done")
+
+
+_PLAIN_REALS = (float, int, bool)
+
+
+def _is_real(value: Any) -> bool:
+    """Whether `value` is a real number (bools included); the plain types are checked first, since the ABC check of
+    `numbers.Real` costs more than a whole step's other checks."""
+    return type(value) in _PLAIN_REALS or isinstance(value, numbers.Real)
 
 
 def check_step_output(output: Any, env_name: str = "env") -> BaseTextEnvStepOutput:
@@ -41,10 +51,10 @@ def check_step_output(output: Any, env_name: str = "env") -> BaseTextEnvStepOutp
         raise EnvOutputError(
             f"{env_name}.step returned {type(output).__name__}; expected a dict with keys {_STEP_KEYS}"
         )
-    unknown = output.keys() - _STEP_KEY_SET
-    if unknown:
+    if not _STEP_KEY_SET.issuperset(output):
+        unknown = output.keys() - _STEP_KEY_SET
         raise EnvOutputError(f"{env_name}.step returned unknown keys {sorted(unknown)}; allowed keys are {_STEP_KEYS}")
-    for key in ("observations", "reward", "done"):
+    for key in _REQUIRED_STEP_KEYS:
         if key not in output:
             raise EnvOutputError(f"{env_name}.step output is missing '{key}'")
     observations = output["observations"]
@@ -60,27 +70,29 @@ def check_step_output(output: Any, env_name: str = "env") -> BaseTextEnvStepOutp
         if not isinstance(message.get("content"), str):
             raise EnvOutputError(f"{env_name}.step output 'observations[{index}].content' must be a string")
     reward = output["reward"]
-    if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(float(reward)):
+    if type(reward) is bool or not _is_real(reward) or not math.isfinite(reward):
         raise EnvOutputError(f"{env_name}.step output 'reward' is {reward!r}; expected a finite number")
     done = output["done"]
-    if type(done).__module__ == "numpy" and type(done).__name__ in ("bool", "bool_"):
-        done = bool(done)
-    if not isinstance(done, bool):
-        raise EnvOutputError(f"{env_name}.step output 'done' is {done!r}; expected True or False")
+    if done is not True and done is not False:
+        if type(done).__module__ == "numpy" and type(done).__name__ in ("bool", "bool_"):
+            done = bool(done)
+        else:
+            raise EnvOutputError(f"{env_name}.step output 'done' is {done!r}; expected True or False")
     metadata = output.get("metadata")
-    metadata = {} if metadata is None else metadata
-    if not isinstance(metadata, dict):
+    if metadata is None:
+        metadata = {}
+    elif not isinstance(metadata, dict):
         raise EnvOutputError(f"{env_name}.step output 'metadata' is {type(metadata).__name__}; expected a dict")
     action = output.get("postprocessed_action")
     if action is not None and not isinstance(action, str):
         raise EnvOutputError(f"{env_name}.step output 'postprocessed_action' must be a string or None")
-    return BaseTextEnvStepOutput(
-        observations=observations,
-        reward=float(reward),
-        done=done,
-        metadata=metadata,
-        postprocessed_action=action,
-    )
+    return {
+        "observations": observations,
+        "reward": float(reward),
+        "done": done,
+        "metadata": metadata,
+        "postprocessed_action": action,
+    }
 
 
 class BaseTextEnv(Env[ConversationType, str]):
@@ -215,7 +227,9 @@ class BaseTextEnv(Env[ConversationType, str]):
         counts: dict[str, int] = {}
         for episode in metrics:
             for key, value in episode.items():
-                if isinstance(value, (bool, numbers.Real)) and math.isfinite(float(value)):
-                    sums[key] = sums.get(key, 0.0) + float(value)
-                    counts[key] = counts.get(key, 0) + 1
+                if _is_real(value):
+                    value = float(value)
+                    if math.isfinite(value):
+                        sums[key] = sums.get(key, 0.0) + value
+                        counts[key] = counts.get(key, 0) + 1
         return {key: sums[key] / counts[key] for key in sums}

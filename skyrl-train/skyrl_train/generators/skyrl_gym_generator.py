@@ -371,10 +371,16 @@ class SkyRLGymGenerator(GeneratorInterface):
         # the samples of one prompt share its chat-templated ids; the distinct prompts are tokenized in one call
         conversations = {}
         keys = []
+        key_of_list: dict[int, Any] = {}  # the samples of a prompt usually share its message list: key it once
         for i in live:
             messages, tools = inits[i][0], inits[i][1].get("tools")
-            keys.append(conversation_key(messages, tools))
-            conversations.setdefault(keys[-1], (messages, tools))
+            key = key_of_list.get(id(messages)) if tools is None else None
+            if key is None:  # every list stays alive in `inits` until this loop ends, so no id is reused in it
+                key = conversation_key(messages, tools)
+                if tools is None:
+                    key_of_list[id(messages)] = key
+            keys.append(key)
+            conversations.setdefault(key, (messages, tools))
         templated = self.prompt_ids.prompt_ids(self.tokenizer, conversations, self.settings.chat_template_kwargs)
         prompts = [list(templated[key]) for key in keys]
         out = None
