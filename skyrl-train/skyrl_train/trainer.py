@@ -309,14 +309,14 @@ class RayPPOTrainer:
     async def forward_passes(self, batch: TrainingBatch, with_policy: bool = True):
         """Old policy logprobs (None unless `with_policy`), reference logprobs (when KL is used) and critic values
         (when there is a critic)."""
-        calls = [asyncio.to_thread(self.policy.run_sharded, "forward", batch)] if with_policy else []
+        calls = [self.policy.run_sharded_async("forward", batch)] if with_policy else []
         ref_from_policy = self.ref is None and self.cfg.ref_is_policy_base
         if self.ref is not None:
-            calls.append(asyncio.to_thread(self.ref.run_sharded, "forward", batch))
+            calls.append(self.ref.run_sharded_async("forward", batch))
         elif ref_from_policy:  # LoRA: the reference is the policy's base model with its adapters switched off
-            calls.append(asyncio.to_thread(self.policy.run_sharded, "forward_base", batch))
+            calls.append(self.policy.run_sharded_async("forward_base", batch))
         if self.critic is not None:
-            calls.append(asyncio.to_thread(self.critic.run_sharded, "forward", batch))
+            calls.append(self.critic.run_sharded_async("forward", batch))
         results = list(await asyncio.gather(*calls))
         old = results.pop(0) if with_policy else None
         ref = results.pop(0) if self.ref is not None or ref_from_policy else None
@@ -426,9 +426,7 @@ class RayPPOTrainer:
             batch_kwargs["loss_denominator"] = self.loss_denominator(batch.loss_mask[index])
             mini_batches.append((batch.select(rows), batch_kwargs))
         epochs = self.cfg.trainer.update_epochs_per_batch
-        results = await asyncio.to_thread(
-            group.run_sharded_each, "train_mini_batches", mini_batches, epochs=epochs, **options
-        )
+        results = await group.run_sharded_each_async("train_mini_batches", mini_batches, epochs=epochs, **options)
         return average_metrics([step for result in results for step in result.steps]), results
 
     async def sleep_engines(self) -> None:

@@ -5,7 +5,7 @@ one proxy per actor; the proxies forward every `InferenceEngine` call to their a
 works on them unchanged. The calls both forward unchanged are listed once (`PASS_THROUGH`) and added by the
 `_forwarding` class decorator; the rest (the proxy's `generate` and `update_weights`, which track the served version,
 `teardown`) are written out. On the driver's machine the proxy's generate calls skip Ray's call path and go through
-a Unix socket the actor serves (`skyrl_train.inference.local_channel`). The actor also hosts the receiving half of
+a Unix socket the actor serves (`skyrl_train.utils.local_channel`). The actor also hosts the receiving half of
 weight sync (`init_weight_receiver`, `receive_weights`; see `skyrl_train.weight_sync`): an engine may bring its own
 receiver for a strategy (`make_weight_receiver`, e.g. the sglang engine's workers join a `broadcast` group
 themselves), else the strategy's generic one installs through `update_weights`.
@@ -30,9 +30,9 @@ import ray
 import torch
 
 from skyrl_train.inference.base import InferenceEngine
-from skyrl_train.inference.local_channel import ChannelClient, ChannelError, ChannelServer
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput
 from skyrl_train.models.loading import resolve_dtype
+from skyrl_train.utils.local_channel import ChannelClient, ChannelClients, ChannelError, ChannelServer
 from skyrl_train.utils.registry import Registry
 from skyrl_train.utils.threads import actor_threads
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSyncError
@@ -354,8 +354,7 @@ class RayEngineProxy(InferenceEngine):
         self.handle = handle
         self._version = version
         self._pending_weights: Optional[WeightChunk] = None
-        self._channels: dict[asyncio.AbstractEventLoop, ChannelClient] = {}  # each calling event loop's connection
-        self._channel_path: Optional[str] = None
+        self._channels: Optional[ChannelClients] = None  # each calling event loop's connection to the actor
         self._channel_state = "untried"  # "untried", "open" (a path to connect to), "ray" (calls go through Ray)
 
     @property
@@ -390,7 +389,7 @@ class RayEngineProxy(InferenceEngine):
 
     async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
         """Generate in the actor, installing the deferred chunk first when there is one. On the actor's machine the
-        call goes through its local channel (`inference.local_channel`: a Unix socket, ~1.5 ms a step less than a
+        call goes through its local channel (`utils.local_channel`: a Unix socket, ~1.5 ms a step less than a
         Ray call on the quickstart); elsewhere, or once that channel failed, through Ray (request and output pickled:
         `EngineActor.generate_pickled`)."""
         pending = self._pending_weights
@@ -416,17 +415,13 @@ class RayEngineProxy(InferenceEngine):
         if self._channel_state == "untried":
             opener = getattr(self.handle, "open_channel", None)  # an actor class of its own may not serve one
             node = ray.get_runtime_context().get_node_id()
-            self._channel_path = None if opener is None else await opener.remote(node)
-            self._channel_state = "ray" if self._channel_path is None else "open"
+            path = None if opener is None else await opener.remote(node)
+            self._channel_state = "ray" if path is None else "open"
+            if path is not None:
+                self._channels = ChannelClients(path, f"engine actor {self.handle}")
         if self._channel_state != "open":
             return None
-        loop = asyncio.get_running_loop()
-        channel = self._channels.get(loop)
-        if channel is None:
-            for closed in [other for other in self._channels if other.is_closed()]:  # its loop ended (asyncio.run)
-                del self._channels[closed]
-            channel = self._channels[loop] = ChannelClient(self._channel_path, f"engine actor {self.handle}")
-        return channel
+        return self._channels.for_running_loop()
 
     def _served(self, version: int, installed: WeightChunk) -> None:
         """After the actor was asked to install `installed`: it must serve its version (or a later one)."""
@@ -447,10 +442,8 @@ class RayEngineProxy(InferenceEngine):
     async def teardown(self, timeout_s: float = 30.0) -> None:
         """Tear the engine down and end the actor; returns once the actor is gone (`ray.kill` only asks for it, so
         a call right after it could otherwise still be answered)."""
-        channel = self._channels.get(asyncio.get_running_loop())
-        if channel is not None:  # another loop's connection closes with its loop
-            channel.close()
-        self._channels.clear()
+        if self._channels is not None:
+            self._channels.close()
         self._channel_state = "ray"
         try:
             await self.handle.teardown.remote()

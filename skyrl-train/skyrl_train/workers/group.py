@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -11,6 +13,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.training_batch import TrainingBatch, on_wire
+from skyrl_train.utils.local_channel import ChannelClients, ChannelError
 from skyrl_train.utils.threads import actor_threads
 from skyrl_train.workers.dispatch import ShardableBatch, data_parallel_ranks, join_results, shard_arguments
 
@@ -37,6 +40,10 @@ class WorkerGroup:
     Rank 0 is created first and picks the rendezvous address (its node IP and a free port); the other ranks join
     it. With a placement group, rank r runs in bundle `bundle_offset + r`. Each actor runs `num_threads` torch
     threads (default `max(1, int(num_cpus_per_worker))`).
+
+    A group serves one call at a time: every rank runs the group's collectives in the order its calls come, so a
+    caller awaits each call before the next (the trainer does). The `_async` calls go through the ranks' local
+    channels when all of them run on this machine (`workers.channel`), the others through Ray.
     """
 
     def __init__(
@@ -75,6 +82,8 @@ class WorkerGroup:
             for rank in range(1, num_workers)
         ]
         logger.info("%s group: %d workers rendezvous at %s:%d", role, num_workers, master_addr, master_port)
+        self._channel_state = "untried"  # "untried", "open" (every rank's channel), "ray" (calls go through Ray)
+        self._channels: list[ChannelClients] = []
 
     @property
     def world_size(self) -> int:
@@ -96,13 +105,12 @@ class WorkerGroup:
     def run_sharded(self, method: str, batch: TrainingBatch | ShardableBatch, **kwargs: Any) -> Any:
         """Split `batch` (and per-row tensor kwargs) evenly over the ranks, call `method(shard, **shard_kwargs)` on
         each, and join the results: tensors concatenated in row order, metric dicts averaged (see `dispatch`)."""
-        shards = shard_arguments(batch, self.world_size // self.model_parallel_size, kwargs)
-        refs = [
-            getattr(actor, method).remote(shards[dp][0], **_on_wire(shards[dp][1]))
-            for actor, dp in zip(self.actors, self.data_parallel_ranks)
-        ]
-        results = self.wait_all(refs, method)
-        return join_results(results[:: self.model_parallel_size], len(batch))
+        return self._join(self._call_each(method, self._sharded_calls(batch, kwargs)), len(batch))
+
+    async def run_sharded_async(self, method: str, batch: TrainingBatch | ShardableBatch, **kwargs: Any) -> Any:
+        """`run_sharded` awaited in the event loop, through the ranks' local channels when they run on this machine
+        (`workers.channel`), else through Ray."""
+        return self._join(await self._call_each_async(method, self._sharded_calls(batch, kwargs)), len(batch))
 
     def run_sharded_each(
         self, method: str, calls: list[tuple[TrainingBatch | ShardableBatch, dict[str, Any]]], **kwargs: Any
@@ -110,6 +118,26 @@ class WorkerGroup:
         """Several sharded calls in one round trip per rank: each `(batch, batch_kwargs)` of `calls` is split as
         `run_sharded` splits it, and each rank gets all its shards at once, `method([(shard, shard_kwargs), ...],
         **kwargs)`, which returns one result per shard. Returns the joined result of each call, in order."""
+        return self._join_each(method, calls, self._call_each(method, self._sharded_each_calls(calls, kwargs)))
+
+    async def run_sharded_each_async(
+        self, method: str, calls: list[tuple[TrainingBatch | ShardableBatch, dict[str, Any]]], **kwargs: Any
+    ) -> list[Any]:
+        """`run_sharded_each` awaited in the event loop, through the ranks' local channels when they run on this
+        machine (`workers.channel`), else through Ray."""
+        per_rank = await self._call_each_async(method, self._sharded_each_calls(calls, kwargs))
+        return self._join_each(method, calls, per_rank)
+
+    # ----- sharding and transport ---------------------------------------------------------------------------------
+    def _sharded_calls(self, batch: TrainingBatch | ShardableBatch, kwargs: dict[str, Any]) -> list[tuple[tuple, dict]]:
+        """Each actor's `(args, kwargs)`: its data-parallel rank's shard of `batch` and of the per-row kwargs."""
+        shards = shard_arguments(batch, self.world_size // self.model_parallel_size, kwargs)
+        return [((shards[dp][0],), _on_wire(shards[dp][1])) for dp in self.data_parallel_ranks]
+
+    def _sharded_each_calls(
+        self, calls: list[tuple[TrainingBatch | ShardableBatch, dict[str, Any]]], kwargs: dict[str, Any]
+    ) -> list[tuple[tuple, dict]]:
+        """Each actor's `(args, kwargs)`: the list of its data-parallel rank's shards of every call."""
         num_shards = self.world_size // self.model_parallel_size
         sharded = [
             [
@@ -118,21 +146,71 @@ class WorkerGroup:
             ]
             for batch, batch_kwargs in calls
         ]
-        refs = [
-            getattr(actor, method).remote([shards[dp] for shards in sharded], **kwargs)
-            for actor, dp in zip(self.actors, self.data_parallel_ranks)
-        ]
-        per_rank = self.wait_all(refs, method)[:: self.model_parallel_size]
-        for rank, results in enumerate(per_rank):
-            if len(results) != len(calls):
+        return [(([shards[dp] for shards in sharded],), kwargs) for dp in self.data_parallel_ranks]
+
+    def _join(self, results: list[Any], num_rows: int) -> Any:
+        return join_results(results[:: self.model_parallel_size], num_rows)
+
+    def _join_each(self, method: str, calls: list[tuple[Any, dict[str, Any]]], results: list[Any]) -> list[Any]:
+        per_rank = results[:: self.model_parallel_size]
+        for rank, rank_results in enumerate(per_rank):
+            if len(rank_results) != len(calls):
                 raise RuntimeError(
-                    f"{self.role} {method} returned {len(results)} results on data-parallel rank {rank}; expected one "
-                    f"per call ({len(calls)})"
+                    f"{self.role} {method} returned {len(rank_results)} results on data-parallel rank {rank}; "
+                    f"expected one per call ({len(calls)})"
                 )
         return [
-            join_results([results[position] for results in per_rank], len(batch))
+            join_results([rank_results[position] for rank_results in per_rank], len(batch))
             for position, (batch, _) in enumerate(calls)
         ]
+
+    def _call_each(self, method: str, per_actor: list[tuple[tuple, dict]]) -> list[Any]:
+        """Call `method(*args, **kwargs)` with each actor's own arguments through Ray; results in rank order."""
+        refs = [getattr(actor, method).remote(*args, **kwargs) for actor, (args, kwargs) in zip(self.actors, per_actor)]
+        return self.wait_all(refs, method)
+
+    async def _call_each_async(self, method: str, per_actor: list[tuple[tuple, dict]]) -> list[Any]:
+        """`_call_each` awaited: through every rank's local channel when they all serve one to this machine (the
+        first call asks them), else through Ray in a thread. Fails as soon as one rank fails, as `wait_all` does."""
+        if self._channel_state == "untried":
+            node = ray.get_runtime_context().get_node_id()
+            paths = await asyncio.to_thread(self.run_all, "open_channel", node)
+            if all(paths):
+                names = [f"{self.role} rank {rank}" for rank in range(self.world_size)]
+                self._channels = [ChannelClients(path, name) for path, name in zip(paths, names)]
+            self._channel_state = "open" if all(paths) else "ray"
+        if self._channel_state != "open":
+            return await asyncio.to_thread(self._call_each, method, per_actor)
+        calls = [
+            asyncio.ensure_future(channel.for_running_loop().call(method, args, kwargs))
+            for channel, (args, kwargs) in zip(self._channels, per_actor)
+        ]
+        pending = set(calls)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+                for call in done:
+                    error = call.exception()
+                    if isinstance(error, ChannelError):  # the rank's actor (or its node) is gone: Ray says why
+                        rank = calls.index(call)
+                        reason = await asyncio.to_thread(self._why_unreachable, rank, error)
+                        raise WorkerGroupError(
+                            f"{self.role} rank {rank} of {len(calls)} failed in {method}: {reason}"
+                        ) from error
+                    if error is not None:
+                        raise error  # the method raised: its own exception, at once
+        finally:
+            for call in pending:
+                call.cancel()
+        return [call.result() for call in calls]
+
+    def _why_unreachable(self, rank: int, error: ChannelError, timeout_s: float = 10.0) -> str:
+        """Why rank `rank`'s channel closed: Ray's account of its actor (e.g. `ActorDiedError: ...`), else `error`."""
+        try:
+            ray.get(self.actors[rank].master_address.remote(), timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the reason is reported, whatever it is
+            return f"{type(exc).__name__}: {exc}"
+        return f"{type(error).__name__}: {error}"
 
     def wait_all(self, refs: list[ray.ObjectRef], method: str) -> list[Any]:
         """The results of one call per rank (`refs` in rank order), failing as soon as any rank fails: a method
@@ -158,7 +236,13 @@ class WorkerGroup:
         return ray.get(refs)
 
     def shutdown(self) -> None:
-        """Kill the actors of this group."""
+        """Close the ranks' local channels (their sockets go with them) and kill the actors of this group."""
+        if self._channel_state == "open":
+            for channel in self._channels:
+                channel.close()
+            with contextlib.suppress(Exception):  # a rank that cannot answer is killed all the same
+                ray.get([actor.close_channel.remote() for actor in self.actors], timeout=10)
+        self._channel_state, self._channels = "ray", []
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []

@@ -22,6 +22,7 @@ from skyrl_train.models.lora import LoRASettings, apply_lora
 from skyrl_train.training_batch import TrainingBatch, on_wire
 from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
 from skyrl_train.workers.accounting import reduction_denominator
+from skyrl_train.workers.channel import ChannelHost
 from skyrl_train.workers.distributed import free_port, init_process_group, node_ip, resolve_device
 from skyrl_train.workers.micro_batching import (
     TrimmedMicroBatch,
@@ -75,11 +76,12 @@ class MiniBatchResult(NamedTuple):
         return (MiniBatchResult, (self.steps, on_wire(self.old_logprobs), self.weight_sync))
 
 
-class BaseWorker:
+class BaseWorker(ChannelHost):
     """One rank of a role. Subclasses set `trainable` and add `forward` / `forward_backward`.
 
     `master_addr`/`master_port` may be None on rank 0: it then rendezvouses on its own node IP and a free port,
-    which `master_address()` reports so the other ranks can be created.
+    which `master_address()` reports so the other ranks can be created. Besides Ray, a rank serves its methods on a
+    local channel for callers on its machine (`ChannelHost`, `workers.channel`).
     """
 
     trainable: bool = False

@@ -132,7 +132,8 @@ async def test_generate_takes_the_local_channel_and_falls_back_to_ray_without_it
     request = InferenceEngineInput(prompt_token_ids=_prompts(2), sampling_params=GREEDY)
     through_channel = await engine.generate(request)
     loop = asyncio.get_running_loop()
-    channel = engine._channels[loop]  # the proxy's connection for this test's event loop
+    clients = engine._channels._clients  # the proxy's connection per calling event loop
+    channel = clients[loop]
     assert engine._channel_state == "open" and channel._next_id == 1  # one request went through it
 
     # another thread's event loop (an HTTP endpoint's, say) calls the same proxy meanwhile: it gets a connection of
@@ -141,22 +142,21 @@ async def test_generate_takes_the_local_channel_and_falls_back_to_ray_without_it
         asyncio.to_thread(asyncio.run, engine.generate(request)), engine.generate(request)
     )
     assert elsewhere.response_ids == here.response_ids == through_channel.response_ids
-    assert engine._channels[loop] is channel and channel._next_id == 2 and channel.usable
-    assert len(engine._channels) == 2  # the other loop's stays until a new connection finds that loop closed
+    assert clients[loop] is channel and channel._next_id == 2 and channel.usable
+    assert len(clients) == 2  # the other loop's stays until a new connection finds that loop closed
 
     # the socket is gone (as after the actor's channel failed): the call goes through Ray, with the same answer
-    path = engine._channel_path
+    path = engine._channels.path
     channel.close()
-    del engine._channels[loop]
-    engine._channel_path = path + ".gone"
+    del clients[loop]
+    engine._channels.path = path + ".gone"
     through_ray = await engine.generate(request)
-    assert engine._channel_state == "ray" and engine._channels[loop]._next_id == 0
-    assert list(engine._channels) == [loop]  # the closed loop's connection was dropped
+    assert engine._channel_state == "ray" and clients[loop]._next_id == 0
+    assert list(clients) == [loop]  # the closed loop's connection was dropped
     assert through_ray.response_ids == through_channel.response_ids
-    engine._channels.clear()
     engine._channel_state = "untried"  # the next call asks the actor again, which serves the same socket
     await engine.generate(request)
-    assert engine._channel_path == path and engine._channels[loop]._next_id == 1
+    assert engine._channels.path == path and engine._channels._clients[loop]._next_id == 1
 
 
 async def test_receive_weights_needs_a_receiver(cluster):

@@ -64,6 +64,26 @@ def test_sharded_forward_equals_a_single_process_forward(policy_group, tiny_mode
     assert policy_group.run_all("execute", lambda worker, offset: worker.rank + offset, 10) == [10, 11]
 
 
+async def test_async_sharded_calls_take_the_ranks_channels_and_answer_as_ray_does(
+    policy_group, make_batch, grpo_advantages
+):
+    batch = make_batch(rows=5)
+    through_ray = policy_group.run_sharded("forward", batch)
+    through_channels = await policy_group.run_sharded_async("forward", batch)
+    assert policy_group._channel_state == "open"  # both ranks run on this machine: their channels serve
+    assert torch.equal(through_channels, through_ray)
+    # a rank's own exception comes back as itself, with the traceback of where the rank raised it
+    with pytest.raises(ValueError, match="on_policy=True takes old_logprobs from this pass") as raised:
+        await policy_group.run_sharded_async(
+            "forward_backward", batch, advantages=grpo_advantages(batch), old_logprobs=through_ray, on_policy=True
+        )
+    assert any("in forward_backward" in note for note in raised.value.__notes__)
+    with pytest.raises(AttributeError, match="no public method '_require_model'"):
+        await policy_group.run_sharded_async("_require_model", batch)
+    assert torch.equal(await policy_group.run_sharded_async("forward", batch), through_ray)  # still serving
+    assert policy_group.run_all("open_channel", "a-node-of-another-machine") == [None, None]  # those stay with Ray
+
+
 def test_update_then_gathered_weights_reproduce_the_trained_model(
     policy_group, make_batch, grpo_advantages, tiny_model_dir, tmp_path
 ):

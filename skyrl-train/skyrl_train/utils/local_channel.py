@@ -1,25 +1,30 @@
-"""A Unix-socket channel for an engine actor's generate calls from a process on the same machine.
+"""A Unix-socket channel for an actor's hot calls from a process on the same machine.
 
 A Ray actor call costs about 3 ms of round trip on the quickstart's 2-core machine (submitting, scheduling, the
-reply's own trip), against ~0.1 ms for a request and its reply through a local socket. `EngineActor` therefore also
-serves `generate` on a Unix socket in its own event loop (`ChannelServer`), and `RayEngineProxy` sends its generate
-calls there when the actor runs on its machine (`ChannelClient`); everything else (start-up, weight sync, sleep,
-teardown, failures) stays with Ray, and so does `generate` for an actor on another machine.
+reply's own trip), against ~0.1 ms for a request and its reply through a local socket. So the actors on the hot path
+also serve a few calls on a Unix socket: `EngineActor` its `generate` in its own event loop (`ChannelServer`), the
+worker ranks their sharded calls (the policy update, log-prob forwards) from a thread of their own
+(`ThreadedChannelServer`). Their callers send those calls there when the actor runs on their machine (`ChannelClient`,
+one per calling event loop: `ChannelClients`); everything else (start-up, weight sync, checkpoints, teardown,
+failures) stays with Ray, and so do the calls to an actor on another machine.
 
-Frames are `<request id: u64><length: u64><pickled body>` both ways. A request's body is `(request, weights)` as
-`EngineActor.generate_pickled` takes them; a reply's body is `(True, output)` or `(False, error)`. Requests on one
-connection run concurrently (a multi-turn generator keeps many in flight), so replies come back in any order, matched
-by id. A connection that closes fails every call still waiting on it, naming the engine.
+Frames are `<request id: u64><length: u64><pickled body>` both ways. A request's body is the tuple of arguments the
+server's handler takes; a reply's body is `(True, output)` or `(False, error)`. Requests on one connection run
+concurrently on an event-loop server (a multi-turn generator keeps many in flight) and one after the other on a
+threaded one, so replies come back in any order, matched by id. A connection that closes fails every call still
+waiting on it, naming the actor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import pickle
 import struct
 import tempfile
+import threading
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
@@ -28,11 +33,11 @@ HEADER = struct.Struct("<QQ")
 
 
 class ChannelError(ConnectionError):
-    """The channel to an engine closed (its actor died or tore down) while a call waited on it."""
+    """The channel to an actor closed (the actor died or tore down) while a call waited on it."""
 
 
 class RemoteCallError(RuntimeError):
-    """A call that raised in the engine actor, when its exception could not travel back as itself."""
+    """A call that raised in the actor, when its exception could not travel back as itself."""
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
@@ -73,7 +78,7 @@ class ChannelServer:
         return await asyncio.shield(self._starting)
 
     async def _listen(self) -> str:
-        directory = tempfile.mkdtemp(prefix="skyrl-engine-")
+        directory = tempfile.mkdtemp(prefix="skyrl-channel-")
         path = os.path.join(directory, "channel.sock")
         self._server = await asyncio.start_unix_server(self._serve, path=path)
         self.path = path
@@ -97,6 +102,9 @@ class ChannelServer:
         try:
             reply = pickle.dumps((True, await self.handler(*pickle.loads(body))), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - the caller re-raises it
+            # the traceback does not pickle: its text travels as a note, so the caller sees where the actor raised
+            remote = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            exc.add_note(f"raised in the actor serving this channel (pid {os.getpid()}):\n{remote}")
             reply = _error_body(exc)
         if not writer.is_closing():
             writer.write(_frame(request_id, reply))  # one write per frame: frames of concurrent replies never mix
@@ -143,7 +151,7 @@ class ChannelClient:
         self._reader_task = asyncio.create_task(self._read_replies(reader))
 
     async def _read_replies(self, reader: asyncio.StreamReader) -> None:
-        reason = "closed by the engine"
+        reason = "closed by the actor"
         try:
             while True:
                 request_id, body = await _read_frame(reader)
@@ -151,7 +159,7 @@ class ChannelClient:
                 if future is not None and not future.done():
                     future.set_result(body)
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            reason = f"closed by the engine ({type(exc).__name__})"
+            reason = f"closed by the actor ({type(exc).__name__})"
         except asyncio.CancelledError:
             reason = "closed by this process"
             raise
@@ -195,3 +203,89 @@ class ChannelClient:
             self._reader_task.cancel()
         if self._writer is not None:
             self._writer.close()
+
+
+class ChannelClients:
+    """The connections of one caller to one actor's channel at `path`: one `ChannelClient` per calling event loop
+    (e.g. a training loop and an HTTP endpoint's thread), those of closed loops dropped when another loop connects."""
+
+    def __init__(self, path: str, name: str) -> None:
+        self.path = path
+        self.name = name
+        self._clients: dict[asyncio.AbstractEventLoop, ChannelClient] = {}
+
+    def for_running_loop(self) -> ChannelClient:
+        """The running event loop's connection (made on first use)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            for closed in [other for other in self._clients if other.is_closed()]:  # its loop ended (asyncio.run)
+                del self._clients[closed]
+            client = self._clients[loop] = ChannelClient(self.path, self.name)
+        return client
+
+    def close(self) -> None:
+        """Close the running loop's connection (another loop's closes with its loop) and forget them all."""
+        try:
+            loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        client = self._clients.get(loop) if loop is not None else None
+        if client is not None:
+            client.close()
+        self._clients.clear()
+
+
+class ThreadedChannelServer:
+    """A `ChannelServer` whose handler is a plain function, run in a thread of its own with its own event loop: for an
+    actor whose calls run synchronously (a worker rank). Requests run one at a time, in that thread; `initializer`
+    runs there first (e.g. selecting the rank's CUDA device, which is per thread)."""
+
+    def __init__(self, handler: Callable[..., Any], name: str, initializer: Optional[Callable[[], None]] = None):
+        self.name = name
+        self._handler = handler
+        self._initializer = initializer
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._server: Optional[ChannelServer] = None
+        self._thread: Optional[threading.Thread] = None
+        self.path: Optional[str] = None
+
+    def start(self) -> str:
+        """Start the thread (once) and return the socket's path once it listens."""
+        if self.path is not None:
+            return self.path
+        started: concurrent.futures.Future = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, args=(started,), name=self.name, daemon=True)
+        self._thread.start()
+        self.path = started.result(timeout=60)
+        return self.path
+
+    def _run(self, started: concurrent.futures.Future) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        try:
+            if self._initializer is not None:
+                self._initializer()
+
+            async def handle(*args: Any) -> Any:
+                return self._handler(*args)  # in this loop's thread: one request at a time
+
+            self._server = ChannelServer(handle)
+            started.set_result(loop.run_until_complete(self._server.start()))
+        except BaseException as exc:  # noqa: BLE001 - the starting caller re-raises it
+            started.set_exception(exc)
+            loop.close()
+            return
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self._server.close())
+            loop.close()
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop serving: close the connections and the socket, end the thread (waiting up to `timeout_s` for a request
+        still running)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout_s)

@@ -1,0 +1,152 @@
+"""The actors' local channel (`utils.local_channel`): a real Unix socket served in this process's event loop or from a
+thread of its own, checked for concurrent calls answered out of order, errors travelling back (with the actor's
+traceback), a closed or missing server failing the calls that wait on it with `ChannelError`, and one connection per
+calling event loop."""
+
+import asyncio
+import os
+import stat
+import threading
+
+import pytest
+
+from skyrl_train.utils.local_channel import (
+    ChannelClient,
+    ChannelClients,
+    ChannelError,
+    ChannelServer,
+    RemoteCallError,
+    ThreadedChannelServer,
+)
+
+
+class _Unpicklable(Exception):
+    def __reduce__(self):
+        raise TypeError("this exception does not pickle")
+
+
+async def _handler(value, delay=0.0, fail=None):
+    await asyncio.sleep(delay)
+    if fail == "value":
+        raise ValueError(f"bad value {value}")
+    if fail == "unpicklable":
+        raise _Unpicklable("kept as text")
+    return {"echo": value, "delay": delay}
+
+
+async def test_concurrent_calls_get_their_own_replies_in_any_order():
+    server = ChannelServer(_handler)
+    path = await server.start()
+    client = ChannelClient(path, "test engine")
+    try:
+        # the first call's reply comes back last: replies are matched by request id, not by order
+        replies = await asyncio.gather(*(client.call(i, 0.03 * (3 - i)) for i in range(4)))
+        assert [reply["echo"] for reply in replies] == [0, 1, 2, 3]
+        assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700  # only this user can connect
+    finally:
+        client.close()
+        await server.close()
+    assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
+
+
+async def test_errors_raised_by_the_handler_reach_the_caller():
+    server = ChannelServer(_handler)
+    client = ChannelClient(await server.start(), "test engine")
+    try:
+        with pytest.raises(ValueError, match="bad value 7") as raised:
+            await client.call(7, 0.0, "value")
+        assert any("in _handler" in note for note in raised.value.__notes__)  # where the actor raised it
+        with pytest.raises(RemoteCallError, match="kept as text"):  # as its traceback's text
+            await client.call(8, 0.0, "unpicklable")
+        assert (await client.call(9))["echo"] == 9  # the connection still serves
+    finally:
+        client.close()
+        await server.close()
+
+
+async def test_a_server_that_closes_fails_the_waiting_call_and_the_next_ones():
+    server = ChannelServer(_handler)
+    client = ChannelClient(await server.start(), "engine 3")
+    waiting = asyncio.ensure_future(client.call(1, 30.0))
+    await asyncio.sleep(0.05)
+    await server.close()
+    with pytest.raises(ChannelError, match="engine 3"):
+        await asyncio.wait_for(waiting, timeout=10)
+    with pytest.raises(ChannelError, match="engine 3"):
+        await client.call(2)
+    assert not client.usable
+
+
+async def test_a_missing_socket_is_a_channel_error(tmp_path):
+    client = ChannelClient(str(tmp_path / "gone.sock"), "engine 5")
+    with pytest.raises(ChannelError, match="cannot connect to engine 5"):
+        await client.call(1)
+
+
+async def test_concurrent_starts_listen_once():
+    server = ChannelServer(_handler)
+    first, second = await asyncio.gather(server.start(), server.start())
+    client = ChannelClient(first, "test engine")
+    try:
+        assert first == second == await server.start()
+        assert (await client.call(4))["echo"] == 4
+    finally:
+        client.close()
+        await server.close()
+
+
+def _in_thread(value, fail=False):
+    """A plain (blocking) handler: reports the thread it ran in."""
+    if fail:
+        raise KeyError(f"no {value}")
+    return value, threading.current_thread().name, getattr(_SETUP, "done", False)
+
+
+_SETUP = threading.local()
+
+
+async def test_a_threaded_server_runs_a_plain_handler_in_its_own_thread_one_call_at_a_time():
+    server = ThreadedChannelServer(_in_thread, "rank-7-channel", initializer=lambda: setattr(_SETUP, "done", True))
+    path = server.start()
+    assert server.start() == path  # started once
+    client = ChannelClient(path, "rank 7")
+    try:
+        replies = await asyncio.gather(*(client.call(i) for i in range(3)))
+        # every call ran in the server's thread, after its initializer (thread-local set-up such as a CUDA device)
+        assert replies == [(i, "rank-7-channel", True) for i in range(3)]
+        with pytest.raises(KeyError, match="no 5"):
+            await client.call(5, True)
+        assert (await client.call(6))[0] == 6
+    finally:
+        client.close()
+        server.close()
+    assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
+    assert not any(thread.name == "rank-7-channel" for thread in threading.enumerate())
+
+
+async def test_a_threaded_server_that_closed_fails_the_next_calls():
+    server = ThreadedChannelServer(_in_thread, "closing-channel")
+    client = ChannelClient(server.start(), "rank 2")
+    assert (await client.call(0))[0] == 0
+    server.close()  # an idle server stops at once, closing its connections
+    with pytest.raises(ChannelError, match="rank 2"):
+        await asyncio.wait_for(client.call(1), timeout=10)
+
+
+def test_channel_clients_keep_one_connection_per_event_loop_and_drop_those_of_closed_loops():
+    server = ThreadedChannelServer(_in_thread, "shared-channel")
+    clients = ChannelClients(server.start(), "rank 0")
+
+    async def call(value):
+        client = clients.for_running_loop()
+        assert clients.for_running_loop() is client  # the same connection within one loop
+        return client, await client.call(value)
+
+    try:
+        first, reply = asyncio.run(call(1))
+        assert reply[0] == 1 and list(clients._clients.values()) == [first]
+        second, reply = asyncio.run(call(2))  # a new loop: a new connection; the closed loop's is dropped
+        assert reply[0] == 2 and second is not first and list(clients._clients.values()) == [second]
+    finally:
+        clients.close()
+        server.close()
