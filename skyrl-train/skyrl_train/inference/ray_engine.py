@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import functools
+import logging
 import os
 import pickle
 import time
@@ -38,6 +39,8 @@ from skyrl_train.utils.threads import actor_threads
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSyncError
 from skyrl_train.weight_sync.chunks import dtype_name
 from skyrl_train.weight_sync.strategy import make_receiver
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -275,13 +278,22 @@ class EngineActor:
         return await self.engine.generate(request)
 
     async def open_channel(self, caller_node_id: str) -> Optional[str]:
-        """The path of a Unix socket serving `generate_installing` in this actor's event loop (`local_channel`),
-        started on first use; None when the caller runs on another machine (its calls stay with Ray)."""
+        """The path of a Unix socket serving `generate_installing` and `install_if_behind` in this actor's event loop
+        (`local_channel`; a request names which, see `serve_channel`), started on first use; None when the caller
+        runs on another machine (its calls stay with Ray)."""
         if caller_node_id != ray.get_runtime_context().get_node_id():
             return None
         if self._channel is None:
-            self._channel = ChannelServer(self.generate_installing)
+            self._channel = ChannelServer(self.serve_channel)
         return await self._channel.start()
+
+    async def serve_channel(self, call: str, *args: Any) -> Any:
+        """One request of the local channel: `("generate", request, weights)` or `("install", chunk)`."""
+        if call == "generate":
+            return await self.generate_installing(*args)
+        if call == "install":
+            return await self.install_if_behind(*args)
+        raise ValueError(f"the engine's channel serves 'generate' and 'install', not {call!r}")
 
     async def install_if_behind(self, chunk: WeightChunk) -> int:
         """Receive `chunk` (the final chunk of a sync) unless the engine already serves its version; concurrent
@@ -354,6 +366,7 @@ class RayEngineProxy(InferenceEngine):
         self.handle = handle
         self._version = version
         self._pending_weights: Optional[WeightChunk] = None
+        self._installing_ahead: Optional[asyncio.Task] = None  # `install_ahead`'s task, kept until it ends
         self._channels: Optional[ChannelClients] = None  # each calling event loop's connection to the actor
         self._channel_state = "untried"  # "untried", "open" (a path to connect to), "ray" (calls go through Ray)
 
@@ -373,8 +386,33 @@ class RayEngineProxy(InferenceEngine):
 
     def install_before_generate(self, chunk: WeightChunk) -> None:
         """Have the actor install `chunk` (the final chunk of a sync, `SendResult.deferred`) at the start of the next
-        generate call; `install_pending_weights` installs it without one."""
+        generate call; `install_pending_weights` installs it without one.
+
+        Called in a running event loop with the actor's local channel open, the proxy also sends `chunk` right away
+        without waiting (`install_ahead`): the actor installs it while the caller prepares its next generate call
+        (between two training steps the policy ranks are done and the engines idle), and that call then finds it
+        installed (the actor installs a chunk once) and confirms the served version all the same."""
         self._pending_weights = chunk
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._channel_state == "open":
+            self._installing_ahead = loop.create_task(self.install_ahead(chunk))
+
+    async def install_ahead(self, chunk: WeightChunk) -> None:
+        """Install `chunk` through the local channel now; when that fails, the next generate call (or
+        `install_pending_weights`) installs it through its own request and raises what fails there."""
+        channel = await self._local_channel()
+        if channel is None:
+            return
+        try:
+            version = await channel.call("install", chunk)
+        except Exception as exc:  # noqa: BLE001 - retried (and raised) by the call that carries the chunk
+            logger.warning("engine %s: installing weight version %d ahead failed: %r", self.handle, chunk.version, exc)
+            return
+        if version >= chunk.version and self._pending_weights is chunk:  # else the generate call's check raises
+            self._served(version, chunk)
 
     @property
     def pending_weights(self) -> Optional[WeightChunk]:
@@ -397,7 +435,7 @@ class RayEngineProxy(InferenceEngine):
         output = None
         if channel is not None:
             try:
-                output = await channel.call(request, pending)
+                output = await channel.call("generate", request, pending)
             except ChannelError:
                 self._channel_state = "ray"  # the actor's channel is gone: Ray says why, or serves the call
         if output is None:
@@ -442,6 +480,8 @@ class RayEngineProxy(InferenceEngine):
     async def teardown(self, timeout_s: float = 30.0) -> None:
         """Tear the engine down and end the actor; returns once the actor is gone (`ray.kill` only asks for it, so
         a call right after it could otherwise still be answered)."""
+        if self._installing_ahead is not None:
+            self._installing_ahead.cancel()
         if self._channels is not None:
             self._channels.close()
         self._channel_state = "ray"

@@ -100,13 +100,22 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
     """2 mini-batches x 2 epochs: the policy update (with its old-log-prob forward) and the weight sync after it are
     one call per rank, and the sync is confirmed from the engines' acknowledgements, not by asking them again. The
     driver trains with `DRIVER_TORCH_THREADS` torch threads."""
-    calls, version_requests, generated = [], [], []
-    wait_all, fetch, step = WorkerGroup.wait_all, RayEngineProxy.fetch_weight_version, RayPPOTrainer.step
-    generate = RayEngineProxy.generate
+    calls, version_requests, generated, ahead = [], [], [], []
+    run_all, call_each = WorkerGroup.run_all, WorkerGroup._call_each_async
+    fetch, step, generate = RayEngineProxy.fetch_weight_version, RayPPOTrainer.step, RayEngineProxy.generate
+    install_ahead = RayEngineProxy.install_ahead
 
-    def recording_wait_all(self, refs, method):
-        calls.append((self.role, method, len(refs)))
-        return wait_all(self, refs, method)
+    def recording_run_all(self, method, *args, **kwargs):
+        calls.append((self.role, method, self.world_size))
+        return run_all(self, method, *args, **kwargs)
+
+    async def recording_call_each(self, method, per_actor):  # the sharded calls, through channels or Ray
+        calls.append((self.role, method, len(per_actor)))
+        return await call_each(self, method, per_actor)
+
+    async def recording_install_ahead(self, chunk):
+        ahead.append(chunk.version)
+        return await install_ahead(self, chunk)
 
     async def recording_fetch(self):
         version_requests.append(self)
@@ -122,7 +131,9 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
         generated.append((None if pending is None else pending.version, output.weight_version, self.pending_weights))
         return output
 
-    monkeypatch.setattr(WorkerGroup, "wait_all", recording_wait_all)
+    monkeypatch.setattr(WorkerGroup, "run_all", recording_run_all)
+    monkeypatch.setattr(WorkerGroup, "_call_each_async", recording_call_each)
+    monkeypatch.setattr(RayEngineProxy, "install_ahead", recording_install_ahead)
     monkeypatch.setattr(RayEngineProxy, "fetch_weight_version", recording_fetch)
     monkeypatch.setattr(RayPPOTrainer, "step", recording_step)
     monkeypatch.setattr(RayEngineProxy, "generate", recording_generate)
@@ -134,17 +145,23 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
     assert result.global_step == 2
     assert torch.get_num_threads() == threads  # the driver's count is back after the run
     first_step = calls.index(("step", 1, DRIVER_TORCH_THREADS))  # small tensor work: one thread while training
-    in_steps = [call for call in calls[first_step:] if call[0] != "step"]
+    # the ranks' channels open once, at the first sharded call; nothing else reaches the ranks during the steps
+    in_steps = [call for call in calls[first_step:] if call[0] != "step" and call[1] != "open_channel"]
+    assert [call for call in calls if call[1] == "open_channel"] == [("policy", "open_channel", 2)]
     assert in_steps[:2] == [("policy", "train_mini_batches", 2)] * 2
     assert [method for _, method, _ in in_steps[2:]] == ["save_hf_model"]  # the export at the end of the run
     assert version_requests == []
     history = result.history
     assert [value for _, value in history["weight_sync/in_update"]] == [1.0, 1.0]
     assert [value for _, value in history["weight_sync/version"]] == [2.0, 3.0]  # after the initial sync's 1
-    # no engine acknowledged the syncs: each engine installed step 1's weights with its first generate call of
-    # step 2 (and step 2's with the final evaluation's), which then sampled with them
+    # no engine acknowledged the syncs: each sync's last chunk went to both engines' proxies, which sent it ahead
+    # through the local channel, and step 2's generate calls (then the final evaluation's) sampled with it
     assert [value for _, value in history["weight_sync/installed_at_generate"]] == [1.0, 1.0]
-    assert {(pending, served) for pending, served, _ in generated if pending is not None} == {(2, 2), (3, 3)}
+    assert ahead == [2, 2, 3, 3]
+    served = [served for _, served, _ in generated]
+    assert served == sorted(served) and {2, 3} <= set(served)
+    # a generate call that still carried the chunk (it raced the install ahead) served its version
+    assert all(served >= pending for pending, served, _ in generated if pending is not None)
     assert all(left is None for _, _, left in generated)  # installed once: later calls carry nothing
     assert "timing/weight_sync" not in history
     assert history["policy/old_logprobs_from_update"][-1][1] == 0.0

@@ -2,7 +2,7 @@
 block, in many chunks, and two bf16 engine actors that started from another model must then hold exactly what the
 general path (a gather on rank 0, cast to bf16) would have sent: before, after a plain sync, after a second one
 (the plan is reused), after a sync inside the update call that changed the weights, and after one whose final chunk
-the engines installed later (at their next generate, or when asked)."""
+the engines installed later (at their next generate, when asked, or sent ahead through their local channels)."""
 
 import asyncio
 
@@ -125,3 +125,32 @@ def test_a_deferred_final_chunk_is_installed_by_the_next_generate_or_on_request(
     assert engines[1].pending_weights is None and engines[1].weight_version == version
     assert asyncio.run(strategy.verify(trained)).num_checked > 0  # both hold the whole trained model
     asyncio.run(strategy.install_deferred())  # nothing left to install: no call, no error
+
+
+async def test_a_deferred_final_chunk_goes_ahead_through_the_local_channels(parts, make_batch):
+    """Called in the event loop with the engines' local channels open, `defer_install` has each proxy send the chunk
+    at once without waiting (`install_ahead`): both engines install it before any generate call, which then carries
+    nothing and samples with it."""
+    group, strategy = parts
+    engines = strategy.engines
+    request = InferenceEngineInput(prompt_token_ids=[[1, 2, 3]], sampling_params=SamplingParams(max_tokens=2))
+    for engine in engines:  # opens each proxy's channel in this event loop
+        await engine.generate(request)
+    version = max(engine.weight_version for engine in engines) + 1
+    batch = make_batch(rows=4)
+    arguments = {"advantages": torch.ones_like(batch.response_mask, dtype=torch.float32), "old_logprobs": None}
+    results = await group.run_sharded_each_async(
+        "train_mini_batches",
+        [(batch, arguments)],
+        on_policy=True,
+        sync_weights_version=version,
+        defer_weight_install=True,
+    )
+    sent = next(result for result in results[-1].weight_sync if result is not None)
+    assert sent.deferred is not None
+    strategy.defer_install(version, sent.deferred)
+    await asyncio.gather(*(engine._installing_ahead for engine in engines))
+    assert [engine.pending_weights for engine in engines] == [None, None]
+    assert [await engine.fetch_weight_version() for engine in engines] == [version, version]
+    assert (await strategy.verify(_gathered_checksums(group))).num_checked > 0  # the whole trained model
+    assert (await engines[1].generate(request)).weight_version == version
