@@ -61,6 +61,8 @@ class ShardedSend:
         self._block: Optional[shared_memory.SharedMemory] = None
         self._proposals = 0  # rank 0: plans proposed so far (ids start at 1)
         self._proposed_for: Optional[tuple[int, str, tuple]] = None  # rank 0: (sender id, block, layout) of the plan
+        self._layout_of: Optional[tuple] = None  # rank 0: (state, sender settings, layout, chunk sizes) last planned
+        self._pieces_of: Optional[tuple] = None  # (plan id, state, {chunk index: pieces}) last written
 
     def propose(self, sender: Any, state: Optional[dict[str, torch.Tensor]], version: int) -> Optional[ShardWritePlan]:
         """Rank 0: the plan for this sync, or None for the general path (not an `shm` sender, `state` None, or a
@@ -68,14 +70,18 @@ class ShardedSend:
         other ranks would wait in a barrier for a rank that gave up)."""
         if state is None or not isinstance(sender, SharedMemorySender) or version <= sender.last_version:
             return None
-        layout, sizes = [], []
-        for chunk in plan_chunks(list(state.items()), sender.chunk_bytes, sender.dtype):
-            offset, placed = 0, []
-            for name, value in chunk:
-                placed.append((name, tuple(value.shape), offset))
-                offset += nbytes_as(value, sender.dtype)
-            layout.append(tuple(placed))
-            sizes.append(offset)
+        settings = (id(sender), sender.chunk_bytes, sender.dtype)
+        if self._layout_of is None or self._layout_of[0] is not state or self._layout_of[1] != settings:
+            layout, sizes = [], []
+            for chunk in plan_chunks(list(state.items()), sender.chunk_bytes, sender.dtype):
+                offset, placed = 0, []
+                for name, value in chunk:
+                    placed.append((name, tuple(value.shape), offset))
+                    offset += nbytes_as(value, sender.dtype)
+                layout.append(tuple(placed))
+                sizes.append(offset)
+            self._layout_of = (state, settings, layout, sizes)  # the same state again (see FSDP2Strategy): reused
+        _, _, layout, sizes = self._layout_of
         block = sender.block_for(max(sizes))
         key = (id(sender), block.name, tuple(layout))
         if key != self._proposed_for:
@@ -104,9 +110,24 @@ class ShardedSend:
         plan = self.plan
         block = self._mapped(plan.block_name)
         dtype = dtype_from_name(plan.dtype)
-        element = torch.empty((), dtype=dtype).element_size()
         target = torch.frombuffer(block.buf, dtype=torch.uint8, count=plan.chunk_bytes(index))
         try:
+            for local, begin, size in self._pieces(state, index):
+                target[begin : begin + size].view(dtype).view(local.shape).copy_(local)
+        finally:
+            del target  # no view may outlive the write: the block may be closed later
+
+    def _pieces(self, state: dict[str, torch.Tensor], index: int) -> list[tuple[torch.Tensor, int, int]]:
+        """`(this rank's local tensor, byte offset, byte size)` of each piece of chunk `index` it writes, derived
+        once per plan and state: the state's tensors view the live parameters (see `FSDP2Strategy`), so the pieces
+        stay valid while the same state comes back."""
+        plan = self.plan
+        if self._pieces_of is None or self._pieces_of[0] != plan.plan_id or self._pieces_of[1] is not state:
+            self._pieces_of = (plan.plan_id, state, {})
+        by_chunk = self._pieces_of[2]
+        if index not in by_chunk:
+            element = torch.empty((), dtype=dtype_from_name(plan.dtype)).element_size()
+            pieces = []
             for name, shape, offset in plan.chunks[index]:
                 value = state[name]
                 if isinstance(value, DTensor):
@@ -124,10 +145,9 @@ class ShardedSend:
                 else:
                     continue
                 if local.numel():
-                    size = local.numel() * element
-                    target[begin : begin + size].view(dtype).copy_(local.reshape(-1))
-        finally:
-            del target  # no view may outlive the write: the block may be closed later
+                    pieces.append((local, begin, local.numel() * element))
+            by_chunk[index] = pieces
+        return by_chunk[index]
 
     def send(
         self,

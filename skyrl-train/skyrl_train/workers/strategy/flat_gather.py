@@ -11,6 +11,7 @@ caller takes the general path.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Optional
 
 import torch
@@ -114,3 +115,13 @@ def writable_state(model: torch.nn.Module, world_size: int) -> Optional[dict[str
         ):
             return None
     return state
+
+
+def storage_marks(tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Each named tensor's local memory address and shape (a DTensor's local shard): two tensors with equal marks,
+    both alive, view the same memory the same way."""
+    marks = {}
+    for name, tensor in tensors:
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+        marks[name] = (local.data_ptr(), tuple(local.shape))
+    return marks

@@ -5,6 +5,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from torch.distributed.tensor import DTensor
 
 from skyrl_train.config import FSDPConfig, OptimizerConfig
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
@@ -171,3 +172,23 @@ def test_max_grad_norm_clips_the_update(single_rank_group, max_grad_norm, clippe
         assert seen["norm"] == pytest.approx(max_grad_norm, rel=1e-3)  # clip_grad_norm_ scales to the limit
     else:
         assert seen["norm"] == pytest.approx(norm_before, rel=1e-5)  # 0 means no clipping; 1e6 is never reached
+
+
+def test_the_writable_state_is_kept_while_it_views_the_live_parameters(single_rank_group):
+    strategy = FSDP2Strategy(FSDPConfig(), torch.device("cpu"), optimizer=OptimizerConfig(lr=0.1))
+    model = strategy.prepare(build_tiny_model(TinyModelSpec(size=1), seed=0))
+    state = strategy.shard_writable_state()
+    assert state is not None and set(state) == set(model.state_dict())
+    _train_step(strategy, model)  # the optimizer updates the parameters in place
+    assert strategy.shard_writable_state() is state  # the same views, which show the update
+    assert all(
+        torch.equal(state[name].full_tensor(), value.full_tensor()) for name, value in model.state_dict().items()
+    )
+    # a parameter replaced by one in new memory (as a load that assigns would) makes a new state that views it
+    old = model.model.norm.weight
+    replaced = DTensor.from_local(old.to_local().detach().clone() + 1.0, old.device_mesh, old.placements)
+    model.model.norm.weight = torch.nn.Parameter(replaced)
+    fresh = strategy.shard_writable_state()
+    assert fresh is not state
+    assert torch.equal(fresh["model.norm.weight"].to_local(), replaced.to_local())
+    assert strategy.shard_writable_state() is fresh
