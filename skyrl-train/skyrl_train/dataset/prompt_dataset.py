@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional, TypedDict, Union
 
 from skyrl_train.dataset.loading import DataPath, load_files
 from skyrl_train.dataset.schema import validate_row
+from skyrl_train.dataset.templating import prompt_token_ids_batch
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -17,6 +19,9 @@ logger = logging.getLogger(__name__)
 
 LENGTH_CHUNK_SIZE = 512
 """Prompts tokenized per batched tokenizer call when measuring lengths."""
+KEPT_PROMPT_TOKENS = 2_000_000
+"""Most chat-templated prompt tokens a dataset keeps from its length check for the generator (16 MB; the generator's
+`PromptIdsCache` holds as many)."""
 
 
 class PromptItem(TypedDict):
@@ -32,27 +37,30 @@ class PromptItem(TypedDict):
     """Stable id of the prompt, `"<file index>:<row index in that file>"`; samples of one prompt share it."""
 
 
+def template_prompts(
+    prompts: list[list[dict[str, str]]],
+    tokenizer: PreTrainedTokenizerBase,
+    chat_template_kwargs: Optional[dict[str, Any]] = None,
+) -> list[list[int]]:
+    """Token ids of each prompt after the chat template with the generation prompt (what the engine receives), in
+    batched tokenizer calls of `LENGTH_CHUNK_SIZE` prompts (`templating.prompt_token_ids_batch`)."""
+    ids: list[list[int]] = []
+    for start in range(0, len(prompts), LENGTH_CHUNK_SIZE):
+        chunk = [(messages, None) for messages in prompts[start : start + LENGTH_CHUNK_SIZE]]
+        try:
+            ids.extend(prompt_token_ids_batch(tokenizer, chunk, chat_template_kwargs))
+        except ValueError as exc:
+            raise ValueError(f"PromptDataset needs a tokenizer with a chat template to measure prompts: {exc}") from exc
+    return ids
+
+
 def measure_prompt_lengths(
     prompts: list[list[dict[str, str]]],
     tokenizer: PreTrainedTokenizerBase,
     chat_template_kwargs: Optional[dict[str, Any]] = None,
 ) -> list[int]:
     """Token count of each prompt after the chat template with the generation prompt (what the engine receives)."""
-    kwargs = chat_template_kwargs or {}
-    lengths: list[int] = []
-    for start in range(0, len(prompts), LENGTH_CHUNK_SIZE):
-        chunk = prompts[start : start + LENGTH_CHUNK_SIZE]
-        try:
-            texts = [
-                tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
-                for messages in chunk
-            ]
-        except ValueError as exc:
-            raise ValueError(f"PromptDataset needs a tokenizer with a chat template to measure prompts: {exc}") from exc
-        # the rendered template already holds its special tokens, so none are added here
-        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-        lengths.extend(len(ids) for ids in encoded)
-    return lengths
+    return [len(ids) for ids in template_prompts(prompts, tokenizer, chat_template_kwargs)]
 
 
 class PromptDataset:
@@ -102,7 +110,8 @@ class PromptDataset:
                 uids.append(f"{file_index}:{row_index}")
         self.num_rows_read = len(rows)
 
-        lengths = measure_prompt_lengths([row[prompt_key] for row in rows], tokenizer, chat_template_kwargs)
+        templated = template_prompts([row[prompt_key] for row in rows], tokenizer, chat_template_kwargs)
+        lengths = [len(ids) for ids in templated]
         keep = [index for index, length in enumerate(lengths) if length <= max_prompt_length]
         self.num_too_long = len(rows) - len(keep)
         if self.num_too_long:
@@ -111,6 +120,13 @@ class PromptDataset:
         self._uids = [uids[index] for index in keep]
         self.prompt_lengths = [lengths[index] for index in keep]
         """Token length of each kept prompt (chat template and generation prompt included)."""
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._templated: list[Optional[array]] = []
+        budget = KEPT_PROMPT_TOKENS
+        for index in keep:  # the ids the length check computed, kept (up to a budget) for the generator
+            ids = templated[index]
+            budget -= len(ids)
+            self._templated.append(array("l", ids) if budget >= 0 else None)
 
     def _report_too_long(self, rows: list[dict[str, Any]], uids: list[str], lengths: list[int]) -> None:
         first = next(index for index, length in enumerate(lengths) if length > self.max_prompt_length)
@@ -130,6 +146,14 @@ class PromptDataset:
             self.max_prompt_length,
             example,
         )
+
+    def templated_prompts(self) -> Iterator[tuple[list[dict[str, str]], list[int]]]:
+        """`(messages, chat-templated ids)` of the kept prompts whose ids the length check kept (`KEPT_PROMPT_TOKENS`):
+        computed with this dataset's tokenizer and `chat_template_kwargs`, as the generator computes them, so a
+        generator using the same two need not template these prompts again (`SkyRLGymGenerator.remember_prompt_ids`)."""
+        for row, ids in zip(self._rows, self._templated, strict=True):
+            if ids is not None:
+                yield row[self.prompt_key], ids.tolist()
 
     def env_class_uses(self) -> dict[str, tuple[int, str]]:
         """Each env class the kept rows name -> (how many rows, the uid of the first one)."""

@@ -108,6 +108,15 @@ class BasePPOExp:
             dataset, self.cfg.trainer.train_batch_size, shuffle=self.cfg.data.shuffle, seed=self.cfg.data.seed
         )
 
+    def share_prompt_ids(self, generator: GeneratorInterface) -> None:
+        """Hand the training prompts' chat-templated ids, which the dataset's length check computed with the run's
+        tokenizer, to a generator that takes them (`remember_prompt_ids`): its first epoch then does not template
+        those prompts again."""
+        remember = getattr(generator, "remember_prompt_ids", None)
+        templated = getattr(self.train_dataset, "templated_prompts", None)
+        if remember is not None and templated is not None:
+            remember(templated(), self.train_dataset.chat_template_kwargs)
+
     def get_placement(self) -> Placement:
         """Placement groups for the roles and engines."""
         return plan_placement(self.cfg, self.roles())
@@ -278,6 +287,7 @@ class BasePPOExp:
         engines = self.get_inference_engines(self.placement)
         client = self.get_inference_client(engines)
         generator = self.get_generator(client, tokenizer)
+        self.share_prompt_ids(generator)
         weight_sync = await self.get_weight_sync(policy, engines)
         tracker = self.get_tracker(total_steps)
         reward_scorer = self.get_reward_scorer(tokenizer)

@@ -9,52 +9,11 @@ from typing import Any, Optional
 
 from transformers import PreTrainedTokenizerBase
 
+from skyrl_train.dataset.templating import prompt_token_ids as prompt_token_ids  # re-exported: the generators' API
+from skyrl_train.dataset.templating import prompt_token_ids_batch as prompt_token_ids_batch
 from skyrl_train.inference.types import Messages
 
 _PROBE_CONTENT = "\x00SKYRL-PROBE\x00"
-# apply_chat_template arguments that change how the rendered text is tokenized: with any of them, the batched helper
-# lets apply_chat_template tokenize each prompt itself.
-_TOKENIZING_KWARGS = frozenset(
-    {"tokenizer_kwargs", "truncation", "max_length", "padding", "return_tensors", "return_dict"}
-)
-
-
-def _as_ids(encoded: Any) -> list[int]:
-    return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
-
-
-def prompt_token_ids(
-    tokenizer: PreTrainedTokenizerBase,
-    messages: Messages,
-    tools: Optional[list[dict]] = None,
-    chat_template_kwargs: Optional[dict[str, Any]] = None,
-) -> list[int]:
-    """Token ids of the chat-templated prompt with the generation prompt appended."""
-    return _as_ids(
-        tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=True, **(chat_template_kwargs or {})
-        )
-    )
-
-
-def prompt_token_ids_batch(
-    tokenizer: PreTrainedTokenizerBase,
-    conversations: list[tuple[Messages, Optional[list[dict]]]],
-    chat_template_kwargs: Optional[dict[str, Any]] = None,
-) -> list[list[int]]:
-    """`prompt_token_ids` of each `(messages, tools)`: every prompt rendered by the template, then all encoded in one
-    tokenizer call without added special tokens, which is what `apply_chat_template(tokenize=True)` does per prompt
-    (same ids, about half the cost: the per-call overhead was most of it for short prompts)."""
-    kwargs = chat_template_kwargs or {}
-    if not conversations:
-        return []
-    if _TOKENIZING_KWARGS.intersection(kwargs):
-        return [prompt_token_ids(tokenizer, messages, tools, kwargs) for messages, tools in conversations]
-    texts = [
-        tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs)
-        for messages, tools in conversations
-    ]
-    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
 def conversation_key(messages: Messages, tools: Optional[list[dict]]) -> Any:
@@ -102,6 +61,12 @@ class PromptIdsCache:
             found[key] = ids
             self._keep(key, ids)
         return found
+
+    def remember(self, key: Any, ids: list[int]) -> None:
+        """Hold `ids` as the prompt ids of `key` (computed elsewhere with the same tokenizer and kwargs, e.g. by the
+        dataset's length check), unless that key is held already."""
+        if key not in self._ids:
+            self._keep(key, ids)
 
     def _keep(self, key: Any, ids: list[int]) -> None:
         if len(ids) > self.max_tokens:

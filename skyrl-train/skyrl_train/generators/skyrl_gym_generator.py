@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
@@ -30,7 +31,7 @@ from skyrl_train.generators.env_pool import EnvCallResult, EnvPool
 from skyrl_train.generators.metrics import rollout_metrics
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput, Trajectory
 from skyrl_train.inference.client import InferenceEngineClient
-from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+from skyrl_train.inference.types import InferenceEngineInput, Messages, SamplingParams
 
 logger = logging.getLogger(__name__)
 MAX_REPORTED_ENV_FAILURES = 20
@@ -137,6 +138,21 @@ class SkyRLGymGenerator(GeneratorInterface):
         self.prompt_ids = PromptIdsCache()  # single-turn prompts seen again are not templated again
         self._llm_seconds = 0.0
         self._reported_env_failures: set[str] = set()
+
+    def remember_prompt_ids(
+        self, templated: Iterable[tuple[Messages, list[int]]], chat_template_kwargs: dict[str, Any]
+    ) -> int:
+        """Take prompt ids computed elsewhere (`PromptDataset.templated_prompts`, with this generator's tokenizer) for
+        the prompts' messages without tools, so the first epoch does not template those prompts again; an env that
+        returns other messages from `init` is templated as usual. Ignored (returns 0) unless `chat_template_kwargs`
+        are this generator's. Returns how many prompts it took."""
+        if chat_template_kwargs != self.settings.chat_template_kwargs:
+            return 0
+        count = 0
+        for messages, ids in templated:
+            self.prompt_ids.remember(conversation_key(messages, None), ids)
+            count += 1
+        return count
 
     async def generate(self, generator_input: GeneratorInput) -> GeneratorOutput:
         """Roll out every prompt; returns trajectories in input order and the batch metrics."""

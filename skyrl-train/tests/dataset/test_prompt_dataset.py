@@ -169,3 +169,18 @@ def test_rows_asking_for_an_unavailable_reward_method_are_refused(tmp_path, toke
     ):
         PromptDataset([path], tokenizer, max_prompt_length=64, unsupported_reward_methods=unsupported)
     assert len(PromptDataset([path], tokenizer, max_prompt_length=64)) == 2
+
+
+def test_the_length_check_keeps_the_kept_prompts_ids_for_the_generator(tmp_path, tokenizer, monkeypatch):
+    from skyrl_train.dataset import prompt_dataset
+    from skyrl_train.dataset.templating import prompt_token_ids
+
+    path = write_jsonl(tmp_path / "a.jsonl", [row("1"), row("1234567890"), row("12"), row("123")])
+    dataset = PromptDataset([path], tokenizer, max_prompt_length=TEMPLATE_OVERHEAD + 5)  # drops the long one
+    templated = list(dataset.templated_prompts())
+    assert [messages[0]["content"] for messages, _ in templated] == ["1", "12", "123"]
+    assert all(ids == prompt_token_ids(tokenizer, messages) for messages, ids in templated)  # what the generator makes
+    # past the budget of kept tokens the rest are not kept (the generator templates them when it needs them)
+    monkeypatch.setattr(prompt_dataset, "KEPT_PROMPT_TOKENS", 2 * TEMPLATE_OVERHEAD + 3)
+    dataset = PromptDataset([path], tokenizer, max_prompt_length=TEMPLATE_OVERHEAD + 5)
+    assert [messages[0]["content"] for messages, _ in dataset.templated_prompts()] == ["1", "12"]

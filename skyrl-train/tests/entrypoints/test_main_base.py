@@ -164,3 +164,14 @@ def test_tracker_starts_with_or_without_the_console(tmp_path, tokenizer_dir, log
     tracker.finish()
     lines = (tmp_path / "jsonl" / experiment.cfg.trainer.project_name / "r.jsonl").read_text().splitlines()
     assert [json.loads(line)["reward/mean"] for line in lines] == [0.5]
+
+
+def test_the_generator_takes_the_training_prompts_ids_from_the_length_check(tmp_path, tokenizer_dir):
+    from skyrl_train.generators import GeneratorSettings, SkyRLGymGenerator
+
+    train = _write_rows(tmp_path / "train.jsonl", 6, long_every=5)  # rows 0 and 5 are too long
+    experiment = _experiment(tokenizer_dir, f"data.train_data=['{train}']", "data.val_data=[]")
+    experiment.prepare()
+    generator = SkyRLGymGenerator(None, experiment.tokenizer, GeneratorSettings(batched=True))
+    experiment.share_prompt_ids(generator)
+    assert len(generator.prompt_ids) == len(experiment.train_dataset) == 4

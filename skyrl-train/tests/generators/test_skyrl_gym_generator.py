@@ -1,6 +1,7 @@
 """Tests for SkyRLGymGenerator with the real hf engine, the tiny model and real skyrl-gym envs."""
 
 import asyncio
+import json
 import time
 from dataclasses import replace
 
@@ -407,3 +408,24 @@ def test_weights_updated_between_turns_keep_each_tokens_version_and_logprob(toke
             for position, (v, m) in enumerate(zip(t.token_versions, t.loss_mask)):
                 if m and v == version:
                     assert t.rollout_logprobs[position] == pytest.approx(float(recomputed[position]), abs=1e-5)
+
+
+def test_prompt_ids_taken_from_the_dataset_are_not_templated_again(tokenizer, client, tmp_path):
+    from skyrl_train.dataset import PromptDataset
+
+    rows = [
+        {"prompt": [{"role": "user", "content": content}], "env_class": "arithmetic", "data_source": "t"}
+        | {"reward_spec": {"method": "rule", "ground_truth": "5"}}
+        for content in ("What is 2+3?", "What is 1+4?")
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    dataset = PromptDataset([path], tokenizer, max_prompt_length=64)
+    params = SamplingParams(max_tokens=4, temperature=0)
+    generator = SkyRLGymGenerator(client, tokenizer, GeneratorSettings(sampling_params=params, batched=True))
+    assert generator.remember_prompt_ids(dataset.templated_prompts(), {"enable_thinking": False}) == 0  # other kwargs
+    assert generator.remember_prompt_ids(dataset.templated_prompts(), dataset.chat_template_kwargs) == 2
+    out = asyncio.run(generator.generate(_input("arithmetic", count=4, content="What is 1+4?")))
+    assert generator.prompt_ids.misses == 0 and generator.prompt_ids.hits == 1  # one distinct prompt, found
+    expected = prompt_token_ids(tokenizer, [{"role": "user", "content": "What is 1+4?"}])
+    assert [t.prompt_token_ids for t in out.trajectories] == [expected] * 4
