@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import sys
 from collections.abc import Callable, Mapping
@@ -25,9 +26,14 @@ class EnvSpec:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def load(self) -> Callable[..., Env]:
-        """Resolve the entry point to a callable (importing "module:Attr" lazily)."""
+        """Resolve the entry point to a callable (importing "module:Attr" lazily, once: an env is made per episode)."""
         if callable(self.entry_point):
             return self.entry_point
+        return self._loaded
+
+    @functools.cached_property
+    def _loaded(self) -> Callable[..., Env]:
+        """The resolved "module:Attr" entry point (a failure is not kept: the next `load` tries again)."""
         module_name, sep, attr = self.entry_point.partition(":")
         if not sep or not module_name or not attr:
             raise RegistrationError(f"env '{self.id}': entry point {self.entry_point!r} is not 'module:Attr'")
