@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.inference.ray_engine import RayEngineProxy
-from skyrl_train.trainer import DRIVER_TORCH_THREADS, RayPPOTrainer
+from skyrl_train.trainer import DRIVER_TORCH_THREADS, LOOP_GC_GEN0_THRESHOLD, RayPPOTrainer
 from skyrl_train.workers.group import WorkerGroup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -75,11 +75,13 @@ def test_one_step_per_estimator_trains_and_syncs(
 def test_separate_placement_with_broadcast_sync(
     ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path, monkeypatch
 ):
-    frozen_during_steps = []
+    frozen_during_steps, thresholds_during_steps = [], []
+    thresholds = gc.get_threshold()
     after_step = RayPPOTrainer.after_step
 
     async def recording_after_step(self, metrics, max_steps):
         frozen_during_steps.append(gc.get_freeze_count())
+        thresholds_during_steps.append(gc.get_threshold())
         return await after_step(self, metrics, max_steps)
 
     monkeypatch.setattr(RayPPOTrainer, "after_step", recording_after_step)
@@ -89,6 +91,8 @@ def test_separate_placement_with_broadcast_sync(
     assert result.global_step == 1
     # set-up objects sit in the GC's permanent generation during the loop only
     assert frozen_during_steps and frozen_during_steps[0] > 0 and gc.get_freeze_count() == 0
+    # and the loop's garbage waits for bigger batches before a collection: the thresholds are back after it
+    assert thresholds_during_steps[0] == (LOOP_GC_GEN0_THRESHOLD, *thresholds[1:]) and gc.get_threshold() == thresholds
     assert result.history["weight_sync/verified_tensors"][-1][1] > 0
     assert result.history["weight_sync/writer_ranks"][-1][1] == 1.0  # broadcast: rank 0 gathers and sends
     assert result.history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
