@@ -366,7 +366,7 @@ class RayEngineProxy(InferenceEngine):
         self.handle = handle
         self._version = version
         self._pending_weights: Optional[WeightChunk] = None
-        self._installing_ahead: Optional[asyncio.Task] = None  # `install_ahead`'s task, kept until it ends
+        self._installing_ahead: set[asyncio.Task] = set()  # `install_ahead` tasks (asyncio keeps only weak references)
         self._channels: Optional[ChannelClients] = None  # each calling event loop's connection to the actor
         self._channel_state = "untried"  # "untried", "open" (a path to connect to), "ray" (calls go through Ray)
 
@@ -398,7 +398,9 @@ class RayEngineProxy(InferenceEngine):
         except RuntimeError:
             return
         if self._channel_state == "open":
-            self._installing_ahead = loop.create_task(self.install_ahead(chunk))
+            task = loop.create_task(self.install_ahead(chunk))
+            self._installing_ahead.add(task)
+            task.add_done_callback(self._installing_ahead.discard)
 
     async def install_ahead(self, chunk: WeightChunk) -> None:
         """Install `chunk` through the local channel now; when that fails, the next generate call (or
@@ -480,8 +482,8 @@ class RayEngineProxy(InferenceEngine):
     async def teardown(self, timeout_s: float = 30.0) -> None:
         """Tear the engine down and end the actor; returns once the actor is gone (`ray.kill` only asks for it, so
         a call right after it could otherwise still be answered)."""
-        if self._installing_ahead is not None:
-            self._installing_ahead.cancel()
+        for task in list(self._installing_ahead):
+            task.cancel()
         if self._channels is not None:
             self._channels.close()
         self._channel_state = "ray"

@@ -61,6 +61,24 @@ def _gathered_checksums(group):
     return {name: tensor_checksum(tensor) for name, tensor in group.run_all("get_weights", "bfloat16")[0]}
 
 
+def _update_syncing_to(run, version, batch):
+    """`run` (a group's `run_sharded_each`, or its `_async` twin) with an on-policy update whose sync to `version`
+    leaves its last chunk to the engines (`defer_weight_install`)."""
+    arguments = {"advantages": torch.ones_like(batch.response_mask, dtype=torch.float32), "old_logprobs": None}
+    return run(
+        "train_mini_batches",
+        [(batch, arguments)],
+        on_policy=True,
+        sync_weights_version=version,
+        defer_weight_install=True,
+    )
+
+
+def _sent(results):
+    """Rank 0's `SendResult` of an update that synced."""
+    return next(result for result in results[-1].weight_sync if result is not None)
+
+
 def test_each_rank_writes_its_rows_and_the_engines_get_the_gathered_model(parts, make_batch):
     group, strategy = parts
     expected = _gathered_checksums(group)
@@ -98,16 +116,7 @@ def test_a_deferred_final_chunk_is_installed_by_the_next_generate_or_on_request(
     engines = strategy.engines
     before = asyncio.run(engines[0].fetch_weight_version())
     version = before + 1
-    batch = make_batch(rows=4)
-    arguments = {"advantages": torch.ones_like(batch.response_mask, dtype=torch.float32), "old_logprobs": None}
-    results = group.run_sharded_each(
-        "train_mini_batches",
-        [(batch, arguments)],
-        on_policy=True,
-        sync_weights_version=version,
-        defer_weight_install=True,
-    )
-    sent = next(result for result in results[-1].weight_sync if result is not None)
+    sent = _sent(_update_syncing_to(group.run_sharded_each, version, make_batch(rows=4)))
     assert sent.num_chunks > 1 and sent.served_versions is None
     assert sent.deferred is not None and sent.deferred.final and sent.deferred.version == version
     # nothing told the engines the sync ended: both still serve the old version
@@ -137,19 +146,10 @@ async def test_a_deferred_final_chunk_goes_ahead_through_the_local_channels(part
     for engine in engines:  # opens each proxy's channel in this event loop
         await engine.generate(request)
     version = max(engine.weight_version for engine in engines) + 1
-    batch = make_batch(rows=4)
-    arguments = {"advantages": torch.ones_like(batch.response_mask, dtype=torch.float32), "old_logprobs": None}
-    results = await group.run_sharded_each_async(
-        "train_mini_batches",
-        [(batch, arguments)],
-        on_policy=True,
-        sync_weights_version=version,
-        defer_weight_install=True,
-    )
-    sent = next(result for result in results[-1].weight_sync if result is not None)
+    sent = _sent(await _update_syncing_to(group.run_sharded_each_async, version, make_batch(rows=4)))
     assert sent.deferred is not None
     strategy.defer_install(version, sent.deferred)
-    await asyncio.gather(*(engine._installing_ahead for engine in engines))
+    await asyncio.gather(*(task for engine in engines for task in engine._installing_ahead))
     assert [engine.pending_weights for engine in engines] == [None, None]
     assert [await engine.fetch_weight_version() for engine in engines] == [version, version]
     assert (await strategy.verify(_gathered_checksums(group))).num_checked > 0  # the whole trained model
