@@ -82,7 +82,8 @@ class WorkerGroup:
             for rank in range(1, num_workers)
         ]
         logger.info("%s group: %d workers rendezvous at %s:%d", role, num_workers, master_addr, master_port)
-        self._channel_state = "untried"  # "untried", "open" (every rank's channel), "ray" (calls go through Ray)
+        # "untried", "open" (every rank's channel), "ray" (calls go through Ray: also a class that serves none)
+        self._channel_state = "untried" if hasattr(worker_cls, "open_channel") else "ray"
         self._channels: list[ChannelClients] = []
 
     @property
