@@ -22,6 +22,8 @@ import concurrent.futures
 import contextlib
 import os
 import pickle
+import shutil
+import socket
 import struct
 import tempfile
 import threading
@@ -30,6 +32,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
 HEADER = struct.Struct("<QQ")
+CHANNEL_DIR_PREFIX = "skyrl-channel-"
+"""Name prefix of a server's socket directory in the temp dir: `skyrl-channel-<pid>-<random>`."""
+_swept = False
 
 
 class ChannelError(ConnectionError):
@@ -47,6 +52,61 @@ async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 def _frame(request_id: int, body: bytes) -> bytes:
     return HEADER.pack(request_id, len(body)) + body
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def _is_stale(directory: str) -> bool:
+    """True when nothing serves `directory`'s socket any more: its socket refuses connections, or (no socket) the
+    process named in the directory's name is gone."""
+    path = os.path.join(directory, "channel.sock")
+    if os.path.exists(path):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False  # e.g. a full backlog: someone listens
+        finally:
+            probe.close()
+        return False
+    pid = os.path.basename(directory)[len(CHANNEL_DIR_PREFIX) :].split("-", 1)[0]
+    return pid.isdigit() and not _process_alive(int(pid))
+
+
+def sweep_stale_channel_dirs(root: Optional[str] = None) -> list[str]:
+    """Remove this user's channel directories in `root` (default: the temp dir) that nothing serves any more, e.g.
+    left by an actor killed without `close`; returns the removed paths. A server calls it once per process before
+    it first listens."""
+    root = root or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        directory = os.path.join(root, name)
+        if not name.startswith(CHANNEL_DIR_PREFIX):
+            continue
+        try:
+            if os.lstat(directory).st_uid != os.getuid() or not os.path.isdir(directory):
+                continue
+            if _is_stale(directory):
+                shutil.rmtree(directory)
+                removed.append(directory)
+        except OSError:  # removed meanwhile by another sweeper, or not ours to remove
+            continue
+    return removed
 
 
 def _error_body(exc: BaseException) -> bytes:
@@ -78,7 +138,11 @@ class ChannelServer:
         return await asyncio.shield(self._starting)
 
     async def _listen(self) -> str:
-        directory = tempfile.mkdtemp(prefix="skyrl-channel-")
+        global _swept
+        if not _swept:
+            _swept = True
+            sweep_stale_channel_dirs()
+        directory = tempfile.mkdtemp(prefix=f"{CHANNEL_DIR_PREFIX}{os.getpid()}-")
         path = os.path.join(directory, "channel.sock")
         self._server = await asyncio.start_unix_server(self._serve, path=path)
         self.path = path

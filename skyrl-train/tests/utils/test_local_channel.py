@@ -5,7 +5,10 @@ calling event loop."""
 
 import asyncio
 import os
+import socket
 import stat
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -17,6 +20,7 @@ from skyrl_train.utils.local_channel import (
     ChannelServer,
     RemoteCallError,
     ThreadedChannelServer,
+    sweep_stale_channel_dirs,
 )
 
 
@@ -81,6 +85,46 @@ async def test_a_missing_socket_is_a_channel_error(tmp_path):
     client = ChannelClient(str(tmp_path / "gone.sock"), "engine 5")
     with pytest.raises(ChannelError, match="cannot connect to engine 5"):
         await client.call(1)
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+async def test_the_sweep_removes_only_the_channel_directories_nothing_serves(tmp_path):
+    """A socket that refuses connections (its server died without closing) and a socket-less directory of a dead
+    process go; a live server's directory, a live process's empty one and other files stay."""
+    dead_socket = tmp_path / "skyrl-channel-1-dead"
+    dead_socket.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(dead_socket / "channel.sock"))  # bound, then closed without unlinking: what a killed actor leaves
+    listener.close()
+    dead_process = tmp_path / f"skyrl-channel-{_dead_pid()}-empty"
+    dead_process.mkdir()
+    live_process = tmp_path / f"skyrl-channel-{os.getpid()}-starting"
+    live_process.mkdir()
+    unrelated = tmp_path / "skyrl-other-1"
+    unrelated.mkdir()
+    live = tmp_path / "skyrl-channel-2-live"
+    live.mkdir()
+    server = await asyncio.start_unix_server(lambda reader, writer: writer.close(), path=str(live / "channel.sock"))
+    try:
+        removed = await asyncio.to_thread(sweep_stale_channel_dirs, str(tmp_path))
+    finally:
+        server.close()
+    assert sorted(removed) == sorted([str(dead_socket), str(dead_process)])
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([live_process.name, unrelated.name, live.name])
+
+
+async def test_a_server_names_its_directory_after_its_process_and_removes_it_on_close():
+    server = ChannelServer(_handler)
+    path = await server.start()
+    directory = os.path.dirname(path)
+    assert os.path.basename(directory).startswith(f"skyrl-channel-{os.getpid()}-")
+    await server.close()
+    assert not os.path.exists(directory)
 
 
 async def test_concurrent_starts_listen_once():
