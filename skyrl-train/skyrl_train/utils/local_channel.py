@@ -59,8 +59,8 @@ def _process_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # alive, owned by someone else
-        return True
+    except PermissionError:
+        pass  # the process exists; another user owns it
     return True
 
 
