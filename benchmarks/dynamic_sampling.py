@@ -214,6 +214,8 @@ def main() -> int:
         common = [
             # a constant rate: the filter run stops early (at the budget), so a decaying schedule would not be fair
             "trainer.policy.optimizer.scheduler=constant_with_warmup",
+            # the recorded comparisons (docs/algorithms.md) sampled at 1, the quickstart's temperature until 2026-11-27
+            "generator.sampling_params.temperature=1.0",
             f"trainer.eval_interval={args.eval_every}",
             "trainer.ckpt_interval=0",
             "trainer.hf_save_interval=-1",
