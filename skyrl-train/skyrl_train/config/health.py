@@ -38,7 +38,7 @@ class HealthConfig:
 
     max_clip_frac: float | None = 0.3
     """Alert when `policy/clip_frac` (share of tokens where the PPO clip is active) exceeds this. Healthy PPO stays
-    around 0.1-0.2 and GRPO with few mini-batches near 0 (the quickstart, 2 mini-batches per step: at most 0.032);
+    around 0.1-0.2 and GRPO with few mini-batches near 0 (the quickstart, 2 mini-batches per step: at most 0.042);
     above 0.3 the updates move the policy far from the one that sampled the batch (learning rate too high, too many
     PPO epochs or mini-batches)."""
 
@@ -51,20 +51,20 @@ class HealthConfig:
 
     max_logprob_diff: float | None = 0.1
     """Alert when `policy/rollout_train_logprob_abs_diff_mean`, the mean |trainer - engine| log-prob of the sampled
-    tokens under the same weights, exceeds this. fp32 on both sides agrees closely (the quickstart: at most 2.4e-7);
+    tokens under the same weights, exceeds this. fp32 on both sides agrees closely (the quickstart: at most 2.9e-7);
     bf16 weights on one side add rounding of the order of a hundredth. 0.1 means the engine samples from another distribution than the trainer scores: a failed or stale
     weight sync, a temperature or chat-template mismatch, or another model."""
 
     entropy_collapse_ratio: float | None = 0.1
     """Alert when `policy/entropy` falls below this fraction of its reference (its mean over the warm-up steps).
-    Entropy falls as a policy learns (the quickstart's fell to 0.47 of its warm-up mean at its lowest); below a
+    Entropy falls as a policy learns (the quickstart's fell to 0.48 of its warm-up mean at its lowest); below a
     tenth the policy has nearly stopped exploring and group-relative advantages vanish (learning rate too high, no
     entropy bonus, a degenerate reward)."""
 
     grad_norm_spike_factor: float | None = 10.0
     """Alert when `policy/grad_norm` exceeds this multiple of the median of the last `grad_norm_window` steps (or is
     NaN/inf). Step-to-step grad norms vary by a factor of 2-3 in healthy runs (the quickstart's largest after the
-    warm-up was 2.5 x its running median); ten times the median repeated steps in a row points at a loss blow-up, bad data or a
+    warm-up was 2.9 x its running median); ten times the median repeated steps in a row points at a loss blow-up, bad data or a
     learning rate too high. Needs 3 earlier steps."""
 
     grad_norm_window: int = 20
@@ -74,12 +74,12 @@ class HealthConfig:
     reward_drop: float | None = 0.25
     """Alert when the moving average of `reward/mean` (over `reward_window` steps) has fallen this much (in reward
     units) below its best value in the run. With 0/1 rewards that is 25 points of accuracy lost; the quickstart's
-    moving average never fell more than 0.067 below its best. Usually a policy collapse after too large updates, or
+    moving average never fell more than 0.094 below its best. Usually a policy collapse after too large updates, or
     an environment or reward function that broke mid-run."""
 
     reward_window: int = 10
     """Steps in the moving average of `reward_drop`: averages out batch-to-batch noise (the quickstart's mean reward
-    of 256 samples moves by 0.06 from one step to the next, standard deviation) while following a collapse within a
+    of 256 samples moves by 0.07 from one step to the next, standard deviation) while following a collapse within a
     few steps."""
 
     no_signal_steps: int | None = 10
@@ -87,7 +87,7 @@ class HealthConfig:
     `generator.n_samples_per_prompt > 1`, no group of samples with differing rewards (`reward/groups_with_signal`
     is 0, so group-relative advantages are all 0); with one sample per prompt, one reward for the whole batch
     (`reward/std` is 0). The policy then does not learn: tasks too hard or too easy, or a reward that is constant.
-    The quickstart never had a step without signal (at least 31 % of its groups had one)."""
+    The quickstart never had a step without signal (at least 28 % of its groups had one)."""
 
 
 _RATIOS = ("entropy_collapse_ratio",)
