@@ -5,6 +5,6 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-bash scripts/setup.sh
+bash scripts/setup.sh --core  # skyrl-gym and skyrl-train only: the quickstart needs no dev extras
 VENV="${SKYRL_VENV:-$ROOT/.venv}"
 exec "$VENV/bin/python" examples/quickstart/run_quickstart.py "$@"
