@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -44,7 +45,13 @@ class WorkerGroup:
     A group serves one call at a time: every rank runs the group's collectives in the order its calls come, so a
     caller awaits each call before the next (the trainer does). The `_async` calls go through the ranks' local
     channels when all of them run on this machine (`workers.channel`), the others through Ray.
+
+    A call fails as soon as one rank fails. When a rank's method raises while others still run, the group first
+    waits up to `dead_peer_grace_s` for another rank to turn out dead: a collective whose peer died fails at once on
+    the live ranks, and the dead rank is the error worth reporting.
     """
+
+    dead_peer_grace_s: float = 3.0
 
     def __init__(
         self,
@@ -190,7 +197,16 @@ class WorkerGroup:
         try:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-                for call in done:
+                raised = any(call.exception() is not None for call in done)
+                if raised and pending and not any(isinstance(call.exception(), ChannelError) for call in done):
+                    # a collective with a peer that just died fails at once: give the peer's channel time to close
+                    more, pending = await asyncio.wait(
+                        pending, timeout=self.dead_peer_grace_s, return_when=asyncio.FIRST_EXCEPTION
+                    )
+                    done |= more
+                for call in sorted(
+                    done, key=lambda call: (not isinstance(call.exception(), ChannelError), calls.index(call))
+                ):
                     error = call.exception()
                     if isinstance(error, ChannelError):  # the rank's actor (or its node) is gone: Ray says why
                         rank = calls.index(call)
@@ -199,13 +215,13 @@ class WorkerGroup:
                             f"{self.role} rank {rank} of {len(calls)} failed in {method}: {reason}"
                         ) from error
                     if error is not None:
-                        raise error  # the method raised: its own exception, at once
+                        raise error  # the method raised, and no rank died: its own exception
         finally:
             for call in pending:
                 call.cancel()
         return [call.result() for call in calls]
 
-    def _why_unreachable(self, rank: int, error: ChannelError, timeout_s: float = 10.0) -> str:
+    def _why_unreachable(self, rank: int, error: ChannelError, timeout_s: float = 30.0) -> str:
         """Why rank `rank`'s channel closed: Ray's account of its actor (e.g. `ActorDiedError: ...`), else `error`."""
         try:
             ray.get(self.actors[rank].master_address.remote(), timeout=timeout_s)
@@ -228,13 +244,35 @@ class WorkerGroup:
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayTaskError:
-                    raise  # the method raised: its own exception type (and Ray's remote traceback), at once
+                    # a collective with a peer that just died fails at once: report the dead peer if there is one
+                    self._raise_if_a_rank_died(pending, rank_of, method, timeout_s=self.dead_peer_grace_s)
+                    raise  # the method raised, and no rank died: its own exception type and remote traceback
                 except Exception as exc:  # the actor or its node died, or its result was lost
-                    raise WorkerGroupError(
-                        f"{self.role} rank {rank_of[ref]} of {len(refs)} failed in {method}: "
-                        f"{type(exc).__name__}: {exc}"
-                    ) from exc
+                    raise self._rank_died(rank_of[ref], len(refs), method, exc) from exc
         return ray.get(refs)
+
+    def _raise_if_a_rank_died(
+        self, refs: list[ray.ObjectRef], rank_of: dict[ray.ObjectRef, int], method: str, timeout_s: float
+    ) -> None:
+        """Raise `WorkerGroupError` naming the first of `refs` whose actor (or node) died or whose result was lost
+        within `timeout_s`; return when none did (a rank still running, or one whose method raised, is no death)."""
+        deadline = time.monotonic() + timeout_s
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return
+            try:
+                ray.get(ready[0])
+            except ray.exceptions.RayTaskError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - every other failure means the rank is gone
+                raise self._rank_died(rank_of[ready[0]], len(rank_of), method, exc) from exc
+
+    def _rank_died(self, rank: int, world_size: int, method: str, exc: BaseException) -> WorkerGroupError:
+        return WorkerGroupError(
+            f"{self.role} rank {rank} of {world_size} failed in {method}: {type(exc).__name__}: {exc}"
+        )
 
     def shutdown(self) -> None:
         """Close the ranks' local channels (their sockets go with them) and kill the actors of this group."""

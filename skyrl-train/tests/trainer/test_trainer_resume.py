@@ -130,7 +130,7 @@ class RankDiesExp(BasePPOExp):
         return RankDiesTrainer(self.cfg, verify_weight_sync=self.verify_weight_sync, **parts)
 
 
-def _free_cpus_settle(expected, seconds=20.0):
+def _free_cpus_settle(expected, seconds=60.0):
     """Free CPUs of the cluster once released actors and placement groups are returned (Ray frees them async)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and ray.available_resources().get("CPU", 0.0) < expected:

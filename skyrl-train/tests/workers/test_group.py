@@ -1,5 +1,9 @@
 """WorkerGroup on local Ray with 2 FSDP2 ranks on CPU: sharded forward, updates, weights, checkpoints, critic."""
 
+import asyncio
+import os
+import time
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -9,6 +13,7 @@ from skyrl_train.algorithms.masked import masked_mean, zero_masked
 from skyrl_train.models.loading import load_causal_lm
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.workers import CriticWorker, PolicyWorker, WorkerGroup
+from skyrl_train.workers.group import WorkerGroupError
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -178,5 +183,38 @@ def test_critic_group_forward_and_update(ray_cluster, tiny_model_dir, make_batch
         assert grad_norm > 0
         mask = batch.loss_mask
         assert masked_mean((after - returns) ** 2, mask) < masked_mean((values - returns) ** 2, mask)
+    finally:
+        group.shutdown()
+
+
+def _fail_as_a_collective_with_a_dead_peer_does(worker):
+    time.sleep(0.2)
+    raise RuntimeError("[gloo] Connection closed by peer")
+
+
+def _die_a_moment_later(worker):
+    time.sleep(1.0)
+    os._exit(1)
+
+
+def _return_rank(worker):
+    return worker.rank
+
+
+@pytest.mark.parametrize("path", ["channels", "ray"])
+async def test_a_live_ranks_error_that_echoes_a_dead_peer_names_the_dead_rank(ray_cluster, tiny_model_dir, path):
+    """Rank 0's collective fails the moment rank 1 dies; which failure arrives first is a race, and the dead rank is
+    the one to report. A method error with no death behind it still comes back as itself."""
+    group = WorkerGroup("policy", PolicyWorker, 2, _policy_config(tiny_model_dir))
+    call_each = group._call_each_async if path == "channels" else lambda *a: asyncio.to_thread(group._call_each, *a)
+    try:
+        assert group.run_all("execute", _return_rank) == [0, 1]  # both started: no rank is busy importing
+        with pytest.raises(RuntimeError, match="Connection closed by peer") as raised:
+            await call_each("execute", [((_fail_as_a_collective_with_a_dead_peer_does,), {}), ((_return_rank,), {})])
+        assert not isinstance(raised.value, WorkerGroupError)
+        with pytest.raises(WorkerGroupError, match=r"policy rank 1 of 2 failed in execute: \w*ActorDiedError"):
+            await call_each(
+                "execute", [((_fail_as_a_collective_with_a_dead_peer_does,), {}), ((_die_a_moment_later,), {})]
+            )
     finally:
         group.shutdown()
