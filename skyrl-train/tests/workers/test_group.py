@@ -206,6 +206,7 @@ async def test_a_live_ranks_error_that_echoes_a_dead_peer_names_the_dead_rank(ra
     """Rank 0's collective fails the moment rank 1 dies; which failure arrives first is a race, and the dead rank is
     the one to report. A method error with no death behind it still comes back as itself."""
     group = WorkerGroup("policy", PolicyWorker, 2, _policy_config(tiny_model_dir))
+    group.dead_peer_grace_s = 30.0  # rank 1 dies ~0.8 s after rank 0 raises: room for a slow machine, no cost
     call_each = group._call_each_async if path == "channels" else lambda *a: asyncio.to_thread(group._call_each, *a)
     try:
         assert group.run_all("execute", _return_rank) == [0, 1]  # both started: no rank is busy importing
