@@ -109,6 +109,24 @@ def sweep_stale_channel_dirs(root: Optional[str] = None) -> list[str]:
     return removed
 
 
+def _listening_socket(path: str) -> socket.socket:
+    """A Unix socket listening at `path`, which appears there only once the socket listens. A socket between `bind`
+    and `listen` refuses connections, which is how `sweep_stale_channel_dirs` (run by every new server process) tells
+    a dead server's socket: binding at `path` directly let another process's sweep remove a live server's directory in
+    that window (a starting rank's thread can wait there for the GIL for milliseconds). So it binds under another name
+    in the same directory, listens, then renames."""
+    binding = os.path.join(os.path.dirname(path), "binding.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(binding)
+        sock.listen(100)
+        os.rename(binding, path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _error_body(exc: BaseException) -> bytes:
     """The pickled `(False, exc)`, or a `RemoteCallError` carrying its traceback when `exc` does not pickle."""
     try:
@@ -144,7 +162,7 @@ class ChannelServer:
             sweep_stale_channel_dirs()
         directory = tempfile.mkdtemp(prefix=f"{CHANNEL_DIR_PREFIX}{os.getpid()}-")
         path = os.path.join(directory, "channel.sock")
-        self._server = await asyncio.start_unix_server(self._serve, path=path)
+        self._server = await asyncio.start_unix_server(self._serve, sock=_listening_socket(path))
         self.path = path
         return path
 

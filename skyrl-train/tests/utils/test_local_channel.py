@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -116,6 +117,30 @@ async def test_the_sweep_removes_only_the_channel_directories_nothing_serves(tmp
         server.close()
     assert sorted(removed) == sorted([str(dead_socket), str(dead_process)])
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([live_process.name, unrelated.name, live.name])
+
+
+async def test_a_sweep_while_a_server_starts_to_listen_leaves_its_socket(monkeypatch, tmp_path):
+    """Another process's sweep can run between the server's `bind` and `listen` (a starting rank's thread may wait for
+    the GIL there): a socket found at the channel's path then must already listen, or the sweep takes it for a dead
+    server's and removes the live server's directory (clients then fail with "No such file or directory")."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real_listen = socket.socket.listen
+    sweeps: list[list[str]] = []
+
+    def listen_after_a_sweep(sock, *args):
+        sweeps.append(sweep_stale_channel_dirs(str(tmp_path)))
+        return real_listen(sock, *args)
+
+    monkeypatch.setattr(socket.socket, "listen", listen_after_a_sweep)
+    server = ChannelServer(_handler)
+    path = await server.start()
+    client = ChannelClient(path, "starting engine")
+    try:
+        assert sweeps and not any(sweeps)  # the window was swept, and nothing was taken for dead
+        assert (await client.call(5))["echo"] == 5
+    finally:
+        client.close()
+        await server.close()
 
 
 async def test_a_server_names_its_directory_after_its_process_and_removes_it_on_close():
