@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -134,11 +135,21 @@ def _parse_bool(text: str) -> bool:
     return text.lower() == "true"
 
 
-def reused_grpo_run(path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """The grpo run of an earlier results file, after checking it was measured with the same settings."""
+def model_fingerprint(model_dir: Path) -> str:
+    """A short sha256 of the initial model's weight files: a reused run must have started from the same weights."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def reused_grpo_run(path: Path, args: argparse.Namespace, fingerprint: str) -> dict[str, Any]:
+    """The grpo run of an earlier results file, after checking it was measured with the same settings and initial
+    model (`fingerprint`; files from before fingerprints are checked by `check_same_start` after the new run)."""
     record = json.loads(path.read_text())
     record.setdefault("model_settings", [])  # files from before --model-setting used the quickstart model
     checked = {"steps": args.steps, "eval_every": args.eval_every, "overrides": args.overrides}
+    checked["model_fingerprint"] = fingerprint
     for key, wanted in {**checked, "model_settings": args.model_setting}.items():
         if key in record and record[key] != wanted:
             raise SystemExit(f"--reuse-grpo {path}: its {key} is {record[key]!r}, this run asks for {wanted!r}")
@@ -147,6 +158,17 @@ def reused_grpo_run(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--reuse-grpo {path}: no run named 'grpo' in it")
     print(f"dynamic_sampling: grpo taken from {path} (measured {record.get('date', '?')})", flush=True)
     return {key: value for key, value in grpo.items() if key != "groups_to_reach_grpo_final"}
+
+
+def check_same_start(reused: dict[str, Any], fresh: dict[str, Any], path: Path) -> None:
+    """Refuse a comparison whose two runs did not start at the same held-out accuracy: the reused run was measured
+    with another initial model (e.g. the warm start changed since), so their curves say nothing about each other."""
+    reused_start, fresh_start = reused["curve"][0][1], fresh["curve"][0][1]
+    if reused_start != fresh_start:
+        raise SystemExit(
+            f"--reuse-grpo {path}: its grpo run started at held-out accuracy {reused_start}, this run's model starts "
+            f"at {fresh_start}; the file was measured with another initial model. Run again without --reuse-grpo."
+        )
 
 
 def reused_date(path: Path) -> str:
@@ -167,7 +189,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         axis.plot(groups, accuracy, marker="o", label=result["name"])
     axis.set_xlabel("prompt groups sampled")
     axis.set_ylabel("held-out greedy accuracy")
-    axis.set_title("GRPO vs dynamic sampling (filter), quickstart task")
+    axis.set_title("GRPO vs dynamic sampling, quickstart task")
     axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -205,6 +227,7 @@ def main() -> int:
     quickstart = load_quickstart()
     model = model_settings(quickstart.MODEL, args.model_setting)
     model_dir = get_embedded_model(model)
+    fingerprint = model_fingerprint(model_dir)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -222,13 +245,16 @@ def main() -> int:
         ]
         base = quickstart.quickstart_overrides(str(model_dir), scratch / "data", scratch / "grpo") + common
         if args.reuse_grpo:
-            results.append(reused_grpo_run(Path(args.reuse_grpo), args))
+            results.append(reused_grpo_run(Path(args.reuse_grpo), args, fingerprint))
         else:
             results.append(run("grpo", base + [f"trainer.max_training_steps={args.steps}"] + args.overrides))
         filtered = quickstart.quickstart_overrides(str(model_dir), scratch / "data", scratch / "filter") + common
         filtered += ["trainer.algorithm.dynamic_sampling.type=filter", f"trainer.max_training_steps={args.steps}"]
         filtered += args.overrides + args.filter_override
-        results.append(run("filter", filtered, budget=results[0]["sampled_groups"]))
+        kind = SkyRLConfig.from_cli_overrides(filtered).trainer.algorithm.dynamic_sampling.type  # filter or replace
+        results.append(run(kind, filtered, budget=results[0]["sampled_groups"]))
+        if args.reuse_grpo:
+            check_same_start(results[0], results[1], Path(args.reuse_grpo))
     target = results[0]["final_accuracy"]
     print(f"\nheld-out accuracy vs prompt groups sampled ({os.cpu_count()} CPUs, {platform.machine()})")
     print(
@@ -249,6 +275,7 @@ def main() -> int:
         "grpo_final_accuracy": target,
         "overrides": args.overrides,
         "model_settings": args.model_setting,
+        "model_fingerprint": fingerprint,
         "steps": args.steps,
         "eval_every": args.eval_every,
         "grpo_reused_from": args.reuse_grpo and {"file": args.reuse_grpo, "date": reused_date(Path(args.reuse_grpo))},

@@ -1,4 +1,5 @@
-"""`--model-setting` of benchmarks/dynamic_sampling.py: typed changes to the quickstart's warm start, bad ones refused."""
+"""benchmarks/dynamic_sampling.py's own checks: `--model-setting`'s typed changes to the quickstart's warm start (bad
+ones refused), and `--reuse-grpo` refusing a run measured with other settings or another initial model."""
 
 import importlib.util
 import json
@@ -36,13 +37,36 @@ def test_bad_settings_are_refused_by_name(setting, message):
 
 def test_a_reused_grpo_run_must_come_from_the_same_model(tmp_path):
     record = {"steps": 450, "eval_every": 25, "overrides": [], "runs": [{"name": "grpo", "curve": []}]}
-    (tmp_path / "old.json").write_text(json.dumps(record))  # written before --model-setting existed
+    (tmp_path / "old.json").write_text(json.dumps(record))  # written before --model-setting and fingerprints existed
     args = Namespace(steps=450, eval_every=25, overrides=[], model_setting=[])
-    assert dynamic_sampling.reused_grpo_run(tmp_path / "old.json", args)["name"] == "grpo"
+    assert dynamic_sampling.reused_grpo_run(tmp_path / "old.json", args, "abc")["name"] == "grpo"
     with pytest.raises(SystemExit, match="model_settings"):
         dynamic_sampling.reused_grpo_run(
-            tmp_path / "old.json", Namespace(**{**vars(args), "model_setting": ["seed=1"]})
+            tmp_path / "old.json", Namespace(**{**vars(args), "model_setting": ["seed=1"]}), "abc"
         )
+    (tmp_path / "new.json").write_text(json.dumps({**record, "model_fingerprint": "abc"}))
+    assert dynamic_sampling.reused_grpo_run(tmp_path / "new.json", args, "abc")["name"] == "grpo"
+    with pytest.raises(SystemExit, match="model_fingerprint"):
+        dynamic_sampling.reused_grpo_run(tmp_path / "new.json", args, "def")
+
+
+def test_a_reused_run_that_started_elsewhere_is_refused_after_the_new_run(tmp_path):
+    """A file from before fingerprints: its grpo run started at 0.24, today's warm start at 0.205 (what happened on
+    2026-11-28, when the warm start had changed since the file was measured)."""
+    reused = {"name": "grpo", "curve": [[0.0, 0.24], [800.0, 0.375]]}
+    with pytest.raises(SystemExit, match="started at held-out accuracy 0.24, this run's model starts at 0.205"):
+        dynamic_sampling.check_same_start(reused, {"name": "replace", "curve": [[0.0, 0.205]]}, tmp_path / "old.json")
+    dynamic_sampling.check_same_start(reused, {"name": "replace", "curve": [[0.0, 0.24]]}, tmp_path / "old.json")
+
+
+def test_the_fingerprint_follows_the_weights(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "config.json").write_text("{}")
+    first = dynamic_sampling.model_fingerprint(tmp_path)
+    (tmp_path / "config.json").write_text('{"other": 1}')
+    assert dynamic_sampling.model_fingerprint(tmp_path) == first
+    (tmp_path / "model.safetensors").write_bytes(b"weightz")
+    assert dynamic_sampling.model_fingerprint(tmp_path) != first
 
 
 def test_a_boolean_field_takes_true_or_false_not_any_text():
