@@ -1,4 +1,4 @@
-"""Benchmark: does DAPO's dynamic sampling (`filter`) reach plain GRPO's held-out accuracy with fewer sampled groups?
+"""Benchmark: does dynamic sampling (`filter` or `replace`) reach GRPO's held-out accuracy with fewer sampled groups?
 
 Runs the quickstart configuration (`examples/quickstart/run_quickstart.py`: the embedded tiny model on 2-digit
 addition through Ray, FSDP2, colocated hf engines and weight sync) twice, back to back on this machine:
@@ -7,6 +7,8 @@ addition through Ray, FSDP2, colocated hf engines and weight sync) twice, back t
 - `filter`: the same with `trainer.algorithm.dynamic_sampling.type=filter`, which drops groups whose samples all got
   the same reward and samples more batches until `train_batch_size` informative groups are kept. It runs until it
   has sampled as many prompt groups as `grpo` did (so both spend the same generation budget).
+  `--filter-override trainer.algorithm.dynamic_sampling.type=replace` measures POLARIS replacement instead (copies of
+  informative groups take the uninformative groups' places); the run is then named `replace`.
 
 Both use a constant learning rate after warm-up (the `filter` run stops early, so a decaying schedule would treat the
 two differently) and evaluate greedy accuracy on the same held-out problems every `--eval-every` steps. The table lists accuracy
