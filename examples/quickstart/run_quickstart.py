@@ -70,6 +70,7 @@ def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[
         "trainer.micro_train_batch_size_per_gpu=64",  # a whole mini-batch shard per pass: fewer FSDP collectives
         "trainer.micro_forward_batch_size_per_gpu=64",
         "trainer.policy.fsdp.reshard_after_forward=false",  # keeping 1.6 MB gathered beats re-gathering for backward
+        "trainer.policy.fsdp.shard_layers=false",  # one FSDP unit: a 2-layer model pays for per-layer hooks (~7 %)
         "trainer.epochs=100",
         "trainer.max_training_steps=450",
         "generator.n_samples_per_prompt=8",

@@ -92,6 +92,11 @@ class FSDPConfig:
     reshard_after_forward: bool = True
     """Free gathered parameters after the forward pass and gather them again for backward (saves memory)."""
 
+    shard_layers: bool = True
+    """Shard each decoder layer (the model's `_no_split_modules`) as its own unit, gathered one at a time; `false`
+    shards the whole model as one unit: one gather and one gradient reduction per pass instead of one per layer
+    (fewer collectives and hooks for a small model, the whole model gathered at once)."""
+
     fsdp_size: int = -1
     """Ranks per shard group; -1 shards over all ranks, a smaller divisor gives hybrid sharding (HSDP)."""
 

@@ -27,6 +27,18 @@ def test_each_decoder_layer_is_a_shard_unit():
     assert [type(layer).__name__ for layer in layers] == ["Qwen2DecoderLayer", "Qwen2DecoderLayer"]
 
 
+@pytest.mark.parametrize("shard_layers", [True, False])
+def test_shard_layers_decides_whether_each_decoder_layer_is_its_own_fsdp_unit(single_rank_group, shard_layers):
+    from torch.distributed.fsdp import FSDPModule
+
+    strategy = FSDP2Strategy(FSDPConfig(shard_layers=shard_layers), torch.device("cpu"), optimizer=OptimizerConfig())
+    model = strategy.prepare(build_tiny_model(TinyModelSpec(size=2)))
+    units = [type(module).__name__.removeprefix("FSDP") for module in model.modules() if isinstance(module, FSDPModule)]
+    layer_units = ["Qwen2DecoderLayer", "Qwen2DecoderLayer"] if shard_layers else []
+    assert sorted(units) == sorted(["Qwen2ForCausalLM", *layer_units])
+    assert all(isinstance(param, DTensor) for param in model.parameters())  # sharded either way
+
+
 def test_rng_state_round_trip():
     state = capture_rng_state()
     expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))
