@@ -20,6 +20,28 @@ def test_adamw_takes_lr_betas_and_weight_decay_and_skips_frozen_parameters():
     assert len(group["params"]) == 1
 
 
+def test_cpu_parameters_take_the_fused_kernel_and_match_the_per_tensor_loop():
+    torch.manual_seed(0)
+    shapes = [(64, 32), (32,), (7, 5, 3)]
+    start = [torch.randn(shape) for shape in shapes]
+    grads = [[torch.randn(shape) for shape in shapes] for _ in range(5)]
+    config = OptimizerConfig(lr=1e-2, weight_decay=0.1)
+    fused_params = [torch.nn.Parameter(t.clone()) for t in start]
+    fused = build_optimizer(fused_params, config)
+    assert fused.param_groups[0]["fused"] is True
+    looped_params = [torch.nn.Parameter(t.clone()) for t in start]
+    looped = torch.optim.AdamW(looped_params, lr=1e-2, weight_decay=0.1, foreach=False)
+    for step_grads in grads:
+        for params, optimizer in ((fused_params, fused), (looped_params, looped)):
+            for param, grad in zip(params, step_grads):
+                param.grad = grad.clone()
+            optimizer.step()
+    # Same update rule; only the order of float operations differs: a few ulps of parameters of order 1.
+    for a, b in zip(fused_params, looped_params):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert not torch.equal(a, torch.zeros_like(a))
+
+
 def test_optimizer_errors_name_the_problem():
     with pytest.raises(ValueError, match="no trainable parameters"):
         build_optimizer([torch.nn.Parameter(torch.zeros(1), requires_grad=False)], OptimizerConfig())
