@@ -157,8 +157,13 @@ class DecodeBatch:
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+        logits = self.model(  # only the last position's logits: the full [rows, width, vocab] of a real vocabulary
+            input_ids=input_ids,  # would be the largest tensor of the prefill
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         ).logits[:, -1, :]
         if len(unique) < len(sequences):
             expand = torch.tensor(row_sequence, dtype=torch.long, device=self.device)

@@ -277,3 +277,21 @@ def test_rows_that_repeat_a_prompt_share_one_prefill_and_sample_what_they_would_
     for row, reference in zip(rows, expected):
         assert row.tokens == reference.tokens
         assert row.logprobs == pytest.approx(reference.logprobs, abs=LOGPROB_TOLERANCE)
+
+
+def test_a_prefill_computes_logits_for_the_last_position_only(model, tokenizer, monkeypatch):
+    params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    prompt = prompt_ids(tokenizer, "12+34=")
+    expected = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+    head_positions = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, inputs, output: head_positions.append(inputs[0].shape[1])
+    )
+    try:
+        batch = DecodeBatch(model, params, set(), tokenizer.pad_token_id, tokenizer)
+        batch.admit([DecodeRow(prompt, 3)])
+        prefill_logits = batch.logits[0].clone()
+    finally:
+        hook.remove()
+    assert len(prompt) > 1 and head_positions == [1]  # not one row of vocabulary logits per prompt token
+    torch.testing.assert_close(prefill_logits, expected, rtol=1e-5, atol=1e-5)
