@@ -22,7 +22,10 @@ class InferenceEngineClient:
     """Route generate calls over engines and fan lifecycle calls (sleep, wake, pause, resume, weights) out to all.
 
     Prompts that carry a session id always go to the same engine (`crc32(session_id) % num_engines`), so every turn
-    of a conversation hits the engine that holds its prefix; prompts without one are spread round-robin.
+    of a conversation hits the engine that holds its prefix. Prompts without one are split into near-equal contiguous
+    parts, one per engine, with equal prompts (the samples of a GRPO group) kept next to each other, so a group
+    lands on one engine and is prefilled once instead of once per engine; a call with a single such prompt goes to
+    the engines in turn (round-robin).
     """
 
     def __init__(self, engines: list[InferenceEngine]) -> None:
@@ -42,8 +45,18 @@ class InferenceEngineClient:
         count = request.num_prompts
         sessions = request.session_ids or [None] * count
         assignment: dict[int, list[int]] = {}
+        unrouted = []
         for index in range(count):
-            assignment.setdefault(self.engine_for(sessions[index]), []).append(index)
+            if sessions[index] is None:
+                unrouted.append(index)
+            else:
+                assignment.setdefault(self.engine_for(sessions[index]), []).append(index)
+        if len(unrouted) == 1:
+            assignment.setdefault(next(self._round_robin), []).append(unrouted[0])
+        elif unrouted:
+            first = next(self._round_robin)
+            for offset, part in enumerate(self._contiguous_parts(request, unrouted)):
+                assignment.setdefault((first + offset) % len(self.engines), []).extend(part)
 
         async def run(engine_index: int, indices: list[int]) -> tuple[list[int], InferenceEngineOutput]:
             part = InferenceEngineInput(
@@ -87,6 +100,24 @@ class InferenceEngineClient:
             weight_version=min(versions),
             response_token_versions=None if any(v is None for v in token_versions) else token_versions,
         )
+
+    def _contiguous_parts(self, request: InferenceEngineInput, indices: list[int]) -> list[list[int]]:
+        """`indices` ordered so equal prompts sit together (first appearance order), cut into one near-equal
+        contiguous part per engine (fewer when there are fewer prompts than engines; no part is empty)."""
+        groups: dict[Union[tuple, str], list[int]] = {}
+        for index in indices:
+            if request.prompt_token_ids is not None:
+                key: Union[tuple, str] = tuple(request.prompt_token_ids[index])
+            else:  # chat messages: lists of dicts, compared by their text
+                key = repr(request.prompts[index]) if request.prompts is not None else ""
+            groups.setdefault(key, []).append(index)
+        ordered = [index for group in groups.values() for index in group]
+        parts = min(len(self.engines), len(ordered))
+        size, extra = divmod(len(ordered), parts)
+        cuts = [0]
+        for part in range(parts):
+            cuts.append(cuts[-1] + size + (1 if part < extra else 0))
+        return [ordered[start:end] for start, end in zip(cuts, cuts[1:])]
 
     @property
     def weight_versions(self) -> list[int]:

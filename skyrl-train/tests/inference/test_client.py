@@ -49,3 +49,56 @@ def test_weight_updates_reach_every_engine():
     sums = asyncio.run(client.weights_checksums())
     assert sums[0] == sums[1]
     assert torch.equal(client.engines[1].model.state_dict()["model.norm.weight"], new["model.norm.weight"])
+
+
+def _recording(engines):
+    """Each engine's generate records the prompts it was sent."""
+    seen = {index: [] for index in range(len(engines))}
+    for index, engine in enumerate(engines):
+        original = engine.generate
+
+        async def recording(request, _index=index, _original=original):
+            seen[_index].append(request.prompt_token_ids)
+            return await _original(request)
+
+        engine.generate = recording
+    return seen
+
+
+def test_the_samples_of_a_prompt_go_to_one_engine_and_the_engines_get_equal_shares():
+    engines = _engines()
+    seen = _recording(engines)
+    client = InferenceEngineClient(engines)
+    groups = [[3, 10 + g, 11, 4] for g in range(4)]
+    # rows as the batched generator sends them (a group's samples adjacent), then one interleaved call
+    adjacent = [prompt for prompt in groups for _ in range(4)]
+    interleaved = [groups[i % 4] for i in range(16)]
+    params = SamplingParams(max_tokens=4, temperature=0)
+    for prompts in (adjacent, interleaved):
+        for engine_seen in seen.values():
+            engine_seen.clear()
+        out = asyncio.run(client.generate(InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params)))
+        sent = {index: [tuple(p) for call in calls for p in call] for index, calls in seen.items()}
+        assert sorted(len(rows) for rows in sent.values()) == [8, 8]
+        assert not set(sent[0]) & set(sent[1])  # every group on one engine: each engine prefills 2 prompts, not 4
+        direct = asyncio.run(
+            engines[0].generate(InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params))
+        )
+        assert out.response_ids == direct.response_ids  # reassembled in the caller's order
+
+
+def test_single_prompt_calls_take_the_engines_in_turn():
+    engines = _engines()
+    seen = _recording(engines)
+    client = InferenceEngineClient(engines)
+    params = SamplingParams(max_tokens=3, temperature=0)
+    for index in range(4):
+        asyncio.run(
+            client.generate(InferenceEngineInput(prompt_token_ids=[[3, 10 + index, 4]], sampling_params=params))
+        )
+    assert [len(calls) for calls in seen.values()] == [2, 2]
+    # fewer distinct rows than engines in one call: no engine gets an empty call
+    asyncio.run(
+        client.generate(InferenceEngineInput(prompt_token_ids=[[3, 5, 4]] * 2 + [[3, 6, 4]], sampling_params=params))
+    )
+    assert all(all(call for call in calls) for calls in seen.values())
