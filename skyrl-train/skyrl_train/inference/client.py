@@ -51,9 +51,7 @@ class InferenceEngineClient:
                 unrouted.append(index)
             else:
                 assignment.setdefault(self.engine_for(sessions[index]), []).append(index)
-        if len(unrouted) == 1:
-            assignment.setdefault(next(self._round_robin), []).append(unrouted[0])
-        elif unrouted:
+        if unrouted:  # a single prompt makes one part: the engines then take such calls in turn
             first = next(self._round_robin)
             for offset, part in enumerate(self._contiguous_parts(request, unrouted)):
                 assignment.setdefault((first + offset) % len(self.engines), []).extend(part)
@@ -113,10 +111,7 @@ class InferenceEngineClient:
             groups.setdefault(key, []).append(index)
         ordered = [index for group in groups.values() for index in group]
         parts = min(len(self.engines), len(ordered))
-        size, extra = divmod(len(ordered), parts)
-        cuts = [0]
-        for part in range(parts):
-            cuts.append(cuts[-1] + size + (1 if part < extra else 0))
+        cuts = [len(ordered) * part // parts for part in range(parts + 1)]
         return [ordered[start:end] for start, end in zip(cuts, cuts[1:])]
 
     @property

@@ -279,7 +279,7 @@ def test_rows_that_repeat_a_prompt_share_one_prefill_and_sample_what_they_would_
         assert row.logprobs == pytest.approx(reference.logprobs, abs=LOGPROB_TOLERANCE)
 
 
-def test_a_prefill_computes_logits_for_the_last_position_only(model, tokenizer, monkeypatch):
+def test_a_prefill_computes_logits_for_the_last_position_only(model, tokenizer):
     params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
     prompt = prompt_ids(tokenizer, "12+34=")
     expected = model(input_ids=torch.tensor([prompt])).logits[0, -1]

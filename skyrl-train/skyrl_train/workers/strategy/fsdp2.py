@@ -163,9 +163,11 @@ class FSDP2Strategy:
         if self.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         kwargs = self._shard_kwargs()
-        layers = layer_modules(model) if self.fsdp.shard_layers else []
-        if self.fsdp.shard_layers and not layers:
-            logger.warning("%s lists no _no_split_modules: sharding only the root module", type(model).__name__)
+        layers = []
+        if self.fsdp.shard_layers:
+            layers = layer_modules(model)
+            if not layers:
+                logger.warning("%s lists no _no_split_modules: sharding only the root module", type(model).__name__)
         for layer in layers:
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)

@@ -23,7 +23,7 @@ def build_optimizer(parameters: Iterable[torch.nn.Parameter], config: OptimizerC
     if len(config.adam_betas) != 2:
         raise ValueError(f"optimizer.adam_betas must hold two numbers (beta1, beta2), got {config.adam_betas}")
     beta1, beta2 = (float(b) for b in config.adam_betas)
-    fused = True if all(p.device.type == "cpu" for p in trainable) else None
+    fused = all(p.device.type == "cpu" for p in trainable) or None  # None: torch's own choice
     return torch.optim.AdamW(
         trainable, lr=config.lr, betas=(beta1, beta2), weight_decay=config.weight_decay, fused=fused
     )
