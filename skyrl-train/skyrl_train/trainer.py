@@ -245,7 +245,7 @@ class RayPPOTrainer:
             self.sampled_groups_total += rollouts.sampled_groups
             metrics["trainer/sampled_groups_total"] = float(self.sampled_groups_total)
         on_policy = self.takes_one_policy_update(batch)
-        metrics["policy/old_logprobs_from_update"] = float(on_policy)
+        metrics["policy/old_logprobs_from_update"] = self.old_logprobs_from_update(batch, on_policy)
         with timer("fwd_logprobs"):  # the policy's old log-probs only when they are needed before its update
             old_logprobs, ref_logprobs, values = await self.forward_passes(
                 batch, with_policy=self.old_logprobs_before_update
@@ -314,6 +314,16 @@ class RayPPOTrainer:
         one_pass = self.cfg.trainer.update_epochs_per_batch == 1
         one_mini_batch = len(self.mini_batches(batch, self.cfg.trainer.policy_mini_batch_size)) == 1
         return one_pass and one_mini_batch and self.kl_controller is None
+
+    def old_logprobs_from_update(self, batch: TrainingBatch, on_policy: bool) -> float:
+        """The share of the batch whose old log-probs come from the update's own forward passes rather than from a
+        forward pass of their own: all of it when `on_policy`; none when KL in the reward needs them before the
+        update; otherwise the first of its mini-batches (see `PolicyWorker.train_mini_batches`)."""
+        if on_policy:
+            return 1.0
+        if self.old_logprobs_before_update:
+            return 0.0
+        return 1.0 / len(self.mini_batches(batch, self.cfg.trainer.policy_mini_batch_size))
 
     async def forward_passes(self, batch: TrainingBatch, with_policy: bool = True):
         """Old policy logprobs (None unless `with_policy`), reference logprobs (when KL is used) and critic values

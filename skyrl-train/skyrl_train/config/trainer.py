@@ -137,7 +137,8 @@ class TrainerConfig:
 
     policy_mini_batch_size: int = 256
     """Prompts per policy optimizer step; must divide `train_batch_size`. Equal to it (with one update epoch and no
-    KL in the reward), the step skips the separate old-log-prob forward: see `policy/old_logprobs_from_update`."""
+    KL in the reward), the step skips the separate old-log-prob forward; smaller, that forward skips the first
+    mini-batch (its own first pass gives them): see `policy/old_logprobs_from_update`."""
 
     critic_mini_batch_size: int = 256
     """Prompts per critic optimizer step; must divide `train_batch_size`."""

@@ -129,10 +129,12 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         defer_weight_install: bool = False,
         **options: Any,
     ) -> list[MiniBatchResult]:
-        """`BaseWorker.train_mini_batches`; with `old_logprobs_first`, this rank first runs one `forward` over all its
-        mini-batch shards (the weights are still the ones the old policy means) and trains against those log-probs,
-        which come back in each `MiniBatchResult.old_logprobs`: the trainer then ships the batch once, instead of
-        once for a separate forward call and again for the update.
+        """`BaseWorker.train_mini_batches`; with `old_logprobs_first`, the update also computes the old policy's
+        log-probs, which come back in each `MiniBatchResult.old_logprobs`: the trainer then ships the batch once,
+        instead of once for a separate forward call and again for the update. The first mini-batch's come from its
+        own first `forward_backward` (no optimizer step has run yet, so the weights are still the old policy: its
+        ratio is 1, as in an on-policy step), so this rank runs one `forward` over its other mini-batch shards only,
+        before the first optimizer step; later epochs train against the kept log-probs.
 
         With `sync_weights_version`, the updated weights are then sent to the engines as that version in the same
         call (`sync_weights`; rank 0's `SendResult` comes back in the last result's `weight_sync`): the trainer's
@@ -155,14 +157,21 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             return super().train_mini_batches(mini_batches, epochs, **options)
         if any(batch_kwargs.get("old_logprobs") is not None for _, batch_kwargs in mini_batches):
             raise ValueError("train_mini_batches: old_logprobs_first=True computes old_logprobs; pass None")
-        batches = [batch for batch, _ in mini_batches]
-        together = self.forward(TrainingBatch.concat(batches))
-        olds = [old.clone() for old in together.split([len(batch) for batch in batches])]  # pickled without the rest
-        with_old = [
-            (batch, {**batch_kwargs, "old_logprobs": old}) for (batch, batch_kwargs), old in zip(mini_batches, olds)
-        ]
-        results = super().train_mini_batches(with_old, epochs, **options)
-        return [result._replace(old_logprobs=old) for result, old in zip(results, olds)]
+        later = [batch for batch, _ in mini_batches[1:]]
+        olds: list[Optional[torch.Tensor]] = [None]  # the first mini-batch's: from its first forward_backward
+        if later:
+            together = self.forward(TrainingBatch.concat(later))
+            olds += [old.clone() for old in together.split([len(batch) for batch in later])]  # pickled alone
+        steps: list[list[dict[str, float]]] = [[] for _ in mini_batches]
+        for _ in range(epochs):
+            for index, (batch, batch_kwargs) in enumerate(mini_batches):
+                if olds[index] is None:
+                    olds[index] = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
+                    kwargs = {**batch_kwargs, "on_policy": True, "logprobs_out": olds[index]}
+                else:
+                    kwargs = {**batch_kwargs, "old_logprobs": olds[index]}
+                steps[index].append(self.forward_backward_step(batch, **kwargs, **options))
+        return [MiniBatchResult(tuple(metrics), old_logprobs=old) for metrics, old in zip(steps, olds)]
 
     def forward_base(self, batch: TrainingBatch) -> torch.Tensor:
         """Log-probs of the base model with the LoRA adapters switched off: the reference policy of a LoRA run, with
@@ -186,12 +195,15 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         loss_fn_config: Optional[Mapping[str, Any]] = None,
         loss_denominator: Optional[float] = None,
         on_policy: bool = False,
+        logprobs_out: Optional[torch.Tensor] = None,
     ) -> dict[str, float]:
         """Accumulate the gradient of the objective over this rank's mini-batch shard; returns `policy/*` metrics.
 
         `on_policy=True` (with `old_logprobs=None`) says the weights are still those that sampled the batch's
         "old" policy, as in a step with one optimizer step: the old log-probs are then this pass's own log-probs,
         detached (the ratio is 1 and its gradient is the plain policy gradient), which saves a separate forward.
+        `logprobs_out` (a float32 [B, R] tensor) receives this pass's log-probs, detached, 0 outside
+        `response_mask` (what `forward` returns), so that later passes over the batch can train against them.
 
         The policy loss is `loss_fn` (default `trainer.algorithm.policy_loss_type`) with `PolicyLossConfig` fields
         from `trainer.algorithm`, overridden by `loss_fn_config`; plus `kl_loss_coef * KL(ref)` when `use_kl_loss`
@@ -221,6 +233,9 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             if settings.entropy_coef is None:
                 entropy = entropy.detach()
             loss_mask = micro.batch.loss_mask
+            if logprobs_out is not None and indices:
+                kept = zero_masked(log_probs.detach().float(), micro.batch.response_mask).cpu()
+                logprobs_out[indices] = pad_response_columns(kept, batch.response_width)
             result = policy_objective(
                 settings,
                 log_probs,

@@ -64,7 +64,8 @@ def test_one_step_per_estimator_trains_and_syncs(
     assert history["weight_sync/writer_ranks"][-1][1] == 2.0  # shm: each FSDP2 rank wrote its own rows
     assert history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
     one_update = "trainer.policy_mini_batch_size=4" in extra
-    assert history["policy/old_logprobs_from_update"][-1][1] == float(one_update)
+    # one optimizer step: all of the batch; two mini-batches: the first one's (its own first pass)
+    assert history["policy/old_logprobs_from_update"][-1][1] == (1.0 if one_update else 0.5)
     assert ("policy/rollout_train_logprob_abs_diff_max" in history) != one_update  # only a separate forward has it
     exported = experiment.trainer.checkpoints.exported_paths[-1]
     assert _changed(_weights(tiny_model_dir), _weights(exported)), "the policy's weights did not change"
@@ -168,7 +169,7 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
     assert all(served >= pending for pending, served, _ in generated if pending is not None)
     assert all(left is None for _, _, left in generated)  # installed once: later calls carry nothing
     assert "timing/weight_sync" not in history
-    assert history["policy/old_logprobs_from_update"][-1][1] == 0.0
+    assert history["policy/old_logprobs_from_update"][-1][1] == 0.5  # the first of 2 mini-batches
     # the update's call computed the old log-probs before its first optimizer step and put them back in row order
     assert history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
     assert history["policy/rollout_train_logprob_abs_diff_max"][-1][1] < 100 * LOGPROB_AGREEMENT

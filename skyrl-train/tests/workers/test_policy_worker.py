@@ -236,18 +236,29 @@ def test_forward_backward_step_is_forward_backward_then_optim_step(
 def test_train_mini_batches_is_the_update_of_separate_calls_in_one(
     single_rank_group, worker_config, make_batch, grpo_advantages
 ):
-    """One `train_mini_batches(old_logprobs_first=True)` call does what the trainer did with a forward call and one
-    `forward_backward_step` call per mini-batch and epoch: the same old log-probs, metrics and weights."""
-    batch = make_batch(rows=6, seed=3)
+    """One `train_mini_batches(old_logprobs_first=True)` call does what the trainer would do with separate calls: a
+    forward over the later mini-batches, the first mini-batch's first pass on-policy (keeping its log-probs), then
+    every pass against those old log-probs: the same old log-probs, metrics and weights, bit for bit."""
+    batch = make_batch(rows=9, seed=3)
     advantages = grpo_advantages(batch)
-    shards = [[0, 1, 2], [3, 4, 5]]
+    shards = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     separate = _policy(worker_config(), single_rank_group)
-    olds = separate.forward(batch).split([3, 3])  # all the rank's rows in one forward, before any optimizer step
-    expected = [[], []]
-    for _ in range(2):  # epochs
+    eval_forward = separate.forward(batch.select(shards[0]))  # before any optimizer step: the old policy's
+    olds = [torch.zeros(3, batch.response_width)] + list(separate.forward(batch.select(shards[1] + shards[2])).split(3))
+    expected = [[], [], []]
+    for epoch in range(2):
         for index, rows in enumerate(shards):
-            kwargs = {"advantages": advantages[rows], "old_logprobs": olds[index]}
+            kwargs = {"advantages": advantages[rows]}
+            if epoch == 0 and index == 0:
+                kwargs.update(old_logprobs=None, on_policy=True, logprobs_out=olds[0])
+            else:
+                kwargs.update(old_logprobs=olds[index])
             expected[index].append(separate.forward_backward_step(batch.select(rows), **kwargs))
+    # the kept log-probs are the old policy's: what a forward of its own gives, up to float summation order (the
+    # train pass runs with gradients and another batch shape; float32 log-softmax over 128 tokens: ~1e-6)
+    torch.testing.assert_close(olds[0], eval_forward, rtol=0, atol=1e-5)
+    assert bool((olds[0] != 0).any())
+
     combined = _policy(worker_config(), single_rank_group)
     mini_batches = [(batch.select(rows), {"advantages": advantages[rows], "old_logprobs": None}) for rows in shards]
     results = combined.train_mini_batches(mini_batches, epochs=2, old_logprobs_first=True)
@@ -256,6 +267,9 @@ def test_train_mini_batches_is_the_update_of_separate_calls_in_one(
         assert len(result.steps) == 2
         for got, want in zip(result.steps, steps):
             assert got == pytest.approx(want)
+    first_pass = results[0].steps[0]  # on-policy: the ratio is exactly 1
+    assert first_pass["policy/ratio_min"] == first_pass["policy/ratio_max"] == 1.0
+    assert results[1].steps[0]["policy/ratio_max"] != 1.0 or results[2].steps[0]["policy/ratio_max"] != 1.0
     for (name, want), (_, got) in zip(separate.get_weights(), combined.get_weights(), strict=True):
         assert torch.equal(got, want), name
     with pytest.raises(ValueError, match="old_logprobs_first=True computes old_logprobs"):
