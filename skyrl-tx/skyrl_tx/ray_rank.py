@@ -140,12 +140,14 @@ class LoraRank:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
         torch.set_num_threads(max(1, int(num_threads)))
+        self._rendezvous: Optional[dist.Store] = None  # rank 0's rendezvous server when it chose its own port
         if master_addr is None or master_port is None:
             if rank != 0:
                 raise ValueError(f"rank {rank} needs master_addr and master_port (only rank 0 may choose its own)")
-            from skyrl_train.workers.distributed import free_port, node_ip
+            from skyrl_train.workers.distributed import node_ip, rendezvous_store
 
-            master_addr, master_port = node_ip(), free_port()
+            self._rendezvous = rendezvous_store(world_size)  # listening from now on: the port cannot be lost
+            master_addr, master_port = node_ip(), self._rendezvous.port
         self.rank, self.world_size = rank, world_size
         self.master_addr, self.master_port = master_addr, int(master_port)
         self.host: Optional[LoraHost] = None
@@ -171,7 +173,9 @@ class LoraRank:
         from skyrl_train.workers.distributed import init_process_group, resolve_device
 
         torch_device = resolve_device(device)
-        init_process_group(self.rank, self.world_size, self.master_addr, self.master_port, torch_device)
+        init_process_group(
+            self.rank, self.world_size, self.master_addr, self.master_port, torch_device, store=self._rendezvous
+        )
         self.host = LoraHost(name, path, max_sampler_adapters, device=str(torch_device), dtype=dtype)
         self.sharded = sharding == "fsdp2"
         if self.sharded:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 from datetime import timedelta
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -50,6 +51,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def rendezvous_store(world_size: int, timeout: timedelta = DEFAULT_TIMEOUT) -> dist.TCPStore:
+    """Rank 0's rendezvous server, already listening on a port the OS chose (`store.port`), for `init_process_group`'s
+    `store`. Picking a free port first and binding it only when the group forms lost the port now and then to another
+    socket of the machine (EADDRINUSE; Ray's own connections take ephemeral ports all the time)."""
+    return dist.TCPStore("0.0.0.0", 0, world_size, True, timeout, wait_for_workers=False)
+
+
 def init_process_group(
     rank: int,
     world_size: int,
@@ -57,8 +65,10 @@ def init_process_group(
     master_port: int,
     device: torch.device,
     timeout: timedelta = DEFAULT_TIMEOUT,
+    store: Optional[dist.Store] = None,
 ) -> None:
-    """Join the default process group (backend from `device`); a group that already exists must match the sizes."""
+    """Join the default process group (backend from `device`); a group that already exists must match the sizes.
+    Rank 0 may pass the `rendezvous_store` it listens on; the other ranks reach it at `master_addr:master_port`."""
     if dist.is_initialized():
         if dist.get_world_size() != world_size or dist.get_rank() != rank:
             raise RuntimeError(
@@ -70,6 +80,15 @@ def init_process_group(
         torch.cuda.set_device(device)
     backend = backend_for(device)
     logger.info("rank %d/%d joining %s process group at %s:%d", rank, world_size, backend, master_addr, master_port)
+    if store is not None:  # the same key prefix the tcp:// rendezvous of the other ranks uses
+        dist.init_process_group(
+            backend=backend,
+            store=dist.PrefixStore("default_pg", store),
+            rank=rank,
+            world_size=world_size,
+            timeout=timeout,
+        )
+        return
     dist.init_process_group(
         backend=backend,
         init_method=f"tcp://{master_addr}:{master_port}",

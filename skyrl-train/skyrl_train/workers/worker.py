@@ -23,7 +23,7 @@ from skyrl_train.training_batch import TrainingBatch, on_wire
 from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
 from skyrl_train.workers.accounting import reduction_denominator
 from skyrl_train.workers.channel import ChannelHost
-from skyrl_train.workers.distributed import free_port, init_process_group, node_ip, resolve_device
+from skyrl_train.workers.distributed import init_process_group, node_ip, rendezvous_store, resolve_device
 from skyrl_train.workers.micro_batching import (
     TrimmedMicroBatch,
     balance_group_counts,
@@ -86,6 +86,8 @@ class BaseWorker(ChannelHost):
 
     trainable: bool = False
     """Whether the role has an optimizer (policy, critic) or is forward-only (ref, reward)."""
+    _rendezvous: Optional[dist.Store] = None
+    """Rank 0's rendezvous server when it chose its own port (see `rendezvous_store`)."""
 
     def __init__(
         self,
@@ -108,7 +110,8 @@ class BaseWorker(ChannelHost):
         if master_addr is None or master_port is None:
             if rank != 0:
                 raise ValueError(f"rank {rank} needs master_addr and master_port (only rank 0 may choose its own)")
-            master_addr, master_port = node_ip(), free_port()
+            self._rendezvous = rendezvous_store(world_size)  # listening from now on: the port cannot be lost
+            master_addr, master_port = node_ip(), self._rendezvous.port
         self.master_addr, self.master_port = master_addr, int(master_port)
         self.device = resolve_device(self.cfg.resolved_device())
         self.section = ROLE_SECTIONS[role](self.cfg)
@@ -130,7 +133,9 @@ class BaseWorker(ChannelHost):
     def init_model(self, model_path: Optional[str] = None, num_training_steps: Optional[int] = None) -> None:
         """Join the process group, load the model (every rank with the same seed) and shard it; trainable roles also
         get AdamW and the LR schedule (`num_training_steps` is needed by decaying schedules such as cosine)."""
-        init_process_group(self.rank, self.world_size, self.master_addr, self.master_port, self.device)
+        init_process_group(
+            self.rank, self.world_size, self.master_addr, self.master_port, self.device, store=self._rendezvous
+        )
         path = model_path or ROLE_MODEL_PATHS[self.role](self.cfg)
         if not path:
             raise ValueError(f"no model path for role {self.role!r}: set {ROLE_MODEL_PATH_KEYS[self.role]}")
