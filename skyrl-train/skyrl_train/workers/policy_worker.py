@@ -63,10 +63,16 @@ class LogprobWorker(BaseWorker):
         output = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
         for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
             logprobs, _ = self._logprobs(micro, with_entropy=False)
-            if indices:
-                logprobs = zero_masked(logprobs.float(), micro.batch.response_mask).cpu()
-                output[indices] = pad_response_columns(logprobs, batch.response_width)
+            _write_rows(output, indices, logprobs, micro)
         return output
+
+
+def _write_rows(output: torch.Tensor, indices: list[int], logprobs: torch.Tensor, micro: TrimmedMicroBatch) -> None:
+    """Put a micro-batch's log-probs (detached, float32, 0 outside `response_mask`) into rows `indices` of `output`
+    [B, R]; a padding micro-batch (no indices) writes nothing."""
+    if indices:
+        kept = zero_masked(logprobs.detach().float(), micro.batch.response_mask).cpu()
+        output[indices] = pad_response_columns(kept, output.shape[1])
 
 
 class RefWorker(LogprobWorker):
@@ -157,17 +163,16 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             return super().train_mini_batches(mini_batches, epochs, **options)
         if any(batch_kwargs.get("old_logprobs") is not None for _, batch_kwargs in mini_batches):
             raise ValueError("train_mini_batches: old_logprobs_first=True computes old_logprobs; pass None")
-        later = [batch for batch, _ in mini_batches[1:]]
-        olds: list[Optional[torch.Tensor]] = [None]  # the first mini-batch's: from its first forward_backward
+        first, later = mini_batches[0][0], [batch for batch, _ in mini_batches[1:]]
+        olds = [torch.zeros(len(first), first.response_width, dtype=torch.float32)]  # filled by its first pass
         if later:
             together = self.forward(TrainingBatch.concat(later))
             olds += [old.clone() for old in together.split([len(batch) for batch in later])]  # pickled alone
         steps: list[list[dict[str, float]]] = [[] for _ in mini_batches]
-        for _ in range(epochs):
+        for epoch in range(epochs):
             for index, (batch, batch_kwargs) in enumerate(mini_batches):
-                if olds[index] is None:
-                    olds[index] = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
-                    kwargs = {**batch_kwargs, "on_policy": True, "logprobs_out": olds[index]}
+                if epoch == 0 and index == 0:
+                    kwargs = {**batch_kwargs, "on_policy": True, "logprobs_out": olds[0]}
                 else:
                     kwargs = {**batch_kwargs, "old_logprobs": olds[index]}
                 steps[index].append(self.forward_backward_step(batch, **kwargs, **options))
@@ -233,9 +238,8 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             if settings.entropy_coef is None:
                 entropy = entropy.detach()
             loss_mask = micro.batch.loss_mask
-            if logprobs_out is not None and indices:
-                kept = zero_masked(log_probs.detach().float(), micro.batch.response_mask).cpu()
-                logprobs_out[indices] = pad_response_columns(kept, batch.response_width)
+            if logprobs_out is not None:
+                _write_rows(logprobs_out, indices, log_probs, micro)
             result = policy_objective(
                 settings,
                 log_probs,
