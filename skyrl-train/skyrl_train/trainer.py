@@ -38,6 +38,7 @@ from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy
 from skyrl_train.workers.accounting import reduction_denominator
 from skyrl_train.workers.group import WorkerGroup
+from skyrl_train.workers.shard_send import PresumedWrite, update_send
 from skyrl_train.workers.worker import MiniBatchResult
 
 if TYPE_CHECKING:
@@ -410,10 +411,14 @@ class RayPPOTrainer:
             options["defer_weight_install"] = self.defers_weight_install
         metrics, results = await self.train_role(self.policy, "policy", batch, mini_batch_size, per_row, **options)
         if sync_in_update:
-            sent = next((result for result in results[-1].weight_sync or [] if result is not None), None)
-            if sent is None:
-                raise RuntimeError("the policy update was asked to sync the weights, but no rank reported a send")
-            metrics.update(await self.finish_sync(sent.report()))
+            sent = update_send(results[-1].weight_sync or [])
+            if sent is None:  # the ranks presumed a write plan rank 0 no longer proposes: nothing was sent
+                report = (await asyncio.to_thread(self.policy.run_all, "sync_weights", self.weight_version))[0]
+            else:
+                report = sent.report()
+            metrics.update(await self.finish_sync(report))
+            presumed = sent is not None and isinstance(results[-1].weight_sync[0], PresumedWrite)
+            metrics["weight_sync/presumed_plan"] = float(presumed)
             metrics["weight_sync/in_update"] = 1.0
         if forward_first:
             old_logprobs = torch.zeros_like(batch.response_mask, dtype=torch.float32)

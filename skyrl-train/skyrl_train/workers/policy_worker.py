@@ -17,7 +17,7 @@ from skyrl_train.weight_sync.strategy import WeightSenderHost
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
 from skyrl_train.workers.policy_objective import ObjectiveSettings, policy_objective
-from skyrl_train.workers.shard_send import ShardedSend
+from skyrl_train.workers.shard_send import PresumedWrite, ShardedSend
 from skyrl_train.workers.worker import BaseWorker, MiniBatchResult
 
 
@@ -105,18 +105,22 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         result = self._send_weights(version)
         return None if result is None else result.report()
 
-    def _send_weights(self, version: int, defer_install: bool = False) -> Optional[SendResult]:
+    def _send_weights(self, version: int, defer_install: bool = False) -> Optional[SendResult | PresumedWrite]:
         """Every rank: send the weights as `version`; rank 0's `SendResult`, None elsewhere. With an `shm` sender
         and an FSDP2 model every rank writes its own rows into the shared block (`workers.shard_send`), else rank 0
         gathers the model and sends it. `defer_install` leaves the final chunk of a sharded send for the engines to
         install at their next generate (`SendResult.deferred`); the gathered send ignores it (the engines install
-        every chunk before it returns)."""
+        every chunk before it returns). A deferred sharded send with a one-chunk plan agreed earlier is presumed on
+        every rank (`ShardedSend.send_presumed`: no collective; each rank returns a `PresumedWrite`, which the driver
+        checks with `update_send`)."""
         writable = getattr(self.strategy, "shard_writable_state", None)
         state = writable() if writable is not None and not self.uses_lora else None  # alike on every rank
         if state is not None:
             if self._shard_send is None:
                 self._shard_send = ShardedSend(self.rank, self.world_size)
             sender = self.weight_sender if self.rank == 0 else None
+            if self._shard_send.can_presume(defer_install):
+                return self._shard_send.send_presumed(state, sender, version)
             plan = self._shard_send.agree(self._shard_send.propose(sender, state, version) if self.rank == 0 else None)
             if plan is not None:
                 return self._shard_send.send(state, sender, version, defer_final=defer_install)
@@ -143,7 +147,8 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         before the first optimizer step; later epochs train against the kept log-probs.
 
         With `sync_weights_version`, the updated weights are then sent to the engines as that version in the same
-        call (`sync_weights`; rank 0's `SendResult` comes back in the last result's `weight_sync`): the trainer's
+        call (`sync_weights`; each rank's part of the send comes back in the last result's `weight_sync`, which the
+        caller reads with `shard_send.update_send`): the trainer's
         step saves the round trip to every rank that a separate sync call costs. `defer_weight_install` leaves the
         engines' installation of the last chunk to their next generate call (see `_send_weights`)."""
         results = self._train(mini_batches, epochs, old_logprobs_first, **options)

@@ -15,6 +15,13 @@ the engines and waits for their acknowledgements, and (before the next chunk) a 
 chunk the engines are still copying. After the last chunk no barrier is needed: the next sync starts only after the
 driver has every rank's answer to this one, which rank 0 gives after the engines acknowledged, and, when the final
 chunk's installation was deferred to the engines' next generate, after the driver saw every engine install it.
+
+A sync inside the policy update whose plan is one chunk, deferred to the engines' next generate, needs neither the
+agreement nor a barrier once a plan was agreed (`send_presumed`): every rank writes its rows with that plan and reports
+it (`PresumedWrite`), rank 0 after checking that its proposal is still that plan, and the driver, which has every
+rank's answer before it hands the chunk to the engines, checks they all wrote with rank 0's plan (`update_send`). On
+the quickstart this took the sync in the update from ~2.3 ms to ~0.4 ms a step (two gloo collectives on 2 busy cores).
+When rank 0's plan changed it writes nothing, and the driver runs the sync again with an agreement.
 """
 
 from __future__ import annotations
@@ -48,6 +55,42 @@ class ShardWritePlan:
         """Bytes of chunk `index` in the block."""
         element = torch.empty((), dtype=dtype_from_name(self.dtype)).element_size()
         return sum(math.prod(shape) * element for _, shape, _ in self.chunks[index])
+
+
+@dataclass(frozen=True)
+class PresumedWrite:
+    """One rank's part of a sync written with the plan agreed in an earlier one, with no collective
+    (`ShardedSend.send_presumed`): the plan it wrote with (0 when rank 0's plan changed: it wrote and sent nothing,
+    and the sync has to run again with an agreement), and on rank 0 its `SendResult` (the chunk left to the engines'
+    next generate)."""
+
+    plan_id: int
+    result: Optional[SendResult] = None
+
+
+def update_send(parts: list[Any]) -> Optional[SendResult]:
+    """Rank 0's `SendResult` from the per-rank `weight_sync` values of a policy update that synced
+    (`MiniBatchResult.weight_sync`); None when the ranks presumed a plan that rank 0 no longer proposes (nothing was
+    sent: the caller syncs again, with an agreement). Raises when no rank sent, or when ranks wrote with other plans
+    than rank 0's (the block would mix two layouts)."""
+    presumed = [part for part in parts if isinstance(part, PresumedWrite)]
+    if not presumed:
+        sent = next((part for part in parts if part is not None), None)
+        if sent is None:
+            raise RuntimeError("the policy update was asked to sync the weights, but no rank reported a send")
+        return sent
+    if len(presumed) != len(parts):
+        raise RuntimeError(f"sharded weight sync: some ranks presumed the agreed plan and others did not: {parts!r}")
+    lead = presumed[0]  # rank 0's
+    if lead.plan_id == 0:
+        return None
+    others = [rank for rank, part in enumerate(presumed) if part.plan_id != lead.plan_id]
+    if others or lead.result is None:
+        raise RuntimeError(
+            f"sharded weight sync: ranks {others} wrote with another plan than rank 0's ({lead.plan_id}); the agreed "
+            "plans diverged, so the block holds a mix and is not handed to the engines"
+        )
+    return lead.result
 
 
 class ShardedSend:
@@ -103,6 +146,34 @@ class ShardedSend:
             dist.broadcast_object_list(carrier, src=0)
             self.plan = carrier[0]
         return self.plan
+
+    def can_presume(self, defer_final: bool) -> bool:
+        """Whether this sync may write with the plan agreed earlier, without agreeing again or waiting on the other
+        ranks (`send_presumed`): several ranks, a final chunk left to the engines' next generate, and an agreed plan of
+        one chunk. The same answer on every rank: they agreed on the same plan."""
+        return self.distributed and defer_final and self.plan is not None and len(self.plan.chunks) == 1
+
+    def send_presumed(
+        self, state: dict[str, torch.Tensor], sender: Optional[SharedMemorySender], version: int
+    ) -> PresumedWrite:
+        """Every rank, with no collective: write this rank's rows of the plan's one chunk, which stays in the block
+        for the engines' next generate. Rank 0 first checks that it still proposes that plan (else it writes and sends
+        nothing, and reports plan 0). No barrier is needed: the engines get the chunk only from the driver, once it has
+        every rank's answer (`update_send`), and nothing reads the block before (the last sync's chunk was installed
+        before this update started)."""
+        plan = self.plan
+        if self.rank != 0:
+            self.write_chunk(state, 0)
+            return PresumedWrite(plan.plan_id)
+        proposal = self.propose(sender, state, version)
+        if proposal is None or proposal.plan_id != plan.plan_id:
+            return PresumedWrite(0)
+
+        def write(index: int) -> None:
+            self.write_chunk(state, index)
+
+        result = sender.send_written(plan, version, write, writers=self.world_size, defer_final=True)
+        return PresumedWrite(plan.plan_id, result)
 
     def write_chunk(self, state: dict[str, torch.Tensor], index: int) -> None:
         """Cast and copy this rank's rows of chunk `index`'s tensors into the block (rank 0 also writes the entries

@@ -68,8 +68,9 @@ class MiniBatchResult(NamedTuple):
     """The policy's log-probs of the mini-batch before the update's first optimizer step, when asked for."""
     weight_sync: Any = None
     """On the last mini-batch of an update that also synced the weights (`PolicyWorker.train_mini_batches` with
-    `sync_weights_version`): rank 0's `SendResult`, None on the other ranks. Not a tuple or mapping, so joining the
-    ranks' results keeps it as the list of per-rank values."""
+    `sync_weights_version`): rank 0's `SendResult` and None on the other ranks, or every rank's `PresumedWrite`
+    (`workers.shard_send.update_send` reads either). Not a tuple or mapping, so joining the ranks' results keeps it as
+    the list of per-rank values."""
 
     def __reduce__(self) -> tuple:
         """Pickled with `old_logprobs` as a `TensorOnWire` (numpy on the wire, a tensor again on arrival)."""

@@ -1,8 +1,9 @@
 """Weight sync without the gather (`workers.shard_send`): two FSDP2 policy ranks write their own rows into the `shm`
 block, in many chunks, and two bf16 engine actors that started from another model must then hold exactly what the
 general path (a gather on rank 0, cast to bf16) would have sent: before, after a plain sync, after a second one
-(the plan is reused), after a sync inside the update call that changed the weights, and after one whose final chunk
-the engines installed later (at their next generate, when asked, or sent ahead through their local channels)."""
+(the plan is reused), after a sync inside the update call that changed the weights, after one whose final chunk
+the engines installed later (at their next generate, when asked, or sent ahead through their local channels), and
+after one-chunk syncs that presumed the agreed plan without any collective."""
 
 import asyncio
 
@@ -16,7 +17,9 @@ from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.weight_sync import WeightSyncError, make_weight_sync_strategy
+from skyrl_train.weight_sync.base import SendResult
 from skyrl_train.workers import PolicyWorker, WorkerGroup
+from skyrl_train.workers.shard_send import PresumedWrite, update_send
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,7 +79,7 @@ def _update_syncing_to(run, version, batch):
 
 def _sent(results):
     """Rank 0's `SendResult` of an update that synced."""
-    return next(result for result in results[-1].weight_sync if result is not None)
+    return update_send(results[-1].weight_sync)
 
 
 def test_each_rank_writes_its_rows_and_the_engines_get_the_gathered_model(parts, make_batch):
@@ -154,3 +157,61 @@ async def test_a_deferred_final_chunk_goes_ahead_through_the_local_channels(part
     assert [await engine.fetch_weight_version() for engine in engines] == [version, version]
     assert (await strategy.verify(_gathered_checksums(group))).num_checked > 0  # the whole trained model
     assert (await engines[1].generate(request)).weight_version == version
+
+
+def _one_chunk_strategy(group, engines):
+    """A new `shm` strategy whose chunks hold the whole model, set up on `group`'s rank 0 (a new sender: rank 0's
+    next proposal is a new plan)."""
+    strategy = make_weight_sync_strategy("shm", chunk_bytes=64 * 1024 * 1024, compute_checksums=False, timeout_s=60)
+    asyncio.run(strategy.init(sender=group.actors[0], engines=engines))
+    return strategy
+
+
+def test_a_one_chunk_deferred_sync_presumes_the_agreed_plan_and_syncs_again_when_it_changed(parts, make_batch):
+    """Once a one-chunk plan was agreed, an update's deferred sync runs no collective: every rank writes with that plan
+    and reports it (`PresumedWrite`), and the engines get exactly the trained model. When rank 0's plan changed (a
+    new sender), rank 0 writes nothing, `update_send` says so, and a sync of its own with the same version delivers."""
+    group, strategy = parts
+    engines = strategy.engines
+    one_chunk = _one_chunk_strategy(group, engines)
+    version = max(asyncio.run(engine.fetch_weight_version()) for engine in engines) + 1
+    first = _update_syncing_to(group.run_sharded_each, version, make_batch(rows=4))[-1].weight_sync
+    assert not any(isinstance(part, PresumedWrite) for part in first)  # no one-chunk plan agreed yet: agreed now
+    assert update_send(first).num_chunks == 1
+    one_chunk.defer_install(version, update_send(first).deferred)
+    asyncio.run(one_chunk.install_deferred())
+
+    parts_of_send = _update_syncing_to(group.run_sharded_each, version + 1, make_batch(rows=4))[-1].weight_sync
+    assert [type(part) for part in parts_of_send] == [PresumedWrite, PresumedWrite]
+    assert parts_of_send[0].plan_id == parts_of_send[1].plan_id > 0 and parts_of_send[1].result is None
+    sent = update_send(parts_of_send)
+    assert sent.version == version + 1 and sent.writers == 2 and sent.deferred is not None
+    trained = _gathered_checksums(group)
+    one_chunk.defer_install(version + 1, sent.deferred)
+    asyncio.run(one_chunk.install_deferred())
+    assert [asyncio.run(engine.fetch_weight_version()) for engine in engines] == [version + 1, version + 1]
+    assert asyncio.run(one_chunk.verify(trained)).num_checked > 0  # both rank's rows, not a mix with older weights
+
+    changed = _one_chunk_strategy(group, engines)  # rank 0's sender (and so its plan) is new; rank 1 cannot know
+    parts_of_send = _update_syncing_to(group.run_sharded_each, version + 2, make_batch(rows=4))[-1].weight_sync
+    assert parts_of_send[0] == PresumedWrite(0) and parts_of_send[1].plan_id > 0
+    assert update_send(parts_of_send) is None  # nothing was sent: the version is still free
+    assert [asyncio.run(engine.fetch_weight_version()) for engine in engines] == [version + 1, version + 1]
+    report = group.run_all("sync_weights", version + 2)[0]
+    assert report["served_versions"] == [version + 2, version + 2]
+    assert asyncio.run(changed.verify(_gathered_checksums(group))).num_checked > 0
+
+
+def test_update_send_refuses_parts_written_with_different_plans():
+    """The driver's check of a presumed send: rank 0's result when all ranks wrote its plan, None when rank 0 wrote
+    nothing, an error when the ranks' plans differ or only some presumed, and rank 0's result of an agreed send."""
+    result = SendResult(version=3, num_tensors=1, num_bytes=4, num_chunks=1, seconds=0.0, writers=2)
+    assert update_send([PresumedWrite(2, result), PresumedWrite(2)]) is result
+    assert update_send([PresumedWrite(0), PresumedWrite(2)]) is None
+    with pytest.raises(RuntimeError, match=r"ranks \[1\] wrote with another plan"):
+        update_send([PresumedWrite(2, result), PresumedWrite(1)])
+    with pytest.raises(RuntimeError, match="some ranks presumed"):
+        update_send([PresumedWrite(2, result), None])
+    assert update_send([result, None]) is result
+    with pytest.raises(RuntimeError, match="no rank reported a send"):
+        update_send([None, None])
