@@ -9,10 +9,11 @@ mask zeroed) and is counted, never turned into an unannounced zero reward.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
@@ -374,8 +375,8 @@ class SkyRLGymGenerator(GeneratorInterface):
     # ----- batched single-turn mode -----------------------------------------------------------------------------
     async def _batched(self, gi: GeneratorInput, params: SamplingParams) -> list[list[Trajectory]]:
         count = len(gi.prompts)
-        # Each phase (make + init, step, close) is one batch of pool calls: an event-loop round trip per row cost
-        # more than the synthetic envs' own work.
+        # Making and initialising the envs is one batch of pool calls, and so is ending the episodes of each engine's
+        # rows: an event-loop round trip per row cost more than the synthetic envs' own work.
         calls = [lambda i=i: self._start_episode(gi, i) for i in range(count)]
         started = [
             self._started(result, gi.env_classes[i]) for i, result in enumerate(await self.env_pool.call_all(calls))
@@ -399,53 +400,31 @@ class SkyRLGymGenerator(GeneratorInterface):
             conversations.setdefault(key, (messages, tools))
         templated = self.prompt_ids.prompt_ids(self.tokenizer, conversations, self.settings.chat_template_kwargs)
         prompts = [list(templated[key]) for key in keys]
-        out = None
-        if live:
-            start = time.perf_counter()
-            seeds = None if gi.seeds is None else [gi.seeds[i] for i in live]  # one batched call, a seed per row
-            out = await self.client.generate(
-                InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params, seeds=seeds)
-            )
-            self._llm_seconds += time.perf_counter() - start
-        # Step, metrics and close of a row are one pool call (the episode ends with its one step); envs whose init
-        # failed are only closed, in the same batch.
-        finish_calls = [lambda i=i, k=k: _finish_episode(envs[i], out.responses[k]) for k, i in enumerate(live)]
-        orphans = [envs[i] for i in failures if envs[i] is not None]
-        done = await self.env_pool.call_all(finish_calls + [orphan.close for orphan in orphans])
-        finished = [_Finished.of(result) for result in done[: len(live)]]
-        steps = [self._step_outcome(envs[i], end.step) for i, end in zip(live, finished)]
-        results: list[list[Trajectory]] = []
-        position = {i: k for k, i in enumerate(live)}
-        for i in range(count):
+        results: list[Optional[list[Trajectory]]] = [None] * count
+        for i, failure in failures.items():
             base = dict(uid=gi.uids[i], env_class=gi.env_classes[i], data_source=gi.env_extras[i].get("data_source"))
-            if i in failures:
-                results.append([self._failed_before_start(base, gi.prompts[i], failures[i])])
-                continue
-            k = position[i]
-            ids, step = out.response_ids[k], steps[k]
-            rewards = [0.0] * len(ids)
-            if rewards:
-                rewards[-1] = step["reward"]
-            env_error = step["metadata"].get("env_error")
-            trajectory = Trajectory(
-                **base,
-                prompt_token_ids=prompts[k],
-                response_ids=ids,
-                loss_mask=[1] * len(ids),
-                token_rewards=rewards,
-                rollout_logprobs=out.response_logprobs[k] if out.response_logprobs else None,
-                rollout_top_logprobs=out.response_top_logprobs[k] if out.response_top_logprobs else None,
-                stop_reason=out.stop_reasons[k],
-                num_turns=1,
-                weight_version=out.weight_version,
-                token_versions=out.response_token_versions[k] if out.response_token_versions else None,
-                env_metrics={} if env_error else finished[k].env_metrics(),
-                env_error=env_error,
-                response_text=out.responses[k],
-            )
-            self._apply_reward_rules(trajectory)
-            results.append([trajectory])
-        closes = [end.close for end in finished] + done[len(live) :]
+            results[i] = [self._failed_before_start(base, gi.prompts[i], failure)]
+        closes: list[EnvCallResult] = []
+        if live:
+            start, llm_seconds = time.perf_counter(), 0.0
+            seeds = None if gi.seeds is None else [gi.seeds[i] for i in live]  # one batched call, a seed per row
+            request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params, seeds=seeds)
+            # Each engine's rows are stepped, scored and closed as soon as that engine is done, while the others
+            # still decode: the first engines' share of this work leaves the step's critical path.
+            async with contextlib.aclosing(self._generate_parts(request)) as parts:
+                async for positions, out in parts:
+                    llm_seconds = time.perf_counter() - start  # until the last part arrived
+                    rows = [live[k] for k in positions]
+                    calls = [
+                        lambda i=i, text=text: _finish_episode(envs[i], text) for i, text in zip(rows, out.responses)
+                    ]
+                    finished = [_Finished.of(result) for result in await self.env_pool.call_all(calls)]
+                    for k, (i, end) in enumerate(zip(rows, finished)):
+                        results[i] = [self._single_turn(gi, i, prompts[positions[k]], out, k, envs[i], end)]
+                    closes += [end.close for end in finished]
+            self._llm_seconds += llm_seconds
+        orphans = [envs[i] for i in failures if envs[i] is not None]  # envs whose init failed are only closed
+        closes += await self.env_pool.call_all([orphan.close for orphan in orphans])
         failed_closes = [r for r in closes if r.error is not None or r.timed_out]
         if failed_closes:  # the episodes are complete: report the leak, keep the rollouts
             first = failed_closes[0]
@@ -456,6 +435,50 @@ class SkyRLGymGenerator(GeneratorInterface):
                 "timeout" if first.timed_out else f"{type(first.error).__name__}: {first.error}",
             )
         return results
+
+    def _generate_parts(self, request: InferenceEngineInput) -> AsyncIterator[tuple[list[int], Any]]:
+        """The client's parts as each engine finishes (`InferenceEngineClient.generate_parts`), or a client without
+        them (any engine with `generate`) as one part."""
+        parts = getattr(self.client, "generate_parts", None)
+        if parts is not None:
+            return parts(request)
+
+        async def whole() -> AsyncIterator[tuple[list[int], Any]]:
+            yield list(range(request.num_prompts)), await self.client.generate(request)
+
+        return whole()
+
+    def _single_turn(
+        self, gi: GeneratorInput, i: int, prompt_ids: list[int], out: Any, k: int, env: Any, end: _Finished
+    ) -> Trajectory:
+        """The trajectory of batched row `i`: the prompt ids, row `k` of the engine output `out`, and what its env's
+        step, metrics and close did (`end`)."""
+        step = self._step_outcome(env, end.step)
+        ids = out.response_ids[k]
+        rewards = [0.0] * len(ids)
+        if rewards:
+            rewards[-1] = step["reward"]
+        env_error = step["metadata"].get("env_error")
+        trajectory = Trajectory(
+            uid=gi.uids[i],
+            env_class=gi.env_classes[i],
+            data_source=gi.env_extras[i].get("data_source"),
+            prompt_token_ids=prompt_ids,
+            response_ids=ids,
+            loss_mask=[1] * len(ids),
+            token_rewards=rewards,
+            rollout_logprobs=out.response_logprobs[k] if out.response_logprobs else None,
+            rollout_top_logprobs=out.response_top_logprobs[k] if out.response_top_logprobs else None,
+            stop_reason=out.stop_reasons[k],
+            num_turns=1,
+            weight_version=out.weight_version,
+            token_versions=out.response_token_versions[k] if out.response_token_versions else None,
+            env_metrics={} if env_error else end.env_metrics(),
+            env_error=env_error,
+            response_text=out.responses[k],
+        )
+        self._apply_reward_rules(trajectory)
+        return trajectory
 
     def _start_episode(self, gi: GeneratorInput, i: int) -> tuple[Any, Any, Optional[dict[str, str]]]:
         """Make and init the env of row `i` (in a pool thread): (env or None, init output or None, failure or None)."""

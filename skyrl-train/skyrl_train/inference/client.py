@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import zlib
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Optional, Union
 
 import torch
@@ -42,11 +42,30 @@ class InferenceEngineClient:
 
     async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
         """Split the prompts across engines, run the parts concurrently, and reassemble them in prompt order."""
-        count = request.num_prompts
-        sessions = request.session_ids or [None] * count
+        parts = await asyncio.gather(*(self._run_part(request, e, idx) for e, idx in self._assign(request).items()))
+        return merge_parts(request.num_prompts, request.sampling_params.n, parts)
+
+    async def generate_parts(
+        self, request: InferenceEngineInput
+    ) -> AsyncIterator[tuple[list[int], InferenceEngineOutput]]:
+        """`generate` one engine's part at a time, in the order the engines finish: `(indices, output)` with the
+        indices of the prompts that engine served (in the order of its output, `n` rows each). A caller that has work
+        per row (scoring, stepping envs) starts on the first engine's rows while the others still decode. Parts not
+        yet taken are cancelled if the caller stops early (use `contextlib.aclosing`)."""
+        calls = [asyncio.ensure_future(self._run_part(request, e, idx)) for e, idx in self._assign(request).items()]
+        try:
+            for done in asyncio.as_completed(calls):
+                yield await done
+        finally:
+            for call in calls:
+                call.cancel()
+
+    def _assign(self, request: InferenceEngineInput) -> dict[int, list[int]]:
+        """Engine index -> the indices of the prompts it serves (by session, else contiguous parts)."""
+        sessions = request.session_ids or [None] * request.num_prompts
         assignment: dict[int, list[int]] = {}
         unrouted = []
-        for index in range(count):
+        for index in range(request.num_prompts):
             if sessions[index] is None:
                 unrouted.append(index)
             else:
@@ -55,49 +74,19 @@ class InferenceEngineClient:
             first = next(self._round_robin)
             for offset, part in enumerate(self._contiguous_parts(request, unrouted)):
                 assignment.setdefault((first + offset) % len(self.engines), []).extend(part)
+        return assignment
 
-        async def run(engine_index: int, indices: list[int]) -> tuple[list[int], InferenceEngineOutput]:
-            part = InferenceEngineInput(
-                prompt_token_ids=[request.prompt_token_ids[i] for i in indices] if request.prompt_token_ids else None,
-                prompts=[request.prompts[i] for i in indices] if request.prompts else None,
-                sampling_params=request.sampling_params,
-                session_ids=[sessions[i] for i in indices] if request.session_ids else None,
-                seeds=[request.seeds[i] for i in indices] if request.seeds is not None else None,
-            )
-            return indices, await self.engines[engine_index].generate(part)
-
-        parts = await asyncio.gather(*(run(e, idx) for e, idx in assignment.items()))
-        n = request.sampling_params.n
-        slots: list = [None] * count
-        versions = set()
-        for indices, output in parts:
-            versions.add(output.weight_version)
-            for position, prompt_index in enumerate(indices):
-                rows = range(position * n, (position + 1) * n)
-                slots[prompt_index] = [
-                    (
-                        output.responses[r],
-                        output.response_ids[r],
-                        output.stop_reasons[r],
-                        output.response_logprobs[r] if output.response_logprobs is not None else None,
-                        output.response_top_logprobs[r] if output.response_top_logprobs is not None else None,
-                        output.response_token_versions[r] if output.response_token_versions is not None else None,
-                    )
-                    for r in rows
-                ]
-        flat = [row for prompt_rows in slots for row in prompt_rows]
-        logprobs = [row[3] for row in flat]
-        tops = [row[4] for row in flat]
-        token_versions = [row[5] for row in flat]
-        return InferenceEngineOutput(
-            responses=[row[0] for row in flat],
-            response_ids=[row[1] for row in flat],
-            stop_reasons=[row[2] for row in flat],
-            response_logprobs=None if any(lp is None for lp in logprobs) else logprobs,
-            response_top_logprobs=None if any(top is None for top in tops) else tops,
-            weight_version=min(versions),
-            response_token_versions=None if any(v is None for v in token_versions) else token_versions,
+    async def _run_part(
+        self, request: InferenceEngineInput, engine_index: int, indices: list[int]
+    ) -> tuple[list[int], InferenceEngineOutput]:
+        part = InferenceEngineInput(
+            prompt_token_ids=[request.prompt_token_ids[i] for i in indices] if request.prompt_token_ids else None,
+            prompts=[request.prompts[i] for i in indices] if request.prompts else None,
+            sampling_params=request.sampling_params,
+            session_ids=[request.session_ids[i] for i in indices] if request.session_ids else None,
+            seeds=[request.seeds[i] for i in indices] if request.seeds is not None else None,
         )
+        return indices, await self.engines[engine_index].generate(part)
 
     def _contiguous_parts(self, request: InferenceEngineInput, indices: list[int]) -> list[list[int]]:
         """`indices` ordered so equal prompts sit together (first appearance order), cut into one near-equal
@@ -151,3 +140,38 @@ class InferenceEngineClient:
     async def teardown(self) -> None:
         """Tear every engine down."""
         await asyncio.gather(*(e.teardown() for e in self.engines))
+
+
+def merge_parts(count: int, n: int, parts: Iterable[tuple[list[int], InferenceEngineOutput]]) -> InferenceEngineOutput:
+    """One output for `count` prompts (`n` rows each, prompt-major) from the engines' parts, each `(indices of the
+    prompts it served, its output)`; the weight version is the oldest any part sampled with."""
+    slots: list = [None] * count
+    versions = set()
+    for indices, output in parts:
+        versions.add(output.weight_version)
+        for position, prompt_index in enumerate(indices):
+            rows = range(position * n, (position + 1) * n)
+            slots[prompt_index] = [
+                (
+                    output.responses[r],
+                    output.response_ids[r],
+                    output.stop_reasons[r],
+                    output.response_logprobs[r] if output.response_logprobs is not None else None,
+                    output.response_top_logprobs[r] if output.response_top_logprobs is not None else None,
+                    output.response_token_versions[r] if output.response_token_versions is not None else None,
+                )
+                for r in rows
+            ]
+    flat = [row for prompt_rows in slots for row in prompt_rows]
+    logprobs = [row[3] for row in flat]
+    tops = [row[4] for row in flat]
+    token_versions = [row[5] for row in flat]
+    return InferenceEngineOutput(
+        responses=[row[0] for row in flat],
+        response_ids=[row[1] for row in flat],
+        stop_reasons=[row[2] for row in flat],
+        response_logprobs=None if any(lp is None for lp in logprobs) else logprobs,
+        response_top_logprobs=None if any(top is None for top in tops) else tops,
+        weight_version=min(versions),
+        response_token_versions=None if any(v is None for v in token_versions) else token_versions,
+    )

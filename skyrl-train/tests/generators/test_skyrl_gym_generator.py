@@ -429,3 +429,40 @@ def test_prompt_ids_taken_from_the_dataset_are_not_templated_again(tokenizer, cl
     assert generator.prompt_ids.misses == 0 and generator.prompt_ids.hits == 1  # one distinct prompt, found
     expected = prompt_token_ids(tokenizer, [{"role": "user", "content": "What is 1+4?"}])
     assert [t.prompt_token_ids for t in out.trajectories] == [expected] * 4
+
+
+def test_batched_mode_ends_the_episodes_of_each_engine_as_soon_as_that_engine_is_done(tokenizer):
+    """With two engines, the rows of the engine that finishes first are stepped, measured and closed while the other
+    still decodes (here it is held until some env was closed, which waiting for every engine first would never do),
+    and the trajectories equal those of a generator given the same engines as one part."""
+    engines = [HFInferenceEngine(build_tiny_model(TinyModelSpec(size=1), seed=3), tokenizer) for _ in range(2)]
+    settings = GeneratorSettings(sampling_params=SamplingParams(max_tokens=3, temperature=0), batched=True)
+    gi = _input("recording", 4)
+
+    async def run_with_engine_1_held():
+        held = engines[1].generate
+
+        async def held_until_an_env_closed(request):
+            while not any(call == "close" for _, call in RecordingEnv.events):
+                await asyncio.sleep(0.01)
+            return await held(request)
+
+        engines[1].generate = held_until_an_env_closed
+        try:
+            return await SkyRLGymGenerator(InferenceEngineClient(engines), tokenizer, settings).generate(gi)
+        finally:
+            engines[1].generate = held
+
+    RecordingEnv.events.clear()
+    streamed = asyncio.run(asyncio.wait_for(run_with_engine_1_held(), timeout=60))
+    closed = [env_id for env_id, call in RecordingEnv.events if call == "close"]
+    assert len(closed) == 4 and len(set(closed)) == 4  # every env closed once
+
+    class OneCall:  # the same engines behind a plain `generate`: the generator then takes the output as one part
+        def __init__(self, client):
+            self.generate = client.generate
+
+    whole = asyncio.run(SkyRLGymGenerator(OneCall(InferenceEngineClient(engines)), tokenizer, settings).generate(gi))
+    assert [t.response_ids for t in streamed.trajectories] == [t.response_ids for t in whole.trajectories]
+    assert [t.reward for t in streamed.trajectories] == [t.reward for t in whole.trajectories]
+    assert [t.uid for t in streamed.trajectories] == gi.uids

@@ -4,7 +4,7 @@ import asyncio
 
 import torch
 
-from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.client import InferenceEngineClient, merge_parts
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
@@ -102,3 +102,34 @@ def test_single_prompt_calls_take_the_engines_in_turn():
         client.generate(InferenceEngineInput(prompt_token_ids=[[3, 5, 4]] * 2 + [[3, 6, 4]], sampling_params=params))
     )
     assert all(all(call for call in calls) for calls in seen.values())
+
+
+def test_parts_come_as_each_engine_finishes_and_merge_into_the_generate_output():
+    """`generate_parts` yields an engine's part while another engine is still busy (here held until the first part
+    was taken), and its parts, merged, are exactly `generate`'s output."""
+    engines = _engines()
+    client = InferenceEngineClient(engines)
+    prompts = [[3, 10 + i, 11, 4] for i in range(6)]
+    request = InferenceEngineInput(
+        prompt_token_ids=prompts, sampling_params=SamplingParams(max_tokens=4, temperature=0)
+    )
+    expected = asyncio.run(client.generate(request))
+
+    async def parts_while_one_engine_is_held():
+        first_taken = asyncio.Event()
+        held = engines[1].generate
+
+        async def held_until_a_part_was_taken(part_request):
+            await first_taken.wait()
+            return await held(part_request)
+
+        engines[1].generate = held_until_a_part_was_taken
+        taken = []
+        async for indices, output in client.generate_parts(request):
+            taken.append((indices, output))
+            first_taken.set()
+        return taken
+
+    taken = asyncio.run(asyncio.wait_for(parts_while_one_engine_is_held(), timeout=60))
+    assert len(taken) == 2 and sorted(i for indices, _ in taken for i in indices) == list(range(6))
+    assert merge_parts(len(prompts), 1, taken) == expected
