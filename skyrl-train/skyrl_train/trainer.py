@@ -567,10 +567,10 @@ def reward_metrics(output: GeneratorOutput, n_samples: int) -> dict[str, float]:
 def logprob_metrics(batch: TrainingBatch, old: Optional[torch.Tensor], ref: Optional[torch.Tensor]) -> dict[str, float]:
     """Train-vs-rollout logprob difference (engine and trainer should agree for equal weights) and KL to ref; none
     without the old log-probs (then the policy update reports the difference, see `takes_one_policy_update`)."""
-    mask = batch.valid_response_mask
     metrics: dict[str, float] = {}
     if old is None:
         return metrics
+    mask = batch.valid_response_mask
     if batch.rollout_logprobs is not None and mask.sum() > 0:
         diff = (old - batch.rollout_logprobs).abs()
         metrics["policy/rollout_train_logprob_abs_diff_mean"] = float(masked_mean(diff, mask))

@@ -122,6 +122,13 @@ def storage_marks(tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, tupl
     both alive, view the same memory the same way."""
     marks = {}
     for name, tensor in tensors:
-        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+        local = _local_tensor(tensor) if isinstance(tensor, DTensor) else tensor
         marks[name] = (local.data_ptr(), tuple(local.shape))
     return marks
+
+
+def _local_tensor(tensor: DTensor) -> torch.Tensor:
+    """A DTensor's local shard: its `_local_tensor` attribute where torch has one (reading it costs nothing, where
+    `to_local()`, an autograd function, cost ~4 us a tensor: 29 tensors of a size-2 tiny model took 0.15 ms)."""
+    local = getattr(tensor, "_local_tensor", None)
+    return local if isinstance(local, torch.Tensor) else tensor.to_local()
