@@ -25,6 +25,12 @@ class Env(Generic[ObsType, ActType]):
     """
 
     spec: Any = None  # set by `skyrl_gym.make` to the EnvSpec the environment was built from
+    nonblocking: bool = False
+    """True when making this env and every call of it (`init`, `step`, `get_metrics`, `close`) is pure computation
+    that returns in microseconds: no I/O, no sleeping, no subprocess, no lock another thread may hold. A runner may
+    then call it on its own thread (skyrl-train's batched generator does, instead of handing the calls to its env
+    thread pool: no thread hop, but also no time limit). Subclasses inherit the flag: one that blocks must set it
+    back to False."""
 
     def init(self, *args: Any, **kwargs: Any) -> tuple[ObsType, dict[str, Any]]:
         """Start an episode; return the first observation and an info dict."""

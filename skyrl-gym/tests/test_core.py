@@ -48,3 +48,14 @@ def test_unimplemented_methods_name_the_class():
     with pytest.raises(NotImplementedError, match="Empty must implement step"):
         Empty().step("x")
     Empty().close()  # the default close is a no-op
+
+
+def test_envs_do_not_claim_to_be_nonblocking_unless_they_say_so():
+    """`nonblocking` is off by default (a runner then gives every call a thread and a time limit) and on for the
+    synthetic families, whose calls parse and score a short string."""
+    import skyrl_gym
+    from skyrl_gym.envs.base_text_env import BaseTextEnv
+
+    assert Env.nonblocking is False and CountingEnv.nonblocking is False and BaseTextEnv.nonblocking is False
+    for env_id in ("addition", "arithmetic", "countdown", "reverse"):
+        assert skyrl_gym.spec(env_id).load().nonblocking is True, env_id

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
@@ -377,10 +377,9 @@ class SkyRLGymGenerator(GeneratorInterface):
         count = len(gi.prompts)
         # Making and initialising the envs is one batch of pool calls, and so is ending the episodes of each engine's
         # rows: an event-loop round trip per row cost more than the synthetic envs' own work.
+        run_calls = self._runner_for(gi.env_classes)
         calls = [lambda i=i: self._start_episode(gi, i) for i in range(count)]
-        started = [
-            self._started(result, gi.env_classes[i]) for i, result in enumerate(await self.env_pool.call_all(calls))
-        ]
+        started = [self._started(result, gi.env_classes[i]) for i, result in enumerate(await run_calls(calls))]
         envs = [env for env, _, _ in started]
         inits = [init for _, init, _ in started]
         failures = {i: failure for i, (_, _, failure) in enumerate(started) if failure is not None}
@@ -418,13 +417,13 @@ class SkyRLGymGenerator(GeneratorInterface):
                     calls = [
                         lambda i=i, text=text: _finish_episode(envs[i], text) for i, text in zip(rows, out.responses)
                     ]
-                    finished = [_Finished.of(result) for result in await self.env_pool.call_all(calls)]
+                    finished = [_Finished.of(result) for result in await run_calls(calls)]
                     for k, (i, end) in enumerate(zip(rows, finished)):
                         results[i] = [self._single_turn(gi, i, prompts[positions[k]], out, k, envs[i], end)]
                     closes += [end.close for end in finished]
             self._llm_seconds += llm_seconds
         orphans = [envs[i] for i in failures if envs[i] is not None]  # envs whose init failed are only closed
-        closes += await self.env_pool.call_all([orphan.close for orphan in orphans])
+        closes += await run_calls([orphan.close for orphan in orphans])
         failed_closes = [r for r in closes if r.error is not None or r.timed_out]
         if failed_closes:  # the episodes are complete: report the leak, keep the rollouts
             first = failed_closes[0]
@@ -435,6 +434,28 @@ class SkyRLGymGenerator(GeneratorInterface):
                 "timeout" if first.timed_out else f"{type(first.error).__name__}: {first.error}",
             )
         return results
+
+    def _runner_for(
+        self, env_classes: list[str]
+    ) -> Callable[[list[Callable[[], Any]]], Awaitable[list[EnvCallResult]]]:
+        """How the batched path runs a batch of env calls: in this thread when every env class of the batch declares
+        `nonblocking` (`skyrl_gym.Env.nonblocking`), else on the env pool's threads with its time limit."""
+        if all(self._nonblocking(env_class) for env_class in set(env_classes)):
+
+            async def here(calls: list[Callable[[], Any]]) -> list[EnvCallResult]:
+                return self.env_pool.run_here(calls)
+
+            return here
+        return self.env_pool.call_all
+
+    @staticmethod
+    def _nonblocking(env_class: str) -> bool:
+        """Whether `env_class`'s registered entry point declares `nonblocking` (False for unknown ids: `make` then
+        fails per row as usual)."""
+        try:
+            return getattr(skyrl_gym.spec(env_class).load(), "nonblocking", False) is True
+        except Exception:  # noqa: BLE001 - an unknown or broken env fails in `make`, row by row
+            return False
 
     def _generate_parts(self, request: InferenceEngineInput) -> AsyncIterator[tuple[list[int], Any]]:
         """The client's parts as each engine finishes (`InferenceEngineClient.generate_parts`), or a client without

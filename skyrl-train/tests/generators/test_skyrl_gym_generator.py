@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import threading
 import time
 from dataclasses import replace
 
@@ -466,3 +467,48 @@ def test_batched_mode_ends_the_episodes_of_each_engine_as_soon_as_that_engine_is
     assert [t.response_ids for t in streamed.trajectories] == [t.response_ids for t in whole.trajectories]
     assert [t.reward for t in streamed.trajectories] == [t.reward for t in whole.trajectories]
     assert [t.uid for t in streamed.trajectories] == gi.uids
+
+
+class InlineEnv(BaseTextEnv):
+    """Declares `nonblocking`; records the thread of each call."""
+
+    nonblocking = True
+    threads: set[int] = set()
+
+    def init(self, prompt):
+        InlineEnv.threads.add(threading.get_ident())
+        return super().init(prompt)
+
+    def _step(self, action):
+        InlineEnv.threads.add(threading.get_ident())
+        return {"observations": [], "reward": 1.0, "done": True}
+
+
+class PooledEnv(InlineEnv):
+    """The same env without the declaration: its calls go to the env pool's threads."""
+
+    nonblocking = False
+
+
+def test_batched_mode_calls_nonblocking_envs_on_its_own_thread_and_other_envs_on_the_pool(tokenizer, client):
+    """Envs that declare `nonblocking` are made, stepped and closed on the generator's thread (no thread hop); a
+    batch with any env that does not declare it runs on the pool's threads, with its time limit."""
+    settings = GeneratorSettings(sampling_params=SamplingParams(max_tokens=3, temperature=0), batched=True)
+    skyrl_gym.register("inline", InlineEnv)
+    skyrl_gym.register("pooled", PooledEnv)
+    try:
+        for env_class, expect_here in (("inline", True), ("pooled", False)):
+            InlineEnv.threads = set()
+
+            async def run(env_class=env_class):
+                out = await SkyRLGymGenerator(client, tokenizer, settings).generate(_input(env_class, 4))
+                return out, threading.get_ident()
+
+            out, loop_thread = asyncio.run(run())
+            assert [t.reward for t in out.trajectories] == [1.0] * 4
+            assert (InlineEnv.threads == {loop_thread}) is expect_here
+            assert expect_here or loop_thread not in InlineEnv.threads
+        assert skyrl_gym.spec("addition").load().nonblocking  # the synthetic envs declare it
+    finally:
+        skyrl_gym.deregister("inline")
+        skyrl_gym.deregister("pooled")

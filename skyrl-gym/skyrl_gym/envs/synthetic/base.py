@@ -98,6 +98,7 @@ class SyntheticEnv(BaseTextEnv):
     """
 
     task_name: ClassVar[str] = ""
+    nonblocking = True  # parsing and scoring a short string: pure Python, microseconds a call
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
