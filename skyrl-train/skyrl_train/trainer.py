@@ -445,10 +445,14 @@ class RayPPOTrainer:
         mini-batch's joined `MiniBatchResult`."""
         mini_batches = []
         for rows in self.mini_batches(batch, mini_batch_size):
-            index = torch.tensor(rows)
-            batch_kwargs = {name: None if values is None else values[index] for name, values in per_row.items()}
-            batch_kwargs["loss_denominator"] = self.loss_denominator(batch.loss_mask[index])
-            mini_batches.append((batch.select(rows), batch_kwargs))
+            if len(rows) == len(batch):  # one mini-batch: the whole batch as it is (sharding copies the rows anyway)
+                batch_kwargs, mini_batch = dict(per_row), batch
+            else:
+                index = torch.tensor(rows)
+                batch_kwargs = {name: None if values is None else values[index] for name, values in per_row.items()}
+                mini_batch = batch.select(rows)
+            batch_kwargs["loss_denominator"] = self.loss_denominator(mini_batch.loss_mask)
+            mini_batches.append((mini_batch, batch_kwargs))
         epochs = self.cfg.trainer.update_epochs_per_batch
         results = await group.run_sharded_each_async("train_mini_batches", mini_batches, epochs=epochs, **options)
         return average_metrics([step for result in results for step in result.steps]), results
