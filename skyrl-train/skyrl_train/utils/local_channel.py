@@ -261,19 +261,38 @@ class ChannelClient:
             return False
         return self._closed_because is None and (self.loop is None or self.loop is loop)
 
+    @property
+    def connected(self) -> bool:
+        """Whether `send` can write a request now: the connection is open and has not closed."""
+        return self._writer is not None and self._closed_because is None
+
     async def call(self, *args: Any) -> Any:
         """Send `args` to the server's handler and return what it returned (or raise what it raised)."""
         if self._writer is None:  # concurrent first calls share one connection attempt
             if self._connecting is None:
                 self._connecting = asyncio.ensure_future(self._connect())
             await asyncio.shield(self._connecting)
-        if self._closed_because is not None:
-            raise ChannelError(f"the channel to {self.name} was {self._closed_because}")
+        return await self._reply(self._write(args))
+
+    def send(self, *args: Any) -> asyncio.Task:
+        """Write the request `args` now, without yielding to the event loop, and return a task that resolves to its
+        reply (what the handler returned, or raised): a caller that is not about to await can have the actor start
+        at once. Needs an open connection (`connected`; `call` opens one); raises `ChannelError` otherwise."""
+        return asyncio.get_running_loop().create_task(self._reply(self._write(args)))
+
+    def _write(self, args: tuple) -> asyncio.Future:
+        """Write one request frame; returns the future its reply's body resolves."""
+        if self._writer is None or self._closed_because is not None:
+            raise ChannelError(f"the channel to {self.name} was {self._closed_because or 'not opened yet'}")
         self._next_id += 1
         request_id = self._next_id
         future = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         self._writer.write(_frame(request_id, pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL)))
+        return future
+
+    @staticmethod
+    async def _reply(future: asyncio.Future) -> Any:
         ok, value = pickle.loads(await future)
         if not ok:
             raise value

@@ -118,9 +118,9 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
         calls.append((self.role, method, len(per_actor)))
         return await call_each(self, method, per_actor)
 
-    async def recording_install_ahead(self, chunk):
-        ahead.append(chunk.version)
-        return await install_ahead(self, chunk)
+    async def recording_install_ahead(self, chunk, sent=None):
+        ahead.append((chunk.version, sent is not None))
+        return await install_ahead(self, chunk, sent)
 
     async def recording_fetch(self):
         version_requests.append(self)
@@ -162,7 +162,8 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
     # no engine acknowledged the syncs: each sync's last chunk went to both engines' proxies, which sent it ahead
     # through the local channel, and step 2's generate calls (then the final evaluation's) sampled with it
     assert [value for _, value in history["weight_sync/installed_at_generate"]] == [1.0, 1.0]
-    assert ahead == [2, 2, 3, 3]
+    # each written to the engine at once (`sent`), not when the training loop next yielded to its event loop
+    assert ahead == [(2, True), (2, True), (3, True), (3, True)]
     served = [served for _, served, _ in generated]
     assert served == sorted(served) and {2, 3} <= set(served)
     # a generate call that still carried the chunk (it raced the install ahead) served its version

@@ -219,3 +219,29 @@ def test_channel_clients_keep_one_connection_per_event_loop_and_drop_those_of_cl
     finally:
         clients.close()
         server.close()
+
+
+async def test_send_writes_the_request_before_the_caller_yields_to_its_event_loop():
+    arrived = threading.Event()
+
+    def handler(value):
+        arrived.set()
+        return value * 2
+
+    server = ThreadedChannelServer(handler, "send-channel")
+    client = ChannelClient(server.start(), "rank 3")
+    try:
+        with pytest.raises(ChannelError, match="not opened yet"):
+            client.send(1)  # `send` needs the connection `call` opens
+        assert not client.connected
+        assert await client.call(1) == 2
+        assert client.connected
+        arrived.clear()
+        reply = client.send(21)
+        # this event loop does not run until the wait below returns: only a request written by `send` itself can
+        # have reached the server's thread (a call scheduled as a task would still wait for the loop)
+        assert arrived.wait(timeout=10.0)
+        assert await reply == 42
+    finally:
+        client.close()
+        server.close()
