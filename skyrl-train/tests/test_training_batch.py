@@ -164,6 +164,38 @@ def test_integer_tensors_travel_narrowed_and_come_back_with_their_own_dtype_and_
     assert 2 * narrowed < 100 * 1024
 
 
+def test_integers_at_full_width_reaches_the_tasks_created_inside_and_ends_with_the_block():
+    import pickle
+
+    from skyrl_train.training_batch import integers_at_full_width, on_wire
+
+    batch = TrainingBatch.from_trajectories([_trajectory([3, 4], [5, 6]), _trajectory([7], [8])], pad_token_id=0)
+
+    def state_dtype(value):
+        return getattr(value, "values", value).dtype  # a narrowed tensor travels wrapped with its own dtype
+
+    async def pickled_in_a_task():
+        with integers_at_full_width():
+            task = asyncio.ensure_future(_pickle_later(batch))  # pickles after the block ended, in its context
+        full = await task
+        return full, pickle.dumps(batch, protocol=5)
+
+    async def _pickle_later(value):
+        await asyncio.sleep(0)
+        return pickle.dumps(value, protocol=5), state_dtype(value.__getstate__()["input_ids"])
+
+    (full, full_dtype), after = asyncio.run(pickled_in_a_task())
+    assert full_dtype == np.int64  # the task kept the block's setting
+    assert state_dtype(batch.__getstate__()["input_ids"]) == np.uint8  # outside it: narrowed again
+    assert len(after) < len(full)
+    for data in (full, after):
+        restored = pickle.loads(data)
+        assert restored.input_ids.dtype == torch.long and torch.equal(restored.input_ids, batch.input_ids)
+    with integers_at_full_width():
+        assert isinstance(on_wire(torch.arange(3)).__reduce__()[1][0], np.ndarray)
+    assert not isinstance(on_wire(torch.arange(3)).__reduce__()[1][0], np.ndarray)
+
+
 def test_tensor_arguments_and_update_results_travel_as_numpy_and_arrive_as_writable_tensors():
     import pickle
 

@@ -222,14 +222,18 @@ class BaseTextEnv(Env[ConversationType, str]):
 
     @classmethod
     def aggregate_metrics(cls, metrics: list[dict[str, Any]]) -> dict[str, float]:
-        """Combine per-episode metrics: the mean of every numeric or boolean key across the episodes that have it."""
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        for episode in metrics:
+        """Combine per-episode metrics: the mean of every numeric or boolean key across the episodes that have it
+        (non-finite values left out)."""
+        columns: dict[str, list[Any]] = {}
+        for episode in metrics:  # one column per key first: the per-value work then runs as comprehensions
             for key, value in episode.items():
-                if _is_real(value):
-                    value = float(value)
-                    if math.isfinite(value):
-                        sums[key] = sums.get(key, 0.0) + value
-                        counts[key] = counts.get(key, 0) + 1
-        return {key: sums[key] / counts[key] for key in sums}
+                column = columns.get(key)
+                if column is None:
+                    column = columns[key] = []
+                column.append(value)
+        means: dict[str, float] = {}
+        for key, values in columns.items():
+            finite = [number for number in (float(v) for v in values if _is_real(v)) if math.isfinite(number)]
+            if finite:
+                means[key] = sum(finite) / len(finite)
+        return means

@@ -213,6 +213,8 @@ class SkyRLGymGenerator(GeneratorInterface):
             exc = result.error
             detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             return failed_step(f"{name}.step raised {type(exc).__name__}: {exc}", "exception", detail)
+        if type(env).step is skyrl_gym.BaseTextEnv.step:  # it returns the output it checked: no second pass
+            return result.value
         try:
             return check_step_output(result.value, name)
         except Exception as exc:
@@ -398,7 +400,10 @@ class SkyRLGymGenerator(GeneratorInterface):
             keys.append(key)
             conversations.setdefault(key, (messages, tools))
         templated = self.prompt_ids.prompt_ids(self.tokenizer, conversations, self.settings.chat_template_kwargs)
-        prompts = [list(templated[key]) for key in keys]
+        # rows of one conversation share its list in the request (pickled once for all of them); each trajectory
+        # gets its own copy below
+        shared = {key: list(ids) for key, ids in templated.items()}
+        prompts = [shared[key] for key in keys]
         results: list[Optional[list[Trajectory]]] = [None] * count
         for i, failure in failures.items():
             base = dict(uid=gi.uids[i], env_class=gi.env_classes[i], data_source=gi.env_extras[i].get("data_source"))
@@ -419,7 +424,7 @@ class SkyRLGymGenerator(GeneratorInterface):
                     ]
                     finished = [_Finished.of(result) for result in await run_calls(calls)]
                     for k, (i, end) in enumerate(zip(rows, finished)):
-                        results[i] = [self._single_turn(gi, i, prompts[positions[k]], out, k, envs[i], end)]
+                        results[i] = [self._single_turn(gi, i, list(prompts[positions[k]]), out, k, envs[i], end)]
                     closes += [end.close for end in finished]
             self._llm_seconds += llm_seconds
         orphans = [envs[i] for i in failures if envs[i] is not None]  # envs whose init failed are only closed

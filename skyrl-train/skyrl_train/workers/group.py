@@ -13,7 +13,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from skyrl_train.config.root import SkyRLConfig
-from skyrl_train.training_batch import TrainingBatch, on_wire
+from skyrl_train.training_batch import TrainingBatch, integers_at_full_width, on_wire
 from skyrl_train.utils.local_channel import ChannelClients, ChannelError
 from skyrl_train.utils.threads import actor_threads
 from skyrl_train.workers.dispatch import ShardableBatch, data_parallel_ranks, join_results, shard_arguments
@@ -189,10 +189,11 @@ class WorkerGroup:
             self._channel_state = "open" if all(paths) else "ray"
         if self._channel_state != "open":
             return await asyncio.to_thread(self._call_each, method, per_actor)
-        calls = [
-            asyncio.ensure_future(channel.for_running_loop().call(method, args, kwargs))
-            for channel, (args, kwargs) in zip(self._channels, per_actor)
-        ]
+        with integers_at_full_width():  # the tasks pickle their arguments with this context's copy
+            calls = [
+                asyncio.ensure_future(channel.for_running_loop().call(method, args, kwargs))
+                for channel, (args, kwargs) in zip(self._channels, per_actor)
+            ]
         pending = set(calls)
         try:
             while pending:

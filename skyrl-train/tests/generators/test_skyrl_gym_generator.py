@@ -192,6 +192,9 @@ def test_single_turn_real_env_metrics_and_batched_mode_agree(tokenizer, client):
         )
     )
     assert [t.response_ids for t in looped.trajectories] == [t.response_ids for t in batched.trajectories]
+    # the rows of one prompt share its ids in the engine request, but each trajectory has its own list
+    first, second = batched.trajectories[0].prompt_token_ids, batched.trajectories[1].prompt_token_ids
+    assert first == second and first is not second
     for out in (looped, batched):
         assert all(set(t.loss_mask) == {1} for t in out.trajectories)
         assert out.metrics["generate/env_errors"] == 0.0
@@ -375,8 +378,10 @@ def test_weights_updated_between_turns_keep_each_tokens_version_and_logprob(toke
 
     skyrl_gym.register("signalling", SignallingEnv)
     # every token ends a turn: with only the char tokens as stops, ~1.5 % of sampled turns ran 4 special tokens to
-    # the length limit, which ends the episode after turn 1 (all its tokens then version 0)
-    params = SamplingParams(max_tokens=4, temperature=1.0, stop_token_ids=tuple(range(len(tokenizer))))
+    # the length limit, which ends the episode after turn 1 (all its tokens then version 0); and with only the
+    # tokenizer's ids as stops, ~1 run in 15 sampled 4 of the model's padding ids (vocab_size > len(tokenizer)) in turn 2
+    vocab_size = max(int(old_model.config.vocab_size), len(tokenizer))
+    params = SamplingParams(max_tokens=4, temperature=1.0, stop_token_ids=tuple(range(vocab_size)))
     generator = SkyRLGymGenerator(
         engine_client, tokenizer, GeneratorSettings(sampling_params=params, max_turns=2, max_input_length=400)
     )
