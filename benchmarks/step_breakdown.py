@@ -70,6 +70,9 @@ class MeasuredTrainer(RayPPOTrainer):
         per_rank = ray.get([actor.take_compute_seconds.remote() for actor in group.actors])
         return max(sum(seconds.values()) for seconds in per_rank)
 
+    def _engine_seconds(self) -> list[dict[str, float]]:
+        return ray.get([handle.take_compute_seconds.remote() for handle in self.engine_handles])
+
     async def step(self, items: list[dict[str, Any]]) -> dict[str, float]:
         """One training step, then `compute/generate` (slowest engine) and `compute/<role>` (slowest rank)."""
         start = time.perf_counter()
@@ -77,15 +80,14 @@ class MeasuredTrainer(RayPPOTrainer):
         # The clocks are read with blocking `ray.get`s: awaiting them would let the event loop run tasks that the
         # plain trainer's loop only reaches inside its next step (the engines' install of the synced weights was
         # one: awaited reads gave it a free slot between steps and the table ~1 ms less overhead than a real run).
-        ray.get([handle.take_compute_seconds.remote() for handle in self.engine_handles])  # drop earlier clock time
+        self._engine_seconds()  # drop whatever evaluation or set-up left on the clocks
         for group in (self.policy, self.ref, self.critic):
             if group is not None:
                 self._group_seconds(group)
         stepped = time.perf_counter()
         metrics = await super().step(items)
         reading = time.perf_counter()
-        engine_seconds = ray.get([handle.take_compute_seconds.remote() for handle in self.engine_handles])
-        metrics["compute/generate"] = max(sum(seconds.values()) for seconds in engine_seconds)
+        metrics["compute/generate"] = max(sum(seconds.values()) for seconds in self._engine_seconds())
         for role, group in (("policy", self.policy), ("ref", self.ref), ("critic", self.critic)):
             if group is not None:
                 metrics[f"compute/{role}"] = self._group_seconds(group)

@@ -25,6 +25,7 @@ from skyrl_train.algorithms.masked import masked_mean, masked_whiten
 from skyrl_train.evaluation import evaluate
 from skyrl_train.generators.base import GeneratorInterface
 from skyrl_train.generators.from_config import sampling_params_from_config
+from skyrl_train.generators.metrics import rewards_by_uid, solved_share
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
 from skyrl_train.health import HealthMonitor
 from skyrl_train.inference.client import InferenceEngineClient
@@ -555,16 +556,13 @@ def reward_metrics(output: GeneratorOutput, n_samples: int) -> dict[str, float]:
     """`reward/*` (mean, sample std, pass@n, share of groups with mixed rewards) plus the generator's own metrics.
     Plain Python over one grouping pass: on the step's critical path, torch's small-tensor ops cost twice as much."""
     rewards = output.rewards
-    count = max(len(rewards), 1)
-    groups: dict[str, list[float]] = {}
-    for t, reward in zip(output.trajectories, rewards):
-        groups.setdefault(t.uid, []).append(reward)
-    mean = sum(rewards) / count
+    groups = rewards_by_uid(output.trajectories, rewards)
+    mean = sum(rewards) / max(len(rewards), 1)
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) if len(rewards) > 1 else 0.0
     metrics = {
         "reward/mean": mean,
         "reward/std": std,
-        f"reward/pass_at_{n_samples}": sum(max(values) >= 1.0 for values in groups.values()) / max(len(groups), 1),
+        f"reward/pass_at_{n_samples}": solved_share(groups),
         "reward/groups_with_signal": sum(len(set(values)) > 1 for values in groups.values()) / max(len(groups), 1),
     }
     metrics.update(output.metrics)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, Optional
 
 import skyrl_gym
 from skyrl_train.generators.types import Trajectory
@@ -11,10 +11,20 @@ from skyrl_train.generators.types import Trajectory
 
 def pass_at_n(trajectories: list[Trajectory], threshold: float = 1.0) -> float:
     """Fraction of prompts (uids) with at least one sample whose reward reaches `threshold`."""
-    best: dict[str, float] = {}
-    for t in trajectories:
-        best[t.uid] = max(best.get(t.uid, float("-inf")), t.reward)
-    return sum(r >= threshold for r in best.values()) / len(best) if best else 0.0
+    return solved_share(rewards_by_uid(trajectories), threshold)
+
+
+def rewards_by_uid(trajectories: list[Trajectory], rewards: Optional[list[float]] = None) -> dict[str, list[float]]:
+    """Each prompt's (uid's) sample rewards, in order; `rewards` when the trajectories' are already at hand."""
+    groups: dict[str, list[float]] = {}
+    for t, reward in zip(trajectories, rewards if rewards is not None else (t.reward for t in trajectories)):
+        groups.setdefault(t.uid, []).append(reward)
+    return groups
+
+
+def solved_share(groups: dict[str, list[float]], threshold: float = 1.0) -> float:
+    """Fraction of the groups with at least one reward reaching `threshold` (0 for no groups)."""
+    return sum(max(rewards) >= threshold for rewards in groups.values()) / len(groups) if groups else 0.0
 
 
 def rollout_metrics(trajectories: list[Trajectory], llm_seconds: float, env_seconds: float) -> dict[str, float]:

@@ -282,7 +282,7 @@ class ChannelClient:
 
     def _write(self, args: tuple) -> asyncio.Future:
         """Write one request frame; returns the future its reply's body resolves."""
-        if self._writer is None or self._closed_because is not None:
+        if not self.connected:
             raise ChannelError(f"the channel to {self.name} was {self._closed_because or 'not opened yet'}")
         self._next_id += 1
         request_id = self._next_id
