@@ -17,7 +17,7 @@ from torch.nn import functional
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from skyrl_train.inference.sampling import sample_next_tokens, top_logprobs
+from skyrl_train.inference.sampling import sample_next_tokens, seeded_uniforms, top_logprobs
 from skyrl_train.inference.stopping import StopChecker
 from skyrl_train.inference.types import SamplingParams
 
@@ -26,7 +26,8 @@ from skyrl_train.inference.types import SamplingParams
 class DecodeRow:
     """One sequence to generate and what it generated so far.
 
-    `uniforms` ([budget] in [0, 1)) drive its sampling (inverse CDF), None when greedy; `tag` is the caller's.
+    Its sampling (inverse CDF) uses `uniforms` ([budget] in [0, 1)) when given, else the SplitMix64 stream of `seed`
+    (`sampling.seeded_uniforms`), else numbers from torch's global generator; `tag` is the caller's.
     `reason` is set ("stop" or "length") when the row finished. `versions` holds, per generated token, the weight
     version whose forward produced the distribution it was sampled from (they differ after an in-flight update).
     """
@@ -40,6 +41,7 @@ class DecodeRow:
     tops: list[list[tuple[int, float]]] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     reason: Optional[str] = None
+    seed: Optional[int] = None
 
 
 def _left_pad_columns(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -197,9 +199,16 @@ class DecodeBatch:
         if self.params.temperature == 0:
             return None
         longest = max(row.budget for row in rows)
+        if all(row.uniforms is None and row.seed is not None for row in rows):  # the engine's case: one call
+            return seeded_uniforms([row.seed for row in rows], longest).to(self.device)
         stacked = torch.zeros((len(rows), longest))
         for index, row in enumerate(rows):
-            numbers = row.uniforms if row.uniforms is not None else torch.rand(row.budget)
+            if row.uniforms is not None:
+                numbers = row.uniforms
+            elif row.seed is not None:
+                numbers = seeded_uniforms([row.seed], row.budget)[0]
+            else:
+                numbers = torch.rand(row.budget)
             stacked[index, : row.budget] = numbers[: row.budget]
         return stacked.to(self.device)
 

@@ -28,9 +28,6 @@ from skyrl_train.utils.compute_clock import ComputeClock
 
 T = TypeVar("T")
 
-_SEEDED = threading.local()
-"""Each thread's `torch.Generator` for the per-row uniforms of seeded sampling (`HFInferenceEngine._uniforms`)."""
-
 
 class HFInferenceEngine(QueuedEngine):
     """Generation with a Hugging Face causal LM held in this process.
@@ -137,25 +134,16 @@ class HFInferenceEngine(QueuedEngine):
         for index, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
             budget = min(params.max_tokens, self.max_model_len - len(prompt))
             for j in range(params.n):
-                uniforms = self._uniforms(seed, j, budget, params)
-                rows.append(DecodeRow(list(prompt), budget, uniforms, tag(index * params.n + j)))
+                # sample j of a prompt seeded `seed` draws from the stream of `seed + j`: its tokens do not depend
+                # on the batch it shares (unseeded rows draw from torch's global generator when they join)
+                row_seed = None if seed is None else seed + j
+                rows.append(DecodeRow(list(prompt), budget, tag=tag(index * params.n + j), seed=row_seed))
         return rows
 
     def _rows_of(self, item: PendingRequest) -> list[DecodeRow]:
         """The prompt x n rows of one request, tagged with (request, result index); sizes `item.results`."""
         item.results = [None] * (len(item.prompts) * item.params.n)
         return self._decode_rows(item.prompts, item.seeds, item.params, lambda k: (item, k))
-
-    @staticmethod
-    def _uniforms(seed: Optional[int], sample: int, budget: int, params: SamplingParams) -> Optional[torch.Tensor]:
-        """Sample `sample` of a prompt seeded `seed` draws its numbers from a generator seeded `seed + sample`, so its
-        tokens do not depend on the batch it shares (None: drawn from torch's global generator when it joins)."""
-        if params.temperature == 0 or seed is None:
-            return None
-        generator = getattr(_SEEDED, "generator", None)
-        if generator is None:  # one per thread, re-seeded per row: a new Generator per row cost ~2 us more
-            generator = _SEEDED.generator = torch.Generator()
-        return torch.rand(budget, generator=generator.manual_seed(seed + sample))
 
     async def _decode_continuously(self, items: list[PendingRequest], key: SamplingParams) -> None:
         """Run one `DecodeBatch` until no row is live: between steps it takes queued requests with the same params
@@ -249,7 +237,7 @@ class HFInferenceEngine(QueuedEngine):
         pairs).
 
         At most `max_batch_size` rows decode at once; a finished row's place goes to the next waiting one. `seeds`
-        (one per prompt, default `params.seed`) give sample j of a prompt its own generator seeded `seed + j`, so its
+        (one per prompt, default `params.seed`) give sample j of a prompt the random stream of `seed + j`, so its
         tokens do not depend on the batch it shares.
         """
         seeds = list(seeds) if seeds is not None else [params.seed] * len(prompts)

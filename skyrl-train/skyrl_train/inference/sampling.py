@@ -3,8 +3,10 @@ sampled (and top-k) logprobs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Optional
 
+import numpy as np
 import torch
 
 from skyrl_train.inference.types import SamplingParams
@@ -104,3 +106,30 @@ def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
     targets = uniforms.to(cumulative.dtype).unsqueeze(-1) * cumulative[:, -1:]
     tokens = torch.searchsorted(cumulative, targets, right=True).squeeze(-1)
     return tokens.clamp(max=probs.shape[-1] - 1)
+
+
+_GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+_UINT64_MASK = (1 << 64) - 1
+
+
+def _splitmix64_finalize(state: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function on uint64 `state` (wrapping arithmetic): a bijection that mixes every bit."""
+    state = (state ^ (state >> np.uint64(30))) * _MIX_1
+    state = (state ^ (state >> np.uint64(27))) * _MIX_2
+    return state ^ (state >> np.uint64(31))
+
+
+def seeded_uniforms(seeds: Sequence[int], width: int) -> torch.Tensor:
+    """Uniform numbers in [0, 1), float32 [len(seeds), width]: row r is the SplitMix64 stream of `seeds[r]`, so a
+    row's numbers depend on its seed and position alone (not on the rows drawn with it, nor on `width`).
+
+    Counter-based, so one vectorised call replaces a re-seeded generator per row: number t of a row is the finalized
+    state `key + (t + 1) * gamma`, with `key` the finalized seed (neighbouring seeds, such as the samples of one
+    prompt, get unrelated streams). The top 24 bits make the float, exactly representable in float32."""
+    keys = np.array([seed & _UINT64_MASK for seed in seeds], dtype=np.uint64)
+    keys = _splitmix64_finalize(keys)
+    counters = np.arange(1, width + 1, dtype=np.uint64) * _GOLDEN_GAMMA
+    bits = _splitmix64_finalize(keys[:, None] + counters[None, :])
+    return torch.from_numpy((bits >> np.uint64(40)).astype(np.float32) * np.float32(2.0**-24))

@@ -12,6 +12,7 @@ import torch
 
 from skyrl_train.inference.hf_decode import DecodeBatch, DecodeRow
 from skyrl_train.inference.hf_engine import HFInferenceEngine
+from skyrl_train.inference.sampling import seeded_uniforms
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
@@ -277,6 +278,25 @@ def test_rows_that_repeat_a_prompt_share_one_prefill_and_sample_what_they_would_
     for row, reference in zip(rows, expected):
         assert row.tokens == reference.tokens
         assert row.logprobs == pytest.approx(reference.logprobs, abs=LOGPROB_TOLERANCE)
+
+
+def test_a_seeded_row_samples_what_its_stream_as_explicit_numbers_samples(model, tokenizer):
+    """Rows carrying a seed (the engine's rows) draw `seeded_uniforms`, all in one call or mixed with other rows."""
+    params = SamplingParams(max_tokens=8, temperature=1.0, ignore_eos=True)
+    prompts = [prompt_ids(tokenizer, "1+1?"), prompt_ids(tokenizer, "What is 12345 + 67890?")]
+    expected = [
+        alone(model, tokenizer, p, params, 8, seeded_uniforms([seed], 8)[0]) for p, seed in zip(prompts, (3, 4))
+    ]
+    for rows in (
+        [DecodeRow(prompts[0], 8, seed=3), DecodeRow(prompts[1], 8, seed=4)],
+        [DecodeRow(prompts[0], 8, seed=3), DecodeRow(prompts[1], 8, seeded_uniforms([4], 8)[0])],
+    ):
+        batch = DecodeBatch(model, params, set(), tokenizer.pad_token_id, tokenizer)
+        batch.admit(rows)
+        while len(batch):
+            batch.step()
+        assert [row.tokens for row in rows] == [row.tokens for row in expected]
+    assert expected[0].tokens != alone(model, tokenizer, prompts[0], params, 8, seeded_uniforms([5], 8)[0]).tokens
 
 
 def test_a_prefill_computes_logits_for_the_last_position_only(model, tokenizer):

@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from skyrl_train.inference.sampling import apply_repetition_penalty, filter_logits, sample_next_tokens, top_logprobs
+from skyrl_train.inference.sampling import (
+    apply_repetition_penalty,
+    filter_logits,
+    sample_next_tokens,
+    seeded_uniforms,
+    top_logprobs,
+)
 from skyrl_train.inference.stopping import StopChecker, trim_stop_string
 from skyrl_train.inference.types import SamplingParams
 
@@ -131,3 +137,27 @@ def test_top_logprobs_are_the_k_largest_under_the_sampled_distribution():
     expected = torch.log_softmax(logits / 2.0, dim=-1)  # top-k filtering does not change reported logprobs
     assert ids.tolist() == [[1, 3]]
     assert torch.allclose(values, expected[:, [1, 3]])
+
+
+def test_seeded_uniforms_depend_on_the_seed_and_position_only():
+    together = seeded_uniforms([7, 8, -3, 2**70], 6)
+    assert together.shape == (4, 6) and together.dtype == torch.float32
+    assert torch.equal(seeded_uniforms([8], 4)[0], together[1, :4])  # neither the other rows nor the width matter
+    assert torch.equal(seeded_uniforms([-3, 7], 6)[1], together[0])
+    assert not torch.equal(together[0], together[1])  # neighbouring seeds (a prompt's samples) differ
+    assert torch.equal(seeded_uniforms([2**70], 6)[0], seeded_uniforms([2**70 % 2**64], 6)[0])  # seeds wrap at 64 bits
+
+
+def test_seeded_uniforms_look_uniform_and_independent():
+    numbers = seeded_uniforms(list(range(2000)), 50).double()  # 100,000 numbers from neighbouring seeds
+    assert float(numbers.min()) >= 0.0 and float(numbers.max()) < 1.0
+    # mean 1/2 and variance 1/12; with n = 1e5 their standard errors are ~9e-4 and ~2.7e-4: 5 sigma bounds
+    assert abs(float(numbers.mean()) - 0.5) < 5 * (1 / 12 / 1e5) ** 0.5
+    assert abs(float(numbers.var()) - 1 / 12) < 5 * (1 / 180 / 1e5) ** 0.5
+    counts = torch.histc(numbers, bins=20, min=0.0, max=1.0)
+    chi_square = float(((counts - 5000) ** 2 / 5000).sum())
+    assert chi_square < 50  # 19 degrees of freedom: P(chi2 > 50) ~ 1e-4
+    # neither neighbouring seeds nor neighbouring positions are correlated (standard error of r ~ 1/sqrt(n))
+    across_seeds = torch.corrcoef(torch.stack([numbers[:-1].flatten(), numbers[1:].flatten()]))[0, 1]
+    along_rows = torch.corrcoef(torch.stack([numbers[:, :-1].flatten(), numbers[:, 1:].flatten()]))[0, 1]
+    assert abs(float(across_seeds)) < 5 / (99_950**0.5) and abs(float(along_rows)) < 5 / (98_000**0.5)
