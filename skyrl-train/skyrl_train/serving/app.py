@@ -38,10 +38,12 @@ def _token_text(tokenizer: Any, token_id: int) -> str:
 
 
 def _pieces(tokenizer: Any, token_ids: list[int], text: str) -> list[str]:
-    """The text each token adds (incremental decoding), clipped so the pieces join to `text` exactly."""
+    """The text each token adds (incremental decoding), clipped so the pieces join to `text` exactly.
+
+    Special tokens add nothing: the engines' text skips them (a sampled `<|im_start|>` mid-response is not shown)."""
     pieces, shown = [], ""
     for end in range(1, len(token_ids) + 1):
-        decoded = tokenizer.decode(token_ids[:end])
+        decoded = tokenizer.decode(token_ids[:end], skip_special_tokens=True)
         piece = decoded[len(shown) :] if decoded.startswith(shown) else ""
         room = len(text) - len(shown)
         piece = piece[: max(room, 0)]

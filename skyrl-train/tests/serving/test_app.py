@@ -18,6 +18,7 @@ from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.serving import create_app
+from skyrl_train.serving.app import _pieces
 
 MODEL = "skyrl/tiny"
 MESSAGES = [{"role": "user", "content": "12+34="}]
@@ -131,6 +132,23 @@ def test_streaming_sends_the_same_text_token_by_token(client):
         for chunk in client.completions.create(model=MODEL, prompt="1+1=", max_tokens=5, seed=2, stream=True)
     )
     assert text == client.completions.create(model=MODEL, prompt="1+1=", max_tokens=5, seed=2).choices[0].text
+
+
+def test_stream_pieces_skip_special_tokens_as_the_engines_text_does():
+    """A special token sampled mid-response (the tiny model samples any id) adds no text to the stream, so the pieces
+    still join to the engine's text (decoded with `skip_special_tokens=True`). Found when a seeded request sampled
+    `<|endoftext|>` first and the stream began with '<|endof'."""
+    tokenizer = build_char_tokenizer()
+    special = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    ids = [
+        special,
+        *tokenizer.encode("Yf", add_special_tokens=False),
+        special,
+        *tokenizer.encode("B", add_special_tokens=False),
+    ]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    pieces = _pieces(tokenizer, ids, text)
+    assert text == "YfB" and pieces == ["", "Y", "f", "", "B"]
 
 
 def test_tools_go_through_the_chat_template(client):
