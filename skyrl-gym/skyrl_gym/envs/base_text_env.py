@@ -227,10 +227,7 @@ class BaseTextEnv(Env[ConversationType, str]):
         columns: dict[str, list[Any]] = {}
         for episode in metrics:  # one column per key first: the per-value work then runs as comprehensions
             for key, value in episode.items():
-                column = columns.get(key)
-                if column is None:
-                    column = columns[key] = []
-                column.append(value)
+                columns.setdefault(key, []).append(value)
         means: dict[str, float] = {}
         for key, values in columns.items():
             finite = [number for number in (float(v) for v in values if _is_real(v)) if math.isfinite(number)]

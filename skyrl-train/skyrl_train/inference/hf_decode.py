@@ -199,17 +199,15 @@ class DecodeBatch:
         if self.params.temperature == 0:
             return None
         longest = max(row.budget for row in rows)
-        if all(row.uniforms is None and row.seed is not None for row in rows):  # the engine's case: one call
-            return seeded_uniforms([row.seed for row in rows], longest).to(self.device)
         stacked = torch.zeros((len(rows), longest))
+        seeded = [index for index, row in enumerate(rows) if row.uniforms is None and row.seed is not None]
+        if seeded:  # one counter-based call for every seeded row (all of the engine's seeded requests)
+            stacked[seeded] = seeded_uniforms([rows[index].seed for index in seeded], longest)
         for index, row in enumerate(rows):
             if row.uniforms is not None:
-                numbers = row.uniforms
-            elif row.seed is not None:
-                numbers = seeded_uniforms([row.seed], row.budget)[0]
-            else:
-                numbers = torch.rand(row.budget)
-            stacked[index, : row.budget] = numbers[: row.budget]
+                stacked[index, : row.budget] = row.uniforms[: row.budget]
+            elif row.seed is None:
+                stacked[index, : row.budget] = torch.rand(row.budget)
         return stacked.to(self.device)
 
     # ----- decoding -----------------------------------------------------------------------------------------------
