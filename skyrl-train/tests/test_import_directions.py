@@ -31,8 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("training_batch", "evaluation", "health", "placement"),
     ("workers",),
     ("rewards", "rollouts", "trainer_checkpoints"),
+    ("weight_publisher",),
     ("trainer",),
-    ("async_trainer",),
     ("recipes",),
     ("entrypoints",),
 ]

@@ -247,11 +247,7 @@ class BasePPOExp:
         return self.http_endpoint
 
     def get_trainer(self, **parts: Any) -> RayPPOTrainer:
-        """The trainer; override to use another loop."""
-        if self.cfg.trainer.mode != "sync":  # one_step_off / fully_async: the same phases, another loop
-            from skyrl_train.async_trainer import AsyncPPOTrainer
-
-            return AsyncPPOTrainer(self.cfg, verify_weight_sync=self.verify_weight_sync, **parts)
+        """The trainer (its loop follows `trainer.mode`); override to use another loop."""
         return RayPPOTrainer(self.cfg, verify_weight_sync=self.verify_weight_sync, **parts)
 
     # ----- run ----------------------------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from skyrl_train.inference.gate import WeightGate
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
-from skyrl_train.serving.gate import WeightGate
 from skyrl_train.serving.protocol import ChatCompletionRequest, CompletionRequest, ServingError
 from skyrl_train.serving.tool_calls import parse_tool_calls
 from skyrl_train.serving.weight_updates import add_weight_update_routes
