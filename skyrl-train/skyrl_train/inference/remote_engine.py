@@ -73,9 +73,9 @@ def private_folder(path: Path) -> Path:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = path.lstat()
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise RemoteServerError(f"{path} must be a folder, not a link or a file")
+        raise ValueError(f"{path} must be a folder, not a link or a file")
     if info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise RemoteServerError(
+        raise ValueError(
             f"{path} belongs to uid {info.st_uid} with mode {oct(info.st_mode & 0o777)}: the weights folder must be "
             f"this user's (uid {os.getuid()}) and writable by no one else; remove it or set engine_init_kwargs.weights_dir"
         )

@@ -47,7 +47,10 @@ def read_weights_folder(path: str, root: str) -> list[tuple[str, Any]]:
     """Every tensor of the `*.safetensors` files of `path` (relative paths are taken under `root`); refused with 403
     when the folder, or a file it links to, resolves outside `root`, and with 400 when it holds no such file."""
     base = Path(root).resolve()
-    folder = (base / path).resolve()
+    try:
+        folder = (base / path).resolve()
+    except (OSError, ValueError) as exc:  # e.g. a NUL byte, a symlink loop
+        raise ServingError(f"path: {path!r} is not a usable path ({exc})", param="path") from exc
     outside = ServingError(
         f"path: {path} is outside the folder this server loads weights from ({base}); write the weights under it, or "
         "start the server with --weight-update-root set to a folder that holds them",
@@ -63,7 +66,10 @@ def read_weights_folder(path: str, root: str) -> list[tuple[str, Any]]:
         raise outside
     named: list[tuple[str, Any]] = []
     for file in files:
-        named.extend(load_file(str(file)).items())
+        try:
+            named.extend(load_file(str(file)).items())
+        except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: the client's mistake, named
+            raise ServingError(f"path: {file.name} is not a readable safetensors file ({exc})", param="path") from exc
     return named
 
 

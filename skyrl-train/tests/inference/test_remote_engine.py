@@ -19,6 +19,7 @@ from skyrl_train.inference.remote_engine import (
     RemoteServerError,
     default_weights_root,
     detect_server,
+    private_folder,
 )
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
@@ -175,3 +176,15 @@ def test_headers_and_the_environment_carry_keys_too(tokenizer, monkeypatch):
         asyncio.run(from_env.teardown())
     finally:
         server.stop()
+
+
+def test_the_weights_folder_must_be_private(tmp_path):
+    """Synced weights go where no other user can swap them before the server loads them."""
+    folder = private_folder(tmp_path / "weights")
+    assert folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o777)
+    with pytest.raises(ValueError, match="writable by no one else"):
+        private_folder(folder)
+    (tmp_path / "link").symlink_to(folder)
+    with pytest.raises(ValueError, match="must be a folder, not a link"):
+        private_folder(tmp_path / "link")

@@ -99,3 +99,10 @@ def test_folders_outside_the_root_are_refused(served, tmp_path):
     assert _state(http) == before
     missing = http.post("/skyrl/update_weights_from_disk", json={"path": "none", "version": 1}, headers=WEIGHTS)
     assert missing.status_code == 400 and "is not a folder holding *.safetensors files" in missing.text
+    (root / "torn").mkdir()
+    (root / "torn" / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")
+    torn = http.post("/skyrl/update_weights_from_disk", json={"path": "torn", "version": 1}, headers=WEIGHTS)
+    assert torn.status_code == 400 and "model.safetensors is not a readable safetensors file" in torn.text
+    nul = http.post("/skyrl/update_weights_from_disk", json={"path": "a\u0000b", "version": 1}, headers=WEIGHTS)
+    assert nul.status_code == 400 and "is not a usable path" in nul.text
+    assert _state(http) == before
