@@ -172,22 +172,24 @@ build_sglang_engine.preflight = sglang_preflight  # type: ignore[attr-defined]
 def remote_preflight(settings: EngineSettings) -> None:
     """Refuse the remote backend before any actor starts: URLs are given, every server answers and can take new
     weights (see `skyrl_train.inference.remote_engine.detect_server`)."""
-    from skyrl_train.inference.remote_engine import detect_server
+    from skyrl_train.inference.remote_engine import RemoteAuth, detect_server
 
     if not settings.remote_urls:
         raise ValueError(
             "generator.inference_engine.backend=remote needs generator.inference_engine.remote_urls, e.g. "
             "[http://127.0.0.1:8000]"
         )
+    kwargs = settings.engine_kwargs
+    auth = RemoteAuth.build(kwargs.get("api_key"), kwargs.get("weight_update_token"), kwargs.get("headers"))
     for url in settings.remote_urls:
-        detect_server(url)
+        detect_server(url, auth=auth)
 
 
 @ENGINE_BUILDERS.register("remote", builtin=True)
 def build_remote_engine(settings: EngineSettings) -> InferenceEngine:
     """A client of the OpenAI-compatible server `settings.remote_urls[0]` (`create_engine_actors` gives each actor
     its own URL); `engine_init_kwargs` go to `RemoteInferenceEngine` (`timeout_s`, `max_retries`,
-    `max_concurrency`, `weights_dir`)."""
+    `max_concurrency`, `weights_dir`, `api_key`, `weight_update_token`, `headers`)."""
     from skyrl_train.inference.remote_engine import RemoteInferenceEngine
     from skyrl_train.models.loading import load_tokenizer
 

@@ -44,6 +44,7 @@ _GENERATOR_KEYS = (
     "generators/test_from_config.py::test_every_generator_and_environment_key_reaches_the_generator_settings"
 )
 _ENDPOINT = "trainer/test_trainer_endpoint.py::test_the_endpoint_serves_whole_weight_versions_while_the_policy_trains"
+_ENDPOINT_ACCESS = f"{_MAIN_BASE}::test_the_endpoint_keys_reach_the_served_app"
 _LORA_ONLY_ADAPTERS = "workers/test_lora_worker.py::test_lora_trains_only_the_adapters_and_the_base_stays_the_reference"
 _LORA_KEYS = "workers/test_lora_worker.py::test_lora_keys_reach_the_adapters"
 _LORA_EXPORT = "workers/test_lora_worker.py::test_lora_export_writes_the_adapter_and_the_merged_model"
@@ -317,6 +318,14 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "generator.http_endpoint.host": (_ENDPOINT,),
     "generator.http_endpoint.port": (_ENDPOINT,),
     "generator.http_endpoint.served_model_name": (_ENDPOINT,),
+    "generator.http_endpoint.api_key_env": (
+        _ENDPOINT_ACCESS,
+        "serving/test_access.py::test_a_runs_endpoint_reads_its_key_from_the_named_variable",
+    ),
+    "generator.http_endpoint.max_request_mb": (
+        _ENDPOINT_ACCESS,
+        "serving/test_access.py::test_a_runs_endpoint_reads_its_key_from_the_named_variable",
+    ),
     "generator.inference_engine.weight_sync_backend": (
         _NAMES,
         "weight_sync/test_chunks.py::test_strategy_names_resolve_and_unknown_names_are_listed",
