@@ -13,9 +13,9 @@ import ray
 from skyrl_train.config import ConfigValidationError, SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp, warn_if_epochs_end_first
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient
+from skyrl_train.inference.gate import WeightGate
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
-from skyrl_train.inference.gate import WeightGate
 from skyrl_train.serving.listen import spare_port
 
 
