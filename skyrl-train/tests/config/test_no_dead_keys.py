@@ -464,20 +464,20 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "reward.model.max_length": ("rewards/test_model_input.py::test_long_inputs_keep_their_last_tokens",),
     # DAPO, KL in reward, normalisation and offloading (trainer step and workers)
     "trainer.algorithm.dynamic_sampling.type": (
-        "test_rollouts.py::test_filter_generates_until_the_batch_is_full_of_informative_groups",
-        "test_rollouts.py::test_replace_samples_another_batch_when_too_few_groups_are_informative",
+        "rollouts/test_collector.py::test_filter_generates_until_the_batch_is_full_of_informative_groups",
+        "rollouts/test_collector.py::test_replace_samples_another_batch_when_too_few_groups_are_informative",
         "trainer/test_dynamic_sampling.py::test_filter_trains_on_full_batches_of_informative_groups",
     ),
     "trainer.algorithm.dynamic_sampling.max_sample_batches": (
-        "test_rollouts.py::test_filter_stops_with_a_clear_error_after_max_sample_batches",
+        "rollouts/test_collector.py::test_filter_stops_with_a_clear_error_after_max_sample_batches",
     ),
     "trainer.algorithm.dynamic_sampling.min_replace_ratio": (
-        "test_rollouts.py::test_replace_copies_informative_groups_only_when_enough_of_them",
-        "test_rollouts.py::test_replace_samples_another_batch_when_too_few_groups_are_informative",
+        "rollouts/test_dynamic_sampling.py::test_replace_copies_informative_groups_only_when_enough_of_them",
+        "rollouts/test_collector.py::test_replace_samples_another_batch_when_too_few_groups_are_informative",
     ),
     "trainer.algorithm.overlong_buffer.*": (
-        "test_rollouts.py::test_no_dynamic_sampling_generates_once_and_shapes_rewards",
-        "test_rollouts.py::test_soft_overlong_punishment_is_added_on_the_last_generated_token",
+        "rollouts/test_collector.py::test_no_dynamic_sampling_generates_once_and_shapes_rewards",
+        "rollouts/test_collector.py::test_soft_overlong_punishment_is_added_on_the_last_generated_token",
         "trainer/test_dynamic_sampling.py::test_replace_and_overlong_punishment_reach_the_trained_batch",
     ),
     "trainer.algorithm.advantage_batch_normalize": (
