@@ -4,9 +4,12 @@ Where a defence has several layers, each layer is also tested alone (the others 
 one layer cannot hide behind another.
 """
 
+import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -167,6 +170,33 @@ def test_reading_outside_allowed_roots_is_blocked(open_dir):
     assert "top secret" not in result.stdout and "PermissionError" in result.stderr
     allowed = run_python(f"print(open({secret!r}).read())", limits=BASE.replace(readable_paths=(open_dir,)))
     assert allowed.stdout == "top secret\n"
+
+
+DRIVER = """
+import json, os
+from skyrl_gym.sandbox import run_python
+
+secret = os.path.join(os.path.dirname(os.path.abspath(__file__)), "secret.txt")
+result = run_python(f"print(open({secret!r}).read())")
+print(json.dumps({"stdout": result.stdout, "stderr": result.stderr, "error": result.error}))
+"""
+
+
+def test_the_driver_scripts_folder_and_cwd_stay_unreadable(open_dir):
+    # security review #13: the parent's sys.path (whose first entry is the driver script's folder) was readable
+    _require("landlock_fs")
+    with open(os.path.join(open_dir, "secret.txt"), "w") as handle:
+        handle.write("top secret")
+    with open(os.path.join(open_dir, "driver.py"), "w") as handle:
+        handle.write(DRIVER)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    completed = subprocess.run(
+        [sys.executable, os.path.join(open_dir, "driver.py")], cwd=open_dir, env=env, capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert report["error"] is None and "top secret" not in report["stdout"]
+    assert "PermissionError" in report["stderr"]
 
 
 # ----- the network ------------------------------------------------------------------------------------------------
