@@ -16,6 +16,7 @@ _SWITCHES = {  # SandboxLimits switch (also the runner's request key) -> the lay
     "network_namespace": "network_namespace",
     "pid_namespace": "pid_namespace",
     "landlock": "landlock_fs",
+    "seccomp": "seccomp",
     "audit_guard": "audit_guard",
 }
 _lock = threading.Lock()

@@ -19,6 +19,7 @@ KERNEL_LAYERS = (
     "landlock_fs",
     "landlock_net",
     "landlock_scope",
+    "seccomp",
 )
 ALL_LAYERS = KERNEL_LAYERS + ("audit_guard",)
 
@@ -34,7 +35,8 @@ DEFAULT_REQUIRED_LAYERS = (
 any Linux. `landlock_fs` (kernel >= 5.13 with Landlock enabled) is the only layer that keeps the program from
 reading the trainer's files and writing outside its folder; `network_namespace` (user namespaces) or `landlock_net`
 (kernel >= 6.7) keeps it off the network, where a local Ray or engine port would run its requests outside the
-sandbox. `a|b` means either one. `pid_namespace`, `mount_namespace` and `landlock_scope` are applied when available."""
+sandbox. `a|b` means either one. `pid_namespace`, `mount_namespace`, `landlock_scope` and `seccomp` are applied when
+available."""
 
 _SWITCHED_BY = {  # layer -> the switch that turns it off (a layer no switch turns off is always attempted)
     "network_namespace": "network_namespace",
@@ -44,6 +46,7 @@ _SWITCHED_BY = {  # layer -> the switch that turns it off (a layer no switch tur
     "landlock_scope": "landlock",
     "audit_guard": "audit_guard",
     "unprivileged_uid": "drop_privileges",
+    "seccomp": "seccomp",
 }
 
 
@@ -87,6 +90,9 @@ class SandboxLimits:
     """Run in a new PID namespace, so every descendant dies with the program."""
     landlock: bool = True
     """Apply a Landlock policy (filesystem writes, TCP, signals) when the kernel supports it."""
+    seccomp: bool = True
+    """Deny system calls that widen the kernel's attack surface (io_uring, bpf, userfaultfd, ptrace, new namespaces,
+    mounts, keyrings, modules) with a seccomp filter (`child/seccomp.py`; x86_64 and aarch64)."""
     audit_guard: bool = True
     """Install the in-interpreter audit hook before the program runs."""
     required_layers: Optional[tuple[str, ...]] = None

@@ -6,6 +6,7 @@ one layer cannot hide behind another.
 
 import json
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -197,6 +198,38 @@ def test_the_driver_scripts_folder_and_cwd_stay_unreadable(open_dir):
     report = json.loads(completed.stdout)
     assert report["error"] is None and "top secret" not in report["stdout"]
     assert "PermissionError" in report["stderr"]
+
+
+SYSCALLS = """
+import ctypes, threading
+libc = ctypes.CDLL(None, use_errno=True)
+for name, number, args in {calls!r}:
+    result = libc.syscall(number, *args)
+    print(name, result, ctypes.get_errno())
+worker = threading.Thread(target=lambda: print("a thread ran"))
+worker.start()
+worker.join()
+"""
+
+
+def test_the_seccomp_filter_denies_kernel_interfaces_and_keeps_threads():
+    # security review #23: no seccomp filter. ctypes stands in for a program past the audit guard, which is off here
+    from skyrl_gym.sandbox.child.seccomp import ARCHITECTURES
+
+    _require("seccomp")
+    numbers = ARCHITECTURES[platform.machine()][1]
+    calls = [
+        ("unshare", numbers["unshare"], (0x10000000,)),  # a new user namespace
+        ("io_uring_setup", numbers["io_uring_setup"], (1, 0)),
+        ("bpf", numbers["bpf"], (0, 0, 0)),
+    ]
+    program = SYSCALLS.format(calls=calls)
+    unfiltered = run_python(program, limits=BASE.replace(audit_guard=False, seccomp=False)).stdout.splitlines()
+    if all(line.endswith(" -1 1") for line in unfiltered[:3]):
+        pytest.skip(f"this machine refuses these calls with EPERM already: {unfiltered}")
+    filtered = run_python(program, limits=BASE.replace(audit_guard=False))
+    assert filtered.layers["seccomp"] is True
+    assert filtered.stdout.splitlines() == ["unshare -1 1", "io_uring_setup -1 1", "bpf -1 1", "a thread ran"]  # EPERM
 
 
 # ----- the network ------------------------------------------------------------------------------------------------

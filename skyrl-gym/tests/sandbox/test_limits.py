@@ -30,8 +30,8 @@ def test_bad_limit_values_raise_naming_the_field(field, value):
 
 
 def test_unknown_required_layer_is_rejected():
-    with pytest.raises(ValueError, match="required_layers.*'seccomp'"):
-        SandboxLimits(required_layers=("seccomp",))
+    with pytest.raises(ValueError, match="required_layers.*'selinux'"):
+        SandboxLimits(required_layers=("selinux",))
 
 
 def test_cpu_limit_defaults_to_timeout_plus_one_second():
@@ -118,8 +118,8 @@ def test_required_layers_default_to_the_containment_layers_that_are_switched_on(
     assert SandboxLimits(allow_degraded=True).requirements == ()
     explicit = SandboxLimits(required_layers=["pid_namespace"], allow_degraded=True)
     assert explicit.requirements == ("pid_namespace",)
-    with pytest.raises(ValueError, match=r"required_layers has unknown layers \['seccomp'\]"):
-        SandboxLimits(required_layers=("landlock_fs|seccomp",))
+    with pytest.raises(ValueError, match=r"required_layers has unknown layers \['selinux'\]"):
+        SandboxLimits(required_layers=("landlock_fs|selinux",))
     with pytest.raises(ValueError, match="allow_degraded must be true or false"):
         SandboxLimits(allow_degraded="yes")
 

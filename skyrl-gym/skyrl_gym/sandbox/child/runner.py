@@ -2,8 +2,8 @@
 
 Run as `python -I -B runner.py '<json config>'` with the sandbox directory as working directory. The order matters:
 namespaces and mounts need the starting privileges; rlimits come after the user namespace (so RLIMIT_NPROC counts
-only this sandbox's processes); privileges are dropped before Landlock; the audit guard is installed last, just
-before the program runs. A JSON line per stage goes to the status descriptor so the parent can tell honestly which
+only this sandbox's processes); privileges are dropped before Landlock; the seccomp filter follows Landlock (it needs
+`no_new_privs`); the audit guard is installed last, just before the program runs. A JSON line per stage goes to the status descriptor so the parent can tell honestly which
 layers were active. Stdlib only: the helpers are loaded by file path, never through the `skyrl_gym` package.
 """
 
@@ -184,6 +184,20 @@ def _missing_error(missing: list, notes: dict) -> str:
     )
 
 
+def _apply_seccomp(seccomp: types.ModuleType, config: dict, layers: dict, notes: dict) -> None:
+    if not config["layers"].get("seccomp"):
+        return
+    layers["seccomp"] = False
+    if not layers.get("no_new_privs"):
+        notes["seccomp"] = "a seccomp filter needs no_new_privs, which could not be set"
+        return
+    try:
+        seccomp.install()
+        layers["seccomp"] = True
+    except OSError as exc:
+        notes["seccomp"] = _reason(exc)
+
+
 def _supervise(child: int, status_fd: int) -> None:
     """Wait for the namespace's first process, report how it ended, and end the same way.
 
@@ -236,7 +250,7 @@ def main() -> None:
     """Read the config, harden this process layer by layer, report, and run the program."""
     config = json.loads(sys.argv[1])
     status_fd = config["status_fd"]
-    kernel, landlock, audit_guard = _load("kernel"), _load("landlock"), _load("audit_guard")
+    kernel, landlock, seccomp, audit_guard = _load("kernel"), _load("landlock"), _load("seccomp"), _load("audit_guard")
     program = os.path.join(config["dir"], config["program"])
     with open(program, encoding="utf-8") as handle:
         source = handle.read()
@@ -247,6 +261,7 @@ def main() -> None:
     _set_rlimits(config["rlimits"], layers, notes)
     _drop_privileges(config, layers, notes)
     abi = _apply_landlock(landlock, kernel, config, layers, notes)
+    _apply_seccomp(seccomp, config, layers, notes)
     kernel_required = [entry for entry in config.get("required", []) if entry != "audit_guard"]
     missing = _missing(kernel_required, layers)
     _emit(status_fd, {"stage": "setup", "layers": layers, "notes": notes, "landlock_abi": abi, "uid": os.getuid()})
