@@ -396,8 +396,8 @@ class RayEngineProxy(InferenceEngine):
         (between two training steps the policy ranks are done and the engines idle), and that call then finds it
         installed (the actor installs a chunk once) and confirms the served version all the same. When the running
         loop's connection is open, the request is written before this returns: a task would send it only when the
-        caller next yields to its event loop, after the rest of its step (~1-2 ms later on the quickstart, with the
-        engines' installation then overlapping the next step's start)."""
+        caller next yields to its event loop, after the rest of its step, and the installation would then overlap
+        the next step's start."""
         self._pending_weights = chunk
         try:
             loop = asyncio.get_running_loop()
@@ -443,8 +443,8 @@ class RayEngineProxy(InferenceEngine):
 
     async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
         """Generate in the actor, installing the deferred chunk first when there is one. On the actor's machine the
-        call goes through its local channel (`utils.local_channel`: a Unix socket, ~1.5 ms a step less than a
-        Ray call on the quickstart); elsewhere, or once that channel failed, through Ray (request and output pickled:
+        call goes through its local channel (`utils.local_channel`: a Unix socket, cheaper than a Ray call);
+        elsewhere, or once that channel failed, through Ray (request and output pickled:
         `EngineActor.generate_pickled`)."""
         pending = self._pending_weights
         channel = await self._local_channel()

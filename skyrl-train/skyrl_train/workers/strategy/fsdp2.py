@@ -249,8 +249,7 @@ class FSDP2Strategy:
 
         The state is the same object from one sync to the next while its tensors still view the model's live
         parameters and buffers (checked by address and shape, `storage_marks`; the optimizer updates them in place),
-        so the sync can keep what it derived from it. `model.state_dict()` cost ~1 ms a sync on the quickstart's
-        2-core machine; the check costs a third of that."""
+        so the sync can keep what it derived from it; the check costs less than building `model.state_dict()`."""
         live = storage_marks(
             itertools.chain(
                 self.model.named_parameters(remove_duplicate=False), self.model.named_buffers(remove_duplicate=False)
