@@ -194,7 +194,17 @@ def render_quickstart_seeds(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_code_choices(data: dict) -> str:
+    """The measurements behind the code's speed choices (recorded when each was made): one row per choice."""
+    lines = ["| choice | where | measured |", "|---|---|---|"]
+    lines += [f"| {c['choice']} | `{c['where']}` | {c['measured']} |" for c in data["choices"]]
+    lines.append("")
+    lines.append(f"Measured on {data['machine']}: {data['benchmark']} (`benchmarks/results/code_choices.json`).")
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {
+    "code_choices": render_code_choices,
     "dynamic_sampling": render_dynamic_sampling,
     "minimal_grpo": render_minimal_grpo,
     "quickstart": render_quickstart,
