@@ -127,27 +127,28 @@ class _Bucket:
     def __init__(self, segments: VarlenSegments, members: list[int], device: torch.device) -> None:
         lq, lk = segments.query_lengths[members], segments.key_lengths[members]
         self.count, self.query_width, self.key_width = len(members), int(lq.max()), int(lk.max())
-        query_index = np.zeros((self.count, self.query_width), dtype=np.int64)
-        key_index = np.zeros((self.count, self.key_width), dtype=np.int64)
-        rows = np.arange(self.query_width)[:, None]
-        columns = np.arange(self.key_width)[None, :]
-        mask = np.zeros((self.count, 1, self.query_width, self.key_width), dtype=bool)
+        starts = segments.query_starts[members]
+        offsets = np.arange(self.query_width)[None, :]
+        # Padding queries point at the segment's first query (any valid position: their output is dropped).
+        query_index = np.where(offsets < lq[:, None], starts[:, None] + offsets, starts[:, None])
+        key_index = np.empty((self.count, self.key_width), dtype=np.int64)
         for slot, segment in enumerate(members):
-            queries, keys = int(lq[slot]), int(lk[slot])
-            start = segments.query_starts[segment]
-            query_index[slot, :queries] = np.arange(start, start + queries)
-            query_index[slot, queries:] = start  # padding queries: any valid position, their output is dropped
-            own_keys = segments.keys_of(segment)
-            key_index[slot, :keys] = own_keys
-            key_index[slot, keys:] = own_keys[0]
-            mask[slot, 0] = (columns <= rows + (keys - queries)) & (rows < queries)
-            mask[slot, 0, queries:, 0] = True  # a padding query sees one key: finite softmax, zero gradient
-        kept = (np.arange(self.query_width)[None, :] < lq[:, None]).reshape(-1).nonzero()[0]
+            keys = segments.keys_of(segment)
+            key_index[slot, : keys.size], key_index[slot, keys.size :] = keys, keys[0]
+        kept = (offsets < lq[:, None]).reshape(-1).nonzero()[0]
         self.query_index = torch.from_numpy(query_index.reshape(-1)).to(device)
         self.key_index = torch.from_numpy(key_index.reshape(-1)).to(device)
-        square = bool((lq == self.query_width).all() and (lk == self.query_width).all())
-        self.mask = None if square else torch.from_numpy(mask).to(device)  # None: plain causal, the fast kernel
         self.kept = torch.from_numpy(kept).to(device)
+        if (lq == self.query_width).all() and (lk == self.query_width).all():
+            self.mask = None  # square segments of one length: plain causal attention, the fast kernel
+            return
+        queries = torch.from_numpy(lq).to(device)[:, None, None]
+        keys = torch.from_numpy(lk).to(device)[:, None, None]
+        rows = torch.arange(self.query_width, device=device)[None, :, None]
+        columns = torch.arange(self.key_width, device=device)[None, None, :]
+        # Query i sees keys 0 .. i + lk - lq; a padding query sees key 0 only (finite softmax, zero gradient).
+        mask = ((columns <= rows + keys - queries) & (rows < queries)) | ((rows >= queries) & (columns == 0))
+        self.mask = mask[:, None]
 
 
 def _bucket_members(segments: VarlenSegments) -> list[list[int]]:

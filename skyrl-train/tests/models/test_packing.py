@@ -215,3 +215,29 @@ def test_sliding_window_models_are_refused_with_the_reason():
     with pytest.raises(ValueError, match="sequence packing: Qwen2ForCausalLM has sliding-window"):
         enable_packed_attention(model)
     assert packing_support(tiny()) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flash-attention varlen needs a CUDA GPU")
+def test_packed_bf16_forward_through_flash_attention_matches_the_padded_one_on_gpu():
+    pytest.importorskip("flash_attn", reason="the flash-attn package is not installed")
+    batch = varied_batch(seed=4)
+    model = tiny().to("cuda", torch.bfloat16)
+    cuda = {name: getattr(batch, name).cuda() for name in ("input_ids", "attention_mask", "position_ids")}
+    with torch.no_grad():
+        padded, _ = response_logprobs(
+            model, cuda["input_ids"], cuda["attention_mask"], cuda["position_ids"], batch.prompt_width
+        )
+        enable_packed_attention(model)
+        packed, _ = response_logprobs(
+            model,
+            cuda["input_ids"],
+            cuda["attention_mask"],
+            cuda["position_ids"],
+            batch.prompt_width,
+            share_prompts=True,
+            pack=True,
+        )
+    mask = batch.response_mask.cuda()
+    # bf16 (8 mantissa bits) log-probs of magnitude ~5: kernels that sum in another order differ by ~0.05.
+    torch.testing.assert_close(packed * mask, padded * mask, atol=0.1, rtol=0)
