@@ -16,7 +16,7 @@ padding: log-probs, entropies and values equal the padded forward's up to float 
 
 from __future__ import annotations
 
-import logging
+import inspect
 from typing import Any, Optional
 
 import numpy as np
@@ -24,8 +24,6 @@ import torch
 
 from skyrl_train.algorithms.entropy import entropy_from_logits
 from skyrl_train.models.varlen_attention import PACKED_ATTENTION, VarlenSegments, varlen_kernel
-
-logger = logging.getLogger(__name__)
 
 
 class PackedRows:
@@ -229,6 +227,8 @@ def packing_support(model: torch.nn.Module) -> Optional[str]:
     can_set = getattr(hf, "_can_set_attn_implementation", None)
     if not callable(can_set) or not can_set():
         return f"{name} does not route its attention through transformers' AttentionInterface"
+    if hasattr(hf, "lm_head") and "logits_to_keep" not in inspect.signature(hf.forward).parameters:
+        return f"{name}.forward takes no logits_to_keep (the LM head would run on every packed token)"
     config = hf.config
     if any(layer != "full_attention" for layer in (getattr(config, "layer_types", None) or [])):
         return (

@@ -218,10 +218,9 @@ class BaseWorker(ChannelHost):
     def micro_batches(self, batch: TrainingBatch, micro_batch_size: int) -> list[tuple[list[int], TrimmedMicroBatch]]:
         """(row indices, trimmed micro-batch on this worker's device) pairs covering `batch`.
 
-        Rows are grouped by `trainer.max_tokens_per_microbatch` when > 0 (packed tokens when this role packs), else by
-        `micro_batch_size`; all ranks then
-        agree on the largest count, and a rank with fewer rows runs dummy micro-batches (empty index list, row 0's
-        data) so every FSDP collective is matched.
+        Rows are grouped by `trainer.max_tokens_per_microbatch` when > 0 (counting packed tokens when this role
+        packs), else by `micro_batch_size`; all ranks then agree on the largest count, and a rank with fewer rows runs
+        dummy micro-batches (empty index list, row 0's data) so every FSDP collective is matched.
         """
         if len(batch) == 0:
             raise ValueError(f"{type(self).__name__} rank {self.rank} got an empty batch; every rank needs >= 1 row")
