@@ -198,7 +198,14 @@ def test_gradient_checkpointing_recomputes_the_packed_attention():
     assert_same(packed, padded)
 
 
-def test_sliding_window_models_are_refused_with_the_reason():
+class _NoLogitsToKeep(Qwen2ForCausalLM):
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, use_cache=None):
+        return super().forward(input_ids, attention_mask, position_ids, use_cache=use_cache)
+
+
+def test_models_that_cannot_pack_are_refused_with_the_reason():
+    custom = _NoLogitsToKeep(tiny_model_config(TinyModelSpec(size=1)))
+    assert "takes no logits_to_keep" in packing_support(custom)
     config = Qwen2Config(
         vocab_size=64,
         hidden_size=32,
