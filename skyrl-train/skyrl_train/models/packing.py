@@ -236,6 +236,10 @@ def packing_support(model: torch.nn.Module) -> Optional[str]:
         )
     if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
         return f"{name} uses sliding-window attention"
+    if getattr(config, "attn_logit_softcapping", None):
+        return f"{name} soft-caps its attention logits"
+    if any(hasattr(module, "sinks") for module in hf.modules()):
+        return f"{name} has attention sinks"
     return None
 
 

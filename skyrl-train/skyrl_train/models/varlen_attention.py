@@ -259,6 +259,14 @@ def varlen_kernel(device: torch.device, dtype: torch.dtype) -> str:
 
 _KERNELS = {"flash_attn": flash_varlen_attention, "sdpa": sdpa_varlen_attention}
 
+_UNSUPPORTED = {
+    "sliding_window": "sliding-window layers",
+    "softcap": "logit soft-capping",
+    "s_aux": "attention sinks",
+    "position_bias": "attention position biases",
+}
+"""Attention-function arguments some models pass that the varlen kernels do not implement, and what they are."""
+
 
 def packed_attention(
     module: torch.nn.Module,
@@ -279,8 +287,12 @@ def packed_attention(
         )
     if query.shape[0] != 1:
         raise ValueError(f"packed attention needs one packed sequence (batch size 1), got batch size {query.shape[0]}")
-    if kwargs.get("sliding_window") is not None:
-        raise ValueError("packed attention does not support sliding-window layers; run this model unpacked")
+    for feature in _UNSUPPORTED:
+        if kwargs.get(feature) is not None:
+            raise ValueError(
+                f"packed attention does not support {_UNSUPPORTED[feature]} ({type(module).__name__} passes "
+                f"{feature}); set trainer.remove_microbatch_padding=false to run this model unpacked"
+            )
     q, k, v = (tensor[0].transpose(0, 1) for tensor in (query, key, value))
     kernel = _KERNELS[varlen_kernel(q.device, q.dtype)]
     return kernel(q, k, v, packed_segments, scale=scaling, dropout=dropout).unsqueeze(0), None

@@ -206,6 +206,12 @@ class _NoLogitsToKeep(Qwen2ForCausalLM):
 def test_models_that_cannot_pack_are_refused_with_the_reason():
     custom = _NoLogitsToKeep(tiny_model_config(TinyModelSpec(size=1)))
     assert "takes no logits_to_keep" in packing_support(custom)
+    capped = tiny()
+    capped.config.attn_logit_softcapping = 30.0  # as Gemma 2 configs say
+    assert "soft-caps its attention logits" in packing_support(capped)
+    sunk = tiny()
+    sunk.model.layers[0].self_attn.sinks = torch.nn.Parameter(torch.zeros(2))  # as gpt-oss attention holds them
+    assert "has attention sinks" in packing_support(sunk)
     config = Qwen2Config(
         vocab_size=64,
         hidden_size=32,

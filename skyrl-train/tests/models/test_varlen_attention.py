@@ -11,6 +11,7 @@ from skyrl_train.models import varlen_attention
 from skyrl_train.models.varlen_attention import (
     VarlenSegments,
     flash_varlen_attention,
+    packed_attention,
     sdpa_varlen_attention,
     varlen_kernel,
 )
@@ -125,3 +126,13 @@ def test_flash_attention_varlen_equals_the_sdpa_buckets_on_gpu():
     expected_grads = torch.autograd.grad(expected.float().sum(), (q, k, v))
     for grad, expected_grad in zip(grads, expected_grads):
         torch.testing.assert_close(grad.float(), expected_grad.float(), atol=5e-2, rtol=0)
+
+
+@pytest.mark.parametrize(("feature", "value"), [("sliding_window", 8), ("softcap", 30.0), ("s_aux", torch.zeros(2))])
+def test_attention_features_the_kernels_lack_are_refused_by_name(feature, value):
+    segments = VarlenSegments(np.array([0]), np.array([3]))
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match=rf"passes {feature}\); set trainer.remove_microbatch_padding=false"):
+        packed_attention(torch.nn.Identity(), q, q, q, None, packed_segments=segments, **{feature: value})
+    out, _ = packed_attention(torch.nn.Identity(), q, q, q, None, packed_segments=segments, sliding_window=None)
+    assert out.shape == (1, 3, 2, 4)
