@@ -34,8 +34,9 @@ class LogprobWorker(BaseWorker):
 
     @property
     def shares_prompt_forward(self) -> bool:
-        """Whether log-prob passes run each distinct prompt once (`trainer.share_prompt_forward`): packed, always;
-        padded, on fsdp2 workers without gradient checkpointing (which turns the key/value cache off)."""
+        """Whether log-prob passes run each distinct prompt once (`trainer.share_prompt_forward`): packed, whenever
+        the key is on; padded, on fsdp2 workers without gradient checkpointing (which turns the key/value cache
+        off)."""
         model = self._require_model()
         if self.packs_rows:
             return self.cfg.trainer.share_prompt_forward
