@@ -21,6 +21,7 @@ PATHS=(
   "broadcast|skyrl-train/tests/weight_sync -m gpu|trainer.placement.colocate_all=false generator.inference_engine.weight_sync_backend=broadcast"
   "cuda_ipc|skyrl-train/tests/weight_sync/test_cuda_ipc.py -m gpu|trainer.placement.colocate_all=true generator.inference_engine.weight_sync_backend=cuda_ipc"
   "fsdp2_gpu|skyrl-train/tests/workers -m gpu|-"
+  "packing_flash|skyrl-train/tests/models/test_varlen_attention.py skyrl-train/tests/models/test_packing.py -m gpu|trainer.policy.fsdp.mixed_precision.param_dtype=bfloat16 trainer.remove_microbatch_padding=true"
   "vllm|skyrl-train/tests/inference/test_vllm_engine.py skyrl-train/tests/trainer/test_trainer_vllm.py -m vllm|generator.inference_engine.backend=vllm"
   "lora_vllm|skyrl-train/tests/inference/test_vllm_lora.py -m vllm|generator.inference_engine.backend=vllm trainer.policy.model.lora.rank=8 trainer.policy.optimizer.lr=2e-3"
   "megatron|skyrl-train/tests/workers/strategy/test_megatron.py skyrl-train/tests/workers/strategy/test_megatron_gpu.py -m megatron|trainer.strategy=megatron"

@@ -269,6 +269,13 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     ),
     "trainer.max_tokens_per_microbatch": (
         "workers/test_micro_batching.py::test_micro_batch_groups_switches_on_token_budget",
+        "workers/test_micro_batching.py::test_micro_batch_groups_count_packed_tokens_when_packing",
+    ),
+    "trainer.remove_microbatch_padding": (
+        "workers/test_worker_packing.py::test_the_policy_runs_packed_sequences_with_the_padded_logprobs_loss_and_gradients",
+        "workers/test_worker_packing.py::test_the_ref_and_the_critic_pack_too",
+        "workers/test_worker_packing.py::test_a_model_that_cannot_pack_runs_padded_on_auto_and_fails_on_true",
+        "config/test_megatron_validation.py::test_sequence_packing_is_refused_on_megatron_only_when_insisted_on",
     ),
     "trainer.ckpt_path": (
         _RUN_KEYS,
