@@ -185,10 +185,12 @@ def render_quickstart_seeds(data: dict) -> str:
     gains = [run["accuracy_after"] - run["accuracy_before"] for run in data["runs"]]
     verdict = "every seed reaches" if min(gains) >= data["goal_gain"] else "not every seed reaches"
     extra = "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data["overrides"] else ""
+    load = data.get("load_average_1min")
+    load_note = f" (1-minute load average {load[0]:g} at the start, {load[1]:g} at the end)" if load else ""
     lines.append("")
     lines.append(
         f"Goal: a gain of at least {data['goal_gain']:+.2f} on each seed; {verdict} it{extra}. Measured on "
-        f"{data['machine']}, {data['date']} (`benchmarks/results/quickstart_seeds.json`, "
+        f"{data['machine']}, {data['date']}{load_note} (`benchmarks/results/{data.get('name', 'quickstart_seeds')}.json`, "
         "`benchmarks/quickstart_seeds.py`)."
     )
     return "\n".join(lines) + "\n"
@@ -199,6 +201,7 @@ RENDERERS = {
     "minimal_grpo": render_minimal_grpo,
     "quickstart": render_quickstart,
     "quickstart_seeds": render_quickstart_seeds,
+    "lora_quickstart": render_quickstart_seeds,
     "step_breakdown": render_step_breakdown,
     "thread_counts": render_thread_counts,
     "vs_trl": render_vs_trl,
