@@ -29,7 +29,7 @@ MAX_DOWNLOAD_MB = 20.0  # a wheel this large downloaded means pip is fetching wh
 def pins(stack: str) -> dict[str, str]:
     """The versions setup.sh pins for a stack: torch, the engine, megatron-core."""
     text = SETUP.read_text()
-    branch = re.search(rf'if \[ "\$STACK" = "vllm" \]; then(.*?)else(.*?)fi', text, re.DOTALL)
+    branch = re.search(r'if \[ "\$STACK" = "vllm" \]; then(.*?)else(.*?)fi', text, re.DOTALL)
     body = branch.group(1) if stack == "vllm" else branch.group(2)
     found = {"torch": re.search(r'TORCH_VERSION="([\d.]+)"', body).group(1)}
     engine = re.search(r'ENGINE="(\w+)==([\w.]+)"', body)
@@ -91,7 +91,9 @@ def test_the_page_states_the_pins_the_script_installs():
     assert page_stacks() == ["vllm", "sglang"]
     for stack in page_stacks():
         for name, version in pins(stack).items():
-            assert f"{name} {version}" in text or f"{name}=={version}" in text, f"{PAGE.name} does not say {name} {version}"
+            assert (
+                f"{name} {version}" in text or f"{name}=={version}" in text
+            ), f"{PAGE.name} does not say {name} {version}"
 
 
 def test_every_command_on_the_page_is_run_or_resolved():

@@ -32,7 +32,10 @@ FENCE = re.compile(r"^```([\w-]*)\s*$")
 SHELL = ("bash", "sh", "console")
 CHECKED_ELSEWHERE = {
     # set-up scripts the slow test does not run, and what checks what they install instead
-    ("setup.sh", ""): "the main suite's own venv (CI makes it fresh): test_the_packages_under_test_come_from_this_checkout",
+    (
+        "setup.sh",
+        "",
+    ): "the main suite's own venv (CI makes it fresh): test_the_packages_under_test_come_from_this_checkout",
     ("test.sh", ""): "runs setup.sh (above) first",
     ("setup_vllm.sh", ""): "one pip line naming every package by path: test_scripts_install_by_path",
     ("setup.sh", "--gpu"): "CUDA builds: resolved with --dry-run by tests/test_gpu_setup.py",
@@ -148,7 +151,11 @@ def classify(line: str) -> tuple[str, str, set[str]]:
     if not by_path:
         return "not ours", "", set()
     if GPU_ONLY.search(line):
-        return "elsewhere", "names a CUDA-only extra or package: resolved with --dry-run by tests/test_gpu_setup.py", set()
+        return (
+            "elsewhere",
+            "names a CUDA-only extra or package: resolved with --dry-run by tests/test_gpu_setup.py",
+            set(),
+        )
     return "run", line, with_requirements(by_path)
 
 
@@ -191,7 +198,9 @@ def test_every_documented_install_line_names_our_packages_by_path():
         for line, pages in lines.items()
         if named_packages(line)[1] and not set(pages) <= set(OWNED_ELSEWHERE)
     }
-    assert not wrong, "install lines naming a repository package by name (PyPI has other projects of those names):\n" + (
+    assert (
+        not wrong
+    ), "install lines naming a repository package by name (PyPI has other projects of those names):\n" + (
         "\n".join(f"  {line}    ({', '.join(pages)})" for line, pages in wrong.items())
     )
 
@@ -218,7 +227,9 @@ def test_messages_and_docstrings_name_our_packages_by_path():
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 for tail in re.findall(r"pip install ([^`#]*)", line):
-                    for editable, dot, name in re.findall(r"(-e\s+)?[\"']?(\./)?\b(skyrl-(?:gym|train|agent|tx))\b", tail):
+                    for editable, dot, _name in re.findall(
+                        r"(-e\s+)?[\"']?(\./)?\b(skyrl-(?:gym|train|agent|tx))\b", tail
+                    ):
                         if not editable and not dot:
                             wrong.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert not wrong, "install hints naming a repository package by name:\n" + "\n".join(wrong)
