@@ -146,10 +146,17 @@ def render_thread_counts(data: dict) -> str:
     lines = ["| setting | idle s/step | one core busy s/step | busy / idle |", "|---|---|---|---|"]
     for row in data["rows"]:
         lines.append(f"| {row['setting']} | {row['idle']:.3f} | {row['busy']:.3f} | {row['busy_over_idle']:.2f} |")
+    load = data.get("load_average_1min")
+    load_note = (
+        f" (1-minute load average {load[0]:g} at the start and {load[1]:g} at the end: other work shared the machine"
+        " through every row)"
+        if load
+        else ""
+    )
     lines.append("")
     lines.append(
         f"Mean `timing/step` of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration, "
-        f"each setting idle then busy, back to back. Measured on {data['machine']}, {data['date']} "
+        f"each setting idle then busy, back to back. Measured on {data['machine']}, {data['date']}{load_note} "
         "(`benchmarks/results/thread_counts.json`, `benchmarks/thread_counts.py`)."
     )
     return "\n".join(lines) + "\n"
@@ -184,6 +191,9 @@ def render_quickstart_seeds(data: dict) -> str:
             f"| {run['seed']} | {run['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} | {gain:+.3f} | "
             f"{run['wall_seconds'] / 60:.1f} min | {run['mean_step_seconds']:.3f} |"
         )
+    if len(data["runs"]) == 1 and data["runs"][0].get("eval_curve"):
+        curve = ", ".join(f"{step}: {accuracy:.3f}" for step, accuracy in data["runs"][0]["eval_curve"])
+        lines += ["", f"Held-out accuracy by step: {curve}."]
     gains = [run["accuracy_after"] - run["accuracy_before"] for run in data["runs"]]
     verdict = "every seed reaches" if min(gains) >= data["goal_gain"] else "not every seed reaches"
     extra = "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data["overrides"] else ""
@@ -256,6 +266,7 @@ RENDERERS = {
     "quickstart": render_quickstart,
     "quickstart_seeds": render_quickstart_seeds,
     "lora_quickstart": render_quickstart_seeds,
+    "quickstart_fully_async": render_quickstart_seeds,
     "step_breakdown": render_step_breakdown,
     "thread_counts": render_thread_counts,
     "vs_trl": render_vs_trl,
