@@ -84,10 +84,19 @@ def documented_pages() -> list[Path]:
 
 
 def commands_in(text: str) -> list[str]:
-    """The install commands of a page: shell-block lines (continuations joined, comments dropped) and inline code."""
-    found, in_shell, in_fence, current = [], False, False, ""
+    """The install commands of a page: shell-block lines (continuations joined, comments dropped) and inline code
+    (a span may wrap onto the next line of its paragraph)."""
+    found, in_shell, in_fence, current, paragraph = [], False, False, "", []
+
+    def spans() -> list[str]:
+        text = " ".join(line.strip() for line in paragraph)
+        paragraph.clear()
+        return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", text) if INSTALL.search(span)]
+
     for raw in text.splitlines():
         fence = FENCE.match(raw.strip())
+        if fence or not raw.strip():
+            found += spans()
         if fence:
             in_fence = not in_fence
             in_shell = in_fence and fence.group(1) in SHELL
@@ -102,8 +111,8 @@ def commands_in(text: str) -> list[str]:
             if INSTALL.search(line) and not line.startswith("#"):
                 found.append(line)
         elif not in_fence:
-            found += [span.strip() for span in re.findall(r"`([^`\n]+)`", raw) if INSTALL.search(span)]
-    return found
+            paragraph.append(raw)
+    return found + spans()
 
 
 def documented_install_lines() -> dict[str, list[str]]:
@@ -243,6 +252,9 @@ def test_line_parsing_on_examples():
     assert named_packages('pip install "./skyrl-gym[all]" wandb') == ({"skyrl-gym"}, [])
     text = "Run `pip install ./skyrl-gym` first.\n```bash\npip install -e skyrl-gym \\\n  -e skyrl-train  # core\n```\n"
     assert commands_in(text) == ["pip install ./skyrl-gym", "pip install -e skyrl-gym -e skyrl-train"]
+    assert commands_in("Extras: `pip install -e skyrl-gym -e\n./skyrl-train[wandb]`.\n") == [
+        "pip install -e skyrl-gym -e ./skyrl-train[wandb]"
+    ]
     assert with_requirements({"skyrl-tx"}) == {"skyrl-tx", "skyrl-train", "skyrl-gym"}
 
 
