@@ -47,11 +47,7 @@ _MULTIPLY = UpstreamModule(
 )
 _DISTILL = UpstreamModule(unsupported="on-policy distillation (a teacher model's log-probs as the reward)")
 _GENERATE = UpstreamModule(unsupported="generation-only runs (evaluation without training)")
-_CUSTOM = UpstreamModule(
-    unsupported="running SkyRL's example module that registers its own estimator or loss",
-    instead="register yours with @register_advantage_estimator / @register_policy_loss and call run_cli in your script"
-    " (docs/algorithms.md)",
-)
+_CUSTOM = UpstreamModule()  # the example files register their estimator / loss with this project's registries
 
 UPSTREAM_MODULES: dict[str, UpstreamModule] = {
     "skyrl.train.entrypoints.main_base": UpstreamModule(),
@@ -103,3 +99,23 @@ def run_upstream_module(name: str, argv: Optional[Sequence[str]] = None) -> None
         print(refusal(name, module), file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_EXIT_CODE)
     main(argv, upstream_module=True, extra_overrides=module.overrides)
+
+
+def render_modules_markdown() -> str:
+    """The module-path section of `docs/reference/skyrl-keys.md` (rendered by `scripts/gen_config_docs.py`)."""
+    lines = [
+        "## Entrypoint modules",
+        "",
+        "Run from this repo's root (the `examples.*` paths are files under `examples/`).",
+        "",
+        "| SkyRL module | here |",
+        "|---|---|",
+        "| `skyrl_train.entrypoints.main_base` | this project's `main_base` |",
+    ]
+    for name, module in UPSTREAM_MODULES.items():
+        if module.unsupported:
+            here = f"refused: needs {module.unsupported}" + (f"; {module.instead}" if module.instead else "")
+        else:
+            here = "`main_base`" + (f" with `{' '.join(module.overrides)}`" if module.overrides else "")
+        lines.append(f"| `{name}` | {here.replace('|', chr(92) + '|')} |")
+    return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from skyrl_train.entrypoints.upstream_modules import UPSTREAM_MODULES, run_upstream_module
@@ -87,7 +88,7 @@ def test_python_m_skyrl_train_main_base_runs_ours_and_says_what_it_translated(tm
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count("config note: trainer.strategy=fsdp runs FSDP2") == 1
+    assert result.stderr.count("config note: trainer.strategy=fsdp: runs FSDP2") == 1
     assert "config warning: trainer.hf_save_interval=-1" in result.stderr
     header, resolved = result.stdout.split("# resolved SkyRL config\n", 1)
     assert "#   trainer.max_prompt_length=256 -> data.max_prompt_length=256" in header
@@ -119,3 +120,38 @@ def test_an_example_module_path_runs_from_the_repo_root_and_a_missing_feature_ex
         check=False,
     )
     assert refused.returncode == 2 and "FlashRL" in refused.stderr and "not supported here" in refused.stderr
+
+
+def test_the_custom_estimator_and_loss_examples_register_what_their_scripts_select(capsys):
+    sys.path.insert(0, str(REPO))
+    try:
+        from examples.algorithm.custom_advantage_estimator.main_custom_adv_est import simple_baseline
+        from examples.algorithm.custom_policy_loss.main_custom_policy_loss import reinforce_loss
+    finally:
+        sys.path.remove(str(REPO))
+    rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    advantages, _ = simple_baseline(token_level_rewards=rewards, response_mask=mask)
+    # scores 1, 0, 3 -> mean 4/3 -> -1/3, -4/3, 5/3 on the valid tokens
+    expected = torch.tensor([[-1 / 3, -1 / 3, 0.0], [-4 / 3] * 3, [5 / 3] * 3])
+    assert torch.allclose(advantages, expected)
+    log_probs = torch.tensor([[-1.0, -2.0, -9.0]], requires_grad=True)
+    loss, _ = reinforce_loss(
+        log_probs=log_probs,
+        old_log_probs=None,
+        advantages=torch.tensor([[2.0, 2.0, 2.0]]),
+        loss_mask=torch.tensor([[1.0, 1.0, 0.0]]),
+        config={"loss_reduction": "token_mean"},
+    )
+    assert loss.item() == pytest.approx(3.0)  # -(-1 * 2 + -2 * 2) / 2 valid tokens
+    for module, key, name in (
+        (
+            "examples.train.algorithms.custom_advantage_estimator.main_custom_adv_est",
+            "advantage_estimator",
+            "simple_baseline",
+        ),
+        ("examples.algorithm.custom_policy_loss.main_custom_policy_loss", "policy_loss_type", "reinforce"),
+    ):
+        code, out, err = dry_run(module, f"trainer.algorithm.{key}={name}", capsys=capsys)
+        assert code == 0, err
+        assert f'{key}: "{name}"' in out
