@@ -55,9 +55,9 @@ class Applied:
     """Say the note once at start-up (a value that runs something else than its name suggests)."""
 
     def describe(self) -> str:
-        """One line for `--dry-run`: `given -> became (note)`."""
+        """One line for `--dry-run`: `given -> became: note`."""
         target = ", ".join(self.became) if self.became else "accepted, nothing to set"
-        return f"{self.given} -> {target}" + (f" ({self.note})" if self.note else "")
+        return f"{self.given} -> {target}" + (f": {self.note}" if self.note else "")
 
 
 @dataclass
@@ -84,8 +84,9 @@ class Translation:
         """The distinct notes of the translated keys, in order (said once at start-up)."""
         seen: list[str] = []
         for applied in self.applied:
-            if applied.announce and applied.note not in seen:
-                seen.append(applied.note)
+            note = f"{applied.given}: {applied.note}"
+            if applied.announce and note not in seen:
+                seen.append(note)
         return seen
 
     def raise_problems(self) -> None:
@@ -318,7 +319,7 @@ class _Translator:
             return
         mapped = _lookup(rule.values, value)
         if mapped is NOTHING:
-            self.applied(source, (), "sets nothing here: this project's default means the same")
+            self.applied(source, (), "sets nothing here")
             return
         target_value = value if mapped is _MISSING else mapped
         start = len(self.result.overrides)

@@ -557,8 +557,8 @@ VALUE_RULES: dict[str, tuple[tuple[Any, Replace | Refuse], ...]] = {
             "fsdp",
             Replace(
                 "fsdp2",
-                "trainer.strategy=fsdp runs FSDP2 (torch fully_shard), the only FSDP here: what SkyRL's current layout"
-                " means by fsdp (its legacy layout meant FSDP1 by it)",
+                "runs FSDP2 (torch fully_shard), the only FSDP here, which is what SkyRL's current layout means by fsdp;"
+                " its legacy layout meant FSDP1",
             ),
         ),
         ("deepspeed", Refuse("the DeepSpeed strategy", "trainer.strategy=fsdp2")),
@@ -569,8 +569,8 @@ VALUE_RULES: dict[str, tuple[tuple[Any, Replace | Refuse], ...]] = {
             "nccl",
             Replace(
                 "auto",
-                "weight_sync_backend=nccl is auto here: CUDA IPC when the engines share the policy's GPUs, an NCCL"
-                " broadcast otherwise (what SkyRL's nccl does)",
+                "auto here: CUDA IPC when the engines share the policy's GPUs, an NCCL broadcast otherwise, as SkyRL's"
+                " nccl does",
             ),
         ),
         (

@@ -373,7 +373,7 @@ def test_the_translation_lists_what_it_did_and_announces_strategy_fsdp_once():
     described = translation.describe()
     assert "trainer.strategy=fsdp -> trainer.strategy='fsdp2'" in described
     assert "generator.backend=vllm -> generator.inference_engine.backend=vllm" in described
-    assert "generator.async_engine=true -> accepted, nothing to set (engines are asynchronous either way" in described
+    assert "generator.async_engine=true -> accepted, nothing to set: engines are asynchronous either way" in described
     assert len(translation.notes) == 1 and "FSDP2" in translation.notes[0]
     assert translation.speaks_skyrl and translation.legacy
 
