@@ -47,11 +47,12 @@ _HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-
 _HYDRA_FLAGS_WITH_VALUE |= {"--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
 
 
-def config_from_hydra(hydra_cfg: object) -> SkyRLConfig:
-    """Convert a composed Hydra `DictConfig` into a validated `SkyRLConfig` (interpolations resolved)."""
+def config_from_hydra(hydra_cfg: object, validate: bool = True) -> SkyRLConfig:
+    """Convert a composed Hydra `DictConfig` into a (validated) `SkyRLConfig` (interpolations resolved)."""
     from omegaconf import OmegaConf
 
-    return SkyRLConfig.from_dict(OmegaConf.to_container(hydra_cfg, resolve=True))  # type: ignore[arg-type]
+    data = OmegaConf.to_container(hydra_cfg, resolve=True)
+    return SkyRLConfig.from_dict(data, validate=validate)  # type: ignore[arg-type]
 
 
 def _fail(message: str) -> None:
@@ -59,8 +60,9 @@ def _fail(message: str) -> None:
     raise SystemExit(CONFIG_ERROR_EXIT_CODE)
 
 
-def hydra_entry(task: Callable[[SkyRLConfig], object]) -> Callable[[], None]:
-    """A `@hydra.main` function over `ppo_base_config.yaml` that validates the config and calls `task` with it.
+def hydra_entry(task: Callable[[SkyRLConfig], object], validate: bool = True) -> Callable[[], None]:
+    """A `@hydra.main` function over `ppo_base_config.yaml` that validates the config and calls `task` with it
+    (`validate=False`: the task validates it).
 
     Config errors print one readable message and exit with status 2; config warnings are printed to stderr.
     """
@@ -71,7 +73,7 @@ def hydra_entry(task: Callable[[SkyRLConfig], object]) -> Callable[[], None]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConfigWarning)
             try:
-                cfg = config_from_hydra(hydra_cfg)
+                cfg = config_from_hydra(hydra_cfg, validate=validate)
             except ConfigError as exc:
                 _fail(str(exc))
         for warning in caught:
@@ -164,10 +166,18 @@ def run_cli(
     def _run(cfg: SkyRLConfig) -> None:
         from skyrl_train.config.registered_names import registered_name_problems
 
-        problems = translation.check_built(cfg) + registered_name_problems(cfg)
-        if problems:
+        problems = translation.check_built(cfg)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConfigWarning)
+            try:
+                cfg.validate()
+            except ConfigValidationError as exc:
+                problems += exc.problems
+        problems += registered_name_problems(cfg)
+        if problems:  # every cross-field problem, registry name and checked SkyRL key at once
             _fail(str(ConfigValidationError(problems)))
-        for message in dialect_warnings(cfg, translation):
+        messages = [str(warning.message) for warning in caught] + dialect_warnings(cfg, translation)
+        for message in messages:
             print(f"config warning: {message}", file=sys.stderr)
         if dry_run:
             print(translation.describe() + render_resolved_config(cfg), end="")
@@ -178,6 +188,6 @@ def run_cli(
     saved_argv = sys.argv
     sys.argv = [program, *hydra_args]
     try:
-        hydra_entry(_run)()
+        hydra_entry(_run, validate=False)()
     finally:
         sys.argv = saved_argv

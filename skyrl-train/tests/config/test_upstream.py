@@ -416,3 +416,15 @@ def test_fully_async_generation_workers_below_the_staleness_bound_are_refused():
     assert build(*base, "trainer.fully_async.num_parallel_generation_workers=24").trainer.mode == "fully_async"
     message = refusal(*base, "trainer.fully_async.num_parallel_generation_workers=10")
     assert "capping concurrent generation" in message and "is not supported here" in message
+
+
+def test_the_command_line_lists_cross_field_problems_and_registry_names_together(capsys):
+    from skyrl_train.config.cli import run_cli
+
+    with pytest.raises(SystemExit) as info:
+        run_cli(None, ["trainer.algorithm.advantage_estimator=maxrl", "trainer.train_batch_size=100", "--dry-run"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid config (2 problem(s))" in err
+    assert "must be divisible by trainer.policy_mini_batch_size" in err
+    assert "'maxrl' is SkyRL's MaxRL advantage estimator, which is not supported here" in err

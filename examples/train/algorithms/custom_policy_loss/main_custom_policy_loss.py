@@ -1,6 +1,6 @@
 """NovaSky-AI/SkyRL's current-layout module path of its custom-loss example (the code is in examples/algorithm/).
 
-    python -m examples.train.algorithms.custom_policy_loss.main_custom_policy_loss <overrides> [--dry-run]
+python -m examples.train.algorithms.custom_policy_loss.main_custom_policy_loss <overrides> [--dry-run]
 """
 
 import examples.algorithm.custom_policy_loss.main_custom_policy_loss  # noqa: F401  (registers it)
