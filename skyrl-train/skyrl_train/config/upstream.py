@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from skyrl_train.config.errors import ConfigError, ConfigTypeError, UnknownConfigKeyError, UnsupportedFeatureError
-from skyrl_train.config.overrides import Override, resolve_key
+from skyrl_train.config.overrides import Override, find_key, resolve_key
 from skyrl_train.config.typecheck import convert_value, is_config_class, is_free_mapping
 from skyrl_train.config.upstream_keys import (
     LEGACY_ONLY_PREFIXES,
@@ -169,10 +169,7 @@ def _rules_for(key: str) -> tuple[str, Rule] | None:
 
 
 def _known(schema: type, key: str) -> tuple[Any, bool] | None:
-    try:
-        return resolve_key(schema, key)
-    except UnknownConfigKeyError:
-        return None
+    return find_key(schema, key)
 
 
 def _is_section(annotation: Any) -> bool:

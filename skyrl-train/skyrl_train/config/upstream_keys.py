@@ -102,6 +102,13 @@ class Refuse:
 Rule = Rename | Fixed | Ignored | Checked | Remote
 
 
+def _policy_model(cfg: Any, name: Any) -> Optional[str]:
+    """SkyRL's legacy `generator.model_name` defaults to the policy's model path, which the engines serve here."""
+    if name in ("${trainer.policy.model.path}", cfg.trainer.policy.model.path):
+        return None
+    return "engines serving another model than the policy"
+
+
 def _generation_workers(cfg: Any, workers: Any) -> Optional[str]:
     """Upstream's fully-async generation workers each run one group; this project keeps as many groups in flight as
     the staleness bound admits (`train_batch_size * (max_staleness + 1)`), which a smaller worker count would cap."""
@@ -235,7 +242,13 @@ def _megatron_rules(role: str) -> dict[str, Rule]:
             _NONE, "overriding the MoE router's expert bias", "the model config's setting"
         ),
         f"{prefix}.moe_router_dtype": Fixed(("fp32",), "other MoE router dtypes", "fp32 routing"),
-        f"{prefix}.ddp_config": Fixed((), "Megatron DDP settings", ""),
+        f"{prefix}.ddp_config": Fixed((), "other Megatron DDP settings", ""),
+        f"{prefix}.ddp_config.grad_reduce_in_fp32": Fixed((True,), "reducing gradients in bf16", "fp32 reduction"),
+        f"{prefix}.ddp_config.overlap_grad_reduce": Fixed(_OFF, "overlapping the gradient reduction", "off"),
+        f"{prefix}.ddp_config.overlap_param_gather": Fixed(_OFF, "overlapping the parameter gather", "off"),
+        f"{prefix}.ddp_config.average_in_collective": Fixed(
+            (True, False), "", "gradients are averaged over the data-parallel ranks either way"
+        ),
         f"{prefix}.hf_export_config": Ignored(
             "distributed Megatron HF exports", f"{prefix}.hf_export_config.distributed_save"
         ),
@@ -433,9 +446,7 @@ RULES: dict[str, Rule] = {
         for kind in ("tensor", "pipeline", "expert", "data")
     },
     **{f"generator.{name}": Rename(f"{_ENGINE}.{name}") for name in _FLAT_ENGINE_KEYS},
-    "generator.model_name": Fixed(
-        ("${trainer.policy.model.path}",), "engines serving another model than the policy", "the policy's model"
-    ),
+    "generator.model_name": Checked(_policy_model, "the engines serve the policy's model"),
     "generator.async_engine": Fixed(
         (True, False), "", "engines are asynchronous either way (SkyRL's synchronous engine samples the same)"
     ),
