@@ -236,8 +236,8 @@ def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
                 f"trainer.{role}_mini_batch_size * generator.n_samples_per_prompt = {mini} * {samples} = {sequences}"
                 f" sequences per mini-batch must be divisible by trainer.micro_train_batch_size_per_gpu * {role}"
                 f" data-parallel size = {micro} * {dp} = {micro * dp}: change the mini-batch size, the micro-batch"
-                f" size or the {role} GPU count (padding uneven mini-batches with dummy rows, as SkyRL does, is not"
-                " supported here)"
+                f" size or the {role} GPU count (mini-batches that do not split evenly, which SkyRL pads with dummy"
+                " rows, are not supported here)"
             )
 
 
