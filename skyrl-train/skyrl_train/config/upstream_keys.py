@@ -354,9 +354,7 @@ RULES: dict[str, Rule] = {
     "trainer.recompute_old_logprobs_per_minibatch": Fixed(
         (True,), "one full-batch forward for the old log-probs", "old log-probs follow the training mini-batches"
     ),
-    "trainer.use_sample_packing": Fixed(
-        _OFF, "sample packing (SkyRL's legacy name)", "padded micro-batches", "trainer.max_tokens_per_microbatch"
-    ),
+    "trainer.use_sample_packing": Fixed(_OFF, "sample packing (SkyRL's legacy name)", "padded micro-batches"),
     "trainer.dump_data_batch": Fixed(_OFF, "dumping training batches to files", "off"),
     "trainer.dump_eval_results": Fixed(
         (True,), "turning evaluation dumps off", "evaluation results are written under trainer.export_path"
