@@ -24,6 +24,8 @@ NO_ACTION_HINT = "No action found: reply with one <action>{...}</action> holding
 class OpenEnvEnv(BaseTextEnv):
     """An OpenEnv environment, one session per episode (see the module docstring)."""
 
+    config_keys = ("base_url", "timeout")
+
     default_max_turns = 8
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
