@@ -13,7 +13,9 @@ import importlib
 import io
 import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,28 @@ def test_the_cpu_defaults_differ_from_the_gpu_ones(tmp_path):
     assert "generator.inference_engine.backend=hf" in cpu and "generator.inference_engine.backend=vllm" in gpu
     assert "trainer.placement.policy_num_gpus_per_node=4" in gpu
     assert json.dumps(cpu) != json.dumps(gpu)
+
+
+STEPS = 5
+"""Steps of the real runs: enough for held-out accuracy to move, few enough for CI."""
+EVAL_LINE = re.compile(r"^step (\d+)/\d+ \| eval/all/pass_at_1 ([0-9.]+)", re.MULTILINE)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize(
+    "script",
+    ["gsm8k/run_gsm8k.sh", "algorithms/dapo/run_dapo.sh", "lora/run_lora.sh", "fully_async/run_fully_async.sh"],
+)
+def test_a_short_cpu_run_raises_held_out_accuracy(tmp_path, script):
+    """The script as a user runs it on CPU (embedded model, local data, Ray, hf engines), cut to a few steps."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUM_GPUS", "MODEL", "DATA_DIR")}
+    env.update(PYTHON=sys.executable, OUT_DIR=str(tmp_path), MAX_STEPS=str(STEPS))
+    done = subprocess.run(["bash", str(TRAIN / script)], env=env, cwd=tmp_path, capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    evals = [(int(step), float(accuracy)) for step, accuracy in EVAL_LINE.findall(output)]
+    assert [step for step, _ in evals] == [0, STEPS], output[-3000:]
+    (_, before), (_, after) = evals
+    assert after > before, f"{script}: held-out accuracy {before} -> {after} in {STEPS} steps"
