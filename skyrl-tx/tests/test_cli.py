@@ -194,3 +194,15 @@ def test_serve_refuses_a_reachable_host_without_keys_before_building_anything(tm
     )
     assert done.returncode != 0 and "--host 0.0.0.0 is reachable from other machines" in done.stderr, done.stderr
     assert not (tmp_path / "tx").exists()
+
+
+def test_every_serve_flag_is_documented_in_the_skyrl_tx_page():
+    from pathlib import Path
+
+    from skyrl_tx.cli import build_parser
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "skyrl-tx.md").read_text()
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    flags = [flag for action in serve._actions for flag in action.option_strings if flag.startswith("--")]
+    assert "--max-batch-tokens" in flags
+    assert [flag for flag in flags if f"`{flag}" not in page and flag != "--help"] == []
