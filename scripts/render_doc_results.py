@@ -251,6 +251,43 @@ def render_packing(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_tx_abuse(data: dict) -> str:
+    """benchmarks/tx_abuse.py: each attack and the server's answer, then the good clients alone and under attack."""
+    lines = ["| attack | answer | server RSS after |", "|---|---|---|"]
+    for row in data["attacks"]:
+        lines.append(f"| {row['attack']} | {row['answer']} | {row['rss_mb']:.0f} MB |")
+    lines += [
+        "",
+        "| good clients | samples ok | sample p99 | train steps ok | train step p99 | server peak RSS |",
+        "|---|---|---|---|---|---|",
+    ]
+    expected = data["expected"]
+    for name, label in (("baseline", "alone"), ("attacked", "under attack"), ("baseline_after", "alone again")):
+        run = data[name]
+        sample, train = run["kinds"]["sample"], run["kinds"]["train_step"]
+        lines.append(
+            f"| {label} | {sample['ok']} / {expected['sample']} | {sample['p99_s']:.2f} s | "
+            f"{train['ok']} / {expected['train_step']} | {train['p99_s']:.2f} s | {run['peak_rss_mb']:.0f} MB |"
+        )
+    settings = data["settings"]
+    ratios = ", ".join(f"{kind} {ratio:.2f}x" for kind, ratio in data["p99_ratios"].items())
+    passed = [check for check, ok in data["acceptance"].items() if ok]
+    failed = [check for check, ok in data["acceptance"].items() if not ok]
+    start, end = data["load_average_1min"]
+    lines += [
+        "",
+        f"p99 under attack / the mean of the two runs alone: {ratios}; adapters lost: {data['adapters_lost']}; RSS bound "
+        f"{data['rss_bound_mb']:.0f} MB (idle {data['idle_rss_mb']:.0f} MB). Acceptance: "
+        + (f"all {len(passed)} checks pass" if not failed else "FAILED: " + "; ".join(failed))
+        + f". {settings['sampling_clients']} sampling clients x {settings['requests']} requests "
+        f"({settings['sample']}) and {settings['training_clients']} training clients x {settings['steps']} steps "
+        f"({settings['train_step']}), each on its own key; server limits: {settings['limits']}. Measured on "
+        f"{data['machine']}, {data['date']}, 1-minute load average {start:.1f} at the start and {end:.1f} at the end "
+        "(`benchmarks/results/tx_abuse.json`, `python benchmarks/tx_abuse.py`).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _trailing_mean(values: list[float], window: int) -> list[float]:
     return [
         sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
@@ -302,6 +339,8 @@ def render_async_vs_sync(data: dict, name: str) -> str:
     )
     return "\n".join(lines) + "\n"
 
+    return "\n".join(lines) + "\n"
+
 
 RENDERERS = {
     "code_choices": render_code_choices,
@@ -314,6 +353,7 @@ RENDERERS = {
     "quickstart_fully_async": render_quickstart_seeds,
     "step_breakdown": render_step_breakdown,
     "thread_counts": render_thread_counts,
+    "tx_abuse": render_tx_abuse,
     "vs_trl": render_vs_trl,
     **{
         path.stem: functools.partial(render_async_vs_sync, name=path.stem)
