@@ -17,7 +17,7 @@ import numbers
 from fractions import Fraction
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step
 from skyrl_gym.rewards.numbers import EXTRACTION_MODES, extract_gsm8k_answer, numbers_match, parse_ground_truth_number
 
 
@@ -64,13 +64,7 @@ class GSM8KEnv(BaseTextEnv):
         correct = numbers_match(pred, self._target)
         reward = 1.0 if correct else (self.format_reward if pred is not None else 0.0)
         self._pred, self._correct = pred, correct
-        return BaseTextEnvStepOutput(
-            observations=[],
-            reward=reward,
-            done=True,
-            metadata={"pred": pred, "found": pred is not None, "correct": correct},
-            postprocessed_action=None,
-        )
+        return final_step(reward, {"pred": pred, "found": pred is not None, "correct": correct})
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `correct` and `answer_found` for the episode."""

@@ -26,7 +26,7 @@ import math
 import numbers
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step
 from skyrl_gym.rewards.math_equivalence import (
     DEFAULT_TIMEOUT_S,
     grade_math_response,
@@ -76,13 +76,8 @@ class MathEnv(BaseTextEnv):
     def _step(self, action: str) -> BaseTextEnvStepOutput:
         grade = grade_math_response(action, self._answers, self.timeout_s)
         self._acc, self._found = grade.correct, grade.pred is not None
-        return BaseTextEnvStepOutput(
-            observations=[],
-            reward=self.correct_reward if grade.correct else self.incorrect_reward,
-            done=True,
-            metadata={"pred": grade.pred, "acc": grade.correct},
-            postprocessed_action=None,
-        )
+        reward = self.correct_reward if grade.correct else self.incorrect_reward
+        return final_step(reward, {"pred": grade.pred, "acc": grade.correct})
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `acc` and `answer_found` for the episode."""

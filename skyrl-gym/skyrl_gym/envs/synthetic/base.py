@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypedDict
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step
 from skyrl_gym.rewards.answer_extraction import END_OF_TURN_MARKERS
 from skyrl_gym.tools.parsing import extract_tag
 
@@ -122,13 +122,7 @@ class SyntheticEnv(BaseTextEnv):
     def _step(self, action: str) -> BaseTextEnvStepOutput:
         result = self.score(action, self._truth)
         self._last_score = result
-        return BaseTextEnvStepOutput(
-            observations=[],
-            reward=result.reward,
-            done=True,
-            metadata=result.to_metadata(self.task_name),
-            postprocessed_action=None,
-        )
+        return final_step(result.reward, result.to_metadata(self.task_name))
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `correct` and `parse_error` (1 when the answer could not be read or was invalid)."""
