@@ -1,15 +1,11 @@
 """Tests of the search env against a real BM25 retrieval server, and of its normalised exact-match reward."""
 
-import json
-import socket
-
 import numpy as np
 import pytest
 
 import skyrl_gym
 from skyrl_gym.envs.search.env import NO_ACTION_HINT, SearchEnv
 from skyrl_gym.rewards.exact_match import exact_match, normalize_answer, parse_targets
-from skyrl_gym.tools.retrieval_server import RetrievalServer
 
 CORPUS = [
     {"id": "d1", "title": "Mont Blanc", "text": "Mont Blanc is the highest mountain in the Alps, at 4808 metres."},
@@ -17,22 +13,6 @@ CORPUS = [
     {"id": "d3", "title": "Danube", "text": "The Danube flows through Vienna and Budapest."},
 ]
 PROMPT = [{"role": "user", "content": "What is the highest mountain in the Alps?"}]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    corpus = tmp_path_factory.mktemp("search") / "corpus.jsonl"
-    corpus.write_text("\n".join(json.dumps(r) for r in CORPUS), encoding="utf-8")
-    with RetrievalServer(corpus) as running:
-        yield running
-
-
-def closed_port_url() -> str:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}"
 
 
 OPEN_ENVS: list = []
@@ -180,8 +160,8 @@ def test_no_answer_within_max_turns_scores_zero(server):
 
 
 @pytest.mark.integration
-def test_unreachable_server_is_an_observation_not_an_exception():
-    url = closed_port_url()
+def test_unreachable_server_is_an_observation_not_an_exception(closed_port_url):
+    url = closed_port_url
     env = make_env(url, max_attempts=2, backoff_base=0.01)
     env.init(PROMPT)
     out = env.step("<search>highest mountain</search>")
@@ -194,8 +174,8 @@ def test_unreachable_server_is_an_observation_not_an_exception():
     assert env.get_metrics()["search_errors"] == 1
 
 
-def test_answer_ends_even_with_a_search_in_the_same_turn():
-    env = make_env(closed_port_url())  # never contacted
+def test_answer_ends_even_with_a_search_in_the_same_turn(closed_port_url):
+    env = make_env(closed_port_url)  # never contacted
     env.init(PROMPT)
     out = env.step("<search>x</search><answer>Mont Blanc</answer>")
     assert out["done"] and out["reward"] == 1.0

@@ -1,15 +1,11 @@
 """The `searchcode` env against a real BM25 retrieval server on 127.0.0.1 and real sandboxed Python."""
 
-import json
-import socket
-
 import pytest
 
 import skyrl_gym
 from skyrl_gym import EnvStateError, guarded_step
 from skyrl_gym.envs.searchcode import SearchCodeEnv, parse_tool_tag
 from skyrl_gym.envs.searchcode.env import EMPTY_TOOL_HINT, NO_TOOL_HINT
-from skyrl_gym.tools.retrieval_server import RetrievalServer
 
 CORPUS = [
     {"id": "d1", "title": "Eggs", "text": "A hen lays 16 eggs per day."},
@@ -17,22 +13,6 @@ CORPUS = [
     {"id": "d3", "title": "Danube", "text": "The Danube flows through Vienna."},
 ]
 PROMPT = [{"role": "user", "content": "A hen lays eggs sold at the market. How much per day? End with #### N."}]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    corpus = tmp_path_factory.mktemp("searchcode") / "corpus.jsonl"
-    corpus.write_text("\n".join(json.dumps(r) for r in CORPUS), encoding="utf-8")
-    with RetrievalServer(corpus) as running:
-        yield running
-
-
-def closed_port_url() -> str:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}"
 
 
 OPEN_ENVS: list = []
@@ -209,8 +189,8 @@ def test_python_time_limit_from_env_config(server):
 
 
 @pytest.mark.integration
-def test_search_server_down_is_a_failed_step_not_a_zero():
-    url = closed_port_url()
+def test_search_server_down_is_a_failed_step_not_a_zero(closed_port_url):
+    url = closed_port_url
     env = make_env(url, max_attempts=2, backoff_base=0.01)
     out = guarded_step(env, "<tool><search>hen eggs</search></tool>", timeout_s=30)
     assert out["done"] is True and out["reward"] == 0.0 and out["observations"] == []
