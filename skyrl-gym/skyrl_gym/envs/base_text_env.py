@@ -169,6 +169,14 @@ class BaseTextEnv(Env[ConversationType, str]):
             )
         return spec["ground_truth"]
 
+    def config_number(self, key: str, default: float) -> float:
+        """`env_config[key]` (else `default`) as a float; ValueError naming `env_config.<key>` unless it is a finite
+        number."""
+        value = self.env_config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+            raise ValueError(f"env_config.{key} must be a finite number, got {value!r}")
+        return float(value)
+
     @property
     def is_last_turn(self) -> bool:
         """True while handling the final allowed turn (after `step` counted it)."""

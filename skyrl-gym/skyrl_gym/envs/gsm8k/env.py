@@ -12,8 +12,6 @@ GSM8K solution ending in "#### 72"), `format_reward` when a number was found but
 
 from __future__ import annotations
 
-import math
-import numbers
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -29,14 +27,6 @@ def read_mode(env_config: dict[str, Any], default: str = "strict") -> str:
     return mode
 
 
-def read_reward(env_config: dict[str, Any], key: str, default: float) -> float:
-    """A finite numeric reward option from env_config (e.g. `format_reward`), validated."""
-    value = env_config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"env_config.{key} must be a finite number, got {value!r}")
-    return float(value)
-
-
 class GSM8KEnv(BaseTextEnv):
     """Single-turn GSM8K: the episode ends after one response, scored by its final number (see module docstring)."""
 
@@ -45,7 +35,7 @@ class GSM8KEnv(BaseTextEnv):
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.mode = read_mode(self.env_config)
-        self.format_reward = read_reward(self.env_config, "format_reward", 0.0)
+        self.format_reward = self.config_number("format_reward", 0.0)
         self._target: Optional[Fraction] = None
         self._pred: Optional[str] = None
         self._correct = False

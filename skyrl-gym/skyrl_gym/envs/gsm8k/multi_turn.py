@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Any, Optional
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step, reply_step
-from skyrl_gym.envs.gsm8k.env import read_mode, read_reward
+from skyrl_gym.envs.gsm8k.env import read_mode
 from skyrl_gym.rewards.numbers import extract_gsm8k_answer, numbers_match, parse_ground_truth_number
 
 
@@ -30,7 +30,7 @@ class GSM8KMultiTurnEnv(BaseTextEnv):
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.mode = read_mode(self.env_config)
-        self.format_reward = read_reward(self.env_config, "format_reward", 0.2 / self.max_turns)
+        self.format_reward = self.config_number("format_reward", 0.2 / self.max_turns)
         self._target: Optional[Fraction] = None
         self._solved = False
 

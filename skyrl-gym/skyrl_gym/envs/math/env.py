@@ -22,8 +22,6 @@ Metadata of both: `pred` (the extracted answer or None) and `acc` (True when cor
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any, Optional
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step
@@ -35,14 +33,6 @@ from skyrl_gym.rewards.math_equivalence import (
 )
 
 
-def _read_number(env_config: dict[str, Any], key: str, default: float) -> float:
-    """A finite number option from env_config, validated (ValueError naming `env_config.<key>`)."""
-    value = env_config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"env_config.{key} must be a finite number, got {value!r}")
-    return float(value)
-
-
 class MathEnv(BaseTextEnv):
     """Single-turn math: reward 1.0 when the final answer is equivalent to the ground truth, else 0.0."""
 
@@ -52,11 +42,11 @@ class MathEnv(BaseTextEnv):
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
-        self.timeout_s = _read_number(self.env_config, "timeout_s", DEFAULT_TIMEOUT_S)
+        self.timeout_s = self.config_number("timeout_s", DEFAULT_TIMEOUT_S)
         if self.timeout_s <= 0:
             raise ValueError(f"env_config.timeout_s must be a positive number of seconds, got {self.timeout_s!r}")
-        self.correct_reward = _read_number(self.env_config, "correct_reward", self.default_correct_reward)
-        self.incorrect_reward = _read_number(self.env_config, "incorrect_reward", self.default_incorrect_reward)
+        self.correct_reward = self.config_number("correct_reward", self.default_correct_reward)
+        self.incorrect_reward = self.config_number("incorrect_reward", self.default_incorrect_reward)
         self._answers: list[str] = []
         self._acc = False
         self._found = False
