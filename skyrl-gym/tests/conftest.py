@@ -24,6 +24,20 @@ def server(request, tmp_path_factory):
 
 
 @pytest.fixture
+def closing():
+    """`closing(env)` returns `env` and closes it after the test, so no connection outlives the test."""
+    opened = []
+
+    def track(env):
+        opened.append(env)
+        return env
+
+    yield track
+    for env in reversed(opened):
+        env.close()
+
+
+@pytest.fixture
 def closed_port_url() -> str:
     """An http URL on 127.0.0.1 whose port was just free: nothing listens there."""
     sock = socket.socket()

@@ -15,24 +15,19 @@ CORPUS = [
 PROMPT = [{"role": "user", "content": "What is the highest mountain in the Alps?"}]
 
 
-OPEN_ENVS: list = []
+@pytest.fixture
+def make_env(closing):
+    """`make_env(url, ground_truth, **env_config)`: a search env on `url`, closed after the test."""
 
+    def make(url: str, ground_truth=None, **config) -> SearchEnv:
+        truth = {"target": ["Mont Blanc", "Monte Bianco"]} if ground_truth is None else ground_truth
+        return closing(
+            SearchEnv(
+                {"search_url": url, "topk": 2, **config}, {"reward_spec": {"method": "rule", "ground_truth": truth}}
+            )
+        )
 
-@pytest.fixture(autouse=True)
-def close_envs():
-    """Close every env a test built, so no HTTP connection outlives its test (a later test's gc would warn)."""
-    yield
-    while OPEN_ENVS:
-        OPEN_ENVS.pop().close()
-
-
-def make_env(url: str, ground_truth=None, **config) -> SearchEnv:
-    truth = {"target": ["Mont Blanc", "Monte Bianco"]} if ground_truth is None else ground_truth
-    env = SearchEnv(
-        {"search_url": url, "topk": 2, **config}, {"reward_spec": {"method": "rule", "ground_truth": truth}}
-    )
-    OPEN_ENVS.append(env)
-    return env
+    return make
 
 
 # ----- the reward rule ----------------------------------------------------------------------------------------------
@@ -137,7 +132,7 @@ def test_search_then_correct_answer(server):
 
 
 @pytest.mark.integration
-def test_wrong_answer_and_query_without_matches(server):
+def test_wrong_answer_and_query_without_matches(server, make_env):
     env = make_env(server.url)
     env.init(PROMPT)
     miss = env.step("<search>zebra</search>")
@@ -147,7 +142,7 @@ def test_wrong_answer_and_query_without_matches(server):
 
 
 @pytest.mark.integration
-def test_no_answer_within_max_turns_scores_zero(server):
+def test_no_answer_within_max_turns_scores_zero(server, make_env):
     env = make_env(server.url, max_turns=2)
     env.init(PROMPT)
     hint = env.step("hmm")
@@ -160,7 +155,7 @@ def test_no_answer_within_max_turns_scores_zero(server):
 
 
 @pytest.mark.integration
-def test_unreachable_server_is_an_observation_not_an_exception(closed_port_url):
+def test_unreachable_server_is_an_observation_not_an_exception(closed_port_url, make_env):
     url = closed_port_url
     env = make_env(url, max_attempts=2, backoff_base=0.01)
     env.init(PROMPT)
@@ -174,21 +169,21 @@ def test_unreachable_server_is_an_observation_not_an_exception(closed_port_url):
     assert env.get_metrics()["search_errors"] == 1
 
 
-def test_answer_ends_even_with_a_search_in_the_same_turn(closed_port_url):
+def test_answer_ends_even_with_a_search_in_the_same_turn(closed_port_url, make_env):
     env = make_env(closed_port_url)  # never contacted
     env.init(PROMPT)
     out = env.step("<search>x</search><answer>Mont Blanc</answer>")
     assert out["done"] and out["reward"] == 1.0
 
 
-def test_close_releases_the_client():
+def test_close_releases_the_client(make_env):
     env = make_env("http://127.0.0.1:9")
     env.close()
     env.close()
     assert env.toolbox.groups[0]._client.is_closed
 
 
-def test_config_errors():
+def test_config_errors(make_env):
     with pytest.raises(ValueError, match="topk"):
         make_env("http://127.0.0.1:9", topk=0)
     with pytest.raises(ValueError, match="search_url"):
