@@ -94,7 +94,8 @@ class SyntheticEnv(BaseTextEnv):
     response with the family's rule and ends the episode.
 
     Subclasses set `task_name` and the family module's `parse_ground_truth` and `score_response` (as staticmethods);
-    an env_config knob of the rule goes into `score_options`, the keyword arguments `score_response` is called with.
+    an env_config knob of the rule is read by `read_score_options` into `score_options`, the keyword arguments
+    `score_response` is called with.
     """
 
     config_keys = ()
@@ -108,9 +109,13 @@ class SyntheticEnv(BaseTextEnv):
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
-        self.score_options: dict[str, Any] = {}
+        self.score_options: dict[str, Any] = self.read_score_options()
         self._truth: Any = None
         self._last_score: Optional[Score] = None
+
+    def read_score_options(self) -> dict[str, Any]:
+        """The rule's keyword arguments from `env_config` (checked; ValueError naming the key); none by default."""
+        return {}
 
     def score(self, response: str, truth: Any) -> Score:
         """Score one response against the parsed ground truth with the family's rule and this env's options."""
