@@ -135,7 +135,13 @@ class BaseWorker(ChannelHost):
         """Join the process group, load the model (every rank with the same seed) and shard it; trainable roles also
         get AdamW and the LR schedule (`num_training_steps` is needed by decaying schedules such as cosine)."""
         init_process_group(
-            self.rank, self.world_size, self.master_addr, self.master_port, self.device, store=self._rendezvous
+            self.rank,
+            self.world_size,
+            self.master_addr,
+            self.master_port,
+            self.device,
+            store=self._rendezvous,
+            cpu_tensors=self.keeps_tensors_on_cpu,
         )
         path = model_path or ROLE_MODEL_PATHS[self.role](self.cfg)
         if not path:
@@ -154,6 +160,18 @@ class BaseWorker(ChannelHost):
         )
         self.model = self.strategy.prepare(model, num_training_steps)
         self.model_path = path
+
+    @property
+    def keeps_tensors_on_cpu(self) -> bool:
+        """True when this role's FSDP2 model lives on CPU between uses on a CUDA worker (`fsdp.cpu_offload`): its
+        gradient norms are then reduced as CPU tensors, so the default group also needs gloo."""
+        fsdp = getattr(self.section, "fsdp", None)
+        return bool(
+            self.device.type == "cuda"
+            and self.cfg.trainer.strategy == "fsdp2"
+            and fsdp is not None
+            and fsdp.cpu_offload
+        )
 
     @property
     def uses_lora(self) -> bool:
