@@ -120,6 +120,17 @@ def engine_kwargs(
     return kwargs
 
 
+def check_tensor_parallel_gpus(tp_size: int, visible: Optional[tuple[str, ...]]) -> None:
+    """Refuse a tensor-parallel size above the GPUs this process sees (`visible`; None: not restricted): SGLang puts
+    worker k on local GPU k, which would not exist. Placement gives a separate sglang engine `tp_size` GPUs."""
+    if visible is not None and tp_size > len(visible):
+        raise ValueError(
+            f"the sglang engine has tensor_parallel_size={tp_size} but its actor sees {len(visible)} GPU(s) "
+            f"({list(visible)}); SGLang runs one worker per GPU: give the actor {tp_size} GPUs "
+            "(trainer.placement.colocate_all=false does) or lower generator.inference_engine.tensor_parallel_size"
+        )
+
+
 def engine_kwargs_from_settings(settings: Any) -> dict[str, Any]:
     """`engine_kwargs` for an `EngineSettings` (the config's `generator.inference_engine` keys, `trainer.seed`)."""
     return engine_kwargs(

@@ -34,6 +34,7 @@ import torch
 
 from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.sglang_convert import (
+    check_tensor_parallel_gpus,
     import_sglang,
     logprob_request,
     parse_output,
@@ -44,6 +45,7 @@ from skyrl_train.inference.types import SamplingParams
 from skyrl_train.models.loading import load_tokenizer
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
+from skyrl_train.weight_sync.locations import process_gpus
 
 WHOLE_TENSOR = 1 << 62
 """`truncate_size` that makes `get_weights_by_name` return every row of a parameter."""
@@ -74,6 +76,7 @@ class SGLangInferenceEngine(QueuedEngine):
     def __init__(self, engine_args: dict[str, Any], device: str = "cuda", batch_wait_s: float = 0.002) -> None:
         if torch.device(device).type != "cuda":
             raise ValueError(f"the sglang engine runs on CUDA GPUs only; device is {device!r}")
+        check_tensor_parallel_gpus(int(engine_args.get("tp_size", 1)), process_gpus())
         sglang = import_sglang()
         from sglang.srt.managers import io_struct
         from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams

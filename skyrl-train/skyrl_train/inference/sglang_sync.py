@@ -8,9 +8,10 @@ in layout (`sglang_convert.byte_bucket_layout`: the chunk's bytes are SGLang's `
   `init_weights_update_group` (the coordinator's store as master, ranks from the engine's first rank); each chunk is
   one `update_weights_from_distributed(load_format="flattened_bucket")`, in which the workers receive the chunk's
   bytes from the sender (rank 0) straight into one byte bucket over NCCL.
-- `cuda_ipc`: the sender's CUDA IPC handle is passed on unopened, pickled as a call of torch's `rebuild_cuda_tensor`
-  with the GPU named by UUID (SGLang's patched rebuild resolves it); each worker maps the sender's buffer and loads
-  it with `update_weights_from_tensor(load_format="flattened_bucket")`. No copy is made in the actor.
+- `cuda_ipc`: the sender's CUDA IPC handles (one per worker: the engine's `sync_ranks`) are passed on unopened,
+  pickled as calls of torch's `rebuild_cuda_tensor` with the GPU named by UUID (SGLang's patched rebuild resolves
+  it); each worker maps the sender's buffer and loads it with `update_weights_from_tensor(load_format=
+  "flattened_bucket")`. No copy is made in the actor.
 
 A sync is one SGLang weight-update session: the first chunk opens it (holding new generate calls), the final chunk
 closes it, flushes the prefix cache and switches the served version.
@@ -47,21 +48,26 @@ class SharedCudaBytes:
         return reductions.rebuild_cuda_tensor, self.arguments
 
 
-def ipc_arguments(payload: dict[str, Any]) -> tuple:
-    """The sender's rebuild arguments (a `cuda_ipc` chunk payload) with its GPU named by UUID, not by index."""
-    arguments = list(payload["arguments"])
+def ipc_arguments(payload: dict[str, Any], consumer: int = 0) -> tuple:
+    """The rebuild arguments of handle `consumer` of a `cuda_ipc` chunk payload (the sender made one per worker of
+    the engine), with the GPU named by UUID, not by index."""
+    handles = payload.get("handles") or [(None, payload["arguments"])]
+    if not 0 <= consumer < len(handles):
+        raise ValueError(f"cuda_ipc payload holds {len(handles)} handle(s), worker {consumer} has none of its own")
+    arguments = list(handles[consumer][1])
     arguments[DEVICE_ARGUMENT] = payload["device_uuid"]
     return tuple(arguments)
 
 
-def bucket_payload(chunk: WeightChunk, metadata_cls: type) -> dict[str, Any]:
-    """SGLang's `flattened_bucket` payload for a `cuda_ipc` chunk: the shared bytes and one metadata per tensor."""
+def bucket_payload(chunk: WeightChunk, metadata_cls: type, consumer: int = 0) -> dict[str, Any]:
+    """SGLang's `flattened_bucket` payload of worker `consumer` for a `cuda_ipc` chunk: its own handle of the shared
+    bytes and one metadata per tensor."""
     dtype = dtype_from_name(chunk.dtype)
     metadata = [
         metadata_cls(name=name, shape=torch.Size(shape), dtype=dtype, start_idx=start, end_idx=end, numel=end - start)
         for name, (shape, start, end) in zip(chunk.names, byte_bucket_layout(chunk.shapes, dtype))
     ]
-    return {"flattened_tensor": SharedCudaBytes(ipc_arguments(chunk.payload)), "metadata": metadata}
+    return {"flattened_tensor": SharedCudaBytes(ipc_arguments(chunk.payload, consumer)), "metadata": metadata}
 
 
 class SGLangSessionReceiver(WeightReceiver):
@@ -121,7 +127,8 @@ class SGLangBroadcastReceiver(SGLangSessionReceiver):
 
 
 class SGLangCudaIpcReceiver(SGLangSessionReceiver):
-    """Passes each chunk's CUDA IPC handle to SGLang's workers, one pickled payload per tensor-parallel rank."""
+    """Passes each chunk's CUDA IPC handles to SGLang's workers, one pickled payload (with its own handle) per
+    tensor-parallel rank."""
 
     @classmethod
     async def create(cls, init_info: dict[str, Any], engine: Any) -> SGLangCudaIpcReceiver:
@@ -132,9 +139,11 @@ class SGLangCudaIpcReceiver(SGLangSessionReceiver):
         """One `update_weights_from_tensor(load_format="flattened_bucket")` call."""
         from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorMetadata
 
-        payload = bucket_payload(chunk, FlattenedTensorMetadata)
         engine = self.engine
-        payloads = [engine.serializer.serialize(payload) for _ in range(engine.tensor_parallel_size)]
+        payloads = [
+            engine.serializer.serialize(bucket_payload(chunk, FlattenedTensorMetadata, rank))
+            for rank in range(engine.tensor_parallel_size)
+        ]
         await engine.load_tensor_payloads(payloads, "flattened_bucket", flush_cache=chunk.final)
 
 

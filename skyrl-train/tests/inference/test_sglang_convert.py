@@ -25,6 +25,7 @@ from skyrl_train.inference.sglang_convert import (
     MAX_STOP_STRINGS,
     SGLANG_REQUIREMENT,
     byte_bucket_layout,
+    check_tensor_parallel_gpus,
     engine_kwargs_from_settings,
     import_sglang,
     logprob_request,
@@ -313,6 +314,25 @@ def test_cuda_ipc_payload_pickles_as_a_rebuild_call_with_the_gpu_uuid():
     ]
     assert {m.dtype for m in meta} == {torch.bfloat16}
     assert SharedCudaBytes(arguments).__reduce__()[1] == arguments
+
+
+def test_each_tensor_parallel_worker_opens_its_own_ipc_handle():
+    first = (torch.Tensor, torch.Size([4]), (1,), 0, "storage", torch.uint8, 0, b"handle", 4, 0, b"slot-1")
+    second = first[:-1] + (b"slot-2",)
+    payload = {"handles": [(None, first), (None, second)], "device_uuid": "GPU-9"}
+    chunk = WeightChunk(version=1, index=0, final=True, names=["w"], shapes=[(2,)], dtype="bfloat16", payload=payload)
+    opened = [bucket_payload(chunk, MetadataStandIn, rank)["flattened_tensor"].arguments for rank in range(2)]
+    assert [arguments[-1] for arguments in opened] == [b"slot-1", b"slot-2"]
+    assert {arguments[DEVICE_ARGUMENT] for arguments in opened} == {"GPU-9"}
+    with pytest.raises(ValueError, match="holds 2 handle\\(s\\), worker 2 has none"):
+        bucket_payload(chunk, MetadataStandIn, 2)
+
+
+def test_tensor_parallel_workers_need_as_many_gpus_in_the_actor():
+    check_tensor_parallel_gpus(2, ("4", "5"))
+    check_tensor_parallel_gpus(2, None)  # not restricted: every GPU of the node
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 but its actor sees 1 GPU\(s\) \(\['3'\]\)"):
+        check_tensor_parallel_gpus(2, ("3",))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")
