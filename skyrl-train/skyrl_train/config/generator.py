@@ -59,8 +59,8 @@ class InferenceEngineConfig:
     there this has no effect."""
 
     enforce_eager: bool = False
-    """Disable CUDA graphs in vLLM and SGLang (`disable_cuda_graph`): slower, but starts faster and uses less
-    memory."""
+    """Disable CUDA graphs in vLLM (`enforce_eager`) and SGLang (`disable_prefill_cuda_graph` and
+    `disable_decode_cuda_graph`): slower, but starts faster and uses less memory."""
 
     max_num_seqs: int = 1024
     """Maximum sequences an engine decodes at once (SGLang's `max_running_requests`)."""

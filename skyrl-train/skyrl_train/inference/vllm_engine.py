@@ -40,6 +40,7 @@ from skyrl_train.inference.vllm_weights import (
     fused_split_sizes,
     module_groups,
     unfuse,
+    unpad_vocab_rows,
 )
 from skyrl_train.models.lora_state import parse_adapter_name
 from skyrl_train.utils.checksum import tensor_checksum
@@ -58,6 +59,17 @@ def import_vllm() -> Any:
     except ImportError as exc:
         raise ImportError(f"{VLLM_INSTALL_HINT} ({exc})") from exc
     return vllm
+
+
+def check_vllm_device(device: str) -> None:
+    """Refuse a CUDA device other than the first one this process sees: vLLM takes no device argument and always
+    runs on that one, so `cuda:1` would silently put the engine on GPU 0."""
+    parsed = torch.device(device)
+    if parsed.type == "cuda" and parsed.index not in (None, 0):
+        raise ValueError(
+            f"the vllm engine cannot run on {device}: vLLM always uses the first GPU the process sees; start the "
+            f"process with CUDA_VISIBLE_DEVICES={parsed.index} and use device=cuda"
+        )
 
 
 def prepare_vllm_environment(device: str, num_threads: int) -> None:
@@ -164,6 +176,7 @@ class VLLMInferenceEngine(QueuedEngine):
         lora_alpha: float = 16.0,
         **engine_kwargs: Any,
     ) -> None:
+        check_vllm_device(device)
         prepare_vllm_environment(device, num_threads)
         vllm = import_vllm()
         self.on_gpu = torch.device(device).type == "cuda"
@@ -420,7 +433,9 @@ class VLLMInferenceEngine(QueuedEngine):
         if self.tensor_parallel_size != 1:
             raise NotImplementedError("VLLMInferenceEngine.weights_checksum needs tensor_parallel_size=1")
         named = (await self._in_worker(self.llm.collective_rpc, _named_parameters))[0]
-        served = unfuse(named, self.packed_modules, fused_split_sizes(self.hf_config))
+        served = unpad_vocab_rows(
+            unfuse(named, self.packed_modules, fused_split_sizes(self.hf_config)), self.hf_config.vocab_size
+        )
         if self._adapters is not None:  # the adapter tensors of the loaded LoRA adapter, as written for vLLM
             served.update(self._adapters.received)
         wanted = names if names is not None else list(served)

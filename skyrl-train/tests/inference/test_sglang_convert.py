@@ -26,6 +26,7 @@ from skyrl_train.inference.sglang_convert import (
     SGLANG_REQUIREMENT,
     byte_bucket_layout,
     check_tensor_parallel_gpus,
+    check_weights_readable,
     engine_kwargs_from_settings,
     import_sglang,
     logprob_request,
@@ -104,7 +105,8 @@ def test_every_engine_key_reaches_the_sglang_engine_arguments():
         "max_running_requests": 7,
         "random_seed": 9,
         "disable_radix_cache": True,
-        "disable_cuda_graph": True,
+        "disable_prefill_cuda_graph": True,
+        "disable_decode_cuda_graph": True,
         "enable_memory_saver": True,
         "enable_weights_cpu_backup": False,  # engine_init_kwargs win
         "enable_deterministic_inference": True,
@@ -113,7 +115,8 @@ def test_every_engine_key_reaches_the_sglang_engine_arguments():
     }
     defaults = engine_kwargs_from_settings(EngineSettings.from_config(SkyRLConfig(), "/models/m"))
     assert defaults["tokenizer_path"] == "/models/m"
-    assert (defaults["disable_radix_cache"], defaults["disable_cuda_graph"]) == (False, False)
+    assert (defaults["disable_radix_cache"], defaults["disable_decode_cuda_graph"]) == (False, False)
+    assert "disable_cuda_graph" not in defaults  # SGLang's legacy switch (no CLI flag in 0.5.23)
     assert (defaults["enable_weights_cpu_backup"], defaults["dtype"]) == (True, "bfloat16")
 
 
@@ -344,3 +347,12 @@ def test_import_guard_says_how_to_install_sglang():
 def test_the_sglang_extra_installs_the_versions_the_engine_is_written_for():
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert pyproject["project"]["optional-dependencies"]["sglang"] == [SGLANG_REQUIREMENT]
+
+
+def test_checksum_read_back_is_refused_up_front_for_models_sglang_cannot_read():
+    check_weights_readable(["LlamaForCausalLM"])
+    check_weights_readable(["MistralForCausalLM"])  # inherits Llama's get_weights_by_name
+    with pytest.raises(NotImplementedError, match=r"cannot read back the weights of \['Qwen2ForCausalLM'\]"):
+        check_weights_readable(["Qwen2ForCausalLM"])
+    with pytest.raises(NotImplementedError, match="without verify_weight_sync"):
+        check_weights_readable(None)
