@@ -7,7 +7,9 @@ in layout (`sglang_convert.byte_bucket_layout`: the chunk's bytes are SGLang's `
 - `broadcast`: at init every tensor-parallel worker joins the strategy's process group through SGLang's
   `init_weights_update_group` (the coordinator's store as master, ranks from the engine's first rank); each chunk is
   one `update_weights_from_distributed(load_format="flattened_bucket")`, in which the workers receive the chunk's
-  bytes from the sender (rank 0) straight into one byte bucket over NCCL.
+  bytes from the sender (rank 0) straight into one byte bucket over NCCL. The engine counts its workers ready on the
+  coordinator's store just before that call (after its in-flight generate calls finished), and the sender starts the
+  broadcast only then, so NCCL's watchdog never sees a broadcast waiting for a busy engine.
 - `cuda_ipc`: the sender's CUDA IPC handles (one per worker: the engine's `sync_ranks`) are passed on unopened,
   pickled as calls of torch's `rebuild_cuda_tensor` with the GPU named by UUID (SGLang's patched rebuild resolves
   it); each worker maps the sender's buffer and loads it with `update_weights_from_tensor(load_format=
@@ -20,6 +22,7 @@ closes it, flushes the prefix cache and switches the served version.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
@@ -27,6 +30,7 @@ import torch
 
 from skyrl_train.inference.sglang_convert import byte_bucket_layout
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver
+from skyrl_train.weight_sync.broadcast import mark_chunk_ready, store_of
 from skyrl_train.weight_sync.chunks import dtype_from_name
 from skyrl_train.weight_sync.cuda_ipc import DEVICE_ARGUMENT
 
@@ -112,11 +116,16 @@ class SGLangBroadcastReceiver(SGLangSessionReceiver):
             init_info["group_name"],
             init_info["backend"],
         )
-        return cls(init_info, engine)
+        receiver = cls(init_info, engine)
+        receiver.store = await asyncio.to_thread(store_of, init_info)
+        return receiver
 
     async def load(self, chunk: WeightChunk) -> None:
-        """One `update_weights_from_distributed` call: the workers take the chunk's broadcast bytes."""
+        """One `update_weights_from_distributed` call: the workers take the chunk's broadcast bytes. The sender
+        starts the broadcast once this engine's workers are counted ready (after the session opened, i.e. after the
+        in-flight generate calls finished)."""
         shapes = [list(shape) for shape in chunk.shapes]
+        await asyncio.to_thread(mark_chunk_ready, self.store, chunk, self.engine.tensor_parallel_size, self.init_info)
         await self.engine.load_from_distributed(
             chunk.names, chunk.dtype, shapes, self.init_info["group_name"], flush_cache=chunk.final
         )
