@@ -266,7 +266,7 @@ class RayPPOTrainer:
             metrics.update(policy_metrics)
         metrics.update(logprob_metrics(batch, old_logprobs, ref_logprobs))
         if self.engines_sleep:
-            await self.client.wake_up()
+            await self.wake_engines()
         return metrics, float(batch.response_mask.sum())
 
     def step_metrics(self, metrics: dict[str, float], timer: PhaseTimer, generated: float) -> dict[str, float]:
@@ -457,6 +457,20 @@ class RayPPOTrainer:
         epochs = self.cfg.trainer.update_epochs_per_batch
         results = await group.run_sharded_each_async("train_mini_batches", mini_batches, epochs=epochs, **options)
         return average_metrics([step for result in results for step in result.steps]), results
+
+    async def wake_engines(self) -> None:
+        """Hand the GPUs back to the colocated engines: every worker group first returns the memory its caching
+        allocator holds for freed tensors (`BaseWorker.release_memory`: the policy's offloaded optimizer state,
+        gradients and activations, the ref's activations), then the engines wake into it. Without that step they
+        would wake next to everything the workers ever reserved."""
+        groups = [group for group in self.colocated_groups() if group is not None]
+        await asyncio.gather(*(asyncio.to_thread(group.run_all, "release_memory") for group in groups))
+        await self.client.wake_up()
+
+    def colocated_groups(self) -> list[Optional[WorkerGroup]]:
+        """The worker groups sharing the engines' GPUs: policy, ref, critic and the reward model's."""
+        reward = getattr(self.reward_scorer, "reward_group", None)
+        return [self.policy, self.ref, self.critic, reward]
 
     async def sleep_engines(self) -> None:
         """Close the endpoint gate (requests to `generator.http_endpoint` wait until the next sync), then put the

@@ -72,6 +72,24 @@ def check_vllm_device(device: str) -> None:
         )
 
 
+def memory_problem(free: int, total: int, utilization: float) -> Optional[str]:
+    """Why vLLM would refuse to start on a GPU with `free` of `total` bytes free at `gpu_memory_utilization`
+    (vLLM asks for that share of the whole GPU and refuses when less is free), in this project's keys; None when it
+    fits. On a colocated run the policy workers load first and hold part of the GPU."""
+    wanted = utilization * total
+    if free >= wanted:
+        return None
+    gib = 1024**3
+    fits = max(int((free / total - 0.02) * 100) / 100, 0.0)
+    return (
+        f"generator.inference_engine.gpu_memory_utilization={utilization} asks vLLM for {wanted / gib:.1f} GiB of this"
+        f" GPU's {total / gib:.1f} GiB, but {free / gib:.1f} GiB is free (colocated workers and other processes hold"
+        f" the rest): set gpu_memory_utilization to at most {fits}, keep the workers' weights in CPU memory"
+        " (trainer.policy.fsdp.cpu_offload=true, and the same for ref and critic), or give the engines GPUs of their"
+        " own (trainer.placement.colocate_all=false)"
+    )
+
+
 def prepare_vllm_environment(device: str, num_threads: int) -> None:
     """Environment defaults read when vLLM starts (a user's own settings win).
 
@@ -199,6 +217,10 @@ class VLLMInferenceEngine(QueuedEngine):
         if lora_rank > 0:
             settings.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=1)
         settings.update(engine_kwargs)
+        if self.on_gpu:  # vLLM checks this too, in its own words; ours names the keys to change
+            problem = memory_problem(*torch.cuda.mem_get_info(), float(settings["gpu_memory_utilization"]))
+            if problem is not None:
+                raise ValueError(problem)
         self.llm = vllm.LLM(**settings)
         self._lora_request_cls = importlib.import_module("vllm.lora.request").LoRARequest if lora_rank > 0 else None
         self._adapters = AdapterFolders(lora_alpha, model_path) if lora_rank > 0 else None

@@ -160,6 +160,7 @@ class BaseWorker(ChannelHost):
         )
         self.model = self.strategy.prepare(model, num_training_steps)
         self.model_path = path
+        self.release_memory()  # what loading and sharding left cached is free for the engines that start next
 
     @property
     def keeps_tensors_on_cpu(self) -> bool:
@@ -287,6 +288,19 @@ class BaseWorker(ChannelHost):
         if self.offloads_optimizer:
             self.strategy.offload_optimizer()
         return grad_norm
+
+    def release_memory(self) -> dict[str, int]:
+        """Return the accelerator memory this process's caching allocator holds but no tensor uses to the driver
+        (`torch.cuda.empty_cache()`), so that other processes on the GPU (the colocated inference engines waking up)
+        can have it: freed tensors (the offloaded optimizer state, gradients, activations) otherwise stay reserved
+        here. Returns the bytes still reserved and allocated afterwards (0 on CPU, where there is nothing to do)."""
+        if self.device.type != "cuda":
+            return {"reserved_bytes": 0, "allocated_bytes": 0}
+        torch.cuda.empty_cache()
+        return {
+            "reserved_bytes": int(torch.cuda.memory_reserved(self.device)),
+            "allocated_bytes": int(torch.cuda.memory_allocated(self.device)),
+        }
 
     @property
     def offloads_optimizer(self) -> bool:

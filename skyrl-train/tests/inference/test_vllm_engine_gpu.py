@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
-from skyrl_train.inference.vllm_engine import VLLMInferenceEngine, check_vllm_device
+from skyrl_train.inference.vllm_engine import VLLMInferenceEngine, check_vllm_device, memory_problem
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 
@@ -21,6 +21,14 @@ def test_only_the_first_visible_gpu_is_accepted_since_vllm_takes_no_device():
         check_vllm_device("cuda:1")
     with pytest.raises(ValueError, match="cannot run on cuda:2"):
         VLLMInferenceEngine("/no/model", device="cuda:2")  # refused before vLLM is imported or a model read
+
+
+def test_an_engine_that_would_not_fit_next_to_the_colocated_workers_names_the_keys_to_change():
+    gib = 1024**3
+    assert memory_problem(free=70 * gib, total=80 * gib, utilization=0.8) is None
+    problem = memory_problem(free=50 * gib, total=80 * gib, utilization=0.8)
+    assert "asks vLLM for 64.0 GiB of this GPU's 80.0 GiB, but 50.0 GiB is free" in problem
+    assert "gpu_memory_utilization to at most 0.6," in problem and "fsdp.cpu_offload=true" in problem
 
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0)
