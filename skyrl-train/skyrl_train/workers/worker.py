@@ -152,11 +152,13 @@ class BaseWorker(ChannelHost):
         if self.uses_lora:
             model = apply_lora(model, LoRASettings.from_config(self.section.model.lora))
         strategy_cls = strategy_class(self.cfg.trainer.strategy)
+        seeded = {"seed": self.cfg.trainer.seed} if self.cfg.trainer.strategy == "megatron" else {}  # its RNG tracker
         self.strategy = strategy_cls.from_section(
             self.section,
             device=self.device,
             optimizer=self.section.optimizer if self.trainable else None,
             gradient_checkpointing=self.trainable and self.section.gradient_checkpointing,
+            **seeded,
         )
         self.model = self.strategy.prepare(model, num_training_steps)
         self.model_path = path
