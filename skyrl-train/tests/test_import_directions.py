@@ -21,7 +21,7 @@ ROOT = "<package>"
 """The room of `skyrl_train/__init__.py` (it holds only the version, so it may be imported from anywhere)."""
 
 LAYERS: list[tuple[str, ...]] = [
-    (ROOT, "utils"),
+    (ROOT, "utils", "gpu_calls"),
     ("config",),
     ("algorithms", "dataset"),
     ("models",),

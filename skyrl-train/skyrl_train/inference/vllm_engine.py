@@ -131,6 +131,42 @@ def _prompt_logprobs(
     return values, (tops if top > 0 else None)
 
 
+def llm_kwargs(
+    model_path: str,
+    tokenizer_path: Optional[str] = None,
+    dtype: str = "bfloat16",
+    seed: int = 0,
+    max_num_seqs: int = 64,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.8,
+    enable_prefix_caching: bool = True,
+    enforce_eager: bool = False,
+    on_gpu: bool = False,
+    max_model_len: Optional[int] = None,
+    lora_rank: int = 0,
+) -> dict[str, Any]:
+    """The `vllm.LLM` arguments of our engine settings (the engine adds the user's `engine_kwargs` last): logprobs
+    after temperature only (`processed_logprobs`), sleep mode on CUDA, and vLLM's LoRA support for a LoRA policy."""
+    settings: dict[str, Any] = dict(
+        model=model_path,
+        tokenizer=tokenizer_path or model_path,
+        dtype=dtype,
+        seed=seed,
+        max_num_seqs=max_num_seqs,
+        tensor_parallel_size=tensor_parallel_size,
+        gpu_memory_utilization=gpu_memory_utilization,
+        enable_prefix_caching=enable_prefix_caching,
+        enforce_eager=enforce_eager,
+        logprobs_mode="processed_logprobs",
+        enable_sleep_mode=on_gpu,
+    )
+    if max_model_len is not None:
+        settings["max_model_len"] = max_model_len
+    if lora_rank > 0:
+        settings.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=1)
+    return settings
+
+
 @dataclass
 class VLLMRequest:
     """One prompt for `VLLMInferenceEngine.generate_blocking`: its sampling params and seed (sample j is seeded
@@ -199,9 +235,9 @@ class VLLMInferenceEngine(QueuedEngine):
         vllm = import_vllm()
         self.on_gpu = torch.device(device).type == "cuda"
         self.tensor_parallel_size = tensor_parallel_size
-        settings: dict[str, Any] = dict(
-            model=model_path,
-            tokenizer=tokenizer_path or model_path,
+        settings = llm_kwargs(
+            model_path,
+            tokenizer_path=tokenizer_path,
             dtype=dtype,
             seed=seed,
             max_num_seqs=max_num_seqs,
@@ -209,13 +245,10 @@ class VLLMInferenceEngine(QueuedEngine):
             gpu_memory_utilization=gpu_memory_utilization,
             enable_prefix_caching=enable_prefix_caching,
             enforce_eager=enforce_eager,
-            logprobs_mode="processed_logprobs",
-            enable_sleep_mode=self.on_gpu,
+            on_gpu=self.on_gpu,
+            max_model_len=max_model_len,
+            lora_rank=lora_rank,
         )
-        if max_model_len is not None:
-            settings["max_model_len"] = max_model_len
-        if lora_rank > 0:
-            settings.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=1)
         settings.update(engine_kwargs)
         if self.on_gpu:  # vLLM checks this too, in its own words; ours names the keys to change
             problem = memory_problem(*torch.cuda.mem_get_info(), float(settings["gpu_memory_utilization"]))
