@@ -37,6 +37,8 @@ def describe_stack(cfg: SkyRLConfig) -> str:
     ranks = placement.policy_num_nodes * placement.policy_num_gpus_per_node
     where = "colocated" if placement.colocate_all else "separate"
     sync = resolve_strategy_name(engine.weight_sync_backend, placement.colocate_all, cfg.resolved_device())
+    if sync == "cuda_ipc" and engine.weight_sync_backend == "auto" and engine.num_engines > 1:
+        sync = "cuda_ipc (the engine on rank 0's GPU) + broadcast (the others)"  # weight_sync.locations
     return f"{ranks} FSDP2 ranks + {engine.num_engines} {where} {engine.backend} engines, {sync} weight sync"
 
 
@@ -103,6 +105,11 @@ def main() -> int:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the resolved config and exit (builds and writes nothing)"
     )
+    parser.add_argument(
+        "--verify-weight-sync",
+        action="store_true",
+        help="after every weight sync, compare each engine's weight checksums with the policy's (fails on a mismatch)",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_intermixed_args()  # options and key=value overrides in any order
     if args.test_size > MODEL.eval_examples:
@@ -139,7 +146,7 @@ def main() -> int:
 
     cfg = SkyRLConfig.from_cli_overrides(quickstart_overrides(str(model_dir), data_dir, out_dir) + args.overrides)
     print(f"quickstart: [3/3] GRPO on Ray ({describe_stack(cfg)})", flush=True)
-    experiment = BasePPOExp(cfg)
+    experiment = BasePPOExp(cfg, verify_weight_sync=args.verify_weight_sync)
     result = experiment.run()
     key = f"eval/all/pass_at_{cfg.generator.eval_n_samples_per_prompt}"
     before, after = result.initial_eval.get(key, float("nan")), result.final_eval.get(key, float("nan"))
