@@ -16,6 +16,7 @@ import ast
 import importlib
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -409,6 +410,10 @@ def test_splatted_keywords_are_the_ones_our_code_builds():
     assert listed == built
 
 
+CLASS_HEADER = re.compile(r"^class (\w+)\(([^)]*)\)", re.MULTILINE)
+"""A top-level class statement and its bases."""
+
+
 def test_sglang_sampling_dicts_hold_only_its_sampling_fields_and_its_weight_readers_are_current():
     """What travels as data, not as a call: the sampling-params dicts `async_generate` gets are made of SGLang's
     `SamplingParams` fields (audit S5), and `SGLANG_WEIGHT_READERS` are SGLang's model classes that define or inherit
@@ -420,16 +425,18 @@ def test_sglang_sampling_dicts_hold_only_its_sampling_fields_and_its_weight_read
     fields = set(source.signatures("sglang.srt.sampling.sampling_params.SamplingParams")[0][0].parameters)
     params = SamplingParams(stop=["x"], stop_token_ids=[3], top_k=5, min_p=0.1, logprobs=True, top_logprobs=2)
     assert set(sampling_params_dict(params, 7, 4, 64)) <= fields
-    classes = {}  # model class name -> (defines get_weights_by_name, names of its bases)
+    classes: dict[str, tuple[bool, set[str]]] = {}  # model class -> (defines get_weights_by_name, its bases' names)
     for module in source.submodules("sglang.srt.models"):
-        for node in source.module(module).body:
-            if isinstance(node, ast.ClassDef):
-                defines = any(
+        text = source.text(module) or ""
+        for name, bases in CLASS_HEADER.findall(text):  # cheap: most files need no parse
+            defined, known = classes.get(name, (False, set()))
+            classes[name] = (defined, known | {base.strip().split(".")[-1].split("[")[0] for base in bases.split(",")})
+        if "def get_weights_by_name" in text:
+            for node in source.module(module).body:
+                if isinstance(node, ast.ClassDef) and any(
                     isinstance(item, ast.FunctionDef) and item.name == "get_weights_by_name" for item in node.body
-                )
-                bases = {(dotted_name(base) or "").split(".")[-1] for base in node.bases}
-                defined, known = classes.get(node.name, (False, set()))
-                classes[node.name] = (defined or defines, known | bases)
+                ):
+                    classes[node.name] = (True, classes[node.name][1])
     readers = {name for name, (defines, _) in classes.items() if defines}
     while True:  # classes inheriting it
         more = {name for name, (_, bases) in classes.items() if bases & readers} - readers

@@ -97,15 +97,16 @@ class LibrarySource:
         files = [str(path.relative_to(root)) for path in (root / package).rglob("*.py*")]
         return cls(lambda path: (root / path).read_text() if (root / path).is_file() else None, files, str(root))
 
+    def text(self, dotted: str) -> Optional[str]:
+        """The source text of module `dotted` (`.py`, a package's `__init__.py`, or a `.pyi` stub), or None."""
+        base = dotted.replace(".", "/")
+        paths = (f"{base}.py", f"{base}/__init__.py", f"{base}.pyi", f"{base}/__init__.pyi")
+        return next((text for text in map(self._read, paths) if text is not None), None)
+
     def module(self, dotted: str) -> Optional[ast.Module]:
         """The parsed module `dotted` (`.py`, a package's `__init__.py`, or a `.pyi` stub), or None."""
         if dotted not in self._modules:
-            base = dotted.replace(".", "/")
-            texts = (
-                self._read(path)
-                for path in (f"{base}.py", f"{base}/__init__.py", f"{base}.pyi", f"{base}/__init__.pyi")
-            )
-            text = next((text for text in texts if text is not None), None)
+            text = self.text(dotted)
             self._modules[dotted] = None if text is None else ast.parse(text)
         return self._modules[dotted]
 
