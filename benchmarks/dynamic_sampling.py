@@ -66,26 +66,18 @@ def groups_to_reach(curve: list[tuple[float, float]], target: float) -> Optional
 
 
 class BudgetTrainer(RayPPOTrainer):
-    """Stops starting new steps once `budget` prompt groups were sampled (a step in progress still finishes)."""
+    """Stops starting new steps once `budget` prompt groups were sampled (a step in progress still finishes, its
+    dynamic-sampling rounds included)."""
 
     def __init__(self, *args: Any, budget: Optional[float], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.budget = budget
-        self.in_step = False
 
-    def next_batch(self) -> Optional[list[dict[str, Any]]]:
-        """None once the budget is spent, unless dynamic sampling asks for another batch within a step."""
-        if self.budget is not None and not self.in_step and self.sampled_groups_total >= self.budget:
+    async def step(self) -> Optional[dict[str, float]]:
+        """A training step, or None once the budget is spent."""
+        if self.budget is not None and self.sampled_groups_total >= self.budget:
             return None
-        return super().next_batch()
-
-    async def step(self, items: list[dict[str, Any]]) -> dict[str, float]:
-        """A training step, marked as in progress."""
-        self.in_step = True
-        try:
-            return await super().step(items)
-        finally:
-            self.in_step = False
+        return await super().step()
 
 
 class BudgetExp(BasePPOExp):

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import ray
 
@@ -70,10 +70,14 @@ class MeasuredTrainer(RayPPOTrainer):
         per_rank = ray.get([actor.take_compute_seconds.remote() for actor in group.actors])
         return max(sum(seconds.values()) for seconds in per_rank)
 
+    def _groups(self) -> list[tuple[str, Any]]:
+        roles = (("policy", self.policy), ("ref", self.ref), ("critic", self.critic))
+        return [(role, client.group) for role, client in roles if client is not None]
+
     def _engine_seconds(self) -> list[dict[str, float]]:
         return ray.get([handle.take_compute_seconds.remote() for handle in self.engine_handles])
 
-    async def step(self, items: list[dict[str, Any]]) -> dict[str, float]:
+    async def step(self) -> Optional[dict[str, float]]:
         """One training step, then `compute/generate` (slowest engine) and `compute/<role>` (slowest rank)."""
         start = time.perf_counter()
         self.step_starts.append(start)
@@ -81,16 +85,16 @@ class MeasuredTrainer(RayPPOTrainer):
         # plain trainer's loop only reaches inside its next step (the engines' install of the synced weights was
         # one: awaited reads gave it a free slot between steps and the table ~1 ms less overhead than a real run).
         self._engine_seconds()  # drop whatever evaluation or set-up left on the clocks
-        for group in (self.policy, self.ref, self.critic):
-            if group is not None:
-                self._group_seconds(group)
+        for _, group in self._groups():
+            self._group_seconds(group)
         stepped = time.perf_counter()
-        metrics = await super().step(items)
+        metrics = await super().step()
+        if metrics is None:
+            return None
         reading = time.perf_counter()
         metrics["compute/generate"] = max(sum(seconds.values()) for seconds in self._engine_seconds())
-        for role, group in (("policy", self.policy), ("ref", self.ref), ("critic", self.critic)):
-            if group is not None:
-                metrics[f"compute/{role}"] = self._group_seconds(group)
+        for role, group in self._groups():
+            metrics[f"compute/{role}"] = self._group_seconds(group)
         self.reading_seconds.append((stepped - start) + (time.perf_counter() - reading))
         return metrics
 

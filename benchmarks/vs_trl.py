@@ -374,12 +374,14 @@ def run_ours(model_dir: Path, data_dir: Path, work: Path, steps: int, extra: lis
         return handle.__ray_call__.remote(lambda _actor: torch.get_num_threads())
 
     class ClockedTrainer(RayPPOTrainer):
-        async def step(self, items: list[dict[str, Any]]) -> dict[str, float]:
+        async def step(self) -> Optional[dict[str, float]]:
             if not threads:  # before the first step: what each actor runs with
-                threads["policy ranks"] = ray.get([thread_count(actor) for actor in self.policy.actors])
+                threads["policy ranks"] = ray.get([thread_count(actor) for actor in self.policy.group.actors])
                 threads["engines"] = ray.get([thread_count(engine.handle) for engine in experiment.engines])
             starts.append(time.perf_counter())
-            metrics = await super().step(items)
+            metrics = await super().step()
+            if metrics is None:
+                return None
             ends.append(time.perf_counter())
             if self.global_step % 25 == 0 or self.global_step == steps:
                 print(f"vs_trl[ours]: step {self.global_step}/{steps}", flush=True)

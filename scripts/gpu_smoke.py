@@ -126,6 +126,8 @@ class Item:
     gpus: int = 1
     budget_s: int = 60
     tp: int = 1
+    needs_module: str = ""
+    """A Python module the item needs beyond its venv's pins: without it the item is a SKIP saying so."""
 
 
 EMBEDDED_MODEL = (
@@ -169,6 +171,12 @@ ITEMS: tuple[Item, ...] = (
          (pytest_args("skyrl-train/tests/inference/test_sglang_engine.py", marker="sglang"),), budget_s=80),
     Item("grpo_sglang", "3 GRPO steps: 1 FSDP2 rank + 1 colocated SGLang engine (cuda_ipc into its worker)", "sglang",
          (quickstart("grpo_sglang", *ONE_GPU, *SGLANG, verify=False),), budget_s=65),
+    Item("packing_flash", "packed micro-batches through flash-attention's varlen kernel on CUDA (bf16), then 3 GRPO "
+         "steps with trainer.remove_microbatch_padding", "vllm",
+         (pytest_args("skyrl-train/tests/models/test_varlen_attention.py", "skyrl-train/tests/models/test_packing.py",
+                      marker="gpu"),
+          quickstart("packing_flash", *ONE_GPU, VLLM, "trainer.policy.fsdp.mixed_precision.param_dtype=bfloat16",
+                     "trainer.remove_microbatch_padding=true")), budget_s=60, needs_module="flash_attn"),
     Item("colocated_2gpu", "M1: 2 FSDP2 ranks + 2 colocated vLLM engines on 2 GPUs, auto sync (cuda_ipc to the engine "
          "on rank 0's GPU, NCCL broadcast to the other), checked by checksum", "vllm",
          (quickstart("colocated_2gpu", *TWO_GPUS, VLLM),), gpus=2, budget_s=90),
@@ -180,7 +188,8 @@ ITEMS: tuple[Item, ...] = (
                      "generator.inference_engine.tensor_parallel_size=2", verify=False),),
          gpus=3, budget_s=90, tp=2),
 )  # fmt: skip
-"""Every item, in run order. The SGLang quickstarts run without checksum verification: SGLang reads weights back only
+"""Every item, in run order. The 10-minute budget covers the one-GPU items that need nothing beyond the two venvs
+(`packing_flash` also needs the `flash-attn` package). The SGLang quickstarts run without checksum verification: SGLang reads weights back only
 for Llama-family models (the quickstart's is a Qwen2); `sglang_engine` verifies on a tiny Llama."""
 
 
@@ -226,6 +235,14 @@ def visible_gpus() -> int:
     return sum(line.startswith("GPU ") for line in done.stdout.splitlines()) if done.returncode == 0 else 0
 
 
+def prepare_venv(venv: Venv, logs: Path, no_setup: bool) -> Optional[str]:
+    """Why `venv` cannot be used (missing with `--no-setup`, or its build failed), else None."""
+    if no_setup:
+        return None if venv.python.exists() else f"{venv.path} is missing (--no-setup)"
+    print(f"venv {venv.name}: {venv.path}", flush=True)
+    return ensure_venv(venv, logs)
+
+
 def ensure_venv(venv: Venv, logs: Path) -> Optional[str]:
     """Build `venv` when its python is missing; why it could not be built, else None."""
     if venv.python.exists():
@@ -236,6 +253,12 @@ def ensure_venv(venv: Venv, logs: Path) -> Optional[str]:
             if subprocess.call(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT) != 0:
                 return f"building {venv.path} failed at `{shlex.join(command[:6])} ...` (see {log_path})"
     return None
+
+
+def has_module(venv: Venv, module: str) -> bool:
+    """True when `module` can be imported in `venv` (looked up, not imported)."""
+    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
+    return subprocess.call([str(venv.python), "-c", code, module], cwd=ROOT) == 0
 
 
 def uses_quickstart(item: Item) -> bool:
@@ -308,12 +331,16 @@ def print_plan(chosen: list[tuple[Item, Optional[str]]], gpus: int, tp: int, log
     if any(reason is None and uses_quickstart(item) for item, reason in chosen):
         print(f"setup: the quickstart's model, built once (untimed): $ python {shlex.join(EMBEDDED_MODEL)}")
     for item, reason in chosen:
-        head = f"SKIP {item.name}: {reason}" if reason else f"RUN  {item.name} [{item.venv} venv, <= {item.budget_s} s]"
+        needs = f", needs {item.needs_module}" if item.needs_module else ""
+        run = f"RUN  {item.name} [{item.venv} venv, <= {item.budget_s} s{needs}]"
+        head = f"SKIP {item.name}: {reason}" if reason else run
         print(f"{head}\n     {item.what}")
         for command in item_commands(item, logs):
             print(f"     $ {shlex.join(command)}")
-    budget = sum(item.budget_s for item, reason in chosen if reason is None)
-    print(f"time budget of the items that run: {budget} s ({budget / 60:.1f} min; venv builds not counted)")
+    budget = sum(item.budget_s for item, reason in chosen if reason is None and not item.needs_module)
+    optional = [item.name for item, reason in chosen if reason is None and item.needs_module]
+    extra = f"; + {', '.join(optional)} when its package is installed" if optional else ""
+    print(f"time budget of the items that run: {budget} s ({budget / 60:.1f} min; venv builds not counted{extra})")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -347,13 +374,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     outcomes = []
     for item, reason in chosen:
         if reason is None and item.venv not in venv_problems:
-            venv = VENVS[item.venv]
-            if args.no_setup:
-                venv_problems[item.venv] = None if venv.python.exists() else f"{venv.path} is missing (--no-setup)"
-            else:
-                print(f"venv {venv.name}: {venv.path}", flush=True)
-                venv_problems[item.venv] = ensure_venv(venv, logs)
-        if reason is None and uses_quickstart(item) and not venv_problems[item.venv] and not built_model:
+            venv_problems[item.venv] = prepare_venv(VENVS[item.venv], logs, args.no_setup)
+        ready = reason is None and not venv_problems[item.venv]
+        if ready and item.needs_module and not has_module(VENVS[item.venv], item.needs_module):
+            reason = f"needs the {item.needs_module} package in {VENVS[item.venv].path}"
+        elif ready and uses_quickstart(item) and not built_model:
             model_problem, built_model = build_embedded_model(VENVS[item.venv], logs), True
         if reason is not None:
             outcome = Outcome(item.name, item.what, "SKIP", reason=reason)

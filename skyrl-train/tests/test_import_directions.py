@@ -31,8 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("training_batch", "evaluation", "health", "placement"),
     ("workers",),
     ("rewards", "rollouts", "trainer_checkpoints"),
+    ("weight_publisher",),
     ("trainer",),
-    ("async_trainer",),
     ("recipes",),
     ("entrypoints",),
 ]
@@ -41,6 +41,30 @@ of a higher one. Why the order: weight sync installs into anything with `weight_
 `WeightTarget` protocol), so the engine actors build receivers and not the reverse; the workers host the sending half
 and run the algorithms; the trainer drives workers, engines and rollouts; recipes (the warm start) and entrypoints
 compose everything."""
+
+RINGS: dict[str, tuple[str, ...]] = {
+    "core": (
+        *(ROOT, "utils", "gpu_calls", "config", "algorithms", "dataset", "models", "weight_sync", "inference"),
+        *("training_batch", "placement", "workers"),
+    ),
+    "loop": (
+        *("generators", "evaluation", "health", "rewards", "rollouts", "trainer_checkpoints", "weight_publisher"),
+        "trainer",
+    ),
+    "apps": ("serving", "recipes", "entrypoints"),
+}
+"""The three rings, inside out: `core` is the library skyrl-tx and skyrl-agent build
+on (models, engines, workers, algorithms, weight sync, config); `loop` is the RL training loop over it; `apps` are
+what runs the loop or serves models (the OpenAI server, the doctor, recipes, entrypoints). Imports point inward only:
+core imports neither loop nor apps, loop does not import apps."""
+
+RING_CONTRACTS: dict[str, str] = {
+    "skyrl_train.generators.types": (
+        "the rollout data contract (GeneratorInput, Trajectory, GeneratorOutput): plain dataclasses that the core's "
+        "TrainingBatch is built from, with no loop logic"
+    ),
+}
+"""Modules of an outer ring that count as core, with the reason."""
 
 LATE_BOUND: dict[str, str] = {
     "skyrl_train.config.registered_names": (
@@ -135,6 +159,65 @@ def import_violations(package_dir: Path) -> list[str]:
             f"to {target} (layer {layer_of(target)})"
         )
     return problems
+
+
+def ring_of(module: str) -> int:
+    """0 (core), 1 (loop) or 2 (apps): the ring of a module's room, or core for a `RING_CONTRACTS` module."""
+    if any(module == name or module.startswith(name + ".") for name in RING_CONTRACTS):
+        return 0
+    room = room_of(module)
+    for index, rooms in enumerate(RINGS.values()):
+        if room in rooms:
+            return index
+    raise KeyError(f"room {room!r} of {PACKAGE} is in no ring of RINGS")
+
+
+def ring_violations(package_dir: Path) -> list[str]:
+    """One message per import from an inner ring to an outer one (outside `LATE_BOUND` functions)."""
+    rings = list(RINGS)
+    problems = []
+    for edge in import_edges(package_dir):
+        if edge.in_function and edge.module in LATE_BOUND:
+            continue
+        source, target = ring_of(edge.module), ring_of(edge.target)
+        if target > source:
+            problems.append(
+                f"{edge.module}:{edge.line} imports {edge.target}: from {rings[source]} out to {rings[target]}"
+            )
+    return problems
+
+
+def test_every_room_is_in_one_ring():
+    rooms = {room for layer in LAYERS for room in layer}
+    ringed = [room for rooms in RINGS.values() for room in rooms]
+    assert sorted(ringed) == sorted(set(ringed)) and set(ringed) == rooms
+
+
+def test_imports_point_inward_between_the_rings():
+    assert ring_violations(PACKAGE_DIR) == []
+
+
+def test_the_ring_checker_reports_an_outward_import(tmp_path):
+    _write(tmp_path, "__init__.py", '__version__ = "0"\n')
+    _write(tmp_path, "workers/worker.py", "from skyrl_train.rollouts import sources\n")
+    _write(tmp_path, "generators/types.py", "from skyrl_train.inference import types\n")
+    _write(tmp_path, "training_batch.py", "from skyrl_train.generators.types import Trajectory\n")
+    problems = ring_violations(tmp_path / PACKAGE)
+    assert problems == ["skyrl_train.workers.worker:1 imports skyrl_train.rollouts: from core out to loop"]
+
+
+def test_other_packages_import_only_public_names_of_skyrl_train():
+    private = []
+    for package in ("skyrl-tx/skyrl_tx", "skyrl-agent/skyrl_agent"):
+        for path in sorted((PACKAGE_DIR.parents[1] / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node, _ in _import_nodes(tree):
+                if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(PACKAGE):
+                    continue
+                names = [*node.module.split("."), *(alias.name for alias in node.names)]
+                if any(name.startswith("_") for name in names):
+                    private.append(f"{path.relative_to(PACKAGE_DIR.parents[1])}:{node.lineno} {node.module}")
+    assert private == [], "make the name public in skyrl_train (or stop using it)"
 
 
 def test_every_room_of_the_package_is_placed_in_a_layer():

@@ -39,9 +39,9 @@ def tokenizer_folder(name: str, model_path: str, checkpoint_dir: Path) -> str:
     """The folder `get_info` names as `tokenizer_id`. A tokenizer saved as a plain `tokenizers` tokenizer (the
     embedded one) is copied without the model's `config.json`: next to it, `AutoTokenizer` would swap in the
     architecture's tokenizer class and lose the char vocabulary's spaces and newlines."""
-    from skyrl_train.models.loading import _saved_as_generic_fast_tokenizer
+    from skyrl_train.models.loading import saved_as_generic_fast_tokenizer
 
-    if not _saved_as_generic_fast_tokenizer(model_path):
+    if not saved_as_generic_fast_tokenizer(model_path):
         return model_path
     target = checkpoint_dir / "tokenizers" / name.replace("/", "--")
     target.mkdir(parents=True, exist_ok=True)

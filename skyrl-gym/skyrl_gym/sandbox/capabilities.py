@@ -1,4 +1,5 @@
-"""Probe once which defence layers this machine supports, cache the answer, and warn once per missing layer."""
+"""Probe once which defence layers this machine supports, cache the answer, and warn once per missing layer that a
+run does not require (a required one is requested anyway, and the runner refuses to start the program without it)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ _SWITCHES = {  # SandboxLimits switch (also the runner's request key) -> the lay
     "network_namespace": "network_namespace",
     "pid_namespace": "pid_namespace",
     "landlock": "landlock_fs",
+    "seccomp": "seccomp",
     "audit_guard": "audit_guard",
 }
 _lock = threading.Lock()
@@ -33,7 +35,8 @@ def sandbox_capabilities(refresh: bool = False) -> dict[str, bool]:
         if _probed is None or refresh:
             from skyrl_gym.sandbox.launch import run_python
 
-            result = run_python("pass", limits=SandboxLimits(timeout_s=10.0), _layers=dict.fromkeys(_SWITCHES, True))
+            probe = SandboxLimits(timeout_s=10.0, allow_degraded=True)  # a probe reports, it requires nothing
+            result = run_python("pass", limits=probe, _layers=dict.fromkeys(_SWITCHES, True))
             _probed = dict(result.layers)
             _notes.clear()
             _notes.update(result.layer_notes)
@@ -61,10 +64,11 @@ def layers_to_request(limits: SandboxLimits) -> dict[str, bool]:
     """The runner's layer switches for `limits`: what the caller asked for and the machine supports."""
     available = sandbox_capabilities()
     notes = capability_notes()
+    required = {entry for entry in limits.requirements if "|" not in entry}  # a layer one of two may go missing
     request: dict[str, bool] = {}
     for switch, layer in _SWITCHES.items():
         wanted = bool(getattr(limits, switch))
-        if wanted and not available.get(layer, False) and layer not in limits.required_layers:
+        if wanted and not available.get(layer, False) and layer not in required:
             warn_once(layer, notes.get(layer, "not available"))
             wanted = False  # checked once: do not retry a layer the machine lacks on every run
         request[switch] = wanted

@@ -40,19 +40,15 @@ _SYSTEM_READABLE = (
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 
 
-def _python_roots() -> list[str]:
-    """Directories the interpreter needs to keep importing modules after privileges are dropped."""
-    roots = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
-    roots += [p for p in sys.path if p and os.path.isdir(p)]
-    return sorted({os.path.realpath(p) for p in roots if p})
-
-
 def _runner_config(
     limits: SandboxLimits, work: str, status_fd: int, uid: Optional[int], gid: Optional[int], layers: Mapping
 ) -> dict[str, Any]:
+    """The runner's JSON config. Readable are the system folders and `readable_paths`; the runner adds its own
+    interpreter's folders (`child/runner.py:interpreter_paths`), never this process's `sys.path`: its first entry is
+    the driver script's folder (or the cwd under `python -m`), which may hold anything."""
     readable = None
     if limits.restrict_reads:
-        readable = list(_SYSTEM_READABLE) + _python_roots() + list(limits.readable_paths)
+        readable = list(_SYSTEM_READABLE) + list(limits.readable_paths)
     return {
         "dir": work,
         "program": PROGRAM_NAME,
@@ -60,9 +56,9 @@ def _runner_config(
         "uid": uid,
         "gid": gid,
         "layers": dict(layers),
-        "required": list(limits.required_layers),
+        "required": list(limits.requirements),
         "readable": readable,
-        "expose_paths": _python_roots() if uid is not None else [],
+        "expose_python": uid is not None,
         "rlimits": {
             "cpu": limits.effective_cpu_time_s,
             "as": int(limits.memory_mb * 1024 * 1024),

@@ -19,16 +19,45 @@ KERNEL_LAYERS = (
     "landlock_fs",
     "landlock_net",
     "landlock_scope",
+    "seccomp",
 )
 ALL_LAYERS = KERNEL_LAYERS + ("audit_guard",)
+
+DEFAULT_REQUIRED_LAYERS = (
+    "rlimits",
+    "unprivileged_uid",
+    "no_new_privs",
+    "audit_guard",
+    "landlock_fs",
+    "network_namespace|landlock_net",
+)
+"""What a run requires unless `allow_degraded` is set (a switched-off layer is not required). The first four work on
+any Linux. `landlock_fs` (kernel >= 5.13 with Landlock enabled) is the only layer that keeps the program from
+reading the trainer's files and writing outside its folder; `network_namespace` (user namespaces) or `landlock_net`
+(kernel >= 6.7) keeps it off the network, where a local Ray or engine port would run its requests outside the
+sandbox. `a|b` means either one. `pid_namespace`, `mount_namespace`, `landlock_scope` and `seccomp` are applied when
+available."""
+
+_SWITCHED_BY = {  # layer -> the switch that turns it off (a layer no switch turns off is always attempted)
+    "network_namespace": "network_namespace",
+    "pid_namespace": "pid_namespace",
+    "landlock_fs": "landlock",
+    "landlock_net": "landlock",
+    "landlock_scope": "landlock",
+    "audit_guard": "audit_guard",
+    "unprivileged_uid": "drop_privileges",
+    "seccomp": "seccomp",
+}
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
     """Limits and defence switches for `run_python`.
 
-    Every defence layer is on by default; the switches exist so tests can prove each layer on its own and so a
-    deployment can require layers (`required_layers`: the run aborts before the program starts if one is missing).
+    Every defence layer is on by default; the switches exist so tests can prove each layer on its own. A run fails
+    closed: when a layer it requires (`required_layers`, by default `DEFAULT_REQUIRED_LAYERS`) is missing on this
+    machine, the program is not started and the result carries an error naming the layer. The other layers are
+    applied when the machine supports them (one warning per missing layer).
     """
 
     timeout_s: float = 6.0
@@ -61,10 +90,17 @@ class SandboxLimits:
     """Run in a new PID namespace, so every descendant dies with the program."""
     landlock: bool = True
     """Apply a Landlock policy (filesystem writes, TCP, signals) when the kernel supports it."""
+    seccomp: bool = True
+    """Deny system calls that widen the kernel's attack surface (io_uring, bpf, userfaultfd, ptrace, new namespaces,
+    mounts, keyrings, modules) with a seccomp filter (`child/seccomp.py`; x86_64 and aarch64)."""
     audit_guard: bool = True
     """Install the in-interpreter audit hook before the program runs."""
-    required_layers: tuple[str, ...] = ()
-    """Layers that must be active, else the program is not run and the result carries an error."""
+    required_layers: Optional[tuple[str, ...]] = None
+    """Layers that must be active, else the program is not run and the result carries an error (`a|b`: either one).
+    None means `DEFAULT_REQUIRED_LAYERS` minus the layers switched off here (or nothing with `allow_degraded`)."""
+    allow_degraded: bool = False
+    """On a machine that lacks default-required layers (old kernel, no user namespaces): run with the layers it has,
+    after one warning per missing layer, instead of failing every call. An explicit `required_layers` still holds."""
     python_executable: Optional[str] = None
     """Interpreter to run; None means the current one (`sys.executable`)."""
     base_dir: Optional[str] = None
@@ -87,12 +123,36 @@ class SandboxLimits:
             not isinstance(self.sandbox_uid, int) or not 0 < self.sandbox_uid < 2**32 - 1
         ):
             raise ValueError(f"SandboxLimits.sandbox_uid must be a non-root uid, got {self.sandbox_uid!r}")
-        unknown = sorted(set(self.required_layers) - set(ALL_LAYERS))
-        if unknown:
-            raise ValueError(f"SandboxLimits.required_layers has unknown layers {unknown}; known: {list(ALL_LAYERS)}")
+        if self.required_layers is not None:
+            named = {layer for entry in self.required_layers for layer in str(entry).split("|")}
+            unknown = sorted(named - set(ALL_LAYERS))
+            if unknown:
+                raise ValueError(
+                    f"SandboxLimits.required_layers has unknown layers {unknown}; known: {list(ALL_LAYERS)}"
+                )
+            object.__setattr__(self, "required_layers", tuple(self.required_layers))
+        if not isinstance(self.allow_degraded, bool):
+            raise ValueError(f"SandboxLimits.allow_degraded must be true or false, got {self.allow_degraded!r}")
         object.__setattr__(self, "readable_paths", tuple(self.readable_paths))
-        object.__setattr__(self, "required_layers", tuple(self.required_layers))
         object.__setattr__(self, "extra_env", dict(self.extra_env))
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """The layers this run requires (`a|b` entries: either one), after defaults and switches."""
+        if self.required_layers is not None:
+            return self.required_layers
+        if self.allow_degraded:
+            return ()
+        kept = []
+        for entry in DEFAULT_REQUIRED_LAYERS:
+            switched_on = [layer for layer in entry.split("|") if self._switched_on(layer)]
+            if switched_on:
+                kept.append("|".join(switched_on))
+        return tuple(kept)
+
+    def _switched_on(self, layer: str) -> bool:
+        switch = _SWITCHED_BY.get(layer)
+        return switch is None or bool(getattr(self, switch))
 
     @property
     def effective_cpu_time_s(self) -> int:

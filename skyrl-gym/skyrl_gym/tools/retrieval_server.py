@@ -10,7 +10,10 @@ for `"text"`, and a contents of the form `"Title"\\ntext` (Search-R1 / FlashRAG 
 API: `POST /retrieve` with `{"query": str}` or `{"queries": [str, ...]}`, `"topk": int` (default 3) and
 `"return_scores": bool` (default false) returns `{"result": [[{"id", "title", "text", "score"?}, ...], ...]}`, one
 list per query, best first, holding only documents that share a term with the query. Bad requests get HTTP 422 with
-a message naming the field.
+a message naming the field. The server has no authentication and binds 127.0.0.1 by default; its input is capped:
+at most `MAX_QUERIES` queries of `MAX_QUERY_CHARS` characters, `topk` <= `MAX_TOPK`, and a body of at most
+`--max-body-bytes` (default `DEFAULT_MAX_BODY_BYTES`), counted as it streams in (a chunked body too): past it the
+answer is 413 and nothing more is read.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import bm25s
 import uvicorn
@@ -34,7 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 MAX_TOPK = 100
 MAX_QUERIES = 256
+MAX_QUERY_CHARS = 4096
 DEFAULT_TOPK = 3
+DEFAULT_MAX_BODY_BYTES = 2_000_000
+"""Default cap on a request body (`--max-body-bytes`): room for `MAX_QUERIES` queries of `MAX_QUERY_CHARS`."""
 
 
 @dataclass(frozen=True)
@@ -130,8 +136,10 @@ class RetrieveRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: Optional[StrictStr] = None
-    queries: Optional[list[StrictStr]] = Field(default=None, min_length=1, max_length=MAX_QUERIES)
+    query: Optional[StrictStr] = Field(default=None, max_length=MAX_QUERY_CHARS)
+    queries: Optional[list[Annotated[StrictStr, Field(max_length=MAX_QUERY_CHARS)]]] = Field(
+        default=None, min_length=1, max_length=MAX_QUERIES
+    )
     topk: StrictInt = Field(default=DEFAULT_TOPK, ge=1, le=MAX_TOPK)
     return_scores: StrictBool = False
 
@@ -142,13 +150,69 @@ class RetrieveRequest(BaseModel):
         return self
 
 
-def create_app(index: BM25Index, delay_s: tuple[float, float] = (0.0, 0.0)) -> FastAPI:
+class BodyCap:
+    """ASGI middleware: answer 413 once a request body passes `limit` bytes, counting the bytes as they arrive (a
+    chunked body has no Content-Length to check up front), and read nothing more of it."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refused = False
+        received = 0
+
+        async def refuse() -> None:
+            nonlocal refused
+            refused = True
+            body = json.dumps({"detail": f"the request body passed the {self.limit}-byte cap (--max-body-bytes)"})
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 413, "headers": headers})
+            await send({"type": "http.response.body", "body": body.encode()})
+
+        async def counted_receive() -> dict:
+            nonlocal received
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    await refuse()
+                    return {"type": "http.disconnect"}  # the app stops reading; its own answer is dropped below
+            return message
+
+        async def guarded_send(message: dict) -> None:
+            if not refused:
+                await send(message)
+
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await refuse()
+            return
+        try:
+            await self.app(scope, counted_receive, guarded_send)
+        except Exception:
+            if not refused:
+                raise
+
+
+def create_app(
+    index: BM25Index, delay_s: tuple[float, float] = (0.0, 0.0), max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> FastAPI:
     """The FastAPI application serving `index`; each `/retrieve` first waits a uniform random time in `delay_s`
-    (seconds), as a remote search API would (for benchmarks of rollouts that wait on the outside world)."""
+    (seconds), as a remote search API would (for benchmarks of rollouts that wait on the outside world). Request
+    bodies past `max_body_bytes` get 413 (`BodyCap`)."""
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be a positive integer, got {max_body_bytes!r}")
     low, high = delay_s
     if not 0.0 <= low <= high:
         raise ValueError(f"delay_s must be (min, max) with 0 <= min <= max, got {delay_s}")
-    app = FastAPI(title="skyrl-gym BM25 retrieval server")
+    app = FastAPI(title="skyrl-gym BM25 retrieval server", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(BodyCap, limit=max_body_bytes)
     jitter = random.Random(0)
 
     @app.get("/health")
@@ -199,7 +263,8 @@ class RetrievalServer:
     """The retrieval server on a background thread: `start()` it, use `url`, `stop()` it (or use `with`).
 
     `corpus` is a jsonl path, a list of Documents, or a ready BM25Index. With port 0 the OS picks a free port.
-    `delay_s=(min, max)` makes every `/retrieve` wait a uniform random time in that range first.
+    `delay_s=(min, max)` makes every `/retrieve` wait a uniform random time in that range first. Bodies past
+    `max_body_bytes` get 413.
     """
 
     def __init__(
@@ -209,8 +274,10 @@ class RetrievalServer:
         port: int = 0,
         log_level: str = "warning",
         delay_s: tuple[float, float] = (0.0, 0.0),
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.delay_s = delay_s
+        self.max_body_bytes = max_body_bytes
         if isinstance(corpus, BM25Index):
             self.index = corpus
         else:
@@ -238,7 +305,10 @@ class RetrievalServer:
         self.port = sock.getsockname()[1]
         # log_config=None: leave the host process's logging setup alone; only the uvicorn loggers' level is set
         config = uvicorn.Config(
-            create_app(self.index, self.delay_s), log_config=None, log_level=self._log_level, lifespan="off"
+            create_app(self.index, self.delay_s, self.max_body_bytes),
+            log_config=None,
+            log_level=self._log_level,
+            lifespan="off",
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -292,7 +362,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         default="0",
         help="wait before answering each /retrieve, like a remote API: N, or MIN-MAX for a uniform random wait",
     )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help=f"answer 413 to a request body past this many bytes; default {DEFAULT_MAX_BODY_BYTES}",
+    )
     args = parser.parse_args(argv)
+    if args.max_body_bytes < 1:
+        parser.error(f"--max-body-bytes must be a positive integer, got {args.max_body_bytes}")
     try:
         low, _, high = args.delay_ms.partition("-")
         delay_s = (float(low) / 1000, float(high or low) / 1000)
@@ -307,7 +385,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     port = sock.getsockname()[1]
     print(f"serving {len(index.documents)} documents at {_url(args.host, port)}", flush=True)
     try:
-        app = create_app(index, delay_s)
+        app = create_app(index, delay_s, args.max_body_bytes)
     except ValueError as exc:
         print(f"error: --delay-ms: {exc}", file=sys.stderr)
         return 2

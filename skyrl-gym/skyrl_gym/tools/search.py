@@ -28,8 +28,8 @@ DEFAULT_BACKOFF_MAX_S = 8.0
 @functools.cache
 def shared_ssl_context() -> ssl.SSLContext:
     """The SSL context every search client uses (httpx's default one: certifi's roots, `SSL_CERT_FILE` /
-    `SSL_CERT_DIR` honoured), built once: building it is ~20 ms of CPU, paid per env instance otherwise (a batch of
-    128 search episodes spent ~2.8 s a step on it)."""
+    `SSL_CERT_DIR` honoured), built once: building one costs tens of milliseconds of CPU, which a batch of search
+    episodes would otherwise pay per env instance, every step."""
     return httpx.create_ssl_context()
 
 

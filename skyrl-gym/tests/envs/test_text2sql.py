@@ -217,6 +217,27 @@ def test_row_cap_and_timeout_from_config(db_dir):
     assert out["metadata"]["tool_error"] == "query timed out after 0.2 s and was interrupted"
 
 
+def test_size_caps_from_config_reach_the_tool_and_the_scorer(db_dir):
+    env = make_env(db_dir, max_result_bytes=150, max_sql_bytes=60, max_value_bytes=100, score_max_result_bytes=30)
+    env.init(PROMPT)
+    out = env.step("<sql>SELECT * FROM customers, orders</sql>")  # 12 rows of ~40 bytes
+    assert out["metadata"]["tool_error"].startswith("the result passed the 150-byte cap on a query's result")
+    out = env.step(f"<sql>SELECT '{'x' * 60}'</sql>")
+    assert out["metadata"]["tool_error"] == "the SQL query is 69 bytes, over the 60-byte cap (max_sql_bytes)"
+    out = env.step("<sql>SELECT zeroblob(101)</sql>")
+    assert "longer than 100 bytes, the cap on one value (max_value_bytes=100)" in out["metadata"]["tool_error"]
+    out = env.step("<solution>SELECT name FROM customers, orders</solution>")  # 12 rows of 3 bytes
+    assert out["reward"] == 0.0 and "the 30-byte cap on a query's result" in out["metadata"]["solution_error"]
+
+
+def test_the_scorer_refuses_a_huge_value_from_the_solution(db_dir):
+    reward, details = score_solution(db_dir / "shop.sqlite", "SELECT zeroblob(200000000)", GOLD)
+    assert reward == 0.0
+    assert details["solution_error"].startswith("a value would be longer than 1000000 bytes, the cap on one value")
+    with pytest.raises(ValueError, match=r"the gold SQL .* the cap on one value .* score_max_result_bytes"):
+        score_solution(db_dir / "shop.sqlite", GOLD, "SELECT randomblob(2000000)")
+
+
 def test_missing_database_is_a_value_error_naming_the_path(db_dir):
     with pytest.raises(ValueError, match=str(db_dir / "nowhere.sqlite")):
         make_env(db_dir, db_id="nowhere")

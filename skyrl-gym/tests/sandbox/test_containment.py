@@ -4,9 +4,13 @@ Where a defence has several layers, each layer is also tested alone (the others 
 one layer cannot hide behind another.
 """
 
+import json
 import os
+import platform
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -167,6 +171,65 @@ def test_reading_outside_allowed_roots_is_blocked(open_dir):
     assert "top secret" not in result.stdout and "PermissionError" in result.stderr
     allowed = run_python(f"print(open({secret!r}).read())", limits=BASE.replace(readable_paths=(open_dir,)))
     assert allowed.stdout == "top secret\n"
+
+
+DRIVER = """
+import json, os
+from skyrl_gym.sandbox import run_python
+
+secret = os.path.join(os.path.dirname(os.path.abspath(__file__)), "secret.txt")
+result = run_python(f"print(open({secret!r}).read())")
+print(json.dumps({"stdout": result.stdout, "stderr": result.stderr, "error": result.error}))
+"""
+
+
+def test_the_driver_scripts_folder_and_cwd_stay_unreadable(open_dir):
+    # security review #13: the parent's sys.path (whose first entry is the driver script's folder) was readable
+    _require("landlock_fs")
+    with open(os.path.join(open_dir, "secret.txt"), "w") as handle:
+        handle.write("top secret")
+    with open(os.path.join(open_dir, "driver.py"), "w") as handle:
+        handle.write(DRIVER)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    completed = subprocess.run(
+        [sys.executable, os.path.join(open_dir, "driver.py")], cwd=open_dir, env=env, capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert report["error"] is None and "top secret" not in report["stdout"]
+    assert "PermissionError" in report["stderr"]
+
+
+SYSCALLS = """
+import ctypes, threading
+libc = ctypes.CDLL(None, use_errno=True)
+for name, number, args in {calls!r}:
+    result = libc.syscall(number, *args)
+    print(name, result, ctypes.get_errno())
+worker = threading.Thread(target=lambda: print("a thread ran"))
+worker.start()
+worker.join()
+"""
+
+
+def test_the_seccomp_filter_denies_kernel_interfaces_and_keeps_threads():
+    # security review #23: no seccomp filter. ctypes stands in for a program past the audit guard, which is off here
+    from skyrl_gym.sandbox.child.seccomp import ARCHITECTURES
+
+    _require("seccomp")
+    numbers = ARCHITECTURES[platform.machine()][1]
+    calls = [
+        ("unshare", numbers["unshare"], (0x10000000,)),  # a new user namespace
+        ("io_uring_setup", numbers["io_uring_setup"], (1, 0)),
+        ("bpf", numbers["bpf"], (0, 0, 0)),
+    ]
+    program = SYSCALLS.format(calls=calls)
+    unfiltered = run_python(program, limits=BASE.replace(audit_guard=False, seccomp=False)).stdout.splitlines()
+    if all(line.endswith(" -1 1") for line in unfiltered[:3]):
+        pytest.skip(f"this machine refuses these calls with EPERM already: {unfiltered}")
+    filtered = run_python(program, limits=BASE.replace(audit_guard=False))
+    assert filtered.layers["seccomp"] is True
+    assert filtered.stdout.splitlines() == ["unshare -1 1", "io_uring_setup -1 1", "bpf -1 1", "a thread ran"]  # EPERM
 
 
 # ----- the network ------------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ def test_bad_limit_values_raise_naming_the_field(field, value):
 
 
 def test_unknown_required_layer_is_rejected():
-    with pytest.raises(ValueError, match="required_layers.*'seccomp'"):
-        SandboxLimits(required_layers=("seccomp",))
+    with pytest.raises(ValueError, match="required_layers.*'selinux'"):
+        SandboxLimits(required_layers=("selinux",))
 
 
 def test_cpu_limit_defaults_to_timeout_plus_one_second():
@@ -97,3 +97,42 @@ def test_unavailable_layer_is_warned_about_once(caplog):
         capabilities.warn_once("test_layer", "not in this kernel")
     messages = [r.getMessage() for r in caplog.records if "test_layer" in r.getMessage()]
     assert messages == ["sandbox layer 'test_layer' is unavailable on this machine and was skipped: not in this kernel"]
+
+
+def test_required_layers_default_to_the_containment_layers_that_are_switched_on():
+    assert SandboxLimits().requirements == (
+        "rlimits",
+        "unprivileged_uid",
+        "no_new_privs",
+        "audit_guard",
+        "landlock_fs",
+        "network_namespace|landlock_net",
+    )
+    assert SandboxLimits(landlock=False, audit_guard=False).requirements == (
+        "rlimits",
+        "unprivileged_uid",
+        "no_new_privs",
+        "network_namespace",
+    )
+    assert SandboxLimits(landlock=False, network_namespace=False).requirements[-1] == "audit_guard"
+    assert SandboxLimits(allow_degraded=True).requirements == ()
+    explicit = SandboxLimits(required_layers=["pid_namespace"], allow_degraded=True)
+    assert explicit.requirements == ("pid_namespace",)
+    with pytest.raises(ValueError, match=r"required_layers has unknown layers \['selinux'\]"):
+        SandboxLimits(required_layers=("landlock_fs|selinux",))
+    with pytest.raises(ValueError, match="allow_degraded must be true or false"):
+        SandboxLimits(allow_degraded="yes")
+
+
+def test_a_missing_required_layer_is_requested_anyway_and_others_are_dropped_with_a_warning(monkeypatch, caplog):
+    probed = {layer: True for layer in ("network_namespace", "pid_namespace", "landlock_fs", "audit_guard")}
+    probed.update(landlock_fs=False, pid_namespace=False)
+    monkeypatch.setattr(capabilities, "sandbox_capabilities", lambda refresh=False: dict(probed))
+    monkeypatch.setattr(capabilities, "capability_notes", lambda: {"landlock_fs": "kernel 5.10"})
+    monkeypatch.setattr(capabilities, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="skyrl_gym.sandbox"):
+        strict = capabilities.layers_to_request(SandboxLimits())
+        degraded = capabilities.layers_to_request(SandboxLimits(allow_degraded=True))
+    assert strict["landlock"] is True and strict["pid_namespace"] is False  # the runner then refuses to start
+    assert degraded["landlock"] is False
+    assert "sandbox layer 'landlock_fs' is unavailable on this machine and was skipped: kernel 5.10" in caplog.text

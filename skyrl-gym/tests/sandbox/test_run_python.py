@@ -112,6 +112,17 @@ def test_missing_required_layer_stops_the_run_before_the_program():
     assert "the program ran" not in result.stdout and not result.ok
 
 
+def test_a_default_required_layer_that_is_not_applied_stops_the_run():
+    # the run below asks the runner for no Landlock, as on a machine without it: the default requirements hold
+    no_landlock = {"network_namespace": True, "pid_namespace": True, "landlock": False, "audit_guard": True}
+    result = run_python("print('the program ran')", limits=FAST, _layers=no_landlock)
+    assert not result.ok and "the program ran" not in result.stdout
+    assert result.error.startswith("required sandbox layers unavailable: ['landlock_fs']; the program was not run")
+    assert "set allow_degraded=True" in result.error
+    degraded = run_python("print('the program ran')", limits=FAST.replace(allow_degraded=True), _layers=no_landlock)
+    assert degraded.ok and degraded.stdout == "the program ran\n" and not degraded.layers.get("landlock_fs")
+
+
 def test_concurrent_runs_from_threads_do_not_interfere():
     results = {}
 

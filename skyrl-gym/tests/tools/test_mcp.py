@@ -193,6 +193,21 @@ def test_a_call_with_good_arguments_returns_the_server_result(calc: MCPToolGroup
 
 
 @pytest.mark.integration
+def test_a_long_tool_output_is_clipped_like_the_python_tools(calc: MCPToolGroup) -> None:
+    # security review #22: a server's output was joined whole into the observation
+    assert calc.call("save_note", {"title": "long", "text": "x" * 10_000}).ok
+    assert calc.call("read_note", {"title": "long"}).output == "x" * 4000 + "\n... [6000 more characters]"
+    short = MCPToolGroup("calc", stdio_config(max_output_chars=50))  # a server of its own: notes stay apart
+    try:
+        assert short.call("save_note", {"title": "long", "text": "y" * 80}).ok
+        assert short.call("read_note", {"title": "long"}).output == "y" * 50 + "\n... [30 more characters]"
+    finally:
+        short.close()
+    with pytest.raises(ValueError, match="field 'max_output_chars' must be a positive integer, got 0"):
+        MCPServerConfig.from_dict("calc", stdio_config(max_output_chars=0))
+
+
+@pytest.mark.integration
 def test_bad_arguments_are_rejected_before_reaching_the_server(calc: MCPToolGroup) -> None:
     def received() -> int:
         return calc.call("calls_received", {"tool": "multiply"}).data["result"]

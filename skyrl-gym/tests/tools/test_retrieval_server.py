@@ -125,12 +125,34 @@ def test_a_delayed_server_waits_like_a_remote_api_before_answering(corpus_file):
         ({"queries": ["ok", 3]}, "queries"),
         ({"query": "x", "return_scores": "yes"}, "return_scores"),
         ({"query": "x", "top_k": 3}, "top_k"),
+        ({"query": "x" * 4097}, "query"),
+        ({"queries": ["ok", "x" * 4097]}, "queries"),
     ],
 )
 def test_invalid_requests_get_422_naming_the_field(shared_server, body, field):
     response = httpx.post(f"{shared_server.url}/retrieve", json=body)
     assert response.status_code == 422
     assert field in response.json()["detail"][0]["loc"]
+
+
+@pytest.mark.integration
+def test_a_body_past_the_cap_gets_413_even_when_it_streams_without_a_length(corpus_file):
+    # security review #22: the body was read whole whatever its size
+    with RetrievalServer(corpus_file, max_body_bytes=1000) as server:
+        url = f"{server.url}/retrieve"
+        big = json.dumps({"query": "x" * 2000}).encode()
+        declared = httpx.post(url, content=big, headers={"content-type": "application/json"})
+        assert declared.status_code == 413
+        assert declared.json() == {"detail": "the request body passed the 1000-byte cap (--max-body-bytes)"}
+
+        def chunks():
+            for start in range(0, len(big), 100):
+                yield big[start : start + 100]
+
+        streamed = httpx.post(url, content=chunks(), headers={"content-type": "application/json"})
+        assert streamed.request.headers.get("transfer-encoding") == "chunked"  # no length to check up front
+        assert "content-length" not in streamed.request.headers and streamed.status_code == 413
+        assert httpx.post(url, json={"query": "capital"}).status_code == 200  # a normal request still works
 
 
 @pytest.mark.integration

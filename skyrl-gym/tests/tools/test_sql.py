@@ -222,3 +222,89 @@ def test_group_validates_its_settings(db_file, tmp_path):
         SQLToolGroup(db_file, max_rows=0)
     with pytest.raises(ValueError, match="timeout_s"):
         SQLToolGroup(db_file, timeout_s=-1)
+
+
+# Size and time caps: the SQL is model output, so nothing it asks for may exhaust the process (security review #4).
+
+FORTY_ROWS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 40)"
+
+
+@pytest.mark.parametrize("query", ["SELECT randomblob(1000000000)", "SELECT zeroblob(200000000)"])
+def test_a_value_past_the_value_cap_is_refused_naming_the_cap(db_file, query):
+    result = SQLToolGroup(db_file).call("sql", {"query": query})
+    assert not result.ok and result.data is None
+    assert result.error.startswith("a value would be longer than 1000000 bytes, the cap on one value (max_value_bytes")
+
+
+def test_the_value_cap_is_a_setting_and_stored_values_past_it_are_refused(db_file):
+    group = SQLToolGroup(db_file, max_value_bytes=12)
+    assert group.call("sql", {"query": "SELECT name FROM employees WHERE id = 1"}).data.rows == [("Ann",)]
+    long_body = group.call("sql", {"query": "SELECT body FROM notes WHERE id = 2"})
+    assert not long_body.ok and "longer than 12 bytes" in long_body.error and "max_value_bytes=12" in long_body.error
+
+
+def test_the_review_query_no_longer_returns_hundreds_of_megabytes(db_file):
+    query = f"{FORTY_ROWS} SELECT zeroblob(10000000) FROM r"
+    with pytest.raises(SQLQueryError, match=r"cap on one value \(max_value_bytes=1000000\)"):
+        run_read_only_query(db_file, query, timeout_s=0.001, max_rows=100_000)
+
+
+def test_fetched_bytes_are_capped_naming_the_cap(db_file):
+    query = f"{FORTY_ROWS} SELECT zeroblob(900000) FROM r"
+    with pytest.raises(SQLQueryError) as info:
+        run_read_only_query(db_file, query, max_rows=100_000, max_result_bytes=5_000_000)
+    assert str(info.value).startswith("the result passed the 5000000-byte cap on a query's result (max_result_bytes)")
+    assert "at row 6" in str(info.value)  # 5 rows of 900000 bytes fit, the sixth does not
+    assert len(run_read_only_query(db_file, query, max_rows=100_000, max_result_bytes=40_000_000).rows) == 40
+
+
+def test_one_wide_row_cannot_pass_the_result_cap(db_file):
+    # 300 columns of 0.99 MB each would be one 300 MB row, made and copied before any row count is checked
+    query = "SELECT " + ", ".join(f"zeroblob(990000) AS c{i}" for i in range(300))
+    result = SQLToolGroup(db_file).call("sql", {"query": query})
+    assert not result.ok
+    assert result.error.startswith("a value would be longer than 13333 bytes, the cap on one value (max_value_bytes=")
+    assert "one row of this query's 300 columns fits max_result_bytes (4000000)" in result.error
+    narrow = "SELECT " + ", ".join(f"zeroblob(10000) AS c{i}" for i in range(300))
+    assert SQLToolGroup(db_file).call("sql", {"query": narrow}).ok  # 3 MB in all: within the cap
+
+
+def test_the_query_text_is_capped_naming_the_cap(db_file):
+    query = "SELECT 1 -- " + "x" * 200
+    result = SQLToolGroup(db_file, max_sql_bytes=100).call("sql", {"query": query})
+    assert not result.ok and result.error == "the SQL query is 212 bytes, over the 100-byte cap (max_sql_bytes)"
+    assert SQLToolGroup(db_file, max_sql_bytes=212).call("sql", {"query": query}).ok
+
+
+def test_the_deadline_stops_a_query_made_of_a_few_long_operations(db_file):
+    # ~10 rows of one ~0.15 s string search each: a few hundred VM operations in all, so a progress handler called
+    # every 1000 operations never ran and the query returned after ~1.5 s; the watchdog interrupts it at 0.05 s
+    # (SQLite checks its interrupt flag between operations, so the running one finishes first)
+    search = "instr(printf('%.*c', 999999 - n, 'a'), printf('%.*c', 2000, 'a') || 'b')"
+    query = f"WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r LIMIT 10) SELECT {search} FROM r"
+    start = time.monotonic()
+    with pytest.raises(SQLQueryError, match=r"^query timed out after 0.05 s and was interrupted$"):
+        run_read_only_query(db_file, query, timeout_s=0.05)
+    assert time.monotonic() - start < 0.9
+
+
+def test_a_huge_printf_repeat_count_answers_null_at_once(db_file):
+    # SQLite answers NULL here too (the text would pass the value cap) but only after looping 2**31 times in one
+    # uninterruptible step (17 s); ordinary formatting still goes to SQLite's printf
+    start = time.monotonic()
+    huge = run_read_only_query(db_file, "SELECT printf('%.*c', 2147483647, 'x'), format('%.2000000000c', 'y')")
+    assert huge.rows == [(None, None)] and time.monotonic() - start < 0.5
+    formatted = run_read_only_query(db_file, "SELECT printf('%.3c|%5.2f|%d|%%|%.*s', 'x', 3.14159, 42, 2, 'abc')")
+    assert formatted.rows == [("xxx| 3.14|42|%|ab",)]
+
+
+def test_long_like_patterns_are_refused_naming_the_cap(db_file):
+    query = "SELECT 'abc' LIKE ('%' || printf('%.*c', 5000, 'a') || 'b')"
+    result = SQLToolGroup(db_file).call("sql", {"query": query})
+    assert not result.ok and result.error == "a LIKE or GLOB pattern is longer than 1000 bytes, the cap on one pattern"
+
+
+def test_the_caps_are_validated(db_file):
+    for key in ("max_value_bytes", "max_result_bytes", "max_sql_bytes"):
+        with pytest.raises(ValueError, match=f"SQLToolGroup: {key} must be a positive number, got 0"):
+            SQLToolGroup(db_file, **{key: 0})

@@ -37,12 +37,7 @@ from skyrl_train.algorithms.covariance_losses import (
     token_covariance,
 )
 from skyrl_train.algorithms.dapo import (
-    DynamicSamplingBuffer,
-    DynamicSamplingExhaustedError,
-    SampledGroups,
-    overlong_filter,
     soft_overlong_punishment,
-    truncated_mask,
     zero_variance_group_mask,
 )
 from skyrl_train.algorithms.entropy import entropy_bonus, entropy_from_logits
@@ -110,14 +105,11 @@ __all__ = [
     "POLICY_LOSSES",
     "AdaptiveKLController",
     "AdvantageEstimator",
-    "DynamicSamplingBuffer",
-    "DynamicSamplingExhaustedError",
     "FixedKLController",
     "GroupIndex",
     "GroupStats",
     "OffPolicyConfig",
     "PolicyLossConfig",
-    "SampledGroups",
     "as_policy_loss_config",
     "cispo_policy_loss",
     "clip_cov_policy_loss",
@@ -148,7 +140,6 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "off_policy_correction",
-    "overlong_filter",
     "product_sequence_mask",
     "reduce_loss",
     "register_advantage_estimator",
@@ -169,7 +160,6 @@ __all__ = [
     "soft_overlong_punishment",
     "token_covariance",
     "token_tis_weights",
-    "truncated_mask",
     "value_loss",
     "zero_masked",
     "zero_variance_group_mask",

@@ -21,6 +21,7 @@ from pathlib import Path
 from skyrl_train.config.errors import ConfigError, ConfigWarning
 from skyrl_train.config.overrides import parse_override, to_hydra_override
 from skyrl_train.config.root import SkyRLConfig
+from skyrl_train.config.run_plan import RunPlan
 
 CONFIG_DIR = Path(__file__).resolve().parent
 """Directory holding `ppo_base_config.yaml`."""
@@ -111,10 +112,12 @@ def prepare_hydra_args(args: Sequence[str]) -> list[str]:
 
 
 def render_resolved_config(cfg: SkyRLConfig) -> str:
-    """The validated config as YAML, followed by the derived facts (which optional models are built)."""
+    """The validated config as YAML, followed by the derived facts (which optional models are built) and the run
+    plan (which calls of a step fuse, `RunPlan`)."""
     flags = f"needs_ref_model={cfg.needs_ref_model} needs_critic={cfg.needs_critic}"
     flags += f" needs_reward_model={cfg.needs_reward_model}"
-    return f"# resolved SkyRL config\n{cfg.to_yaml()}# derived: {flags}\n"
+    plan = "".join(f"# {line}\n" for line in RunPlan.from_config(cfg).describe().splitlines())
+    return f"# resolved SkyRL config\n{cfg.to_yaml()}# derived: {flags}\n{plan}"
 
 
 def run_cli(task: Callable[[SkyRLConfig], object] | None, argv: Sequence[str] | None = None) -> None:

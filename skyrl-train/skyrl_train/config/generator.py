@@ -166,6 +166,16 @@ class HttpEndpointConfig:
     served_model_name: Optional[str] = None
     """The `model` clients send; null: `skyrl/<run_name>`."""
 
+    api_key_env: Optional[str] = None
+    """Name of an environment variable holding the key clients must send as `Authorization: Bearer <key>` (the
+    `openai` client's `api_key`); every route but `/health` then needs it. Null: no key. The key is read from the
+    environment so it never enters the run's config, which trackers log; a named variable that is unset or empty
+    stops the run at start-up."""
+
+    max_request_mb: float = 16.0
+    """Request-body cap in MiB, counted as the body streams in (chunked bodies included): a larger request gets 413
+    and is never buffered whole."""
+
 
 @dataclass
 class GeneratorConfig:

@@ -233,20 +233,17 @@ class BasePPOExp:
         if not settings.enabled:
             return None
         from skyrl_train.serving import create_app
+        from skyrl_train.serving.access import endpoint_access
         from skyrl_train.serving.background import BackgroundServer
 
         name = settings.served_model_name or f"skyrl/{self.cfg.trainer.run_name}"
-        app = create_app(client, tokenizer, name, gate=trainer.endpoint_gate)
+        app = create_app(client, tokenizer, name, gate=trainer.endpoint_gate, access=endpoint_access(settings))
         self.http_endpoint = BackgroundServer(app, settings.host, settings.port).start()
         logger.info("OpenAI-compatible endpoint serving the policy as %r at %s", name, self.http_endpoint.url)
         return self.http_endpoint
 
     def get_trainer(self, **parts: Any) -> RayPPOTrainer:
-        """The trainer; override to use another loop."""
-        if self.cfg.trainer.mode != "sync":  # one_step_off / fully_async: the same phases, another loop
-            from skyrl_train.async_trainer import AsyncPPOTrainer
-
-            return AsyncPPOTrainer(self.cfg, verify_weight_sync=self.verify_weight_sync, **parts)
+        """The trainer (its loop follows `trainer.mode`); override to use another loop."""
         return RayPPOTrainer(self.cfg, verify_weight_sync=self.verify_weight_sync, **parts)
 
     # ----- run ----------------------------------------------------------------------------------------------------
@@ -257,6 +254,10 @@ class BasePPOExp:
         cannot run here, fails in seconds."""
         check_registered_names(self.cfg)
         check_engine_backend(EngineSettings.from_config(self.cfg, self.cfg.trainer.policy.model.path or ""))
+        if self.cfg.generator.http_endpoint.enabled:
+            from skyrl_train.serving.access import endpoint_access
+
+            endpoint_access(self.cfg.generator.http_endpoint)  # an unset key variable fails before Ray starts
         self.tokenizer = self.get_tokenizer()
         self.train_dataset = self.get_train_dataset(self.tokenizer)
         self.train_loader = self.get_train_loader(self.train_dataset)

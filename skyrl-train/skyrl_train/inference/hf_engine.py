@@ -8,7 +8,6 @@ it stops, so multi-turn trajectories that each ask for one completion at their o
 from __future__ import annotations
 
 import asyncio
-import difflib
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from skyrl_train.inference.hf_decode import DecodeBatch, DecodeRow
 from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.stopping import trim_stop_string
 from skyrl_train.inference.types import SamplingParams
+from skyrl_train.inference.weight_checks import check_weight_update
 from skyrl_train.models.lora_state import AdapterMerger, parse_adapter_name
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
@@ -60,7 +60,10 @@ class HFInferenceEngine(QueuedEngine):
         in_flight_weight_updates: bool = False,
     ) -> None:
         super().__init__(
-            tokenizer, max_model_len or int(getattr(model.config, "max_position_embeddings", 2048)), batch_wait_s
+            tokenizer,
+            max_model_len or int(getattr(model.config, "max_position_embeddings", 2048)),
+            batch_wait_s,
+            vocab_size=int(model.get_input_embeddings().num_embeddings),
         )
         self.model = model.eval()
         self.max_batch_size = max_batch_size
@@ -122,6 +125,14 @@ class HFInferenceEngine(QueuedEngine):
         finally:
             self._decoding -= 1
 
+    async def _serve_isolated(self, items: list[PendingRequest]) -> None:
+        """Decode exactly `items` (all with one params key: they shared the batch that failed), taking no one in."""
+        self._decoding += 1
+        try:
+            await self._decode_continuously(items, self._params_key(items[0].params), join=False)
+        finally:
+            self._decoding -= 1
+
     @staticmethod
     def _params_key(params: SamplingParams) -> SamplingParams:
         return replace(params, seed=None)  # a seed is per row (its own numbers), so seeded requests share a batch
@@ -145,12 +156,14 @@ class HFInferenceEngine(QueuedEngine):
         item.results = [None] * (len(item.prompts) * item.params.n)
         return self._decode_rows(item.prompts, item.seeds, item.params, lambda k: (item, k))
 
-    async def _decode_continuously(self, items: list[PendingRequest], key: SamplingParams) -> None:
+    async def _decode_continuously(self, items: list[PendingRequest], key: SamplingParams, join: bool = True) -> None:
         """Run one `DecodeBatch` until no row is live: between steps it takes queued requests with the same params
         (unless a request with other params is waiting, or a weight update is), up to `max_batch_size` rows.
 
         Waiting rows join a live batch once they are at least as many as its rows or have waited `admit_after_steps`
-        steps: each join is a prefill forward of its own, and on a small model a forward's fixed cost dominates."""
+        steps: each join is a prefill forward of its own, and on a small model a forward's fixed cost dominates.
+        When the batch fails, its unresolved requests are served again in smaller groups (`_isolate`); with
+        `join=False` (one of those groups) no queued request joins, and a failure is raised to the caller."""
         backlog = [row for item in items for row in self._rows_of(item)]
         live: dict[int, PendingRequest] = {id(item): item for item in items}
         remaining = {id(item): len(item.results) for item in items}
@@ -159,7 +172,7 @@ class HFInferenceEngine(QueuedEngine):
         try:
             while True:
                 others_waiting = any(self._params_key(item.params) != key for item in self._queue)
-                if not others_waiting and not self._weights_waiting:
+                if join and not others_waiting and not self._weights_waiting:
                     joining = [item for item in self._queue if self._params_key(item.params) == key]
                     self._queue = [item for item in self._queue if self._params_key(item.params) != key]
                     for item in joining:
@@ -181,10 +194,10 @@ class HFInferenceEngine(QueuedEngine):
                     if remaining[id(item)] == 0 and not item.future.done():
                         item.future.set_result(item.results)
                         live.pop(id(item))
-        except Exception as exc:  # a failing batch fails its own callers only
-            for item in live.values():
-                if not item.future.done():
-                    item.future.set_exception(exc)
+        except Exception as exc:  # noqa: BLE001 - a failing batch fails its own callers only, each on its own
+            if not join:
+                raise
+            await self._isolate(list(live.values()), exc)
 
     async def _in_model_thread(self, function: Callable[..., T], *args: Any) -> T:
         """Run `function` in the engine's own thread: decode steps never queue behind other work in asyncio's default
@@ -301,38 +314,34 @@ class HFInferenceEngine(QueuedEngine):
             self._weights_waiting -= 1
 
     def _update_weights_locked(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+        """Two phases: every tensor's name, shape and dtype are checked (and, after a level-2 sleep, that every
+        parameter came) before the first one is copied, so an update refused anywhere changes no weight and no
+        version."""
         with self._model_lock:
             state = dict(self.model.named_parameters(remove_duplicate=False))
             state.update(dict(self.model.named_buffers()))
+            check_weight_update([(n, t) for n, t in named_tensors if parse_adapter_name(n) is None], state)
             if self.adapter_merger is not None:
                 plain, merged = self.adapter_merger.add(named_tensors, state)
                 named_tensors = plain + merged
+                check_weight_update(merged, state)
             elif any(parse_adapter_name(name) for name, _ in named_tensors):
                 raise ValueError(
                     "update_weights got LoRA adapter tensors, but this hf engine was built without LoRA "
                     "(lora_alpha=None): set trainer.policy.model.lora.rank so the engines merge adapters"
                 )
-            updated = set()
-            with torch.no_grad():
-                for name, tensor in named_tensors:
-                    if name not in state:
-                        close = difflib.get_close_matches(name, list(state), n=3)
-                        raise ValueError(f"update_weights: the model has no parameter '{name}'; close names: {close}")
-                    target = state[name]
-                    if tuple(target.shape) != tuple(tensor.shape):
-                        raise ValueError(
-                            f"update_weights: '{name}' has shape {tuple(tensor.shape)}, the model expects "
-                            f"{tuple(target.shape)}"
-                        )
-                    target.copy_(tensor.to(device=target.device, dtype=target.dtype))
-                    updated.add(name)
             if self._weights_discarded:
-                missing = sorted(n for n, _ in self.model.named_parameters(remove_duplicate=False) if n not in updated)
+                sent = {name for name, _ in named_tensors}
+                missing = sorted(n for n, _ in self.model.named_parameters(remove_duplicate=False) if n not in sent)
                 if missing:
                     raise ValueError(
                         f"update_weights after sleep(level=2) must send every parameter; missing {missing}"
                     )
-                self._weights_discarded = False
+            with torch.no_grad():
+                for name, tensor in named_tensors:
+                    target = state[name]
+                    target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+            self._weights_discarded = False
             self._version = version
 
     async def reset_prefix_cache(self) -> None:

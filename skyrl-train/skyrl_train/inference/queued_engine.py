@@ -4,6 +4,10 @@ It admits generate calls (`pause` / `resume`), renders and checks their prompts,
 takes everything queued after `batch_wait_s` and hands it to the subclass's `_serve`, so concurrent calls (the
 trajectories of a multi-turn rollout each asking for one completion) decode together. A call that asks for several
 completions (prompts x n > 1) was batched by its caller and starts at once.
+
+One caller's bad request fails only itself: a prompt that is empty, too long or holds a token id outside the
+vocabulary is refused (`InvalidRequest`) before it joins a batch, and when a batch fails anyway its requests are
+served again in halves, down to one request at a time (`_isolate`), so each gets its own answer or its own error.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from skyrl_train.inference.base import InferenceEngine
-from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
+from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, InvalidRequest, SamplingParams
 
 
 @dataclass
@@ -34,17 +38,22 @@ class QueuedEngine(InferenceEngine):
     """Admission, prompt rendering and batching for engines held in this process.
 
     Subclasses implement `_check_servable` (raise when the engine cannot generate now) and `_serve(pending)`
-    (resolve the future of every pending request); an exception `_serve` raises fails every request it was given
-    that is still unresolved. `_check_params` may refuse sampling params the engine cannot honour.
+    (resolve the future of every pending request); when `_serve` raises, the requests it left unresolved are served
+    again in smaller groups (`_isolate`) until the one that fails fails alone. `_check_params` may refuse sampling
+    params the engine cannot honour; `vocab_size` (when known) bounds the token ids of a prompt.
     """
 
     in_flight_weight_updates: bool = False
     """True on an engine whose running requests take weight updates between two tokens (`pause` then holds new
     calls only)."""
 
-    def __init__(self, tokenizer: Any, max_model_len: int, batch_wait_s: float) -> None:
+    def __init__(
+        self, tokenizer: Any, max_model_len: int, batch_wait_s: float, vocab_size: Optional[int] = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
+        self.vocab_size = vocab_size
+        """Token ids of a prompt must lie in [0, vocab_size) (None: not checked here, e.g. a remote server checks)."""
         self.batch_wait_s = batch_wait_s
         self._queue: list[PendingRequest] = []
         self._drainer: Optional[asyncio.Task] = None
@@ -63,6 +72,11 @@ class QueuedEngine(InferenceEngine):
     async def _serve(self, pending: list[PendingRequest]) -> None:
         """Generate for every pending request and resolve its future."""
 
+    async def _serve_isolated(self, items: list[PendingRequest]) -> None:
+        """Serve exactly `items` (no other request joins them) and raise if they fail; `_isolate` calls it after a
+        failed batch. The default is `_serve`, right for engines whose `_serve` takes no one else in."""
+        await self._serve(items)
+
     def _admission(self) -> asyncio.Event:
         if self._admitting is None:
             self._admitting = asyncio.Event()
@@ -78,10 +92,7 @@ class QueuedEngine(InferenceEngine):
         self._check_params(request.sampling_params)
         prompts = self._prompt_ids(request)
         for index, prompt in enumerate(prompts):
-            if len(prompt) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {index} has {len(prompt)} tokens; the engine's max_model_len is {self.max_model_len}"
-                )
+            self._check_prompt(index, prompt)
         params = request.sampling_params
         self._inflight += 1
         try:
@@ -106,11 +117,24 @@ class QueuedEngine(InferenceEngine):
             response_token_versions=token_versions,
         )
 
+    def _check_prompt(self, index: int, prompt: list[int]) -> None:
+        """Refuse a prompt that cannot decode: empty, as long as the context, or holding an id outside the vocabulary
+        (it would fail the whole batch it joined, e.g. with an embedding IndexError)."""
+        if not prompt:
+            raise InvalidRequest(f"prompt {index} is empty; every prompt needs at least one token")
+        if len(prompt) >= self.max_model_len:
+            raise InvalidRequest(
+                f"prompt {index} has {len(prompt)} tokens; the engine's max_model_len is {self.max_model_len}"
+            )
+        if self.vocab_size is not None and (min(prompt) < 0 or max(prompt) >= self.vocab_size):
+            position, token = next((i, t) for i, t in enumerate(prompt) if not 0 <= t < self.vocab_size)
+            raise InvalidRequest(
+                f"prompt {index} holds token id {token} at position {position}; token ids must be in "
+                f"[0, {self.vocab_size}) for this model"
+            )
+
     def _prompt_ids(self, request: InferenceEngineInput) -> list[list[int]]:
         if request.prompt_token_ids is not None:
-            for index, ids in enumerate(request.prompt_token_ids):
-                if not ids:
-                    raise ValueError(f"prompt_token_ids[{index}] is empty; every prompt needs at least one token")
             return [list(ids) for ids in request.prompt_token_ids]
         rendered = []
         for messages in request.prompts:
@@ -126,10 +150,24 @@ class QueuedEngine(InferenceEngine):
             pending, self._queue = self._queue, []
             try:
                 await self._serve(pending)
-            except Exception as exc:  # hand the failure to every caller still waiting
-                for item in pending:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
+            except Exception as exc:  # noqa: BLE001 - every caller gets its own outcome
+                await self._isolate(pending, exc)
+
+    async def _isolate(self, items: list[PendingRequest], exc: Exception) -> None:
+        """After a batch of `items` failed with `exc`: serve the unresolved ones again in halves, down to one request
+        at a time, so the request that makes a batch fail fails alone (with its own error) and every other one gets
+        its answer. A bad request among k then costs about 2 log2(k) extra batches, not k."""
+        unresolved = [item for item in items if not item.future.done()]
+        if len(unresolved) <= 1:
+            for item in unresolved:
+                item.future.set_exception(exc)
+            return
+        middle = len(unresolved) // 2
+        for half in (unresolved[:middle], unresolved[middle:]):
+            try:
+                await self._serve_isolated(half)
+            except Exception as failure:  # noqa: BLE001 - narrowed down further
+                await self._isolate(half, failure)
 
     async def pause(self) -> None:
         """Hold new generate calls; return once the in-flight ones finished (at once on an engine whose running

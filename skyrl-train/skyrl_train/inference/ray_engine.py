@@ -173,22 +173,24 @@ build_sglang_engine.preflight = sglang_preflight  # type: ignore[attr-defined]
 def remote_preflight(settings: EngineSettings) -> None:
     """Refuse the remote backend before any actor starts: URLs are given, every server answers and can take new
     weights (see `skyrl_train.inference.remote_engine.detect_server`)."""
-    from skyrl_train.inference.remote_engine import detect_server
+    from skyrl_train.inference.remote_engine import RemoteAuth, detect_server
 
     if not settings.remote_urls:
         raise ValueError(
             "generator.inference_engine.backend=remote needs generator.inference_engine.remote_urls, e.g. "
             "[http://127.0.0.1:8000]"
         )
+    kwargs = settings.engine_kwargs
+    auth = RemoteAuth.build(kwargs.get("api_key"), kwargs.get("weight_update_token"), kwargs.get("headers"))
     for url in settings.remote_urls:
-        detect_server(url)
+        detect_server(url, auth=auth)
 
 
 @ENGINE_BUILDERS.register("remote", builtin=True)
 def build_remote_engine(settings: EngineSettings) -> InferenceEngine:
     """A client of the OpenAI-compatible server `settings.remote_urls[0]` (`create_engine_actors` gives each actor
     its own URL); `engine_init_kwargs` go to `RemoteInferenceEngine` (`timeout_s`, `max_retries`,
-    `max_concurrency`, `weights_dir`)."""
+    `max_concurrency`, `weights_dir`, `api_key`, `weight_update_token`, `headers`)."""
     from skyrl_train.inference.remote_engine import RemoteInferenceEngine
     from skyrl_train.models.loading import load_tokenizer
 
@@ -396,8 +398,8 @@ class RayEngineProxy(InferenceEngine):
         (between two training steps the policy ranks are done and the engines idle), and that call then finds it
         installed (the actor installs a chunk once) and confirms the served version all the same. When the running
         loop's connection is open, the request is written before this returns: a task would send it only when the
-        caller next yields to its event loop, after the rest of its step (~1-2 ms later on the quickstart, with the
-        engines' installation then overlapping the next step's start)."""
+        caller next yields to its event loop, after the rest of its step, and the installation would then overlap
+        the next step's start."""
         self._pending_weights = chunk
         try:
             loop = asyncio.get_running_loop()
@@ -443,8 +445,8 @@ class RayEngineProxy(InferenceEngine):
 
     async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
         """Generate in the actor, installing the deferred chunk first when there is one. On the actor's machine the
-        call goes through its local channel (`utils.local_channel`: a Unix socket, ~1.5 ms a step less than a
-        Ray call on the quickstart); elsewhere, or once that channel failed, through Ray (request and output pickled:
+        call goes through its local channel (`utils.local_channel`: a Unix socket, cheaper than a Ray call);
+        elsewhere, or once that channel failed, through Ray (request and output pickled:
         `EngineActor.generate_pickled`)."""
         pending = self._pending_weights
         channel = await self._local_channel()

@@ -16,14 +16,22 @@ this machine by default), and the server is told to load it:
 | SGLang | `GET /get_model_info` | `POST /update_weights_from_disk` |
 
 A server with none of these cannot follow training: `detect_server` refuses it at start-up with that reason.
+
+Auth: `api_key` goes as `Authorization: Bearer <key>` with every request (default: the `SKYRL_API_KEY` environment
+variable), `weight_update_token` replaces it on skyrl serve's `/skyrl/*` routes (default: `SKYRL_WEIGHT_UPDATE_TOKEN`,
+else the API key), and `headers` are added to every request (e.g. a gateway's own header).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
+import stat
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -52,24 +60,102 @@ def _url(base: str, path: str) -> str:
     return base.rstrip("/") + path
 
 
-def detect_server(base_url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+def default_weights_root() -> Path:
+    """The folder under which the remote engine writes synced weights by default, and the only one
+    `python -m skyrl_train.entrypoints.serve --enable-weight-updates` loads from unless given `--weight-update-root`:
+    `<tempdir>/skyrl-weights-<uid>`."""
+    return Path(tempfile.gettempdir()) / f"skyrl-weights-{os.getuid()}"
+
+
+def private_folder(path: Path) -> Path:
+    """`path` created 0700 if missing; refused unless it is a real folder this user owns that no one else may write
+    (a folder another user planted in a shared temp dir could swap the weights a server loads)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{path} must be a folder, not a link or a file")
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise ValueError(
+            f"{path} belongs to uid {info.st_uid} with mode {oct(info.st_mode & 0o777)}: the weights folder must be "
+            f"this user's (uid {os.getuid()}) and writable by no one else; remove it or set engine_init_kwargs.weights_dir"
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class RemoteAuth:
+    """The headers the remote engine sends: `api_key` as a bearer token on every route, `weight_update_token` instead
+    on skyrl serve's weight-update routes (`/skyrl/*`), `headers` on every request."""
+
+    api_key: Optional[str] = None
+    weight_update_token: Optional[str] = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def build(
+        cls,
+        api_key: Optional[str] = None,
+        weight_update_token: Optional[str] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        environ: Optional[Mapping[str, str]] = None,
+    ) -> RemoteAuth:
+        """From the engine's kwargs; a key not given comes from `SKYRL_API_KEY` / `SKYRL_WEIGHT_UPDATE_TOKEN`."""
+        environ = os.environ if environ is None else environ
+        api_key = api_key or environ.get("SKYRL_API_KEY") or None
+        weight_update_token = weight_update_token or environ.get("SKYRL_WEIGHT_UPDATE_TOKEN") or None
+        pairs = tuple((str(name), str(value)) for name, value in (headers or {}).items())
+        return cls(api_key, weight_update_token, pairs)
+
+    def for_path(self, path: str) -> dict[str, str]:
+        """The headers of a request to `path`."""
+        token = (self.weight_update_token or self.api_key) if path.startswith("/skyrl/") else self.api_key
+        headers = dict(self.headers)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+
+def _unauthorized(base_url: str, path: str, response: httpx.Response) -> Optional[str]:
+    """A message naming the key to set when `response` is a 401/403, else None."""
+    if response.status_code not in (401, 403):
+        return None
+    key = "weight_update_token (or api_key)" if path.startswith("/skyrl/") else "api_key (or headers)"
+    return (
+        f"{base_url}{path} answered {response.status_code}: the server wants credentials; set "
+        f"generator.inference_engine.engine_init_kwargs.{key}, or the SKYRL_API_KEY / SKYRL_WEIGHT_UPDATE_TOKEN "
+        f"environment variables ({response.text[:200]})"
+    )
+
+
+def detect_server(base_url: str, timeout_s: float = 10.0, auth: Optional[RemoteAuth] = None) -> dict[str, Any]:
     """`{"kind", "model", "max_model_len"}` of the server at `base_url`; raises `RemoteServerError` when it does not
-    answer, serves no model, or has no endpoint to take new weights."""
+    answer, refuses the credentials, serves no model, or has no endpoint to take new weights."""
+    auth = auth or RemoteAuth()
+
+    def get(http: httpx.Client, path: str) -> httpx.Response:
+        return http.get(_url(base_url, path), headers=auth.for_path(path))
+
     try:
         with httpx.Client(timeout=timeout_s) as http:
-            models = http.get(_url(base_url, "/v1/models"))
+            models = get(http, "/v1/models")
+            refused = _unauthorized(base_url, "/v1/models", models)
+            if refused:
+                raise RemoteServerError(refused)
             models.raise_for_status()
             cards = models.json().get("data") or []
             if not cards:
                 raise RemoteServerError(f"{base_url}/v1/models lists no model")
             probes = {
-                "skyrl": http.get(_url(base_url, "/skyrl/info")),
-                "vllm": http.get(_url(base_url, "/is_sleeping")),
-                "sglang": http.get(_url(base_url, "/get_model_info")),
+                "skyrl": get(http, "/skyrl/info"),
+                "vllm": get(http, "/is_sleeping"),
+                "sglang": get(http, "/get_model_info"),
             }
-            version = http.get(_url(base_url, "/version"))
+            version = get(http, "/version")
     except httpx.HTTPError as exc:
         raise RemoteServerError(f"remote engine {base_url} does not answer: {exc}") from exc
+    refused = _unauthorized(base_url, "/skyrl/info", probes["skyrl"])
+    if refused:
+        raise RemoteServerError(refused)
     kind = next((name for name in SERVER_KINDS if probes[name].status_code == 200), None)
     if kind is None:
         hint = (
@@ -96,8 +182,13 @@ class RemoteInferenceEngine(QueuedEngine):
         timeout_s: time limit of one HTTP request (a generation included).
         max_retries: attempts after the first for connection errors and 5xx answers (back-off 0.5 s, doubling).
         max_concurrency: most requests in flight to this server at once.
-        weights_dir: where synced weights are written for the server to load (default: a temporary directory).
+        weights_dir: where synced weights are written for the server to load (default: a new folder under
+            `default_weights_root()`, the folder skyrl serve loads from by default).
         config_dir: a folder holding the model's `config.json` (copied next to the written weights).
+        api_key: bearer key sent with every request (default: `SKYRL_API_KEY` from the environment).
+        weight_update_token: bearer token for skyrl serve's `/skyrl/*` routes (default: `SKYRL_WEIGHT_UPDATE_TOKEN`,
+            else `api_key`).
+        headers: extra headers sent with every request.
     """
 
     def __init__(
@@ -110,15 +201,21 @@ class RemoteInferenceEngine(QueuedEngine):
         max_concurrency: int = 256,
         weights_dir: Optional[str] = None,
         config_dir: Optional[str] = None,
+        api_key: Optional[str] = None,
+        weight_update_token: Optional[str] = None,
+        headers: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        info = detect_server(self.base_url)
+        self.auth = RemoteAuth.build(api_key, weight_update_token, headers)
+        info = detect_server(self.base_url, auth=self.auth)
         self.server_kind, self.model_name = info["kind"], info["model"]
         super().__init__(tokenizer, int(max_model_len or info["max_model_len"] or 4096), batch_wait_s=0.0)
         self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
         self.max_concurrency = int(max_concurrency)
         self._own_weights_dir = weights_dir is None
-        self.weights_dir = Path(weights_dir or tempfile.mkdtemp(prefix="skyrl-remote-weights-"))
+        self.weights_dir = Path(
+            weights_dir or tempfile.mkdtemp(prefix="run-", dir=private_folder(default_weights_root()))
+        )
         self.config_dir = config_dir
         self._staged: dict[str, torch.Tensor] = {}
         self._version = 0
@@ -142,14 +239,19 @@ class RemoteInferenceEngine(QueuedEngine):
         delay = 0.5
         for attempt in range(self.max_retries + 1):
             try:
-                response = await self._client().post(_url(self.base_url, path), json=body)
+                response = await self._client().post(
+                    _url(self.base_url, path), json=body, headers=self.auth.for_path(path)
+                )
             except httpx.TransportError as exc:
                 failure = f"{type(exc).__name__}: {exc}"
             else:
                 if response.status_code < 400:
                     return response.json() if response.content else None
                 if response.status_code < 500:
-                    raise RemoteServerError(f"{self.base_url}{path} refused the request: {response.text[:500]}")
+                    refused = _unauthorized(self.base_url, path, response)
+                    raise RemoteServerError(
+                        refused or f"{self.base_url}{path} refused the request: {response.text[:500]}"
+                    )
                 failure = f"HTTP {response.status_code}: {response.text[:200]}"
             if attempt < self.max_retries:
                 logger.warning("%s%s failed (%s); retrying in %.1f s", self.base_url, path, failure, delay)

@@ -8,6 +8,11 @@ from typing import Any, Optional, Union
 StopReason = str  # "stop" (eos, stop token or stop string) | "length" (max_tokens or context limit) | "abort"
 
 
+class InvalidRequest(ValueError):
+    """A generate request an engine refuses before it joins a batch (an empty or too long prompt, a token id outside
+    the vocabulary): the caller's own mistake, which the OpenAI-compatible endpoint answers with 400."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to sample. `temperature=0` is greedy. `logprobs=True` returns the log-probability of each sampled token;

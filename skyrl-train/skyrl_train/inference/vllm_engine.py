@@ -10,7 +10,8 @@ before temperature, as in the `hf` engine, and the logprobs are under the penali
 
 Weights: `update_weights` loads HF-named tensors through the worker's in-place `reload_weights`, holding a vLLM
 module's tensors (all of fused q/k/v or gate/up, weight and bias) until the module is complete (see
-`vllm_weights`). Sleep: on CUDA the real vLLM sleep mode; vLLM has none on CPU, so there sleep only pauses and
+`vllm_weights`); every tensor of a call is first checked against the HF model's names and shapes, so a call with one
+bad tensor loads none. Sleep: on CUDA the real vLLM sleep mode; vLLM has none on CPU, so there sleep only pauses and
 drops the prefix cache.
 
 Every call into vLLM runs in one worker thread, which serialises them without a lock and keeps the event loop free.
@@ -42,6 +43,7 @@ from skyrl_train.inference.vllm_weights import (
     unfuse,
     unpad_vocab_rows,
 )
+from skyrl_train.inference.weight_checks import check_weight_update, reference_parameters
 from skyrl_train.models.lora_state import parse_adapter_name
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
@@ -261,8 +263,15 @@ class VLLMInferenceEngine(QueuedEngine):
         self._vllm_sampling_params = vllm.SamplingParams
         self._tokens_prompt = vllm.inputs.TokensPrompt
         model_config = self.llm.llm_engine.model_config
-        super().__init__(self.llm.get_tokenizer(), int(model_config.max_model_len), batch_wait_s)
+        vocab_size = getattr(model_config.hf_config, "vocab_size", None)
+        super().__init__(
+            self.llm.get_tokenizer(),
+            int(model_config.max_model_len),
+            batch_wait_s,
+            vocab_size=int(vocab_size) if vocab_size is not None else None,
+        )
         self.hf_config = model_config.hf_config
+        self._reference: Optional[dict[str, torch.Tensor]] = None  # HF names -> meta tensors, built on first update
         self.packed_modules = self.llm.collective_rpc(_packed_modules)[0] or QWEN_PACKED_MODULES
         vllm_names = self.llm.collective_rpc(_parameter_names)[0]
         self._parts = ModuleGroupBuffer(module_groups(vllm_names, self.packed_modules))
@@ -442,6 +451,12 @@ class VLLMInferenceEngine(QueuedEngine):
         await self._in_worker(self._update_weights, list(named_tensors), version)
 
     def _update_weights(self, named_tensors: list[tuple[str, torch.Tensor]], version: int) -> None:
+        # Phase one: every full weight's HF name, shape and dtype against the model's, before vLLM loads any of them
+        # (its reload copies parameter by parameter, so a bad tensor found late would leave the others loaded).
+        if self._reference is None:
+            self._reference = reference_parameters(self.hf_config) or {}
+        if self._reference:
+            check_weight_update([(n, t) for n, t in named_tensors if parse_adapter_name(n) is None], self._reference)
         if self._adapters is not None:
             named_tensors = self._adapters.add(named_tensors)
             if self._adapters.has_pending and version != self._version:  # the sync's final chunk

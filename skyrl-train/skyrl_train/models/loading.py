@@ -70,7 +70,7 @@ def load_causal_lm(
 _GENERIC_FAST_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 
 
-def _saved_as_generic_fast_tokenizer(path: str) -> bool:
+def saved_as_generic_fast_tokenizer(path: str) -> bool:
     """True for a local folder whose tokenizer was saved as a plain `tokenizers` tokenizer (like the embedded one)."""
     config = Path(os.path.expanduser(path)) / "tokenizer_config.json"
     if not config.is_file():
@@ -84,7 +84,7 @@ def _saved_as_generic_fast_tokenizer(path: str) -> bool:
 def load_tokenizer(path: str, padding_side: str = "left", trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """Load a tokenizer; it gets a pad token (the eos token) if it has none, and the requested padding side."""
     try:
-        if _saved_as_generic_fast_tokenizer(path):
+        if saved_as_generic_fast_tokenizer(path):
             # AutoTokenizer would pick the tokenizer class of the model's architecture (Qwen2Tokenizer for a qwen2
             # config), which re-tokenizes with that class's rules: it drops the char vocabulary's spaces and newlines.
             tokenizer = PreTrainedTokenizerFast.from_pretrained(os.path.expanduser(path), local_files_only=True)

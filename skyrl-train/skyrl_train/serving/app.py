@@ -8,11 +8,14 @@ Every request becomes one `InferenceEngineInput` of token ids (chat messages ren
 template, tools included), and the engine's own tokens, logprobs and stop reasons are reported back. Responses carry
 `prompt_token_ids` and each choice's `token_ids` (an extension) so a training harness gets token-in/token-out data.
 Streaming sends the finished output as server-sent-event chunks of one token each: the engines generate a whole
-response per call, so the first chunk arrives when the response is complete.
+response per call, so the first chunk arrives when the response is complete. The per-token work (detokenising,
+logprob entries) runs in a worker thread, never on the event loop; the pieces come from a bounded window of ids
+(`serving.detokenize`). Keys, the body cap and the docs pages are `ServingAccess`'s (`serving.access`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -23,8 +26,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, SamplingParams
-from skyrl_train.serving.gate import WeightGate
+from skyrl_train.inference.gate import WeightGate
+from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput, InvalidRequest, SamplingParams
+from skyrl_train.serving.access import BearerAuth, ServingAccess
+from skyrl_train.serving.body_limit import BodySizeLimit
+from skyrl_train.serving.detokenize import stream_pieces
 from skyrl_train.serving.protocol import ChatCompletionRequest, CompletionRequest, ServingError
 from skyrl_train.serving.tool_calls import parse_tool_calls
 from skyrl_train.serving.weight_updates import add_weight_update_routes
@@ -35,23 +41,6 @@ DEFAULT_CHAT_MAX_TOKENS = 256
 
 def _token_text(tokenizer: Any, token_id: int) -> str:
     return tokenizer.decode([token_id])
-
-
-def _pieces(tokenizer: Any, token_ids: list[int], text: str) -> list[str]:
-    """The text each token adds (incremental decoding), clipped so the pieces join to `text` exactly.
-
-    Special tokens add nothing: the engines' text skips them (a sampled `<|im_start|>` mid-response is not shown)."""
-    pieces, shown = [], ""
-    for end in range(1, len(token_ids) + 1):
-        decoded = tokenizer.decode(token_ids[:end], skip_special_tokens=True)
-        piece = decoded[len(shown) :] if decoded.startswith(shown) else ""
-        room = len(text) - len(shown)
-        piece = piece[: max(room, 0)]
-        pieces.append(piece)
-        shown += piece
-    if shown != text:  # decoding is not prefix-stable for this tokenizer: send the rest with the last token
-        pieces[-1:] = [(pieces[-1] if pieces else "") + text[len(shown) :]] if text.startswith(shown) else [text]
-    return pieces
 
 
 class OpenAIServer:
@@ -88,14 +77,18 @@ class OpenAIServer:
         except ValueError as exc:
             raise ServingError(str(exc).removeprefix("SamplingParams: ")) from exc
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> InferenceEngineOutput:
-        """One engine call for one prompt."""
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams, param: str) -> InferenceEngineOutput:
+        """One engine call for one prompt; what the engine refuses before decoding (a prompt too long for the
+        context, a token id outside the vocabulary) is a 400 naming `param`, the request field the prompt came from."""
         if not prompt_ids:
-            raise ServingError("the prompt is empty", param="prompt")
-        async with self.gate.serving():  # a training run closes it while the engines' weights change
-            return await self.client.generate(
-                InferenceEngineInput(prompt_token_ids=[prompt_ids], sampling_params=sampling)
-            )
+            raise ServingError("the prompt is empty", param=param)
+        try:
+            async with self.gate.serving():  # a training run closes it while the engines' weights change
+                return await self.client.generate(
+                    InferenceEngineInput(prompt_token_ids=[prompt_ids], sampling_params=sampling)
+                )
+        except InvalidRequest as exc:
+            raise ServingError(f"{param}: {exc}", param=param) from exc
 
     @staticmethod
     def usage(prompt_ids: list[int], output: InferenceEngineOutput) -> dict[str, int]:
@@ -135,18 +128,9 @@ class OpenAIServer:
         else:
             prompt_ids = list(request.prompt)
         sampling = self.sampling(request, request.max_tokens, request.logprobs or 0)
-        output = await self.generate(prompt_ids, sampling)
+        output = await self.generate(prompt_ids, sampling, "prompt")
         created, response_id = int(time.time()), f"cmpl-{uuid.uuid4().hex}"
-        choices = [
-            {
-                "index": index,
-                "text": output.responses[index],
-                "logprobs": self.completion_logprobs(output, index) if request.logprobs is not None else None,
-                "finish_reason": FINISH_REASONS.get(output.stop_reasons[index], "stop"),
-                "token_ids": output.response_ids[index],
-            }
-            for index in range(len(output.responses))
-        ]
+        choices = await asyncio.to_thread(self.completion_choices, output, request.logprobs is not None)
         if request.stream:
             return self.stream_completion(response_id, created, choices, output)
         return {
@@ -160,6 +144,19 @@ class OpenAIServer:
             "weight_version": output.weight_version,
         }
 
+    def completion_choices(self, output: InferenceEngineOutput, logprobs: bool) -> list[dict[str, Any]]:
+        """The `text_completion` choices of `output` (per-token work: run it off the event loop)."""
+        return [
+            {
+                "index": index,
+                "text": output.responses[index],
+                "logprobs": self.completion_logprobs(output, index) if logprobs else None,
+                "finish_reason": FINISH_REASONS.get(output.stop_reasons[index], "stop"),
+                "token_ids": output.response_ids[index],
+            }
+            for index in range(len(output.responses))
+        ]
+
     def stream_completion(self, response_id: str, created: int, choices: list, output: InferenceEngineOutput) -> Any:
         """The choices as `text_completion` chunks, one token each, then `[DONE]`."""
 
@@ -171,7 +168,7 @@ class OpenAIServer:
         async def events() -> AsyncIterator[str]:
             for choice in choices:
                 ids = output.response_ids[choice["index"]]
-                for piece in _pieces(self.tokenizer, ids, choice["text"]):
+                for piece in await asyncio.to_thread(stream_pieces, self.tokenizer, ids, choice["text"]):
                     yield chunk(choice["index"], piece, None)
                 yield chunk(choice["index"], "", choice["finish_reason"], {"token_ids": ids})
             yield "data: [DONE]\n\n"
@@ -214,9 +211,25 @@ class OpenAIServer:
             raise ServingError("top_logprobs needs logprobs=true", param="top_logprobs")
         prompt_ids = self.render_chat(request)
         sampling = self.sampling(request, request.token_limit(DEFAULT_CHAT_MAX_TOKENS), request.top_logprobs or 0)
-        output = await self.generate(prompt_ids, sampling)
-        parse_tools = bool(request.tools) and request.tool_choice != "none"
+        output = await self.generate(prompt_ids, sampling, "messages")
         created, response_id = int(time.time()), f"chatcmpl-{uuid.uuid4().hex}"
+        choices = await asyncio.to_thread(self.chat_choices, output, request)
+        if request.stream:
+            return self.stream_chat(response_id, created, choices, output)
+        return {
+            "id": response_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": self.model_name,
+            "choices": choices,
+            "usage": self.usage(prompt_ids, output),
+            "prompt_token_ids": prompt_ids,
+            "weight_version": output.weight_version,
+        }
+
+    def chat_choices(self, output: InferenceEngineOutput, request: ChatCompletionRequest) -> list[dict[str, Any]]:
+        """The `chat.completion` choices of `output`, tool calls parsed (per-token work: run it off the event loop)."""
+        parse_tools = bool(request.tools) and request.tool_choice != "none"
         choices = []
         for index, text in enumerate(output.responses):
             content, calls = parse_tool_calls(text) if parse_tools else (text, [])
@@ -233,18 +246,7 @@ class OpenAIServer:
                     "token_ids": output.response_ids[index],
                 }
             )
-        if request.stream:
-            return self.stream_chat(response_id, created, choices, output)
-        return {
-            "id": response_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": self.model_name,
-            "choices": choices,
-            "usage": self.usage(prompt_ids, output),
-            "prompt_token_ids": prompt_ids,
-            "weight_version": output.weight_version,
-        }
+        return choices
 
     def stream_chat(self, response_id: str, created: int, choices: list, output: InferenceEngineOutput) -> Any:
         """The choices as `chat.completion.chunk` events: the role, one token of content each, tool calls, the
@@ -265,7 +267,8 @@ class OpenAIServer:
                     calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
                     yield chunk(index, {"tool_calls": calls}, None)
                 else:
-                    for piece in _pieces(self.tokenizer, output.response_ids[index], message["content"] or ""):
+                    ids, text = output.response_ids[index], message["content"] or ""
+                    for piece in await asyncio.to_thread(stream_pieces, self.tokenizer, ids, text):
                         yield chunk(index, {"content": piece}, None)
                 yield chunk(index, {}, choice["finish_reason"], {"token_ids": choice["token_ids"]})
             yield "data: [DONE]\n\n"
@@ -291,14 +294,32 @@ def _validation_error(exc: RequestValidationError) -> JSONResponse:
 
 
 def create_app(
-    client: Any, tokenizer: Any, model_name: str, gate: Optional[WeightGate] = None, weight_updates: bool = False
+    client: Any,
+    tokenizer: Any,
+    model_name: str,
+    gate: Optional[WeightGate] = None,
+    weight_updates: bool = False,
+    access: Optional[ServingAccess] = None,
 ) -> FastAPI:
     """The FastAPI app serving `client` (an `InferenceEngineClient` or any engine) under `model_name`; requests hold
     `gate` open while they generate (a training run closes it while the weights change). `weight_updates` adds the
-    `/skyrl/*` routes that let a training run load new weights into it (`serving.weight_updates`)."""
+    `/skyrl/*` routes that let a training run load new weights into it (`serving.weight_updates`); they need a token
+    (`access.weight_update_token` or `access.api_key`). `access` (default: no key, the default body cap, no docs
+    pages) sets who may call the app and how large a body may be."""
+    access = access or ServingAccess()
+    if weight_updates and access.update_token is None:
+        raise ValueError(
+            "the weight-update routes need a token (ServingAccess.weight_update_token or api_key): without one, anyone "
+            "who reaches the port could replace the served weights"
+        )
     server = OpenAIServer(client, tokenizer, model_name, gate)
-    app = FastAPI(title="skyrl OpenAI-compatible server")
+    docs = {} if access.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="skyrl OpenAI-compatible server", **docs)
     app.state.server = server
+    app.state.access = access
+    # the last one added runs first: the key is checked from the headers before any byte of the body is counted
+    app.add_middleware(BodySizeLimit, max_bytes=access.max_request_bytes)
+    app.add_middleware(BearerAuth, api_key=access.api_key, weight_update_token=access.update_token)
 
     @app.exception_handler(ServingError)
     async def serving_error(_: Request, exc: ServingError) -> JSONResponse:
@@ -325,5 +346,8 @@ def create_app(
         return {"status": "ok"}
 
     if weight_updates:
-        add_weight_update_routes(app, client, model_name)
+        from skyrl_train.inference.remote_engine import default_weights_root
+
+        root = access.weight_update_root or str(default_weights_root())
+        add_weight_update_routes(app, client, model_name, root)
     return app

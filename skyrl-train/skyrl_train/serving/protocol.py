@@ -30,6 +30,12 @@ REFUSED_UNLESS_DEFAULT = {
 }
 """OpenAI fields this server does not implement: refused unless left at their default."""
 
+MAX_STOP_STRINGS = 4
+"""Most stop strings per request (as OpenAI)."""
+
+MAX_STOP_STRING_CHARS = 256
+"""Longest stop string: the engines look for every stop string in the decoded response after each token."""
+
 
 class ServingError(Exception):
     """A request the server refuses: becomes an OpenAI-style error body with `status`, naming `param`."""
@@ -70,12 +76,19 @@ class _Request(BaseModel):
             raise ServingError(f"unknown field {name!r}", param=name)
 
     def stop_strings(self) -> tuple[str, ...]:
-        """`stop` as a tuple (OpenAI allows a string or up to 4 strings)."""
+        """`stop` as a tuple (OpenAI allows a string or up to 4 strings), each non-empty and at most
+        `MAX_STOP_STRING_CHARS` characters."""
         if self.stop is None:
             return ()
         stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-        if len(stops) > 4:
-            raise ServingError(f"stop takes at most 4 sequences, got {len(stops)}", param="stop")
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ServingError(f"stop takes at most {MAX_STOP_STRINGS} sequences, got {len(stops)}", param="stop")
+        for index, stop in enumerate(stops):
+            if not stop or len(stop) > MAX_STOP_STRING_CHARS:
+                raise ServingError(
+                    f"stop[{index}] has {len(stop)} characters; a stop string takes 1 to {MAX_STOP_STRING_CHARS}",
+                    param="stop",
+                )
         return stops
 
 

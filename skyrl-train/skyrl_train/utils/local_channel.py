@@ -1,7 +1,7 @@
 """A Unix-socket channel for an actor's hot calls from a process on the same machine.
 
-A Ray actor call costs about 3 ms of round trip on the quickstart's 2-core machine (submitting, scheduling, the
-reply's own trip), against ~0.1 ms for a request and its reply through a local socket. So the actors on the hot path
+A Ray actor call costs milliseconds of round trip (submitting, scheduling, the reply's own trip), a local socket a
+small fraction of that (docs/performance.md). So the actors on the hot path
 also serve a few calls on a Unix socket: `EngineActor` its `generate` in its own event loop (`ChannelServer`), the
 worker ranks their sharded calls (the policy update, log-prob forwards) from a thread of their own
 (`ThreadedChannelServer`). Their callers send those calls there when the actor runs on their machine (`ChannelClient`,
@@ -9,7 +9,11 @@ one per calling event loop: `ChannelClients`); everything else (start-up, weight
 failures) stays with Ray, and so do the calls to an actor on another machine.
 
 Frames are `<request id: u64><length: u64><pickled body>` both ways. A request's body is the tuple of arguments the
-server's handler takes; a reply's body is `(True, output)` or `(False, error)`. Requests on one connection run
+server's handler takes; a reply's body is `(True, output)` or `(False, error)`. Requests are pickles, so only the
+actor's own callers may send them: the socket sits in a directory only this user can enter, and each server makes a
+random key that its address carries (`ChannelAddress.key`, handed to callers through Ray); a connection's first 32
+bytes must be that key, else the server closes it before reading any frame. A process of the same user that finds
+the socket (a sandboxed program whose Landlock layer is missing, say) cannot have the actor unpickle anything. Requests on one connection run
 concurrently on an event-loop server (a multi-turn generator keeps many in flight) and one after the other on a
 threaded one, so replies come back in any order, matched by id. A connection that closes fails every call still
 waiting on it, naming the actor.
@@ -20,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hmac
 import os
 import pickle
+import secrets
 import shutil
 import socket
 import struct
@@ -32,9 +38,26 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
 HEADER = struct.Struct("<QQ")
+KEY_BYTES = 32
+"""Length of a server's key, which a client sends first on every connection."""
 CHANNEL_DIR_PREFIX = "skyrl-channel-"
 """Name prefix of a server's socket directory in the temp dir: `skyrl-channel-<pid>-<random>`."""
 _swept = False
+
+
+class ChannelAddress(str):
+    """A channel's socket path (the string itself) carrying the server's key (`key`), which is kept out of the
+    string so that logs and error messages never show it."""
+
+    key: bytes
+
+    def __new__(cls, path: str, key: bytes) -> ChannelAddress:
+        address = super().__new__(cls, path)
+        address.key = key
+        return address
+
+    def __reduce__(self) -> tuple:  # through Ray to the callers: the key travels with the path
+        return ChannelAddress, (str(self), self.key)
 
 
 class ChannelError(ConnectionError):
@@ -142,20 +165,22 @@ class ChannelServer:
     def __init__(self, handler: Callable[..., Awaitable[Any]]) -> None:
         self.handler = handler
         self.path: Optional[str] = None
+        self._key = secrets.token_bytes(KEY_BYTES)
         self._server: Optional[asyncio.AbstractServer] = None
         self._tasks: set[asyncio.Task] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._starting: Optional[asyncio.Future] = None
 
-    async def start(self) -> str:
-        """Listen (once, however many callers ask at the same time) and return the socket's path. The socket sits in
-        a directory only this user can enter (`mkdtemp`): requests are pickles, which another user must not be able
-        to send."""
+    async def start(self) -> ChannelAddress:
+        """Listen (once, however many callers ask at the same time) and return the socket's address (its path, with
+        the key a client must send first). The socket sits in a directory only this user can enter (`mkdtemp`):
+        requests are pickles, which another user must not be able to send, nor this user's other processes, which
+        lack the key."""
         if self._starting is None:
             self._starting = asyncio.ensure_future(self._listen())
         return await asyncio.shield(self._starting)
 
-    async def _listen(self) -> str:
+    async def _listen(self) -> ChannelAddress:
         global _swept
         if not _swept:
             _swept = True
@@ -164,11 +189,13 @@ class ChannelServer:
         path = os.path.join(directory, "channel.sock")
         self._server = await asyncio.start_unix_server(self._serve, sock=_listening_socket(path))
         self.path = path
-        return path
+        return ChannelAddress(path, self._key)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
+            if not hmac.compare_digest(await reader.readexactly(KEY_BYTES), self._key):
+                return  # not one of the actor's callers: no frame of it is ever unpickled
             while True:
                 request_id, body = await _read_frame(reader)
                 task = asyncio.create_task(self._answer(request_id, body, writer))
@@ -215,6 +242,7 @@ class ChannelClient:
     def __init__(self, path: str, name: str) -> None:
         self.path = path
         self.name = name
+        self._key: Optional[bytes] = getattr(path, "key", None)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self._writer: Optional[asyncio.StreamWriter] = None
         self._reader_task: Optional[asyncio.Task] = None
@@ -224,11 +252,15 @@ class ChannelClient:
         self._connecting: Optional[asyncio.Future] = None
 
     async def _connect(self) -> None:
+        if self._key is None:
+            self._closed_because = "not opened: its address carries no key"
+            raise ChannelError(f"cannot connect to {self.name} at {self.path}: the address carries no key")
         try:
             reader, self._writer = await asyncio.open_unix_connection(self.path)
         except OSError as exc:
             self._closed_because = f"not reachable ({type(exc).__name__}: {exc})"
             raise ChannelError(f"cannot connect to {self.name} at {self.path}: {exc}") from exc
+        self._writer.write(self._key)
         self.loop = asyncio.get_running_loop()
         self._reader_task = asyncio.create_task(self._read_replies(reader))
 
@@ -352,7 +384,7 @@ class ThreadedChannelServer:
         self.path: Optional[str] = None
 
     def start(self) -> str:
-        """Start the thread (once) and return the socket's path once it listens."""
+        """Start the thread (once) and return the socket's address (`ChannelAddress`) once it listens."""
         if self.path is not None:
             return self.path
         started: concurrent.futures.Future = concurrent.futures.Future()

@@ -28,7 +28,6 @@ from skyrl_train.weight_sync.strategy import (
     make_weight_sync_strategy,
     register_weight_sync_strategy,
     resolve_strategy_name,
-    weight_sync_from_config,
 )
 
 __all__ = [
@@ -53,5 +52,4 @@ __all__ = [
     "make_weight_sync_strategy",
     "register_weight_sync_strategy",
     "resolve_strategy_name",
-    "weight_sync_from_config",
 ]

@@ -312,12 +312,3 @@ class WeightSyncStrategy(abc.ABC):
             self._local_sender.close()
             self._local_sender = None
         await asyncio.gather(*(handle.close_weight_receiver.remote() for handle in self.handles))
-
-
-def weight_sync_from_config(cfg: Any, **options: Any) -> WeightSyncStrategy:
-    """The strategy a `SkyRLConfig` asks for (`generator.inference_engine.weight_sync_backend`, `auto` resolved by
-    `trainer.placement.colocate_all` and the device); `options` go to its constructor."""
-    name = resolve_strategy_name(
-        cfg.generator.inference_engine.weight_sync_backend, cfg.trainer.placement.colocate_all, cfg.resolved_device()
-    )
-    return make_weight_sync_strategy(name, **options)

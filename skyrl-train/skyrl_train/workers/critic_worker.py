@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModelForTokenClassification, PreTrained
 
 from skyrl_train.algorithms.masked import masked_count, masked_mean, zero_masked
 from skyrl_train.algorithms.value_loss import value_loss
+from skyrl_train.models.packing import pack_rows, packed_token_scores
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import timed_compute
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
@@ -41,6 +42,7 @@ class CriticWorker(BaseWorker):
     """The value model: `forward(batch) -> values [B, R]`, `forward_backward(batch, returns, old_values)`."""
 
     trainable = True
+    packable = True
 
     def load_model(self, path: str) -> torch.nn.Module:
         """Backbone + scalar value head."""
@@ -52,6 +54,12 @@ class CriticWorker(BaseWorker):
     def _values(self, micro: TrimmedMicroBatch) -> torch.Tensor:
         """Value of the state before each response token: the head's output at the position preceding it."""
         batch = micro.batch
+        if self.packs_rows:
+            share = self.cfg.trainer.share_prompt_forward
+            packed = pack_rows(
+                batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share_prompts=share
+            )
+            return packed_token_scores(self.model, packed)
         scores = self.model(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,

@@ -24,6 +24,8 @@ from skyrl_train.workers.worker import BaseWorker, MiniBatchResult
 class LogprobWorker(BaseWorker):
     """A causal-LM worker that scores response tokens: `forward(batch) -> log-probs [B, R]`."""
 
+    packable = True
+
     @property
     def temperature(self) -> float:
         """Sampling temperature of training rollouts (`generator.sampling_params.temperature`): log-probs are taken
@@ -32,9 +34,12 @@ class LogprobWorker(BaseWorker):
 
     @property
     def shares_prompt_forward(self) -> bool:
-        """Whether log-prob passes run each distinct prompt once (`trainer.share_prompt_forward`): fsdp2 workers
-        without gradient checkpointing (which turns the key/value cache off)."""
+        """Whether log-prob passes run each distinct prompt once (`trainer.share_prompt_forward`): packed, whenever
+        the key is on; padded, on fsdp2 workers without gradient checkpointing (which turns the key/value cache
+        off)."""
         model = self._require_model()
+        if self.packs_rows:
+            return self.cfg.trainer.share_prompt_forward
         return (
             self.cfg.trainer.share_prompt_forward
             and self.cfg.trainer.strategy == "fsdp2"
@@ -52,6 +57,7 @@ class LogprobWorker(BaseWorker):
             temperature=self.temperature,
             with_entropy=with_entropy,
             share_prompts=self.shares_prompt_forward,
+            pack=self.packs_rows,
         )
 
     @timed_compute("forward")

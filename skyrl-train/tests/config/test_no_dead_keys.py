@@ -44,6 +44,7 @@ _GENERATOR_KEYS = (
     "generators/test_from_config.py::test_every_generator_and_environment_key_reaches_the_generator_settings"
 )
 _ENDPOINT = "trainer/test_trainer_endpoint.py::test_the_endpoint_serves_whole_weight_versions_while_the_policy_trains"
+_ENDPOINT_ACCESS = f"{_MAIN_BASE}::test_the_endpoint_keys_reach_the_served_app"
 _LORA_ONLY_ADAPTERS = "workers/test_lora_worker.py::test_lora_trains_only_the_adapters_and_the_base_stays_the_reference"
 _LORA_KEYS = "workers/test_lora_worker.py::test_lora_keys_reach_the_adapters"
 _LORA_EXPORT = "workers/test_lora_worker.py::test_lora_export_writes_the_adapter_and_the_merged_model"
@@ -268,6 +269,13 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     ),
     "trainer.max_tokens_per_microbatch": (
         "workers/test_micro_batching.py::test_micro_batch_groups_switches_on_token_budget",
+        "workers/test_micro_batching.py::test_micro_batch_groups_count_packed_tokens_when_packing",
+    ),
+    "trainer.remove_microbatch_padding": (
+        "workers/test_worker_packing.py::test_the_policy_runs_packed_sequences_with_the_padded_logprobs_loss_and_gradients",
+        "workers/test_worker_packing.py::test_the_ref_and_the_critic_pack_too",
+        "workers/test_worker_packing.py::test_a_model_that_cannot_pack_runs_padded_on_auto_and_fails_on_true",
+        "config/test_megatron_validation.py::test_sequence_packing_is_refused_on_megatron_only_when_insisted_on",
     ),
     "trainer.ckpt_path": (
         _RUN_KEYS,
@@ -317,6 +325,14 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "generator.http_endpoint.host": (_ENDPOINT,),
     "generator.http_endpoint.port": (_ENDPOINT,),
     "generator.http_endpoint.served_model_name": (_ENDPOINT,),
+    "generator.http_endpoint.api_key_env": (
+        _ENDPOINT_ACCESS,
+        "serving/test_access.py::test_a_runs_endpoint_reads_its_key_from_the_named_variable",
+    ),
+    "generator.http_endpoint.max_request_mb": (
+        _ENDPOINT_ACCESS,
+        "serving/test_access.py::test_a_runs_endpoint_reads_its_key_from_the_named_variable",
+    ),
     "generator.inference_engine.weight_sync_backend": (
         _NAMES,
         "weight_sync/test_chunks.py::test_strategy_names_resolve_and_unknown_names_are_listed",
@@ -455,20 +471,20 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "reward.model.max_length": ("rewards/test_model_input.py::test_long_inputs_keep_their_last_tokens",),
     # DAPO, KL in reward, normalisation and offloading (trainer step and workers)
     "trainer.algorithm.dynamic_sampling.type": (
-        "test_rollouts.py::test_filter_generates_until_the_batch_is_full_of_informative_groups",
-        "test_rollouts.py::test_replace_samples_another_batch_when_too_few_groups_are_informative",
+        "rollouts/test_collector.py::test_filter_generates_until_the_batch_is_full_of_informative_groups",
+        "rollouts/test_collector.py::test_replace_samples_another_batch_when_too_few_groups_are_informative",
         "trainer/test_dynamic_sampling.py::test_filter_trains_on_full_batches_of_informative_groups",
     ),
     "trainer.algorithm.dynamic_sampling.max_sample_batches": (
-        "test_rollouts.py::test_filter_stops_with_a_clear_error_after_max_sample_batches",
+        "rollouts/test_collector.py::test_filter_stops_with_a_clear_error_after_max_sample_batches",
     ),
     "trainer.algorithm.dynamic_sampling.min_replace_ratio": (
-        "test_rollouts.py::test_replace_copies_informative_groups_only_when_enough_of_them",
-        "test_rollouts.py::test_replace_samples_another_batch_when_too_few_groups_are_informative",
+        "rollouts/test_dynamic_sampling.py::test_replace_copies_informative_groups_only_when_enough_of_them",
+        "rollouts/test_collector.py::test_replace_samples_another_batch_when_too_few_groups_are_informative",
     ),
     "trainer.algorithm.overlong_buffer.*": (
-        "test_rollouts.py::test_no_dynamic_sampling_generates_once_and_shapes_rewards",
-        "test_rollouts.py::test_soft_overlong_punishment_is_added_on_the_last_generated_token",
+        "rollouts/test_collector.py::test_no_dynamic_sampling_generates_once_and_shapes_rewards",
+        "rollouts/test_collector.py::test_soft_overlong_punishment_is_added_on_the_last_generated_token",
         "trainer/test_dynamic_sampling.py::test_replace_and_overlong_punishment_reach_the_trained_batch",
     ),
     "trainer.algorithm.advantage_batch_normalize": (

@@ -4,13 +4,19 @@
 import importlib.util
 import json
 import logging
+from types import SimpleNamespace
 
+import httpx
 import pytest
 import ray
 
 from skyrl_train.config import ConfigValidationError, SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp, warn_if_epochs_end_first
+from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient
+from skyrl_train.inference.gate import WeightGate
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
+from skyrl_train.serving.listen import spare_port
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +181,33 @@ def test_the_generator_takes_the_training_prompts_ids_from_the_length_check(tmp_
     generator = SkyRLGymGenerator(None, experiment.tokenizer, GeneratorSettings(batched=True))
     experiment.share_prompt_ids(generator)
     assert len(generator.prompt_ids) == len(experiment.train_dataset) == 4
+
+
+def test_the_endpoint_keys_reach_the_served_app(tokenizer_dir, monkeypatch):
+    """`generator.http_endpoint.api_key_env` and `max_request_mb`: the endpoint a run starts (a real server on
+    127.0.0.1) wants the key held by the named variable and caps request bodies; a named variable that is unset stops
+    the run in `prepare`, before Ray starts or the data loads."""
+    port = spare_port()
+    experiment = _experiment(
+        tokenizer_dir,
+        "generator.http_endpoint.enabled=true",
+        f"generator.http_endpoint.port={port}",
+        "generator.http_endpoint.api_key_env=SKYRL_TEST_ENDPOINT_KEY",
+        "generator.http_endpoint.max_request_mb=0.01",
+        "data.train_data=['/missing']",
+    )
+    monkeypatch.delenv("SKYRL_TEST_ENDPOINT_KEY", raising=False)
+    with pytest.raises(ValueError, match="api_key_env='SKYRL_TEST_ENDPOINT_KEY', but that environment variable is"):
+        experiment.prepare()
+    monkeypatch.setenv("SKYRL_TEST_ENDPOINT_KEY", "sk-run")
+    tokenizer = build_char_tokenizer()
+    client = InferenceEngineClient([HFInferenceEngine(build_tiny_model(TinyModelSpec(size=1), seed=0), tokenizer)])
+    endpoint = experiment.start_http_endpoint(client, tokenizer, SimpleNamespace(endpoint_gate=WeightGate()))
+    base, auth = f"http://127.0.0.1:{port}", {"Authorization": "Bearer sk-run"}
+    try:
+        assert httpx.get(f"{base}/v1/models").status_code == 401
+        assert httpx.get(f"{base}/v1/models", headers=auth).status_code == 200
+        too_big = httpx.post(f"{base}/v1/completions", content=b"x" * 20_000, headers=auth)
+        assert too_big.status_code == 413 and "limit of 10485 bytes" in too_big.json()["detail"]
+    finally:
+        endpoint.stop()

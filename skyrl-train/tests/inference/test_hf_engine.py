@@ -8,7 +8,7 @@ import torch
 
 from skyrl_train.inference.hf_decode import DecodeBatch
 from skyrl_train.inference.hf_engine import HFInferenceEngine
-from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+from skyrl_train.inference.types import InferenceEngineInput, InvalidRequest, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
 
@@ -113,6 +113,46 @@ def test_prompt_longer_than_context_is_rejected(tokenizer, model):
     assert len(near_limit.response_ids[0]) <= 2 and near_limit.stop_reasons[0] in ("length", "stop")
 
 
+def test_token_ids_outside_the_vocabulary_are_refused_before_any_batch(tokenizer, model, monkeypatch):
+    engine = HFInferenceEngine(model, tokenizer)
+    calls = admissions(monkeypatch)
+    for bad, position in (([5, 6, 128], 2), ([-1, 5], 0), ([999999], 0)):
+        with pytest.raises(InvalidRequest, match=f"prompt 0 holds token id {bad[position]} at position {position}"):
+            _run(engine, prompt_token_ids=[bad])
+    assert calls == []  # nothing reached a decode batch
+    assert engine.vocab_size == 128 and len(_run(engine, prompt_token_ids=[[127]]).response_ids) == 1
+
+
+def _good_and_bad_together(engine, good, bad, params):
+    """One bad request among good ones, all queued before the drain starts (so they share one batch unless kept
+    apart); returns each call's output or exception."""
+
+    async def run():
+        calls = [engine.generate(InferenceEngineInput(prompt_token_ids=[p], sampling_params=params)) for p in good]
+        calls.insert(1, engine.generate(InferenceEngineInput(prompt_token_ids=[bad], sampling_params=params)))
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    results = asyncio.run(run())
+    return results[:1] + results[2:], results[1]
+
+
+def test_a_request_that_fails_its_batch_fails_alone(tokenizer, model, monkeypatch):
+    """The second line of defence: with the vocabulary check off, an out-of-range id reaches the batch and makes its
+    forward raise (the embedding's IndexError). Its batch is served again in halves, so the three good requests get the
+    same (seeded) answers they get alone, and only the bad one fails, with its own error."""
+    prompts = [_ids(p) for p in _prompts(tokenizer, 3)]
+    params = SamplingParams(max_tokens=6, temperature=1.0, seed=11)
+    alone = [_run(HFInferenceEngine(model, tokenizer), prompt_token_ids=[p], sampling_params=params) for p in prompts]
+    engine = HFInferenceEngine(model, tokenizer, batch_wait_s=0.01)
+    engine.vocab_size = None  # let the bad id through to the batch
+    calls = admissions(monkeypatch)
+    good, bad = _good_and_bad_together(engine, prompts, [5, 999999], params)
+    assert isinstance(bad, IndexError)
+    assert [output.response_ids for output in good] == [output.response_ids for output in alone]
+    assert calls[0] == 4  # the four shared a batch first; the retries ran in smaller groups
+    assert max(calls[1:]) <= 2
+
+
 def test_concurrent_calls_share_batches_and_keep_their_own_results(tokenizer, model, monkeypatch):
     engine = HFInferenceEngine(model, tokenizer, batch_wait_s=0.01)
     prompts = [_ids(p) for p in _prompts(tokenizer, 6)]
@@ -147,6 +187,30 @@ def test_update_weights_bumps_version_and_changes_output(tokenizer, model):
         asyncio.run(engine.update_weights([("model.nrom.weight", torch.ones(128))], version=4))
     with pytest.raises(ValueError, match="has shape \\(3,\\), the model expects \\(128,\\)"):
         asyncio.run(engine.update_weights([("model.norm.weight", torch.ones(3))], version=4))
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (("bogus.weight", torch.zeros(1)), "the model has no parameter 'bogus.weight'"),
+        (("model.layers.0.mlp.up_proj.weight", torch.zeros(2, 2)), "has shape \\(2, 2\\), the model expects"),
+        (
+            ("model.layers.0.mlp.up_proj.weight", torch.zeros(384, 128, dtype=torch.int64)),
+            "has dtype torch.int64, the model expects a floating-point dtype",
+        ),
+    ],
+    ids=["unknown name", "wrong shape", "integer dtype"],
+)
+def test_an_update_with_one_bad_tensor_changes_nothing(tokenizer, model, bad, message):
+    """Two phases: every tensor is checked before the first is copied, so the good tensors sent before the bad one
+    are not applied either, and the served version stays (the review's probe: model.norm.weight went to zeros)."""
+    engine = HFInferenceEngine(model, tokenizer)
+    before = asyncio.run(engine.weights_checksum())
+    good = [(name, torch.zeros_like(tensor)) for name, tensor in model.state_dict().items()]
+    with pytest.raises(ValueError, match=message):
+        asyncio.run(engine.update_weights([*good, bad], version=5))
+    assert asyncio.run(engine.weights_checksum()) == before
+    assert engine.weight_version == 0
 
 
 def test_sleep_level_two_discards_weights_until_a_full_update(tokenizer, model):

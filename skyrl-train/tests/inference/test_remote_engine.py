@@ -1,25 +1,37 @@
 """The `remote` engine against a real OpenAI-compatible server on 127.0.0.1: our own server (`create_app` with weight
 updates, an hf engine behind it, served by uvicorn in a thread). Token ids and logprobs come back as the engine behind
-the server produced them, a chunked weight sync reaches the server and its checksums match, and a server that cannot
-take weights, or does not answer, is refused with the reason."""
+the server produced them, a chunked weight sync reaches the server and its checksums match, the engine sends the keys
+the server checks, and a server that cannot take weights, refuses the credentials, or does not answer, is refused with
+the reason."""
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 import torch
 
 from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.hf_engine import HFInferenceEngine
-from skyrl_train.inference.remote_engine import RemoteInferenceEngine, RemoteServerError, detect_server
+from skyrl_train.inference.ray_engine import EngineSettings, remote_preflight
+from skyrl_train.inference.remote_engine import (
+    RemoteAuth,
+    RemoteInferenceEngine,
+    RemoteServerError,
+    default_weights_root,
+    detect_server,
+    private_folder,
+)
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
 from skyrl_train.serving import create_app
+from skyrl_train.serving.access import ServingAccess
 from skyrl_train.serving.background import BackgroundServer
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.workers.distributed import free_port
 
 LOGPROB_TOLERANCE = 1e-5  # fp32, the same engine behind HTTP: only JSON float round-trips differ
+API_KEY, TOKEN = "sk-api", "sk-weights"
 
 
 @pytest.fixture(scope="module")
@@ -27,15 +39,27 @@ def tokenizer():
     return build_char_tokenizer()
 
 
-def _serve(tokenizer, weight_updates=True):
+def _serve(tokenizer, weight_updates=True, access=None):
     engine = HFInferenceEngine(build_tiny_model(TinyModelSpec(size=2), seed=0), tokenizer)
-    app = create_app(InferenceEngineClient([engine]), tokenizer, "skyrl/tiny", weight_updates=weight_updates)
+    app = create_app(
+        InferenceEngineClient([engine]), tokenizer, "skyrl/tiny", weight_updates=weight_updates, access=access
+    )
     return engine, BackgroundServer(app, "127.0.0.1", free_port()).start()
 
 
 @pytest.fixture(scope="module")
-def served(tokenizer):
-    engine, server = _serve(tokenizer)
+def served(tokenizer, tmp_path_factory):
+    """A server taking weight updates with a token and no API key, from any folder under pytest's temp root."""
+    root = str(tmp_path_factory.getbasetemp())
+    engine, server = _serve(tokenizer, access=ServingAccess(weight_update_token=TOKEN, weight_update_root=root))
+    yield engine, f"http://127.0.0.1:{server.port}"
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed(tokenizer):
+    """A server wanting API_KEY on every route and TOKEN on the weight routes, loading from the default root."""
+    engine, server = _serve(tokenizer, access=ServingAccess(api_key=API_KEY, weight_update_token=TOKEN))
     yield engine, f"http://127.0.0.1:{server.port}"
     server.stop()
 
@@ -47,8 +71,9 @@ def _generate(engine, prompts, **params):
 
 def test_tokens_and_logprobs_come_back_as_the_served_engine_made_them(served, tokenizer):
     local, url = served
-    assert detect_server(url) == {"kind": "skyrl", "model": "skyrl/tiny", "max_model_len": local.max_model_len}
-    remote = RemoteInferenceEngine(url, tokenizer)
+    expected = {"kind": "skyrl", "model": "skyrl/tiny", "max_model_len": local.max_model_len}
+    assert detect_server(url, auth=RemoteAuth(weight_update_token=TOKEN)) == expected
+    remote = RemoteInferenceEngine(url, tokenizer, weight_update_token=TOKEN)
     prompts = [list(tokenizer(f"{i}+{2 * i}=")["input_ids"]) for i in range(3)]
     got = _generate(remote, prompts, max_tokens=8, temperature=0.0, n=2)
     expected = _generate(local, prompts, max_tokens=8, temperature=0.0, n=2)
@@ -64,7 +89,7 @@ def test_tokens_and_logprobs_come_back_as_the_served_engine_made_them(served, to
 
 def test_a_chunked_weight_sync_reaches_the_server_and_verifies(served, tokenizer, tmp_path):
     local, url = served
-    remote = RemoteInferenceEngine(url, tokenizer, weights_dir=str(tmp_path))
+    remote = RemoteInferenceEngine(url, tokenizer, weights_dir=str(tmp_path), weight_update_token=TOKEN)
     new = build_tiny_model(TinyModelSpec(size=2), seed=3)
     state = list(new.state_dict().items())
     asyncio.run(remote.update_weights(state[:5], version=remote.weight_version))  # a non-final chunk: staged only
@@ -93,7 +118,7 @@ def test_servers_that_cannot_take_weights_or_do_not_answer_are_refused(tokenizer
 
 def test_bad_weight_folders_and_failed_requests_name_the_problem(served, tokenizer, tmp_path):
     _, url = served
-    remote = RemoteInferenceEngine(url, tokenizer, weights_dir=str(tmp_path), max_retries=1)
+    remote = RemoteInferenceEngine(url, tokenizer, weights_dir=str(tmp_path), max_retries=1, weight_update_token=TOKEN)
     with pytest.raises(RemoteServerError, match="refused the request.*the model has no parameter 'nope'"):
         asyncio.run(remote.update_weights([("nope", torch.zeros(2))], version=1))
     with pytest.raises(RemoteServerError, match="refused the request.*not a folder holding"):
@@ -101,3 +126,65 @@ def test_bad_weight_folders_and_failed_requests_name_the_problem(served, tokeniz
     remote.base_url = f"http://127.0.0.1:{free_port()}"  # the server went away: retried, then named
     with pytest.raises(RemoteServerError, match="failed after 2 attempts: ConnectError"):
         _generate(remote, [[5, 6, 7]], max_tokens=2)
+
+
+def _sync_and_check(remote, local, version):
+    """A one-chunk sync of a new model through `remote`: served as `version`, with the new checksums."""
+    new = build_tiny_model(TinyModelSpec(size=2), seed=version)
+    asyncio.run(remote.update_weights(list(new.state_dict().items()), version=version))
+    assert local.weight_version == version
+    checksums = asyncio.run(remote.weights_checksum(["model.norm.weight"]))
+    assert checksums["model.norm.weight"] == pytest.approx(tensor_checksum(new.model.norm.weight))
+
+
+def test_the_engine_sends_the_api_key_and_the_weight_token(keyed, tokenizer):
+    """The server checks both keys; the engine writes its weights under the default root, the only folder the server
+    loads from by default."""
+    local, url = keyed
+    remote = RemoteInferenceEngine(url, tokenizer, api_key=API_KEY, weight_update_token=TOKEN)
+    assert remote.weights_dir.parent == default_weights_root()
+    assert len(_generate(remote, [[5, 6, 7]], max_tokens=3, temperature=0.0).response_ids[0]) >= 1
+    _sync_and_check(remote, local, version=local.weight_version + 1)
+    asyncio.run(remote.teardown())
+    assert not remote.weights_dir.exists()
+
+
+def test_missing_or_wrong_keys_are_named_at_start_up(keyed, tokenizer):
+    _, url = keyed
+    with pytest.raises(RemoteServerError, match="/v1/models answered 401.*engine_init_kwargs.api_key"):
+        RemoteInferenceEngine(url, tokenizer)
+    with pytest.raises(RemoteServerError, match="/skyrl/info answered 401.*engine_init_kwargs.weight_update_token"):
+        RemoteInferenceEngine(url, tokenizer, api_key=API_KEY, weight_update_token="sk-wrong")
+    settings = EngineSettings(model_path="unused", backend="remote", remote_urls=(url,))
+    with pytest.raises(RemoteServerError, match="answered 401"):
+        remote_preflight(settings)  # the driver's check before any actor starts
+    remote_preflight(replace(settings, engine_kwargs={"api_key": API_KEY, "weight_update_token": TOKEN}))
+
+
+def test_headers_and_the_environment_carry_keys_too(tokenizer, monkeypatch):
+    """`headers` go with every request (here the bearer key itself, as a gateway might want it); keys not given come
+    from SKYRL_API_KEY / SKYRL_WEIGHT_UPDATE_TOKEN."""
+    local, server = _serve(tokenizer, access=ServingAccess(api_key=API_KEY))  # the API key opens the weight routes too
+    url = f"http://127.0.0.1:{server.port}"
+    try:
+        by_header = RemoteInferenceEngine(url, tokenizer, headers={"Authorization": f"Bearer {API_KEY}"})
+        _sync_and_check(by_header, local, version=1)
+        asyncio.run(by_header.teardown())
+        monkeypatch.setenv("SKYRL_API_KEY", API_KEY)
+        from_env = RemoteInferenceEngine(url, tokenizer)
+        _sync_and_check(from_env, local, version=2)
+        asyncio.run(from_env.teardown())
+    finally:
+        server.stop()
+
+
+def test_the_weights_folder_must_be_private(tmp_path):
+    """Synced weights go where no other user can swap them before the server loads them."""
+    folder = private_folder(tmp_path / "weights")
+    assert folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o777)
+    with pytest.raises(ValueError, match="writable by no one else"):
+        private_folder(folder)
+    (tmp_path / "link").symlink_to(folder)
+    with pytest.raises(ValueError, match="must be a folder, not a link"):
+        private_folder(tmp_path / "link")

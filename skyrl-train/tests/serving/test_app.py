@@ -3,6 +3,7 @@ driven by the official `openai` client (sync and async). Seeded requests are che
 with the same sampling, so the server reports exactly the engine's tokens and logprobs."""
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -11,6 +12,7 @@ import openai
 import pytest
 import torch
 import uvicorn
+from fastapi.testclient import TestClient
 
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
@@ -18,7 +20,6 @@ from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.serving import create_app
-from skyrl_train.serving.app import _pieces
 
 MODEL = "skyrl/tiny"
 MESSAGES = [{"role": "user", "content": "12+34="}]
@@ -134,23 +135,6 @@ def test_streaming_sends_the_same_text_token_by_token(client):
     assert text == client.completions.create(model=MODEL, prompt="1+1=", max_tokens=5, seed=2).choices[0].text
 
 
-def test_stream_pieces_skip_special_tokens_as_the_engines_text_does():
-    """A special token sampled mid-response (the tiny model samples any id) adds no text to the stream, so the pieces
-    still join to the engine's text (decoded with `skip_special_tokens=True`). Found when a seeded request sampled
-    `<|endoftext|>` first and the stream began with '<|endof'."""
-    tokenizer = build_char_tokenizer()
-    special = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    ids = [
-        special,
-        *tokenizer.encode("Yf", add_special_tokens=False),
-        special,
-        *tokenizer.encode("B", add_special_tokens=False),
-    ]
-    text = tokenizer.decode(ids, skip_special_tokens=True)
-    pieces = _pieces(tokenizer, ids, text)
-    assert text == "YfB" and pieces == ["", "Y", "f", "", "B"]
-
-
 def test_tools_go_through_the_chat_template(client):
     tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
     with_tools = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, tools=tools, seed=1)
@@ -167,6 +151,8 @@ def test_tools_go_through_the_chat_template(client):
         ({"top_logprobs": 3}, 400, "top_logprobs"),
         ({"model": "other/model"}, 404, "model"),
         ({"messages": []}, 400, "messages"),
+        ({"stop": ["x" * 257]}, 400, "stop"),
+        ({"stop": ["a", ""]}, 400, "stop"),
     ],
 )
 def test_bad_requests_get_openai_error_bodies_naming_the_field(client, kwargs, status, param):
@@ -176,6 +162,75 @@ def test_bad_requests_get_openai_error_bodies_naming_the_field(client, kwargs, s
     assert raised.value.status_code == status
     error = raised.value.body
     assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"]
+
+
+def test_an_out_of_vocabulary_prompt_is_a_400_and_fails_no_other_request(server, model_dir):
+    """The review's probe: three normal completions sent with one whose prompt is `[999999]` all got 500 (the bad id
+    failed the decode batch they shared). Now the bad one gets 400 naming the prompt, before it joins any batch, and
+    the others their usual (seeded) answers."""
+    prompt_ids = list(load_tokenizer(model_dir)("3+4=", add_special_tokens=False)["input_ids"])
+
+    async def run():
+        async with openai.AsyncOpenAI(base_url=server, api_key="unused", max_retries=0, timeout=60) as aclient:
+            calls = [aclient.completions.create(model=MODEL, prompt=prompt_ids, max_tokens=4, seed=i) for i in range(3)]
+            calls.insert(1, aclient.completions.create(model=MODEL, prompt=[999999], max_tokens=4, seed=9))
+            return await asyncio.gather(*calls, return_exceptions=True)
+
+    results = asyncio.run(run())
+    bad, good = results[1], results[:1] + results[2:]
+    assert isinstance(bad, openai.BadRequestError) and bad.body["param"] == "prompt"
+    assert "token id 999999 at position 0" in bad.body["message"]
+    for seed, reply in enumerate(good):
+        expected = _direct(model_dir, prompt_ids, max_tokens=4, seed=seed)
+        assert reply.choices[0].model_extra["token_ids"] == expected.response_ids[0]
+
+
+def test_a_prompt_longer_than_the_context_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=MODEL, prompt=[5] * 600, max_tokens=1)
+    assert refused.value.body["param"] == "prompt" and "max_model_len is 512" in refused.value.body["message"]
+
+
+class RecordingTokenizer:
+    """The server's tokenizer, recording how many ids each `decode` call got and whether it ran on an event loop."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls: list[tuple[int, bool]] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+    def decode(self, ids, **kwargs):
+        try:
+            asyncio.get_running_loop()
+            on_loop = True
+        except RuntimeError:
+            on_loop = False
+        self.calls.append((len(ids), on_loop))
+        return self.inner.decode(ids, **kwargs)
+
+
+def test_streaming_decodes_a_bounded_window_off_the_event_loop(model_dir):
+    """The old stream re-decoded the whole prefix for every token on the event loop (0.06 / 0.25 / 0.99 s at 1k /
+    2k / 4k tokens, blocking every other request). Now every decode the server makes sees at most
+    2 * MAX_PENDING_TOKENS ids and runs in a worker thread, and the streamed text still equals the plain answer."""
+    tokenizer = RecordingTokenizer(load_tokenizer(model_dir))
+    app = create_app(InferenceEngineClient([_engine(model_dir)]), tokenizer, MODEL)
+    body = {"model": MODEL, "prompt": "1+1=", "max_tokens": 200, "seed": 2, "logprobs": 1}
+    with TestClient(app) as http:
+        plain = http.post("/v1/completions", json=body).json()["choices"][0]
+        assert len(plain["token_ids"]) == 200  # a long answer (this seed samples no eos)
+        tokenizer.calls.clear()
+        events = http.post("/v1/completions", json={**body, "stream": True}).text.split("\n\n")
+    chunks = [json.loads(event[len("data: ") :]) for event in events if event.startswith("data: {")]
+    assert "".join(chunk["choices"][0]["text"] for chunk in chunks) == plain["text"]
+    assert len(tokenizer.calls) >= 200
+    assert max(size for size, _ in tokenizer.calls) <= 16
+    assert not any(on_loop for _, on_loop in tokenizer.calls)
 
 
 def test_64_concurrent_clients_all_get_their_answer(server):

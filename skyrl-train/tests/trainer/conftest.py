@@ -145,15 +145,17 @@ class RemoteRunHelpers:
         )
 
     @classmethod
-    def train_through(cls, make_config, tmp_path, model_dir, command, port, env=None) -> None:
-        """Start the server `command` (listening on `port`), run two verified steps through it, check them, stop it."""
+    def train_through(cls, make_config, tmp_path, model_dir, command, port, env=None, extra=()) -> None:
+        """Start the server `command` (listening on `port`), run two verified steps through it (config overrides
+        `extra` added), check them, stop it."""
         from skyrl_train.entrypoints.main_base import BasePPOExp
 
         server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         url = f"http://127.0.0.1:{port}"
         try:
             cls.wait_until_serving(url, server)
-            cls.check(BasePPOExp(cls.config(make_config, model_dir, tmp_path, url), verify_weight_sync=True).run())
+            cfg = cls.config(make_config, model_dir, tmp_path, url, *extra)
+            cls.check(BasePPOExp(cfg, verify_weight_sync=True).run())
         finally:
             server.terminate()
             server.wait(timeout=60)

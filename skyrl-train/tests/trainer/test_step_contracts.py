@@ -94,10 +94,10 @@ def test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums():
 
 def test_loss_denominator_is_the_whole_mini_batch():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
-    assert _trainer().loss_denominator(mask) == 6.0  # token_mean: every valid token of the mini-batch
-    assert _trainer("trainer.algorithm.loss_reduction=sequence_mean").loss_denominator(mask) == 3.0
+    assert _trainer().policy.loss_denominator(mask) == 6.0  # token_mean: every valid token of the mini-batch
+    assert _trainer("trainer.algorithm.loss_reduction=sequence_mean").policy.loss_denominator(mask) == 3.0
     dr_grpo = _trainer("trainer.algorithm.loss_reduction=seq_mean_token_sum_norm", "trainer.algorithm.max_seq_len=8")
-    assert dr_grpo.loss_denominator(mask) == 3.0  # rows (each row's token sum is divided by max_seq_len itself)
+    assert dr_grpo.policy.loss_denominator(mask) == 3.0  # rows (each row's token sum is divided by max_seq_len itself)
 
 
 def test_driver_state_round_trips_through_a_checkpoint_dict():
@@ -107,15 +107,16 @@ def test_driver_state_round_trips_through_a_checkpoint_dict():
     trainer.initial_eval = {"eval/all/pass_at_1": 0.25}
     trainer.sampled_groups_total = 96
     fresh = _trainer(*overrides, "trainer.algorithm.kl_ctrl.type=adaptive")
+    trainer.prompts.restore([{"uid": "q"}])  # drawn, not trained yet
     fresh.restore_state(trainer.state())
-    assert fresh.kl_controller.value == 0.0421
+    assert fresh.kl_controller.value == 0.0421 and fresh.prompts.state() == [{"uid": "q"}]
     assert fresh.initial_eval == {"eval/all/pass_at_1": 0.25} and fresh.sampled_groups_total == 96
 
 
 def test_rounds_of_one_step_get_their_own_seeds_and_uids():
     trainer = _trainer("generator.sampling_params.seed=5", "generator.n_samples_per_prompt=2")
-    trainer.global_step = 3
     items = [{"uid": "p", "prompt": [{"role": "user", "content": "x"}], "env_class": "t", "env_extras": {}}]
-    first, second = trainer.generator_input(items, 0), trainer.generator_input(items, 1)
+    make_input = trainer.source.batches.for_step(3)
+    first, second = make_input(items, 0), make_input(items, 1)
     assert first.uids == ["3/p", "3/p"] and second.uids == ["3.1/p", "3.1/p"]
     assert len(set(first.seeds + second.seeds)) == 4

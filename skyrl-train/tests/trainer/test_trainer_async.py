@@ -152,24 +152,24 @@ def test_after_in_flight_updates_the_trainer_scores_each_token_as_the_engine_tha
     """fully_async with token-boundary syncs: for every token sampled by the weights the trainer holds when it trains
     the batch (including tokens sampled after a sync landed in the middle of their rollout, from a KV cache the
     engine rebuilt), the trainer's log-prob before the update equals the engine's."""
-    from skyrl_train.async_trainer import AsyncPPOTrainer
+    from skyrl_train.trainer import RayPPOTrainer
 
     from .conftest import LOGPROB_AGREEMENT
 
     captured = []  # per step: (version the trainer holds, trajectories, trainer log-probs before the update)
-    learn, train_policy = AsyncPPOTrainer.learn, AsyncPPOTrainer.train_policy
+    learn, update_policy = RayPPOTrainer.learn, RayPPOTrainer.update_policy
 
     async def recording_learn(self, rollouts, timer):
-        captured.append([self.weight_version, rollouts.output.trajectories, None])
+        captured.append([self.weights.version, rollouts.output.trajectories, None])
         return await learn(self, rollouts, timer)
 
-    async def recording_train_policy(self, *args, **kwargs):
-        metrics, old_logprobs = await train_policy(self, *args, **kwargs)
-        captured[-1][2] = old_logprobs
-        return metrics, old_logprobs
+    async def recording_update_policy(self, *args, **kwargs):
+        update = await update_policy(self, *args, **kwargs)
+        captured[-1][2] = update.old_logprobs
+        return update
 
-    monkeypatch.setattr(AsyncPPOTrainer, "learn", recording_learn)
-    monkeypatch.setattr(AsyncPPOTrainer, "train_policy", recording_train_policy)
+    monkeypatch.setattr(RayPPOTrainer, "learn", recording_learn)
+    monkeypatch.setattr(RayPPOTrainer, "update_policy", recording_update_policy)
     cfg = _config(
         make_config,
         addition,

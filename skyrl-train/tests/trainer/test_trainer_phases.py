@@ -10,6 +10,7 @@ from skyrl_train.config import SkyRLConfig
 from skyrl_train.generators.types import Trajectory
 from skyrl_train.trainer import RayPPOTrainer
 from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.workers.roles import TrainedRole
 
 
 def _trainer(*overrides: str) -> RayPPOTrainer:
@@ -71,46 +72,16 @@ def test_advantages_follow_the_estimator_and_its_settings():
 
 def test_rollout_input_repeats_prompts_and_seeds_rows_from_the_sampling_seed():
     items = [{"prompt": [{"role": "user", "content": "q"}], "env_class": "gsm8k", "env_extras": {}, "uid": "0:0"}]
-    unseeded = _trainer("generator.n_samples_per_prompt=3").generator_input(items)
+    unseeded = _trainer("generator.n_samples_per_prompt=3").source.batches.for_step(1)(items, 0)
     assert len(unseeded.prompts) == 3 and unseeded.seeds is None and len(set(unseeded.uids)) == 1
-    seeded = _trainer("generator.n_samples_per_prompt=3", "generator.sampling_params.seed=7").generator_input(items)
-    other = _trainer("generator.n_samples_per_prompt=3", "generator.sampling_params.seed=8").generator_input(items)
+    seeded = _trainer("generator.n_samples_per_prompt=3", "generator.sampling_params.seed=7").source.batches
+    other = _trainer("generator.n_samples_per_prompt=3", "generator.sampling_params.seed=8").source.batches
+    seeded, other = seeded.for_step(1)(items, 0), other.for_step(1)(items, 0)
     assert len(set(seeded.seeds)) == 3 and seeded.seeds != other.seeds
 
 
 def test_mini_batches_follow_the_role_mini_batch_sizes():
     trainer = _trainer("generator.n_samples_per_prompt=2")
     batch = _batch()
-    assert trainer.mini_batches(batch, trainer.cfg.trainer.policy_mini_batch_size) == [[0, 1, 2, 3]]  # 2 prompts x 2
-    assert trainer.mini_batches(batch, trainer.cfg.trainer.critic_mini_batch_size) == [[0, 1], [2, 3]]
-
-
-def test_the_old_logprob_forward_is_skipped_only_for_one_policy_update():
-    batch = _batch()  # 2 prompts x 2 samples
-    assert _trainer("trainer.policy_mini_batch_size=2", "generator.n_samples_per_prompt=2").takes_one_policy_update(
-        batch
-    )
-    # two mini-batches, a second pass over the batch, or KL in the reward all need the log-probs before any update
-    assert not _trainer("trainer.policy_mini_batch_size=1", "generator.n_samples_per_prompt=2").takes_one_policy_update(
-        batch
-    )
-    two_epochs = _trainer(
-        "trainer.policy_mini_batch_size=2", "generator.n_samples_per_prompt=2", "trainer.update_epochs_per_batch=2"
-    )
-    assert not two_epochs.takes_one_policy_update(batch)
-    # async data is older than the weights, but the old (proximal) policy is the current one all the same
-    for mode in ("one_step_off", "fully_async"):
-        off_policy = _trainer(
-            "trainer.policy_mini_batch_size=2",
-            "generator.n_samples_per_prompt=2",
-            f"trainer.mode={mode}",
-            "trainer.placement.colocate_all=false",
-        )
-        assert off_policy.takes_one_policy_update(batch)
-    kl_in_reward = _trainer(
-        "trainer.policy_mini_batch_size=2",
-        "generator.n_samples_per_prompt=2",
-        "trainer.algorithm.use_kl_in_reward=true",
-        "trainer.algorithm.use_kl_loss=false",
-    )
-    assert not kl_in_reward.takes_one_policy_update(batch)
+    assert trainer.policy.mini_batches(batch) == [[0, 1, 2, 3]]  # 2 prompts x 2 samples
+    assert TrainedRole(None, "critic", trainer.cfg).mini_batches(batch) == [[0, 1], [2, 3]]

@@ -119,10 +119,10 @@ def test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before(
 class RankDiesTrainer(RayPPOTrainer):
     """Kills policy rank 1 as step 2's policy update starts: rank 0 is then alone in an FSDP collective."""
 
-    async def train_policy(self, *args, **kwargs):
+    async def update_policy(self, *args, **kwargs):
         if self.global_step == 2:
-            ray.kill(self.policy.actors[1])
-        return await super().train_policy(*args, **kwargs)
+            ray.kill(self.policy.group.actors[1])
+        return await super().update_policy(*args, **kwargs)
 
 
 class RankDiesExp(BasePPOExp):

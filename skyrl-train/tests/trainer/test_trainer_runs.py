@@ -126,9 +126,9 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
         version_requests.append(self)
         return await fetch(self)
 
-    async def recording_step(self, items):
-        calls.append(("step", self.global_step, torch.get_num_threads()))
-        return await step(self, items)
+    async def recording_step(self):
+        calls.append(("step", self.global_step + 1, torch.get_num_threads()))
+        return await step(self)
 
     async def recording_generate(self, request):
         pending = self.pending_weights

@@ -5,16 +5,19 @@ calling event loop."""
 
 import asyncio
 import os
+import pickle
 import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
 from skyrl_train.utils.local_channel import (
+    ChannelAddress,
     ChannelClient,
     ChannelClients,
     ChannelError,
@@ -83,9 +86,54 @@ async def test_a_server_that_closes_fails_the_waiting_call_and_the_next_ones():
 
 
 async def test_a_missing_socket_is_a_channel_error(tmp_path):
-    client = ChannelClient(str(tmp_path / "gone.sock"), "engine 5")
+    client = ChannelClient(ChannelAddress(str(tmp_path / "gone.sock"), b"k" * 32), "engine 5")
     with pytest.raises(ChannelError, match="cannot connect to engine 5"):
         await client.call(1)
+
+
+class _TouchOnLoad:
+    """Unpickles as `Path(marker).touch()`: proof that the server ran code from a request."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def _raw_request(path: str, first_bytes: bytes, marker: Path) -> bytes:
+    """Connect like a process that found the socket, send `first_bytes` and a request frame whose body touches
+    `marker` when unpickled, and return what the server answers before closing."""
+    body = pickle.dumps((_TouchOnLoad(marker),))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5.0)
+        sock.connect(path)
+        sock.sendall(first_bytes + (1).to_bytes(8, "little") + len(body).to_bytes(8, "little") + body)
+        received = b""
+        while chunk := sock.recv(1 << 16):
+            received += chunk
+    return received
+
+
+@pytest.mark.parametrize("first_bytes", [b"", b"x" * 32], ids=["no-key", "wrong-key"])
+async def test_a_connection_without_the_servers_key_never_gets_a_frame_unpickled(tmp_path, first_bytes):
+    # security review #23: a same-user process (e.g. a sandboxed program without Landlock) could send a pickle
+    server = ThreadedChannelServer(_in_thread, "keyed-channel")
+    address = server.start()
+    marker = tmp_path / "code-ran"
+    try:
+        answer = await asyncio.to_thread(_raw_request, address, first_bytes, marker)
+        assert answer == b"" and not marker.exists()  # closed without reading, let alone unpickling, the frame
+        assert await ChannelClient(address, "rank 1").call(3) == (3, "keyed-channel", False)  # the key opens it
+    finally:
+        server.close()
+
+
+def test_the_address_keeps_its_key_out_of_its_text_but_through_pickling():
+    address = ChannelAddress("/tmp/skyrl-channel-1-x/channel.sock", bytes(range(32)))
+    assert str(address) == "/tmp/skyrl-channel-1-x/channel.sock" and bytes(range(32)).hex() not in repr(address)
+    copy = pickle.loads(pickle.dumps(address))  # what Ray does with open_channel's answer
+    assert copy == address and copy.key == bytes(range(32))
 
 
 def _dead_pid() -> int:

@@ -81,7 +81,7 @@ def test_lora_checkpoint_holds_the_adapters_and_resumes_exactly(
         assert torch.equal(got[name], tensor), name  # same adapters, same AdamW moments, same float sums
 
     # The checkpoint holds the adapters (and their optimizer state), not the frozen base weights.
-    metadata = torch.distributed.checkpoint.FileSystemReader(str(tmp_path / "ckpt")).read_metadata()
+    metadata = torch.distributed.checkpoint.HuggingFaceStorageReader(str(tmp_path / "ckpt")).read_metadata()
     model_keys = {key.removeprefix("model.") for key in metadata.state_dict_metadata if key.startswith("model.")}
     assert model_keys and all(".lora_A." in key or ".lora_B." in key for key in model_keys)
 

@@ -4,7 +4,8 @@ with `<answer>`.
 env_config keys:
 - `servers` (required): `{name: {"transport": "stdio", "command": ..., "args": [...], "env": {...}, "cwd": ...}}` or
   `{name: {"transport": "http", "url": ..., "headers": {...}}}`, plus optional `connect_timeout` (30 s),
-  `call_timeout` (60 s) and `tools` (the server tool names to expose). Tools are named `<server>__<tool>`.
+  `call_timeout` (60 s), `tools` (the server tool names to expose) and `max_output_chars` (4000: one result's text).
+  Tools are named `<server>__<tool>`.
 - `tools_in_system_prompt` (False): also describe the tools and the call format in the system message.
 - `partial_credit` (False): reward the fraction of conditions met instead of all-or-nothing.
 - `max_tool_calls_per_turn` (4), `max_observation_chars` (4000), `max_turns` (5).

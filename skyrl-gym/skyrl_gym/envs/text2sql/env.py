@@ -7,8 +7,10 @@ database, else 0.0.
 
 env_config keys: `db_path` (required: a directory holding `<db_id>.sqlite` or `<db_id>/<db_id>.sqlite`),
 `order_matters` (False), `format_penalty` (0.0; a reward <= 0 for a final turn without a solution),
-`query_timeout_s` (5), `max_rows` (50), `max_cell_chars` (200), `score_timeout_s` (30), `score_max_rows` (100000),
-`max_turns` (5). The row's extras give `db_id` (or `extra_info.db_id`).
+`query_timeout_s` (5), `max_rows` (50), `max_cell_chars` (200), `max_result_bytes` (4000000: one tool query's fetched
+cells), `max_value_bytes` (1000000: one string or blob, tool and scorer), `max_sql_bytes` (100000: one query's text),
+`score_timeout_s` (30), `score_max_rows` (100000), `score_max_result_bytes` (64000000), `max_turns` (5). The row's
+extras give `db_id` (or `extra_info.db_id`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,19 @@ import re
 from typing import Any, Optional
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
-from skyrl_gym.envs.text2sql.scoring import DEFAULT_SCORE_MAX_ROWS, DEFAULT_SCORE_TIMEOUT_S, score_solution
+from skyrl_gym.envs.text2sql.scoring import (
+    DEFAULT_SCORE_MAX_RESULT_BYTES,
+    DEFAULT_SCORE_MAX_ROWS,
+    DEFAULT_SCORE_TIMEOUT_S,
+    score_solution,
+)
 from skyrl_gym.tools.parsing import extract_tag
 from skyrl_gym.tools.sql import (
     DEFAULT_MAX_CELL_CHARS,
+    DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_MAX_ROWS,
+    DEFAULT_MAX_SQL_BYTES,
+    DEFAULT_MAX_VALUE_BYTES,
     DEFAULT_TIMEOUT_S,
     SQLToolGroup,
     resolve_db_file,
@@ -84,12 +94,17 @@ class Text2SQLEnv(BaseTextEnv):
         self.format_penalty = float(penalty)
         self.score_timeout_s = _positive(config, "score_timeout_s", DEFAULT_SCORE_TIMEOUT_S)
         self.score_max_rows = int(_positive(config, "score_max_rows", DEFAULT_SCORE_MAX_ROWS))
+        self.score_max_result_bytes = int(_positive(config, "score_max_result_bytes", DEFAULT_SCORE_MAX_RESULT_BYTES))
+        self.max_value_bytes = int(_positive(config, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES))
         self.toolbox.add_group(
             SQLToolGroup(
                 self.db_file,
                 timeout_s=_positive(config, "query_timeout_s", DEFAULT_TIMEOUT_S),
                 max_rows=int(_positive(config, "max_rows", DEFAULT_MAX_ROWS)),
                 max_cell_chars=int(_positive(config, "max_cell_chars", DEFAULT_MAX_CELL_CHARS)),
+                max_value_bytes=self.max_value_bytes,
+                max_result_bytes=int(_positive(config, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)),
+                max_sql_bytes=int(_positive(config, "max_sql_bytes", DEFAULT_MAX_SQL_BYTES)),
             )
         )
         self._reset_tallies()
@@ -117,7 +132,14 @@ class Text2SQLEnv(BaseTextEnv):
         if solution is not None:
             self.gave_solution = True
             reward, details = score_solution(
-                self.db_file, solution, self.gold_sql, self.order_matters, self.score_timeout_s, self.score_max_rows
+                self.db_file,
+                solution,
+                self.gold_sql,
+                self.order_matters,
+                self.score_timeout_s,
+                self.score_max_rows,
+                max_result_bytes=self.score_max_result_bytes,
+                max_value_bytes=self.max_value_bytes,
             )
             self.solved = reward == 1.0
             metadata = {"solution": solution, "correct": self.solved, **details}

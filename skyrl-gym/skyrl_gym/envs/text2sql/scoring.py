@@ -6,10 +6,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Union
 
-from skyrl_gym.tools.sql import SQLQueryError, run_read_only_query
+from skyrl_gym.tools.sql import DEFAULT_MAX_VALUE_BYTES, SQLQueryError, run_read_only_query
 
 DEFAULT_SCORE_TIMEOUT_S = 30.0
 DEFAULT_SCORE_MAX_ROWS = 100_000
+DEFAULT_SCORE_MAX_RESULT_BYTES = 64_000_000
+"""Cap on the bytes of all fetched cells of one scored query (`run_read_only_query`'s `max_result_bytes`)."""
 
 
 def rows_match(predicted: list[tuple[Any, ...]], gold: list[tuple[Any, ...]], order_matters: bool = False) -> bool:
@@ -30,24 +32,30 @@ def score_solution(
     order_matters: bool = False,
     timeout_s: float = DEFAULT_SCORE_TIMEOUT_S,
     max_rows: int = DEFAULT_SCORE_MAX_ROWS,
+    max_result_bytes: int = DEFAULT_SCORE_MAX_RESULT_BYTES,
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
 ) -> tuple[float, dict[str, Any]]:
     """Return (1.0 or 0.0, details) for a predicted query against the gold query on the same database.
 
-    A predicted query that fails, times out or returns more than `max_rows` rows scores 0.0 (the reason is in the
-    details under `solution_error`). A gold query that fails is a data error: ValueError naming
-    `reward_spec.ground_truth`.
+    A predicted query that fails, times out, returns more than `max_rows` rows or passes a size cap
+    (`max_result_bytes`, `max_value_bytes`: see `run_read_only_query`) scores 0.0 (the reason is in the details under
+    `solution_error`). A gold query that fails is a data error: ValueError naming `reward_spec.ground_truth`.
     """
+    caps = {"max_result_bytes": max_result_bytes, "max_value_bytes": max_value_bytes}
     try:
-        gold = run_read_only_query(db_file, gold_sql, timeout_s, max_rows)
+        gold = run_read_only_query(db_file, gold_sql, timeout_s, max_rows, **caps)
     except SQLQueryError as exc:
-        raise ValueError(f"reward_spec.ground_truth: the gold SQL {gold_sql!r} fails on {db_file}: {exc}") from exc
+        raise ValueError(
+            f"reward_spec.ground_truth: the gold SQL {gold_sql!r} fails on {db_file}: {exc} (the scorer's caps are "
+            "score_timeout_s, score_max_result_bytes and max_value_bytes)"
+        ) from exc
     if gold.truncated:
         raise ValueError(
             f"reward_spec.ground_truth: the gold SQL returns more than {max_rows} rows on {db_file}; raise "
             "score_max_rows to compare such results"
         )
     try:
-        predicted = run_read_only_query(db_file, predicted_sql, timeout_s, max_rows)
+        predicted = run_read_only_query(db_file, predicted_sql, timeout_s, max_rows, **caps)
     except SQLQueryError as exc:
         return 0.0, {"solution_error": str(exc)}
     if predicted.truncated:

@@ -2,8 +2,8 @@
 
 Run as `python -I -B runner.py '<json config>'` with the sandbox directory as working directory. The order matters:
 namespaces and mounts need the starting privileges; rlimits come after the user namespace (so RLIMIT_NPROC counts
-only this sandbox's processes); privileges are dropped before Landlock; the audit guard is installed last, just
-before the program runs. A JSON line per stage goes to the status descriptor so the parent can tell honestly which
+only this sandbox's processes); privileges are dropped before Landlock; the seccomp filter follows Landlock (it needs
+`no_new_privs`); the audit guard is installed last, just before the program runs. A JSON line per stage goes to the status descriptor so the parent can tell honestly which
 layers were active. Stdlib only: the helpers are loaded by file path, never through the `skyrl_gym` package.
 """
 
@@ -16,6 +16,7 @@ import os
 import resource
 import signal
 import sys
+import sysconfig
 import traceback
 import types
 
@@ -41,6 +42,15 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def interpreter_paths() -> list[str]:
+    """This interpreter's own folders: its standard library, its site-packages and its library folder (shared
+    libraries an extension module may load, e.g. a conda `lib/`), as `sysconfig` names them. Not `sys.path`: a
+    `.pth` file may add any folder to it (an editable install adds a source checkout)."""
+    names = ("stdlib", "platstdlib", "purelib", "platlib")
+    paths = [sysconfig.get_path(name) for name in names] + [sysconfig.get_config_var("LIBDIR")]
+    return sorted({os.path.realpath(path) for path in paths if path and os.path.isdir(path)})
+
+
 def _enter_namespaces(kernel: types.ModuleType, config: dict, layers: dict, notes: dict) -> None:
     wanted = config["layers"]
     is_root = os.geteuid() == 0
@@ -49,7 +59,7 @@ def _enter_namespaces(kernel: types.ModuleType, config: dict, layers: dict, note
         requested["network_namespace"] = kernel.CLONE_NEWNET
     if wanted.get("pid_namespace"):
         requested["pid_namespace"] = kernel.CLONE_NEWPID
-    if config.get("expose_paths") and is_root:
+    if config.get("expose_python") and is_root:
         requested["mount_namespace"] = kernel.CLONE_NEWNS
     if not requested:
         return
@@ -77,7 +87,7 @@ def _expose_python(kernel: types.ModuleType, config: dict, layers: dict, notes: 
     if not layers.get("mount_namespace"):
         return
     try:
-        exposed = kernel.expose_paths(config["expose_paths"], config["uid"], config["gid"], config["dir"])
+        exposed = kernel.expose_paths(interpreter_paths(), config["uid"], config["gid"], config["dir"])
         notes["mount_namespace"] = f"re-exposed {exposed}" if exposed else "nothing to re-expose"
     except OSError as exc:
         layers["mount_namespace"] = False
@@ -151,10 +161,7 @@ def _apply_landlock(landlock: types.ModuleType, kernel: types.ModuleType, config
         notes["landlock_fs"] = "Landlock is not available in this kernel"
         return 0
     readable = config.get("readable")
-    if readable is None:
-        readable = ["/"]
-    else:
-        readable = readable + [p for p in sys.path if p] + [sys.prefix, sys.base_prefix, sys.exec_prefix]
+    readable = ["/"] if readable is None else readable + interpreter_paths()
     try:
         layers.update(landlock.restrict_self([config["dir"]], readable, abi))
         if abi < 4:
@@ -162,6 +169,33 @@ def _apply_landlock(landlock: types.ModuleType, kernel: types.ModuleType, config
     except OSError as exc:
         notes["landlock_fs"] = _reason(exc)
     return abi
+
+
+def _missing(required: list, layers: dict) -> list:
+    """The required entries no active layer satisfies (`a|b`: either layer will do)."""
+    return [entry for entry in required if not any(layers.get(name) for name in entry.split("|"))]
+
+
+def _missing_error(missing: list, notes: dict) -> str:
+    why = "; ".join(f"{name}: {notes[name]}" for entry in missing for name in entry.split("|") if notes.get(name))
+    return (
+        f"required sandbox layers unavailable: {missing}{f' ({why})' if why else ''}; the program was not run. On a "
+        "machine without them, set allow_degraded=True in the sandbox limits to run with the layers it has"
+    )
+
+
+def _apply_seccomp(seccomp: types.ModuleType, config: dict, layers: dict, notes: dict) -> None:
+    if not config["layers"].get("seccomp"):
+        return
+    layers["seccomp"] = False
+    if not layers.get("no_new_privs"):
+        notes["seccomp"] = "a seccomp filter needs no_new_privs, which could not be set"
+        return
+    try:
+        seccomp.install()
+        layers["seccomp"] = True
+    except OSError as exc:
+        notes["seccomp"] = _reason(exc)
 
 
 def _supervise(child: int, status_fd: int) -> None:
@@ -216,7 +250,7 @@ def main() -> None:
     """Read the config, harden this process layer by layer, report, and run the program."""
     config = json.loads(sys.argv[1])
     status_fd = config["status_fd"]
-    kernel, landlock, audit_guard = _load("kernel"), _load("landlock"), _load("audit_guard")
+    kernel, landlock, seccomp, audit_guard = _load("kernel"), _load("landlock"), _load("seccomp"), _load("audit_guard")
     program = os.path.join(config["dir"], config["program"])
     with open(program, encoding="utf-8") as handle:
         source = handle.read()
@@ -227,10 +261,12 @@ def main() -> None:
     _set_rlimits(config["rlimits"], layers, notes)
     _drop_privileges(config, layers, notes)
     abi = _apply_landlock(landlock, kernel, config, layers, notes)
-    missing = [name for name in config.get("required", []) if name != "audit_guard" and not layers.get(name)]
+    _apply_seccomp(seccomp, config, layers, notes)
+    kernel_required = [entry for entry in config.get("required", []) if entry != "audit_guard"]
+    missing = _missing(kernel_required, layers)
     _emit(status_fd, {"stage": "setup", "layers": layers, "notes": notes, "landlock_abi": abi, "uid": os.getuid()})
     if missing:
-        _emit(status_fd, {"stage": "error", "error": f"required sandbox layers unavailable: {missing}"})
+        _emit(status_fd, {"stage": "error", "error": _missing_error(missing, notes)})
         os._exit(SETUP_FAILED_EXIT)
     if layers.get("pid_namespace"):
         forked: list[int] = []
@@ -251,7 +287,9 @@ def main() -> None:
             guard["note"] = _reason(exc)
     _emit(status_fd, {"stage": "guard", **guard})
     if "audit_guard" in config.get("required", []) and not guard["audit_guard"]:
-        _emit(status_fd, {"stage": "error", "error": "required sandbox layers unavailable: ['audit_guard']"})
+        _emit(
+            status_fd, {"stage": "error", "error": _missing_error(["audit_guard"], {"audit_guard": guard.get("note")})}
+        )
         os._exit(SETUP_FAILED_EXIT)
     os.close(status_fd)
     for name in list(sys.modules):

@@ -16,7 +16,9 @@ _TRANSPORT_ALIASES: dict[str, Transport] = {
     "streamable_http": "http",
     "streamable-http": "http",
 }
-_COMMON_FIELDS = ("transport", "connect_timeout", "call_timeout", "tools")
+_COMMON_FIELDS = ("transport", "connect_timeout", "call_timeout", "tools", "max_output_chars")
+DEFAULT_MAX_OUTPUT_CHARS = 4000
+"""Cap on the text of one tool result the model sees (as the python tool's)."""
 _STDIO_FIELDS = ("command", "args", "env", "cwd")
 _HTTP_FIELDS = ("url", "headers")
 
@@ -29,7 +31,8 @@ class MCPServerConfig:
     and talks JSON-RPC over its stdin/stdout; `transport="http"` connects to a streamable-HTTP endpoint `url`
     (e.g. `http://127.0.0.1:8765/mcp`) sending `headers` with every request. `connect_timeout` bounds the start-up
     handshake and `call_timeout` each tool call, in seconds. `tools`, when given, lists the server's tool names to
-    expose (all of them otherwise).
+    expose (all of them otherwise). `max_output_chars` caps the text of one tool result (the rest is cut, saying how
+    much): a server's output is not ours to trust either.
     """
 
     transport: Transport
@@ -42,6 +45,7 @@ class MCPServerConfig:
     connect_timeout: float = 30.0
     call_timeout: float = 60.0
     tools: Optional[tuple[str, ...]] = None
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
 
     @classmethod
     def from_dict(cls, server: str, raw: Any) -> MCPServerConfig:
@@ -64,6 +68,7 @@ class MCPServerConfig:
             "connect_timeout": _positive_number(server, raw, "connect_timeout", cls.connect_timeout),
             "call_timeout": _positive_number(server, raw, "call_timeout", cls.call_timeout),
             "tools": _optional_names(server, raw, "tools"),
+            "max_output_chars": _positive_int(server, raw, "max_output_chars", cls.max_output_chars),
         }
         if transport == "stdio":
             command = raw.get("command")
@@ -127,6 +132,13 @@ def _positive_number(server: str, raw: dict[str, Any], key: str, default: float)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"MCP server '{server}': field '{key}' must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+def _positive_int(server: str, raw: dict[str, Any], key: str, default: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"MCP server '{server}': field '{key}' must be a positive integer, got {value!r}")
+    return value
 
 
 def _optional_names(server: str, raw: dict[str, Any], key: str) -> Optional[tuple[str, ...]]:

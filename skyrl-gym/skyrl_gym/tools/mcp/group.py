@@ -11,8 +11,9 @@ import jsonschema
 
 from skyrl_gym.errors import ToolError
 from skyrl_gym.tools.core import ToolGroup, ToolResult, ToolSpec
-from skyrl_gym.tools.mcp.config import MCPServerConfig
+from skyrl_gym.tools.mcp.config import DEFAULT_MAX_OUTPUT_CHARS, MCPServerConfig
 from skyrl_gym.tools.mcp.connection import MCPCallError, MCPConnection
+from skyrl_gym.tools.python import clip_text
 
 
 class MCPToolGroup(ToolGroup):
@@ -24,8 +25,9 @@ class MCPToolGroup(ToolGroup):
     rejects bad arguments before they reach the server. A server tool name that is not a valid local name (dots,
     `__`) is registered with those characters replaced by `_`.
 
-    A call's text content (or, without text, its structured content as JSON) becomes the `ToolResult` output; a
-    result with `isError`, a timeout or a lost connection becomes an `ok=False` result with the reason. Call `close`
+    A call's text content (or, without text, its structured content as JSON) becomes the `ToolResult` output, cut to
+    the server's `max_output_chars` like the python tool's; a result with `isError`, a timeout or a lost connection
+    becomes an `ok=False` result with the reason. Call `close`
     (or close the toolbox / env holding the group) to end the session and stop a stdio server's process.
     """
 
@@ -110,7 +112,7 @@ class MCPToolGroup(ToolGroup):
             result = self._connection.call_tool(server_name, arguments)
         except MCPCallError as exc:
             return ToolResult(local_name, False, error=str(exc))
-        return call_result_to_tool_result(local_name, result)
+        return call_result_to_tool_result(local_name, result, self.config.max_output_chars)
 
 
 _INVALID_NAME_CHARS = re.compile(r"[^0-9A-Za-z_-]+")
@@ -123,13 +125,17 @@ def local_tool_name(server_name: str) -> str:
     return name or "tool"
 
 
-def call_result_to_tool_result(name: str, result: dict[str, Any]) -> ToolResult:
+def call_result_to_tool_result(
+    name: str, result: dict[str, Any], max_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+) -> ToolResult:
     """Turn a `CallToolResult` (camelCase dict) into a `ToolResult`: text blocks joined by newlines (structured content
-    as JSON when there is no text), `isError` as `ok=False`; `data` keeps the structured content."""
+    as JSON when there is no text) and cut to `max_chars`, `isError` as `ok=False`; `data` keeps the structured
+    content."""
     text = "\n".join(filter(None, (render_content_block(block) for block in result.get("content") or [])))
     structured = result.get("structuredContent")
     if not text and structured is not None:
         text = json.dumps(structured, ensure_ascii=False)
+    text = clip_text(text, max_chars)
     if result.get("isError"):
         return ToolResult(name, False, error=text or "the tool reported an error without a message", data=structured)
     return ToolResult(name, True, output=text, data=structured)

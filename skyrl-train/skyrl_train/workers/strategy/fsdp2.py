@@ -3,8 +3,9 @@
 The same code runs on CPU (gloo) and GPU (nccl). Each decoder layer (the classes the model lists in
 `_no_split_modules`) is sharded on its own, then the root. Parameters are kept in float32 ("master" weights) and
 cast to `mixed_precision.param_dtype` for compute; gradients are reduced in `mixed_precision.reduce_dtype`.
-Sharded checkpoints go through `torch.distributed.checkpoint` (reshardable), plus one small file per rank with the
-LR scheduler and RNG states.
+Sharded checkpoints go through `torch.distributed.checkpoint` with safetensors shards (reshardable; nothing in them is
+unpickled on load: `sharded_checkpoint`), plus one small JSON file per rank with the LR scheduler and RNG states and
+the optimizer's non-tensor values.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any, Optional
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -37,12 +37,18 @@ from skyrl_train.utils.plain_values import to_jsonable
 from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
 from skyrl_train.workers.strategy.flat_gather import flat_full_state_dict, storage_marks, writable_state
 from skyrl_train.workers.strategy.optimizer import build_optimizer, build_scheduler, current_lr
+from skyrl_train.workers.strategy.sharded_checkpoint import (
+    load_sharded_state,
+    refuse_pickled_checkpoint,
+    save_sharded_state,
+)
 
 logger = logging.getLogger(__name__)
 
 EXTRA_STATE_FILE = "extra_state_rank{rank}.json"
-"""Per-rank file of a sharded checkpoint holding the scheduler state, RNG states and caller extras, as JSON: loading a
-checkpoint never unpickles anything (a checkpoint from elsewhere cannot run code)."""
+"""Per-rank file of a sharded checkpoint holding the scheduler state, RNG states, caller extras and the state's
+non-tensor values, as JSON: loading a checkpoint never unpickles anything (a checkpoint from elsewhere cannot run
+code)."""
 
 LEGACY_EXTRA_STATE_FILE = "extra_state_rank{rank}.pt"
 """The pickled per-rank file of checkpoints written before the JSON format; refused with an explanation."""
@@ -258,8 +264,7 @@ class FSDP2Strategy:
 
         The state is the same object from one sync to the next while its tensors still view the model's live
         parameters and buffers (checked by address and shape, `storage_marks`; the optimizer updates them in place),
-        so the sync can keep what it derived from it. `model.state_dict()` cost ~1 ms a sync on the quickstart's
-        2-core machine; the check costs a third of that."""
+        so the sync can keep what it derived from it; the check costs less than building `model.state_dict()`."""
         live = storage_marks(
             itertools.chain(
                 self.model.named_parameters(remove_duplicate=False), self.model.named_buffers(remove_duplicate=False)
@@ -301,21 +306,21 @@ class FSDP2Strategy:
         return {"model": model_state, "optimizer": optimizer_state}
 
     def save_checkpoint(self, directory: str | os.PathLike[str], extra: Optional[dict[str, Any]] = None) -> None:
-        """Write the sharded model (and optimizer) with torch.distributed.checkpoint into `directory`, plus this
-        rank's scheduler/RNG/`extra` file. Every rank must call this. `directory` may be an fsspec URL: each rank then
+        """Write the sharded model (and optimizer) as safetensors shards into `directory`, plus this rank's
+        scheduler/RNG/`extra` JSON file. Every rank must call this. `directory` may be an fsspec URL: each rank then
         writes locally and uploads its own files."""
         with local_directory_for_writing(directory) as local:
             path = Path(local)
             if self.optimizer_offloaded:
                 self.reload_optimizer()
-            dcp.save(self._sharded_state(), checkpoint_id=str(path))
-            own: dict[str, Any] = {"rng": capture_rng_state(), "extra": extra or {}}
+            saved = save_sharded_state(self._sharded_state(), path)
+            own: dict[str, Any] = {"rng": capture_rng_state(), "extra": extra or {}, "sharded_state": saved}
             if self.scheduler is not None:
                 own["scheduler"] = self.scheduler.state_dict()
                 own["num_training_steps"] = self.num_training_steps
             text = json.dumps(to_jsonable(own, "extra_state"))
             (path / EXTRA_STATE_FILE.format(rank=self.rank)).write_text(text, encoding="utf-8")
-            dist.barrier()  # rank 0 writes the metadata after every rank's shards: all done before uploading
+            dist.barrier()  # every rank has written its files before any of them uploads
         dist.barrier()
 
     def load_checkpoint(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -326,6 +331,7 @@ class FSDP2Strategy:
             return self._load_local_checkpoint(Path(local), directory)
 
     def _load_local_checkpoint(self, path: Path, directory: str | os.PathLike[str]) -> dict[str, Any]:
+        refuse_pickled_checkpoint(path, directory)
         own_file = path / EXTRA_STATE_FILE.format(rank=self.rank)
         if not own_file.exists():
             legacy = path / LEGACY_EXTRA_STATE_FILE.format(rank=self.rank)
@@ -344,7 +350,7 @@ class FSDP2Strategy:
         if self.scheduler is not None and "scheduler" in own:  # before the optimizer state: a new schedule resets lr
             self._keep_checkpoint_schedule(own.get("num_training_steps"), directory)
         state = self._sharded_state()
-        dcp.load(state, checkpoint_id=str(path))
+        load_sharded_state(state, path, own.get("sharded_state", {}), directory)
         if self.optimizer is None:
             set_model_state_dict(self.model, state["model"])
         else:

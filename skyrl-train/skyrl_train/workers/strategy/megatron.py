@@ -10,7 +10,8 @@ log-prob and loss code are shared with FSDP2; `backward` accumulates into megatr
 
 `full_state_dict` gathers the TP and EP shards and converts back to HF names (weight sync and HF export);
 checkpoints go through `megatron.core.dist_checkpointing` (model and optimizer) plus one JSON file per rank with the
-LR schedule and RNG states. Pipeline and context parallelism are refused by config validation (not implemented).
+LR schedule and RNG states; its format pickles, so every pickle in a checkpoint is checked against an allowlist of
+plain data classes before Megatron loads it (`utils.pickle_guard`). Pipeline and context parallelism are refused by config validation (not implemented).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from skyrl_train.models.megatron_convert import (
     strip_extra_state,
 )
 from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
+from skyrl_train.utils.pickle_guard import check_pickled_checkpoint
 from skyrl_train.utils.plain_values import to_jsonable
 from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
 from skyrl_train.workers.strategy.fsdp2 import move_optimizer_state
@@ -296,7 +298,8 @@ class MegatronStrategy:
         dist.barrier()
 
     def load_checkpoint(self, directory: str | os.PathLike[str]) -> dict[str, Any]:
-        """Restore what `save_checkpoint` wrote; returns the saved `extra`."""
+        """Restore what `save_checkpoint` wrote; returns the saved `extra`. A checkpoint whose pickles name anything
+        but plain data classes is refused before Megatron unpickles them (`check_pickled_checkpoint`)."""
         from megatron.core import dist_checkpointing
 
         with local_directory_for_reading(directory) as local:
@@ -307,6 +310,7 @@ class MegatronStrategy:
                     f"{directory}/{own_file.name} is missing: not a Megatron checkpoint of this group"
                 )
             own = json.loads(own_file.read_text(encoding="utf-8"))
+            check_pickled_checkpoint(path, directory)
             if self.optimizer_offloaded:
                 self.reload_optimizer()
             state = dist_checkpointing.load(self._sharded_state(is_loading=True), str(path))

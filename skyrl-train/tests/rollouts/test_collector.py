@@ -1,25 +1,18 @@
-"""The step's rollouts: DAPO soft overlong punishment, informative groups, `replace` and `filter` dynamic sampling.
+"""`RolloutCollector`: DAPO soft overlong punishment, and `replace` and `filter` dynamic sampling over rounds.
 
-The collector tests drive `RolloutCollector` with a small scripted generator (a user-style `GeneratorInterface`
+The tests drive `RolloutCollector` with a small scripted generator (a user-style `GeneratorInterface`
 whose rewards are fixed by the prompt), because the collector's decisions depend only on the rewards; the real
 generator, engines and envs run in the Ray trainer tests (tests/trainer/test_dynamic_sampling.py).
 """
 
 import asyncio
-import random
 
 import pytest
 
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.generators.base import GeneratorInterface
 from skyrl_train.generators.types import GeneratorInput, GeneratorOutput, Trajectory
-from skyrl_train.rollouts import (
-    DynamicSamplingError,
-    RolloutCollector,
-    apply_overlong_punishment,
-    informative_groups,
-    replace_uninformative_groups,
-)
+from skyrl_train.rollouts import DynamicSampling, DynamicSamplingError, RolloutCollector, apply_overlong_punishment
 
 
 def _trajectory(uid, reward, length=2, env_error=None):
@@ -49,28 +42,6 @@ def test_soft_overlong_punishment_is_added_on_the_last_generated_token():
     assert batch[2].token_rewards == pytest.approx([0.0] * 7 + [0.5])
     assert metrics["reward/overlong_penalized"] == 1.0
     assert metrics["reward/overlong_penalty_mean"] == pytest.approx(-0.5 / 4)
-
-
-def test_informative_groups_ignore_failed_samples():
-    batch = [
-        _trajectory("a", 1.0),
-        _trajectory("a", 0.0, env_error={"kind": "timeout"}),  # the only different sample of "a" failed
-        _trajectory("b", 0.0),
-        _trajectory("b", 1.0),
-        _trajectory("c", 0.5),
-    ]
-    assert informative_groups(batch) == (["b"], ["a", "c"])
-
-
-def test_replace_copies_informative_groups_only_when_enough_of_them():
-    batch = [_trajectory(g, r) for g, rewards in [("a", (0, 1)), ("b", (1, 1)), ("c", (0, 0))] for r in rewards]
-    assert replace_uninformative_groups(batch, min_replace_ratio=0.5, rng=random.Random(0)) is None  # 1/3 <= 0.5
-    trajectories, replaced = replace_uninformative_groups(batch, min_replace_ratio=0.3, rng=random.Random(0))
-    assert replaced == 2 and len(trajectories) == 6
-    assert [t.uid for t in trajectories] == ["a", "a", "a#copy1", "a#copy1", "a#copy2", "a#copy2"]
-    assert [t.reward for t in trajectories] == [0.0, 1.0] * 3
-    trajectories[2].token_rewards[-1] = 9.0  # copies are independent objects
-    assert batch[1].token_rewards[-1] == 1.0
 
 
 class _ScriptedGenerator(GeneratorInterface):
@@ -109,8 +80,12 @@ def _collector(batches, *overrides):
             uids=[f"{round_index}/{item['uid']}" for item in repeated],
         )
 
-    collector = RolloutCollector(cfg, generator, make_input, lambda: queue.pop(0) if queue else None)
-    return collector, generator
+    collector = RolloutCollector(cfg, generator, DynamicSampling(cfg))
+
+    def collect(items):
+        return asyncio.run(collector.collect(items, make_input, lambda: queue.pop(0) if queue else None))
+
+    return collect, generator
 
 
 def _items(*rewards):
@@ -119,8 +94,8 @@ def _items(*rewards):
 
 def test_filter_generates_until_the_batch_is_full_of_informative_groups():
     batches = [_items("1,1", "0,1"), _items("0,0", "0,0"), _items("1,0", "0,1")]
-    collector, generator = _collector(batches, "trainer.algorithm.dynamic_sampling.type=filter")
-    rollouts = asyncio.run(collector.collect(batches[0]))
+    collect, generator = _collector(batches, "trainer.algorithm.dynamic_sampling.type=filter")
+    rollouts = collect(batches[0])
     assert len(generator.calls) == 3 and rollouts.rounds == 3 and rollouts.sampled_groups == 6
     # kept: round 0's mixed group, then round 2's first mixed group; round 2's second group is surplus
     assert [t.uid for t in rollouts.output.trajectories] == ["0/1", "0/1", "2/0", "2/0"]
@@ -131,30 +106,30 @@ def test_filter_generates_until_the_batch_is_full_of_informative_groups():
 
 def test_filter_stops_with_a_clear_error_after_max_sample_batches():
     batches = [_items("1,1", "0,0")] * 3
-    collector, _ = _collector(
+    collect, _ = _collector(
         batches,
         "trainer.algorithm.dynamic_sampling.type=filter",
         "trainer.algorithm.dynamic_sampling.max_sample_batches=2",
     )
     with pytest.raises(DynamicSamplingError, match="max_sample_batches=2"):
-        asyncio.run(collector.collect(batches[0]))
+        collect(batches[0])
 
 
 def test_filter_trains_on_what_it_has_when_the_data_runs_out():
     batches = [_items("1,1", "0,1")]
-    collector, _ = _collector(batches, "trainer.algorithm.dynamic_sampling.type=filter")
-    rollouts = asyncio.run(collector.collect(batches[0]))
+    collect, _ = _collector(batches, "trainer.algorithm.dynamic_sampling.type=filter")
+    rollouts = collect(batches[0])
     assert [t.uid for t in rollouts.output.trajectories] == ["0/1", "0/1"]
 
 
 def test_replace_samples_another_batch_when_too_few_groups_are_informative():
     batches = [_items("1,1", "0,0"), _items("0,1", "1,1")]
-    collector, generator = _collector(
+    collect, generator = _collector(
         batches,
         "trainer.algorithm.dynamic_sampling.type=replace",
         "trainer.algorithm.dynamic_sampling.min_replace_ratio=0.3",
     )
-    rollouts = asyncio.run(collector.collect(batches[0]))
+    rollouts = collect(batches[0])
     assert len(generator.calls) == 2 and rollouts.sampled_groups == 4
     assert [t.uid for t in rollouts.output.trajectories] == ["1/0", "1/0", "1/0#copy1", "1/0#copy1"]
     assert rollouts.output.metrics["dynamic_sampling/replaced_groups"] == 1.0
@@ -162,13 +137,13 @@ def test_replace_samples_another_batch_when_too_few_groups_are_informative():
 
 def test_no_dynamic_sampling_generates_once_and_shapes_rewards():
     batches = [_items("1,1", "0,0")]
-    collector, generator = _collector(
+    collect, generator = _collector(
         batches,
         "trainer.algorithm.overlong_buffer.enabled=true",
         "trainer.algorithm.overlong_buffer.length=2",
         "generator.sampling_params.max_generate_length=3",
     )
-    rollouts = asyncio.run(collector.collect(batches[0]))
+    rollouts = collect(batches[0])
     assert len(generator.calls) == 1 and rollouts.rounds == 1
     # 3 generated tokens of a 3-token budget with a 2-token buffer: penalty (1 - 3) / 2 = -1
     assert [t.reward for t in rollouts.output.trajectories] == pytest.approx([0.0, 0.0, -1.0, -1.0])
@@ -177,7 +152,7 @@ def test_no_dynamic_sampling_generates_once_and_shapes_rewards():
 
 def test_replace_trains_on_the_last_batch_as_it_is_when_the_data_runs_out():
     batches = [_items("1,1", "0,0")]
-    collector, generator = _collector(batches, "trainer.algorithm.dynamic_sampling.type=replace")
-    rollouts = asyncio.run(collector.collect(batches[0]))
+    collect, generator = _collector(batches, "trainer.algorithm.dynamic_sampling.type=replace")
+    rollouts = collect(batches[0])
     assert len(generator.calls) == 1 and [t.reward for t in rollouts.output.trajectories] == [1.0, 1.0, 0.0, 0.0]
     assert rollouts.output.metrics["dynamic_sampling/replaced_groups"] == 0.0

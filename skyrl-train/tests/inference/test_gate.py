@@ -4,7 +4,7 @@ import asyncio
 import threading
 import time
 
-from skyrl_train.serving.gate import WeightGate
+from skyrl_train.inference.gate import WeightGate
 
 
 def test_closing_waits_for_running_requests_and_holds_new_ones():
