@@ -12,8 +12,10 @@ which file to produce, so a page never shows stale numbers silently.
 """
 
 import argparse
+import functools
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -144,10 +146,17 @@ def render_thread_counts(data: dict) -> str:
     lines = ["| setting | idle s/step | one core busy s/step | busy / idle |", "|---|---|---|---|"]
     for row in data["rows"]:
         lines.append(f"| {row['setting']} | {row['idle']:.3f} | {row['busy']:.3f} | {row['busy_over_idle']:.2f} |")
+    load = data.get("load_average_1min")
+    load_note = (
+        f" (1-minute load average {load[0]:g} at the start and {load[1]:g} at the end: other work shared the machine"
+        " through every row)"
+        if load
+        else ""
+    )
     lines.append("")
     lines.append(
         f"Mean `timing/step` of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration, "
-        f"each setting idle then busy, back to back. Measured on {data['machine']}, {data['date']} "
+        f"each setting idle then busy, back to back. Measured on {data['machine']}, {data['date']}{load_note} "
         "(`benchmarks/results/thread_counts.json`, `benchmarks/thread_counts.py`)."
     )
     return "\n".join(lines) + "\n"
@@ -182,13 +191,18 @@ def render_quickstart_seeds(data: dict) -> str:
             f"| {run['seed']} | {run['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} | {gain:+.3f} | "
             f"{run['wall_seconds'] / 60:.1f} min | {run['mean_step_seconds']:.3f} |"
         )
+    if len(data["runs"]) == 1 and data["runs"][0].get("eval_curve"):
+        curve = ", ".join(f"{step}: {accuracy:.3f}" for step, accuracy in data["runs"][0]["eval_curve"])
+        lines += ["", f"Held-out accuracy by step: {curve}."]
     gains = [run["accuracy_after"] - run["accuracy_before"] for run in data["runs"]]
     verdict = "every seed reaches" if min(gains) >= data["goal_gain"] else "not every seed reaches"
     extra = "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data["overrides"] else ""
+    load = data.get("load_average_1min")
+    load_note = f" (1-minute load average {load[0]:g} at the start, {load[1]:g} at the end)" if load else ""
     lines.append("")
     lines.append(
         f"Goal: a gain of at least {data['goal_gain']:+.2f} on each seed; {verdict} it{extra}. Measured on "
-        f"{data['machine']}, {data['date']} (`benchmarks/results/quickstart_seeds.json`, "
+        f"{data['machine']}, {data['date']}{load_note} (`benchmarks/results/{data.get('name', 'quickstart_seeds')}.json`, "
         "`benchmarks/quickstart_seeds.py`)."
     )
     return "\n".join(lines) + "\n"
@@ -237,6 +251,58 @@ def render_packing(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _trailing_mean(values: list[float], window: int) -> list[float]:
+    return [
+        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+        for i in range(len(values))
+    ]
+
+
+def _mean_and_error(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f}±{statistics.stdev(values) / len(values) ** 0.5:.3f}"
+
+
+def render_async_vs_sync(data: dict, name: str) -> str:
+    """One run of benchmarks/async_vs_sync.py: per config, each mode's samples/s against sync's, its trailing-mean
+    training reward after a quarter, half, three quarters and all of the samples, and held-out accuracy (mean ±
+    standard error over the repeats), the way the benchmark prints them."""
+    window, lines = data["window"], []
+    groups: dict[str, dict[str, list[dict]]] = {}
+    for run in data["runs"]:
+        groups.setdefault(run["config"], {}).setdefault(run["mode"], []).append(run)
+    for config, modes in groups.items():
+        if len(groups) > 1:
+            lines += [f"**{config}**", ""]
+        sync_speed = statistics.mean(run["samples_per_s"] for run in modes["sync"])
+        lines += [
+            f"| mode | samples/s | vs sync | reward after 25 / 50 / 75 / 100 % of the samples ({window}-step trailing "
+            f"mean) | held-out after {data['steps']} steps |",
+            "|---|---|---|---|---|",
+        ]
+        for mode, runs in modes.items():
+            speed = statistics.mean(run["samples_per_s"] for run in runs)
+            marks = []
+            for run in runs:
+                smooth = _trailing_mean([point["reward"] for point in run["curve"]], window)
+                marks.append([smooth[max(0, round(len(smooth) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)])
+            quarters = " / ".join(_mean_and_error([run_marks[q] for run_marks in marks]) for q in range(4))
+            held_out = _mean_and_error([run["accuracy"] for run in runs])
+            label = "fully_async (`max_staleness=2`)" if mode == "fully_async_s2" else mode
+            lines.append(f"| {label} | {speed:.1f} | {speed / sync_speed:.2f}x | {quarters} | {held_out} |")
+        lines.append("")
+    repeats = data.get("repeats", 1)
+    runs_note = f"{repeats} runs of each mode (mean±standard error)" if repeats > 1 else "one run of each mode"
+    extra = f"; overrides: {', '.join(f'`{o}`' for o in data['overrides'])}" if data.get("overrides") else ""
+    lines.append(
+        f"{data['steps']} steps, {runs_note}, API wait {data['delay_ms']} ms{extra}. Measured on "
+        f"{data.get('machine', 'a 2-CPU machine')}, {data.get('date', 'a date the file does not record')} "
+        f"(`benchmarks/results/{name}.json`, `benchmarks/async_vs_sync.py`)."
+    )
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {
     "code_choices": render_code_choices,
     "dynamic_sampling": render_dynamic_sampling,
@@ -244,9 +310,15 @@ RENDERERS = {
     "packing": render_packing,
     "quickstart": render_quickstart,
     "quickstart_seeds": render_quickstart_seeds,
+    "lora_quickstart": render_quickstart_seeds,
+    "quickstart_fully_async": render_quickstart_seeds,
     "step_breakdown": render_step_breakdown,
     "thread_counts": render_thread_counts,
     "vs_trl": render_vs_trl,
+    **{
+        path.stem: functools.partial(render_async_vs_sync, name=path.stem)
+        for path in sorted(RESULTS_DIR.glob("async_vs_sync*.json"))
+    },
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional, TypedDict
+from typing import Any, ClassVar, Optional, TypedDict
 
 from skyrl_gym.core import Env
 from skyrl_gym.errors import EnvOutputError, EnvStateError
@@ -108,14 +108,23 @@ class BaseTextEnv(Env[ConversationType, str]):
 
     Constructor convention: `(env_config, extras)`. `env_config` is the env's section of the run config; `extras` are
     the dataset row's other columns (`reward_spec`, `extra_info`, `data_source`, ...) plus `max_turns` from the
-    generator. `max_turns` is read from extras, then env_config, then `default_max_turns`.
+    generator. `max_turns` is read from extras, then env_config, then `default_max_turns`. A subclass that lists its
+    env_config keys in `config_keys` gets any other key refused by name (`max_turns` is always allowed).
     """
 
     default_max_turns: int = 1
+    config_keys: ClassVar[Optional[tuple[str, ...]]] = None
+    """The env_config keys this env reads (besides `max_turns`); None: the subclass checks its keys itself."""
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         self.env_config: dict[str, Any] = dict(env_config or {})
         self.extras: dict[str, Any] = dict(extras or {})
+        if self.config_keys is not None:
+            unknown = sorted(set(self.env_config) - set(self.config_keys) - {"max_turns"})
+            if unknown:
+                raise ValueError(
+                    f"{type(self).__name__}: unknown env_config keys {unknown}; allowed: {[*self.config_keys, 'max_turns']}"
+                )
         max_turns = self.extras.get("max_turns", self.env_config.get("max_turns", self.default_max_turns))
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"{type(self).__name__}: max_turns must be a positive integer, got {max_turns!r}")

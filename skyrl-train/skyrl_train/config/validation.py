@@ -15,6 +15,7 @@ from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS, RESERVED_
 from skyrl_train.config.health import check_health
 from skyrl_train.config.mode_checks import check_async, check_lora, check_off_policy_correction
 from skyrl_train.config.unsupported import check_not_yet_supported
+from skyrl_train.config.upstream_meanings import warn_inert_overlong_buffer, warn_kl_in_reward_coefficient
 
 if TYPE_CHECKING:
     from skyrl_train.config.root import SkyRLConfig
@@ -235,7 +236,8 @@ def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
                 f"trainer.{role}_mini_batch_size * generator.n_samples_per_prompt = {mini} * {samples} = {sequences}"
                 f" sequences per mini-batch must be divisible by trainer.micro_train_batch_size_per_gpu * {role}"
                 f" data-parallel size = {micro} * {dp} = {micro * dp}: change the mini-batch size, the micro-batch"
-                f" size or the {role} GPU count"
+                f" size or the {role} GPU count (mini-batches that do not split evenly, which SkyRL pads with dummy"
+                " rows, are not supported here)"
             )
 
 
@@ -367,7 +369,8 @@ def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
                 yield (
                     f"trainer.placement.colocate_all=true needs the {role} on as many GPUs as the policy"
                     f" ({role_world_size(cfg, role)} vs {policy_workers}): set trainer.placement.{role}_num_nodes and"
-                    f" {role}_num_gpus_per_node like the policy's"
+                    f" {role}_num_gpus_per_node like the policy's (a colocated {role} on fewer GPUs than the policy, which"
+                    " SkyRL allows, is not supported here)"
                 )
     sync = engine.weight_sync_backend
     if sync in ("cuda_ipc", "shm") and not cfg.trainer.placement.colocate_all:
@@ -547,7 +550,8 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
         elif (world // model_parallel) % sizes["expert_model_parallel_size"]:
             yield (
                 f"{prefix}.expert_model_parallel_size={sizes['expert_model_parallel_size']} must divide the {role}'s"
-                f" {world // model_parallel} data-parallel ranks"
+                f" {world // model_parallel} data-parallel ranks (experts spread over tensor-parallel ranks, which SkyRL"
+                " allows with expert tensor parallelism, are not supported here)"
             )
 
 
@@ -571,7 +575,7 @@ ERROR_CHECKS: list[Check] = [
 ]
 """Checks whose findings make `validate_config` raise; append your own to extend validation."""
 
-WARNING_CHECKS: list[Check] = [warn_unused_models]
+WARNING_CHECKS: list[Check] = [warn_unused_models, warn_inert_overlong_buffer, warn_kl_in_reward_coefficient]
 """Checks whose findings are emitted as `ConfigWarning`s."""
 
 

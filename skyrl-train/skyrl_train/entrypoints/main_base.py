@@ -368,12 +368,16 @@ def run_experiment(cfg: SkyRLConfig) -> TrainResult:
     return result
 
 
-def main(argv: Optional[list[str]] = None) -> None:
-    """Command-line entry: Hydra-style overrides; `--dry-run` prints the resolved config and exits."""
+def main(
+    argv: Optional[list[str]] = None, upstream_module: bool = False, extra_overrides: tuple[str, ...] = ()
+) -> None:
+    """Command-line entry: Hydra-style overrides; `--dry-run` prints the resolved config and exits.
+
+    `upstream_module` and `extra_overrides` are for NovaSky-AI/SkyRL's module paths (`upstream_modules.py`)."""
     from skyrl_train.config.cli import run_cli
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_cli(run_experiment, argv)
+    run_cli(run_experiment, argv, upstream_module=upstream_module, extra_overrides=extra_overrides)
 
 
 if __name__ == "__main__":

@@ -472,9 +472,12 @@ class RayEngineProxy(InferenceEngine):
             opener = getattr(self.handle, "open_channel", None)  # an actor class of its own may not serve one
             node = ray.get_runtime_context().get_node_id()
             path = None if opener is None else await opener.remote(node)
-            self._channel_state = "ray" if path is None else "open"
-            if path is not None:
-                self._channels = ChannelClients(path, f"engine actor {self.handle}")
+            # concurrent first calls (fully_async starts many at once) all asked; the first answer decides, so every
+            # caller shares one set of connections (a second set would be dropped with its reader tasks pending)
+            if self._channel_state == "untried":
+                self._channel_state = "ray" if path is None else "open"
+                if path is not None:
+                    self._channels = ChannelClients(path, f"engine actor {self.handle}")
         if self._channel_state != "open":
             return None
         return self._channels.for_running_loop()

@@ -29,7 +29,7 @@ SGLANG_REQUIREMENT = "sglang>=0.5.23,<0.6"
 
 SGLANG_INSTALL_HINT = (
     "generator.inference_engine.backend=sglang needs the sglang package, which runs on CUDA GPUs only: install it "
-    f"on a GPU machine with `pip install 'skyrl-train[sglang]'` ({SGLANG_REQUIREMENT})"
+    f"on a GPU machine with `bash scripts/setup.sh --gpu sglang` ({SGLANG_REQUIREMENT})"
 )
 
 MAX_STOP_STRINGS = 32

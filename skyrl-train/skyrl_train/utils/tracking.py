@@ -80,7 +80,7 @@ def require_package(module: str, backend: str, extra: str | None = None) -> Modu
     try:
         return importlib.import_module(module)
     except ImportError as error:
-        hint = f"pip install 'skyrl-train[{extra or backend}]'"
+        hint = f"pip install -e './skyrl-train[{extra or backend}]'"  # by path: PyPI's skyrl-train is another project
         raise TrackingBackendError(
             f"tracking backend {backend!r} needs the {module.split('.')[0]!r} package ({error}); install it with {hint}"
         ) from error

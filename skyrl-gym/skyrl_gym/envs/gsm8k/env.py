@@ -40,6 +40,8 @@ def read_reward(env_config: dict[str, Any], key: str, default: float) -> float:
 class GSM8KEnv(BaseTextEnv):
     """Single-turn GSM8K: the episode ends after one response, scored by its final number (see module docstring)."""
 
+    config_keys = ("mode", "format_reward")
+
     default_max_turns = 1
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:

@@ -25,6 +25,8 @@ from skyrl_gym.rewards.numbers import extract_gsm8k_answer, numbers_match, parse
 class GSM8KMultiTurnEnv(BaseTextEnv):
     """Multi-turn GSM8K with feedback messages and turn-level rewards (see module docstring)."""
 
+    config_keys = ("mode", "format_reward")
+
     default_max_turns = 5
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:

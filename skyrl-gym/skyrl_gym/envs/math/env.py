@@ -46,6 +46,8 @@ def _read_number(env_config: dict[str, Any], key: str, default: float) -> float:
 class MathEnv(BaseTextEnv):
     """Single-turn math: reward 1.0 when the final answer is equivalent to the ground truth, else 0.0."""
 
+    config_keys = ("timeout_s", "correct_reward", "incorrect_reward")
+
     default_max_turns = 1
     default_correct_reward = 1.0
     default_incorrect_reward = 0.0

@@ -6,7 +6,8 @@ scored 1.0 when it equals a target after normalisation (lowercase, no punctuatio
 
 env_config keys: `search_url` ("http://127.0.0.1:8000"; the client POSTs to `{search_url}/retrieve`), `topk` (3),
 `timeout` (30 s per request), `max_attempts` (4), `backoff_base` (0.5 s, doubled after every failed attempt),
-`backoff_max` (8 s), `max_turns` (4). Ground truth: a string, a list of strings, or {"target": [strings]}.
+`backoff_max` (8 s), `log_requests` (false; true logs each query and its outcome), `max_turns` (4); any other key is
+refused. Ground truth: a string, a list of strings, or {"target": [strings]}.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ NO_ACTION_HINT = (
 class SearchEnv(BaseTextEnv):
     """Question answering with a search tool; reward 1.0 for a normalised exact match of the answer, else 0.0."""
 
+    config_keys = ("search_url", "topk", "timeout", "max_attempts", "backoff_base", "backoff_max", "log_requests")
+
     default_max_turns = 4
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
@@ -49,6 +52,7 @@ class SearchEnv(BaseTextEnv):
                 max_attempts=config.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
                 backoff_base_s=config.get("backoff_base", DEFAULT_BACKOFF_BASE_S),
                 backoff_max_s=config.get("backoff_max", DEFAULT_BACKOFF_MAX_S),
+                log_requests=config.get("log_requests", False),
             )
         )
         self._reset_tallies()

@@ -97,6 +97,8 @@ class SyntheticEnv(BaseTextEnv):
     `score`.
     """
 
+    config_keys = ()
+
     task_name: ClassVar[str] = ""
     nonblocking = True  # parsing and scoring a short string: pure Python, microseconds a call
 

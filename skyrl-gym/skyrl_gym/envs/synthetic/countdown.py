@@ -280,6 +280,8 @@ class CountdownEnv(SyntheticEnv):
     env_config: `format_reward` (float in [0, 1), default 0.0) is the reward for a valid expression with a wrong value.
     """
 
+    config_keys = ("format_reward",)
+
     task_name = "countdown"
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:

@@ -95,6 +95,8 @@ class ReverseEnv(SyntheticEnv):
     env_config: `partial_credit` (bool, default False) rewards a wrong answer with the fraction of positions right.
     """
 
+    config_keys = ("partial_credit",)
+
     task_name = "reverse"
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:

@@ -63,6 +63,17 @@ def _positive(config: dict[str, Any], key: str, default: float) -> float:
 class Text2SQLEnv(BaseTextEnv):
     """Text-to-SQL with a read-only SQLite tool; reward 1.0 when the solution's result set matches the gold SQL's."""
 
+    config_keys = (
+        "db_path",
+        "order_matters",
+        "format_penalty",
+        "score_timeout_s",
+        "score_max_rows",
+        "query_timeout_s",
+        "max_rows",
+        "max_cell_chars",
+    )
+
     default_max_turns = 5
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:

@@ -20,7 +20,7 @@ def require_megatron_runtime(device: torch.device) -> None:
     """Raise RuntimeError when the Megatron strategy cannot run here: megatron-core missing, or no CUDA device."""
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
         raise RuntimeError(
-            "trainer.strategy=megatron needs megatron-core: pip install 'skyrl-train[megatron]' "
+            "trainer.strategy=megatron needs megatron-core: pip install -e './skyrl-train[megatron]' "
             "(megatron-core 0.16.x), or use trainer.strategy=fsdp2"
         )
     if device.type != "cuda" or not torch.cuda.is_available():

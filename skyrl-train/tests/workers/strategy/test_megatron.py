@@ -25,7 +25,7 @@ from skyrl_train.workers.strategy.megatron_model import (
 
 def test_without_megatron_core_the_start_up_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "megatron", None)  # what importlib reports when the package is absent
-    with pytest.raises(RuntimeError, match=r"needs megatron-core: pip install 'skyrl-train\[megatron\]'"):
+    with pytest.raises(RuntimeError, match=r"needs megatron-core: pip install -e './skyrl-train\[megatron\]'"):
         require_megatron_runtime(torch.device("cuda"))
 
 
