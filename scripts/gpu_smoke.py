@@ -2,7 +2,8 @@
 PASS / FAIL / SKIP line, then a summary table and a JSON report; exit status 1 when an item failed.
 
 Standard library only: it runs with any `python3` and starts each item in the venv of the torch its libraries pin
-(vLLM 0.32 and megatron-core: torch 2.13.0; SGLang 0.5.23: torch 2.14.1), built on first use unless `--no-setup`.
+(vLLM 0.32: torch 2.13.0 in `.venv`; SGLang 0.5.23: torch 2.14.1 in `.venv-sglang`), which `scripts/setup.sh --gpu
+vllm|sglang` sets up first when it lacks its engine (unless `--no-setup`).
 Items that need more GPUs than `--gpus` (or the TP variant, `--tp 2`) are listed as SKIP with the flag that runs
 them. `--dry-run` prints the plan (items, venvs, commands, time budget) and exits 0 on any machine.
 """
@@ -33,18 +34,19 @@ BUDGET_S = 600
 
 @dataclass(frozen=True)
 class Venv:
-    """One virtual environment of the smoke run: its torch pin, the GPU libraries pinning it, and our packages."""
+    """One virtual environment of the smoke run: the GPU stack `scripts/setup.sh --gpu <name>` installs into it (its
+    torch pin and engine), and where it lives."""
 
     name: str
     env_var: str
     default: str
     torch: str
-    libraries: tuple[str, ...]
-    ours: tuple[str, ...]
+    engine: str
+    engine_module: str
 
     @property
     def path(self) -> Path:
-        """Where it lives (`$<env_var>`, else `<repo>/<default>`)."""
+        """Where it lives (`$<env_var>`, else `<repo>/<default>`, the folder `setup.sh --gpu` uses)."""
         return Path(os.environ.get(self.env_var) or ROOT / self.default)
 
     @property
@@ -52,16 +54,9 @@ class Venv:
         """Its interpreter."""
         return self.path / "bin" / "python"
 
-    def setup_commands(self) -> list[list[str]]:
-        """The commands that build it: a venv, the libraries with their torch, then our packages (editable)."""
-        pip = [str(self.python), "-m", "pip", "install", "-q"]
-        editable = [arg for package in self.ours for arg in ("-e", package)]
-        return [
-            [sys.executable, "-m", "venv", str(self.path)],
-            [*pip, "--upgrade", "pip"],
-            [*pip, f"torch=={self.torch}", *self.libraries],
-            [*pip, f"torch=={self.torch}", *editable],
-        ]
+    def setup_command(self) -> list[str]:
+        """The command that installs the stack into it (idempotent: what is installed already stays)."""
+        return ["bash", "scripts/setup.sh", "--gpu", self.name]
 
     def check(self) -> tuple[str, ...]:
         """A python step that passes when the venv holds its pinned torch, built with CUDA, seeing a GPU."""
@@ -74,16 +69,11 @@ class Venv:
 
 
 VENVS = {
-    "vllm": Venv(
-        "vllm", "SKYRL_GPU_VLLM_VENV", ".venv-gpu-vllm", TORCH_VLLM, ("vllm==0.32.0", "megatron-core==0.16.1"),
-        ("skyrl-gym", "skyrl-train[dev,megatron]", "skyrl-tx[dev]"),
-    ),
-    "sglang": Venv(
-        "sglang", "SKYRL_GPU_SGLANG_VENV", ".venv-gpu-sglang", TORCH_SGLANG, ("sglang==0.5.23",),
-        ("skyrl-gym", "skyrl-train[dev,sglang]"),
-    ),
-}  # fmt: skip
-"""vLLM 0.32.0 pins torch 2.13.0 and SGLang 0.5.23 pins torch 2.14.1: one venv cannot hold both."""
+    "vllm": Venv("vllm", "SKYRL_GPU_VLLM_VENV", ".venv", TORCH_VLLM, "vllm==0.32.0", "vllm"),
+    "sglang": Venv("sglang", "SKYRL_GPU_SGLANG_VENV", ".venv-sglang", TORCH_SGLANG, "sglang==0.5.23", "sglang"),
+}
+"""vLLM 0.32.0 pins torch 2.13.0 and SGLang 0.5.23 pins torch 2.14.1: one venv cannot hold both. The folders are
+`scripts/setup.sh --gpu vllm|sglang`'s (docs/gpu-setup.md); megatron-core and our packages come with both."""
 
 
 def pytest_args(*paths: str, marker: str) -> tuple[str, ...]:
@@ -236,29 +226,25 @@ def visible_gpus() -> int:
 
 
 def prepare_venv(venv: Venv, logs: Path, no_setup: bool) -> Optional[str]:
-    """Why `venv` cannot be used (missing with `--no-setup`, or its build failed), else None."""
-    if no_setup:
-        return None if venv.python.exists() else f"{venv.path} is missing (--no-setup)"
-    print(f"venv {venv.name}: {venv.path}", flush=True)
-    return ensure_venv(venv, logs)
-
-
-def ensure_venv(venv: Venv, logs: Path) -> Optional[str]:
-    """Build `venv` when its python is missing; why it could not be built, else None."""
-    if venv.python.exists():
+    """Why `venv` cannot be used, else None: without its engine it is set up (`setup.sh --gpu`) unless `no_setup`."""
+    if venv.python.exists() and has_module(venv, venv.engine_module):
         return None
+    if no_setup:
+        return f"{venv.path} holds no {venv.engine_module}: run `{shlex.join(venv.setup_command())}` (--no-setup)"
     log_path = logs / f"setup_{venv.name}.log"
+    print(f"venv {venv.name}: {shlex.join(venv.setup_command())} into {venv.path} (log: {log_path})", flush=True)
     with open(log_path, "w") as log:
-        for command in venv.setup_commands():
-            if subprocess.call(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT) != 0:
-                return f"building {venv.path} failed at `{shlex.join(command[:6])} ...` (see {log_path})"
+        env = {**os.environ, "SKYRL_VENV": str(venv.path)}
+        code = subprocess.call(venv.setup_command(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if code != 0 or not has_module(venv, venv.engine_module):
+        return f"`{shlex.join(venv.setup_command())}` into {venv.path} failed (see {log_path})"
     return None
 
 
 def has_module(venv: Venv, module: str) -> bool:
     """True when `module` can be imported in `venv` (looked up, not imported)."""
     code = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
-    return subprocess.call([str(venv.python), "-c", code, module], cwd=ROOT) == 0
+    return venv.python.exists() and subprocess.call([str(venv.python), "-c", code, module], cwd=ROOT) == 0
 
 
 def uses_quickstart(item: Item) -> bool:
@@ -326,8 +312,8 @@ def print_plan(chosen: list[tuple[Item, Optional[str]]], gpus: int, tp: int, log
     """What a run would do (`--dry-run`)."""
     print(f"gpu_smoke plan: {gpus} GPU(s), --tp {tp}; logs and report.json in {logs}")
     for venv in VENVS.values():
-        state = "present" if venv.python.exists() else "built on first use"
-        print(f"venv {venv.name}: {venv.path} (torch=={venv.torch}, {' '.join(venv.libraries)}; {state})")
+        setup = shlex.join(venv.setup_command())
+        print(f"venv {venv.name}: {venv.path} (torch=={venv.torch}, {venv.engine}; `{setup}` when it lacks them)")
     if any(reason is None and uses_quickstart(item) for item, reason in chosen):
         print(f"setup: the quickstart's model, built once (untimed): $ python {shlex.join(EMBEDDED_MODEL)}")
     for item, reason in chosen:
@@ -393,7 +379,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{outcome.status} {outcome.name} ({outcome.seconds:.1f} s){note}", flush=True)
     print("\n" + summary(outcomes))
     report = Path(args.report) if args.report else logs / "report.json"
-    venvs = {name: {"python": str(venv.python), "torch": venv.torch} for name, venv in VENVS.items()}
+    venvs = {
+        name: {"python": str(venv.python), "torch": venv.torch, "engine": venv.engine} for name, venv in VENVS.items()
+    }
     body = {"gpus": gpus, "tp": args.tp, "venvs": venvs, "items": [asdict(outcome) for outcome in outcomes]}
     report.write_text(json.dumps(body, indent=2) + "\n")
     print(f"report: {report}")

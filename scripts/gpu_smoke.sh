@@ -9,9 +9,10 @@
 #   bash scripts/gpu_smoke.sh grpo_vllm        # only the named items
 #   bash scripts/gpu_smoke.sh --dry-run        # the plan, on any machine
 #
-# Items run in two venvs, one per torch pin: .venv-gpu-vllm (torch 2.13.0, vLLM 0.32, megatron-core 0.16.1) and
-# .venv-gpu-sglang (torch 2.14.1, SGLang 0.5.23), built on first use ($SKYRL_GPU_VLLM_VENV / $SKYRL_GPU_SGLANG_VENV
-# point elsewhere). The orchestrator itself needs only python3 (standard library): scripts/gpu_smoke.py.
+# Items run in two venvs, one per torch pin: .venv (torch 2.13.0, vLLM 0.32) and .venv-sglang (torch 2.14.1, SGLang
+# 0.5.23), both with megatron-core 0.16.1; one that lacks its engine is set up first with `scripts/setup.sh --gpu
+# vllm|sglang` (docs/gpu-setup.md). $SKYRL_GPU_VLLM_VENV / $SKYRL_GPU_SGLANG_VENV point elsewhere. The orchestrator
+# itself needs only python3 (standard library): scripts/gpu_smoke.py.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 exec "${PYTHON:-python3}" "$ROOT/scripts/gpu_smoke.py" "$@"

@@ -59,7 +59,8 @@ def test_the_dry_run_lists_every_item_and_exits_0():
     listed = {line.split()[1].rstrip(":") for line in done.stdout.splitlines() if line.startswith(("RUN ", "SKIP "))}
     assert set(REQUIRED.values()) <= listed == {item.name for item in smoke.ITEMS}
     assert "SKIP colocated_2gpu: needs 2 GPUs: run with --gpus 2" in done.stdout
-    assert "torch==2.13.0" in done.stdout and "torch==2.14.1" in done.stdout
+    assert "torch==2.13.0, vllm==0.32.0; `bash scripts/setup.sh --gpu vllm`" in done.stdout
+    assert "torch==2.14.1, sglang==0.5.23; `bash scripts/setup.sh --gpu sglang`" in done.stdout
 
 
 def test_one_gpu_items_fit_ten_minutes_and_point_at_real_tests():
@@ -98,7 +99,8 @@ def test_the_untimed_model_build_is_the_quickstarts_model():
 
 @pytest.fixture
 def stand_ins(tmp_path, monkeypatch):
-    """Both venvs point at a folder whose `bin/python` is this interpreter, `nvidia-smi` lists one GPU, and the
+    """Both venvs point at a folder whose `bin/python` is this interpreter (counted as holding its engine),
+    `nvidia-smi` lists one GPU, and the
     items are replaced by quick ones: a pass, one whose test was skipped, a failure, one over budget, a 2-GPU one, one
     whose package is missing."""
     venv = tmp_path / "venv"
@@ -107,6 +109,7 @@ def stand_ins(tmp_path, monkeypatch):
     monkeypatch.setenv("SKYRL_GPU_VLLM_VENV", str(venv))
     monkeypatch.setenv("SKYRL_GPU_SGLANG_VENV", str(venv))
     monkeypatch.setattr(smoke, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(smoke, "has_module", lambda venv, module: module != "no_such_pkg_x")  # engines "installed"
     items = (
         smoke.Item("passes", "exits 0", "vllm", (("-c", "print('fine')"),)),
         smoke.Item("skips", "a test that did not run", "vllm", (("-c", "print('SKIPPED [1] t.py:3: no vllm')"),)),
@@ -138,4 +141,13 @@ def test_a_run_prints_a_line_per_item_a_table_and_a_json_report(stand_ins, capsy
         ("no_package", "SKIP"),
     ]
     assert report["venvs"]["sglang"]["torch"] == "2.14.1" and os.path.exists(report["items"][0]["log"])
+    assert report["venvs"]["vllm"]["engine"] == "vllm==0.32.0"
     assert smoke.main(["--logs", str(stand_ins), "passes"]) == 0
+
+
+def test_a_venv_without_its_engine_is_set_up_first_or_named_with_no_setup(stand_ins, monkeypatch, capsys):
+    monkeypatch.setattr(smoke, "has_module", lambda venv, module: module != "vllm")
+    assert smoke.main(["--logs", str(stand_ins), "--no-setup", "passes", "fails"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL passes (0.0 s):" in out and "holds no vllm: run `bash scripts/setup.sh --gpu vllm` (--no-setup)" in out
+    assert "FAIL fails (" in out and "exit status 3" in out  # the sglang venv has its engine: the item ran
