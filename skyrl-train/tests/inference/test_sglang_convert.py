@@ -340,7 +340,7 @@ def test_tensor_parallel_workers_need_as_many_gpus_in_the_actor():
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")
 def test_import_guard_says_how_to_install_sglang():
-    with pytest.raises(ImportError, match=r"backend=sglang needs the sglang package.*skyrl-train\[sglang\]"):
+    with pytest.raises(ImportError, match=r"backend=sglang needs the sglang package.*setup\.sh --gpu sglang"):
         import_sglang()
 
 
