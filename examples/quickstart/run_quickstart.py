@@ -35,6 +35,8 @@ def describe_stack(cfg: SkyRLConfig) -> str:
     ranks = placement.policy_num_nodes * placement.policy_num_gpus_per_node
     where = "colocated" if placement.colocate_all else "separate"
     sync = resolve_strategy_name(engine.weight_sync_backend, placement.colocate_all, cfg.resolved_device())
+    if sync == "cuda_ipc" and engine.weight_sync_backend == "auto" and engine.num_engines > 1:
+        sync = "cuda_ipc (the engine on rank 0's GPU) + broadcast (the others)"  # weight_sync.locations
     return f"{ranks} FSDP2 ranks + {engine.num_engines} {where} {engine.backend} engines, {sync} weight sync"
 
 
@@ -97,6 +99,11 @@ def main() -> int:
     parser = ExampleParser(
         __doc__, out="outputs/quickstart", train_size=8000, test_size=200, max_test_size=MODEL.eval_examples
     )
+    parser.add_argument(
+        "--verify-weight-sync",
+        action="store_true",
+        help="after every weight sync, compare each engine's weight checksums with the policy's (fails on a mismatch)",
+    )
     args = parser.parse()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
@@ -129,7 +136,7 @@ def main() -> int:
 
     cfg = SkyRLConfig.from_cli_overrides(quickstart_overrides(str(model_dir), data_dir, out_dir) + args.overrides)
     print(f"quickstart: [3/3] GRPO on Ray ({describe_stack(cfg)})", flush=True)
-    experiment = BasePPOExp(cfg)
+    experiment = BasePPOExp(cfg, verify_weight_sync=args.verify_weight_sync)
     result = experiment.run()
     before, after = eval_before_after(result, f"pass_at_{cfg.generator.eval_n_samples_per_prompt}")
     checkpoints = experiment.trainer.checkpoints
