@@ -72,6 +72,10 @@ class Text2SQLEnv(BaseTextEnv):
         "query_timeout_s",
         "max_rows",
         "max_cell_chars",
+        "max_result_bytes",
+        "max_value_bytes",
+        "max_sql_bytes",
+        "score_max_result_bytes",
     )
 
     default_max_turns = 5
