@@ -30,6 +30,7 @@ from skyrl_train.workers.micro_batching import (
     balance_group_counts,
     micro_batch_groups,
     trim_padding_columns,
+    write_response_rows,
 )
 from skyrl_train.workers.strategy import strategy_class
 
@@ -262,6 +263,16 @@ class BaseWorker(ChannelHost):
             micro.batch = micro.batch.to(self.device)
             plan.append((indices, micro))
         return plan
+
+    @torch.no_grad()
+    def score_rows(self, batch: TrainingBatch, score: Callable[[TrimmedMicroBatch], torch.Tensor]) -> torch.Tensor:
+        """Per-token scores [B, R] (float32, CPU; 0 outside `response_mask`) of `score` over the forward micro-batches
+        of `batch`, the model in eval mode and no gradient: the body of every role's `forward`."""
+        self._require_model().eval()
+        output = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
+        for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
+            write_response_rows(output, indices, score(micro), micro)
+        return output
 
     def mini_batch_denominator(
         self, reduction: str, loss_mask: torch.Tensor, max_seq_len: Optional[int], given: Optional[float] = None
