@@ -157,7 +157,9 @@ class MegatronStrategy:
         check_tensor_parallel(self.arch, tp)
         if ep > 1 and not self.arch.is_moe:
             raise ValueError(f"megatron.expert_model_parallel_size={ep} needs a mixture-of-experts model")
-        config, gpt = build_gpt_model(self.arch, self.params_dtype, tp, ep, recompute=self.gradient_checkpointing)
+        config, gpt = build_gpt_model(
+            self.arch, self.params_dtype, tp, expert_parallel_size=ep, recompute=self.gradient_checkpointing
+        )
         full = hf_to_megatron({k: v.float() for k, v in model.state_dict().items()}, self.arch, tp)
         local = shard_state(
             full,

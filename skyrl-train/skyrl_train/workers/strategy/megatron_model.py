@@ -91,25 +91,17 @@ def transformer_config_kwargs(
 
 
 def build_gpt_model(
-    arch: GPTArch,
-    params_dtype: torch.dtype,
-    tensor_parallel_size: int = 1,
-    expert_parallel_size: int = 1,
-    use_cpu_initialization: bool = False,
-    recompute: bool = False,
+    arch: GPTArch, params_dtype: torch.dtype, tensor_parallel_size: int = 1, **config_options: Any
 ) -> tuple[Any, Any]:
     """(TransformerConfig, GPTModel) for `arch` on the current model-parallel groups (`initialize_model_parallel`
-    must have run). The output layer gathers the logits over TP ranks (`parallel_output=False`); the vocabulary is
+    must have run); `config_options` are `transformer_config_kwargs`'s (expert parallelism, CPU initialization,
+    recompute). The output layer gathers the logits over TP ranks (`parallel_output=False`); the vocabulary is
     padded to a multiple of the TP size."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
 
-    config = TransformerConfig(
-        **transformer_config_kwargs(
-            arch, params_dtype, tensor_parallel_size, expert_parallel_size, use_cpu_initialization, recompute
-        )
-    )
+    config = TransformerConfig(**transformer_config_kwargs(arch, params_dtype, tensor_parallel_size, **config_options))
     spec = get_gpt_layer_local_spec(
         num_experts=arch.num_experts or None, moe_grouped_gemm=False, qk_layernorm=arch.qk_layernorm
     )
