@@ -123,21 +123,33 @@ STEPS = 5
 EVAL_LINE = re.compile(r"^step (\d+)/\d+ \| eval/all/pass_at_1 ([0-9.]+)", re.MULTILINE)
 
 
+TRAIN_LINE = re.compile(r"^step (\d+)/\d+ \| reward/mean [0-9.]+", re.MULTILINE)
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize(
-    "script",
-    ["gsm8k/run_gsm8k.sh", "algorithms/dapo/run_dapo.sh", "lora/run_lora.sh", "fully_async/run_fully_async.sh"],
+    "script, rises",
+    [
+        ("gsm8k/run_gsm8k.sh", True),
+        ("algorithms/dapo/run_dapo.sh", True),
+        ("lora/run_lora.sh", True),
+        # which groups a fully async step trains depends on timing, so 5 steps may or may not lift held-out
+        # accuracy (0.24 -> 0.335 and 0.24 -> 0.235 on two runs here): this run checks that it trains and evaluates
+        ("fully_async/run_fully_async.sh", False),
+    ],
 )
-def test_a_short_cpu_run_raises_held_out_accuracy(tmp_path, script):
+def test_a_short_cpu_run_trains(tmp_path, script, rises):
     """The script as a user runs it on CPU (embedded model, local data, Ray, hf engines), cut to a few steps."""
     env = {k: v for k, v in os.environ.items() if k not in ("NUM_GPUS", "MODEL", "DATA_DIR")}
     env.update(PYTHON=sys.executable, OUT_DIR=str(tmp_path), MAX_STEPS=str(STEPS))
     done = subprocess.run(["bash", str(TRAIN / script)], env=env, cwd=tmp_path, capture_output=True, text=True)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
+    assert [int(step) for step in TRAIN_LINE.findall(output)] == list(range(1, STEPS + 1)), output[-3000:]
     evals = [(int(step), float(accuracy)) for step, accuracy in EVAL_LINE.findall(output)]
     assert [step for step, _ in evals] == [0, STEPS], output[-3000:]
     (_, before), (_, after) = evals
-    assert after > before, f"{script}: held-out accuracy {before} -> {after} in {STEPS} steps"
+    if rises:
+        assert after > before, f"{script}: held-out accuracy {before} -> {after} in {STEPS} steps"
