@@ -55,6 +55,15 @@ def test_every_capability_has_a_script():
     assert expected <= set(SCRIPTS), sorted(expected - set(SCRIPTS))
 
 
+def test_scripts_that_start_servers_do_not_exec_their_run():
+    """`exec` replaces the shell, and with it the EXIT trap of common.sh that stops the background servers."""
+    for script in SCRIPTS:
+        text = (TRAIN / script).read_text()
+        if "background_server " in text:
+            execs = [line for line in text.splitlines() if line.lstrip().startswith("exec ")]
+            assert not execs, f"{script} starts a server and then runs {execs[0]!r}: the server would outlive it"
+
+
 def recorded_commands(tmp_path: Path, script: str, env: dict[str, str], *args: str) -> list[list[str]]:
     """The Python command lines `script` runs (as `[module, arg, ...]`), recorded, not executed."""
     recorder = tmp_path / "python"

@@ -74,6 +74,7 @@ cpu_inputs() {
 
 # background_server LOG COMMAND...: start COMMAND in the background (output in LOG; stopped when the script exits),
 # wait for the first http://host:port it prints and for that URL's /health to answer, and set SERVER_URL to it.
+# A script that starts one must run its trainer without `exec`: the EXIT trap that stops the servers dies with exec.
 SERVER_PIDS=()
 stop_servers() {
   local pid

@@ -39,7 +39,7 @@ fi
 IFS=, read -ra URLS <<<"$REMOTE_URLS"
 URL_LIST="$(printf "'%s'," "${URLS[@]}")"
 
-exec "$PYTHON" -m skyrl_train.entrypoints.main_base \
+"$PYTHON" -m skyrl_train.entrypoints.main_base \
   data.train_data="['$DATA_DIR/train.parquet']" \
   data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \
