@@ -18,9 +18,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Optional
 
+from skyrl_tx.checkpoint_files import Files, read_files, write_files
 from skyrl_tx.compute import ADAPTER_CONFIG, ADAPTER_FILE, SampleJob, SampleResult, sampler_key
-from skyrl_tx.ray_compute import wait_all
-from skyrl_tx.ray_rank import Files, read_files, write_files
+from skyrl_tx.ray_compute import remote_errors_as_raised
 
 log = logging.getLogger("skyrl_tx")
 
@@ -89,7 +89,8 @@ class RayVLLMSampler:
         actor = ray.remote(VLLMSamplerActor).options(num_cpus=cpus, num_gpus=1 if device == "cuda" else 0)
         self.actor = actor.remote(path, max_context, {**options, "num_threads": cpus})
         try:
-            wait_all([self.actor.ready.remote()])
+            with remote_errors_as_raised():
+                ray.get(self.actor.ready.remote())
         except BaseException:
             self.close()
             raise
@@ -100,11 +101,12 @@ class RayVLLMSampler:
 
         folder = None if sampler_dir is None else str(sampler_dir)
         key = None if sampler_dir is None else sampler_key(sampler_dir)
-        results = wait_all([self.actor.sample.remote(folder, key, None, jobs)])[0]
-        if results is None:
-            assert sampler_dir is not None
-            files = ray.put(read_files(sampler_dir, (ADAPTER_FILE, ADAPTER_CONFIG)))
-            results = wait_all([self.actor.sample.remote(folder, key, files, jobs)])[0]
+        with remote_errors_as_raised():
+            results = ray.get(self.actor.sample.remote(folder, key, None, jobs))
+            if results is None:
+                assert sampler_dir is not None
+                files = ray.put(read_files(sampler_dir, (ADAPTER_FILE, ADAPTER_CONFIG)))
+                results = ray.get(self.actor.sample.remote(folder, key, files, jobs))
         return results
 
     def close(self) -> None:
