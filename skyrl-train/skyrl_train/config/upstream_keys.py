@@ -355,7 +355,6 @@ RULES: dict[str, Rule] = {
         (True,), "one full-batch forward for the old log-probs", "old log-probs follow the training mini-batches"
     ),
     "trainer.use_sample_packing": Rename("trainer.remove_microbatch_padding"),
-    "trainer.dump_data_batch": Fixed(_OFF, "dumping training batches to files", "off"),
     "trainer.dump_eval_results": Fixed(
         (True,), "turning evaluation dumps off", "evaluation results are written under trainer.export_path"
     ),

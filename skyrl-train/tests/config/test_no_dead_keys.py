@@ -300,6 +300,11 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.resume_path": ("utils/test_checkpoint_io.py::test_resolve_resume_modes",),
     "trainer.hf_save_interval": (_RUN_KEYS,),
     "trainer.export_path": (_RUN_KEYS,),
+    "trainer.dump_data_batch": (
+        "utils/test_batch_dump.py::test_the_dumped_file_holds_the_batch_and_its_step_tensors",
+        "utils/test_batch_dump.py::test_nothing_is_written_when_the_key_is_off",
+        "trainer/test_trainer_runs.py::test_one_step_per_estimator_trains_and_syncs",
+    ),
     "trainer.logger": (_RUN_KEYS, _NAMES),
     "trainer.project_name": (_RUN_KEYS,),
     "trainer.run_name": (_RUN_KEYS,),
