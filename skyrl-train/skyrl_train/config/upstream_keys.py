@@ -464,11 +464,6 @@ RULES: dict[str, Rule] = {
         _OFF, "re-tokenizing the chat history each turn", "token-in/token-out: the model's own tokens are kept"
     ),
     # ----- generator (current layout)
-    "generator.use_conversation_multi_turn": Fixed(
-        (True,),
-        "appending observations inside the assistant turn (use_conversation_multi_turn=false)",
-        "each observation is a new chat message",
-    ),
     "generator.append_eos_token_after_stop_str_in_multi_turn": Fixed(
         (True,),
         "continuing a turn without an eos after a stop string",

@@ -304,6 +304,16 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
         )
     if generator.batched and generator.step_wise_trajectories:
         yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
+    if not generator.use_conversation_multi_turn and generator.step_wise_trajectories:
+        yield (
+            "generator.use_conversation_multi_turn=false does not work with generator.step_wise_trajectories=true (a"
+            " step's prompt is the conversation so far as chat messages): set one of them back"
+        )
+    if not generator.use_conversation_multi_turn and generator.workflow not in (None, "env"):
+        yield (
+            f"generator.use_conversation_multi_turn=false has no effect with generator.workflow={generator.workflow}:"
+            " the workflow builds each episode's tokens itself; remove it"
+        )
     engine = generator.inference_engine
     if engine.backend == "remote":
         if not engine.remote_urls:

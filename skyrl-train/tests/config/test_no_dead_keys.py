@@ -300,6 +300,11 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.resume_path": ("utils/test_checkpoint_io.py::test_resolve_resume_modes",),
     "trainer.hf_save_interval": (_RUN_KEYS,),
     "trainer.export_path": (_RUN_KEYS,),
+    "generator.use_conversation_multi_turn": (
+        _GENERATOR_KEYS,
+        "generators/test_single_message_turns.py::test_turns_and_observations_share_one_assistant_message",
+        "generators/test_single_message_turns.py::test_the_default_renders_each_observation_as_a_chat_message",
+    ),
     "trainer.dump_data_batch": (
         "utils/test_batch_dump.py::test_the_dumped_file_holds_the_batch_and_its_step_tensors",
         "utils/test_batch_dump.py::test_nothing_is_written_when_the_key_is_off",
