@@ -26,7 +26,6 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.timer import PhaseTimer
 
@@ -65,7 +64,7 @@ class BatchDump:
     def write(
         self,
         global_step: int,
-        batch: TrainingBatch,
+        batch: Any,
         timer: PhaseTimer,
         advantages: torch.Tensor,
         returns: torch.Tensor,
@@ -73,8 +72,9 @@ class BatchDump:
         ref_logprobs: Optional[torch.Tensor] = None,
         values: Optional[torch.Tensor] = None,
     ) -> None:
-        """Write the batch of `global_step` with the step's per-row tensors (the ones that are None are left out) as
-        one safetensors file; nothing when dumping is off."""
+        """Write `batch` (the step's `skyrl_train.training_batch.TrainingBatch`; utils sit below it, so it is not
+        imported here) with the step's per-row tensors (the ones that are None are left out) as one safetensors file
+        of `global_step`; nothing when dumping is off."""
         if not self.enabled:
             return
         with timer("dump_data_batch"):
