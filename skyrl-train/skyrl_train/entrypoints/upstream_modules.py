@@ -4,12 +4,14 @@ Upstream's run scripts start training with `python -m <module> <overrides>`: `sk
 (legacy layout, this project's own module), `skyrl.train.entrypoints.main_base` (current layout) and example
 entrypoints such as `examples.algorithms.dapo.main_dapo`. This project ships those module paths (the `skyrl`
 namespace in skyrl-train, thin files under the repo's `examples/`) and each calls `run_upstream_module(name)`,
-which runs this project's `main_base` with the settings the upstream module implies (the async trainers are
-`trainer.mode` here), or refuses the run before anything starts, naming the feature this project lacks.
+which runs this project's `main_base` (`main_generate` for generation-only runs) with the settings the upstream
+module implies (the async trainers are `trainer.mode` here), or refuses the run before anything starts, naming the
+feature this project lacks.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +28,8 @@ class UpstreamModule:
     """The feature the module needs that this project does not have (the run is refused)."""
     instead: str = ""
     """What does that job here, if anything."""
+    entry: str = "skyrl_train.entrypoints.main_base"
+    """This project's entrypoint module whose `main` runs it."""
 
 
 _DAPO = UpstreamModule()  # DAPO's soft overlong penalty: its `overlong_buffer.len` key switches it on (upstream_keys)
@@ -46,13 +50,12 @@ _MULTIPLY = UpstreamModule(
     instead="the built-in arithmetic environment, or your own (docs/custom-env-training.md)",
 )
 _DISTILL = UpstreamModule(unsupported="on-policy distillation (a teacher model's log-probs as the reward)")
-_GENERATE = UpstreamModule(unsupported="generation-only runs (evaluation without training)")
+_GENERATE = UpstreamModule(entry="skyrl_train.entrypoints.main_generate")
 _CUSTOM = UpstreamModule()  # the example files register their estimator / loss with this project's registries
 
 UPSTREAM_MODULES: dict[str, UpstreamModule] = {
     "skyrl.train.entrypoints.main_base": UpstreamModule(),
     "skyrl.train.entrypoints.main_generate": _GENERATE,
-    "skyrl_train.entrypoints.main_generate": _GENERATE,
     **{
         f"examples.{layout}{path}": module
         for layout in ("", "train.")
@@ -92,13 +95,12 @@ def refusal(name: str, module: UpstreamModule) -> str:
 def run_upstream_module(name: str, argv: Optional[Sequence[str]] = None) -> None:
     """Run upstream module `name` here on the command line `argv` (default: the process arguments)."""
     from skyrl_train.config.cli import CONFIG_ERROR_EXIT_CODE
-    from skyrl_train.entrypoints.main_base import main
 
     module = UPSTREAM_MODULES[name]
     if module.unsupported:
         print(refusal(name, module), file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_EXIT_CODE)
-    main(argv, upstream_module=True, extra_overrides=module.overrides)
+    importlib.import_module(module.entry).main(argv, upstream_module=True, extra_overrides=module.overrides)
 
 
 def render_modules_markdown() -> str:
@@ -111,11 +113,13 @@ def render_modules_markdown() -> str:
         "| SkyRL module | here |",
         "|---|---|",
         "| `skyrl_train.entrypoints.main_base` | this project's `main_base` |",
+        "| `skyrl_train.entrypoints.main_generate` | this project's `main_generate` (generation only) |",
     ]
     for name, module in UPSTREAM_MODULES.items():
         if module.unsupported:
             here = f"refused: needs {module.unsupported}" + (f"; {module.instead}" if module.instead else "")
         else:
-            here = "`main_base`" + (f" with `{' '.join(module.overrides)}`" if module.overrides else "")
+            here = f"`{module.entry.rsplit('.', 1)[1]}`"
+            here += f" with `{' '.join(module.overrides)}`" if module.overrides else ""
         lines.append(f"| `{name}` | {here.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"
