@@ -129,6 +129,16 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.policy.model.lora.target_modules": (_LORA_KEYS,),
     "trainer.policy.model.lora.exclude_modules": (_LORA_KEYS,),
     "trainer.policy.model.lora.merge_on_export": (_LORA_EXPORT,),
+    "trainer.critic.model.lora.rank": (
+        "workers/test_critic_worker.py::test_critic_lora_trains_the_adapters_and_the_value_head_only",
+        "workers/test_critic_worker.py::test_critic_lora_checkpoint_resumes_exactly",
+    ),
+    **{
+        f"trainer.critic.model.lora.{name}": (
+            "workers/test_critic_worker.py::test_critic_lora_keys_reach_the_adapters",
+        )
+        for name in ("alpha", "dropout", "target_modules", "exclude_modules")
+    },
     "trainer.ref.model.path": ("config/test_root.py::test_derived_lengths_and_paths",),
     "trainer.critic.model.path": (
         "config/test_root.py::test_needs_critic_follows_the_critic_model_path",
