@@ -45,7 +45,10 @@ _JUDGE = UpstreamModule(
     unsupported="SkyRL's LLM-as-a-judge example environment",
     instead="a reward.function can call a judge model (docs/rewards.md)",
 )
-_MULTIPLY = UpstreamModule()  # the example files register the multiply env (examples/multiply/multiply_env.py)
+_MULTIPLY = UpstreamModule(
+    unsupported="SkyRL's multiply example environment",
+    instead="the built-in arithmetic environment, or your own (docs/custom-env-training.md)",
+)
 _DISTILL = UpstreamModule(unsupported="on-policy distillation (a teacher model's log-probs as the reward)")
 _GENERATE = UpstreamModule(entry="skyrl_train.entrypoints.main_generate")
 _CUSTOM = UpstreamModule()  # the example files register their estimator / loss with this project's registries
