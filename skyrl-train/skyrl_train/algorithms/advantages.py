@@ -1,4 +1,4 @@
-"""Advantage estimators (gae, grpo, rloo, maxrl, reinforce++, reinforce++_baseline, remax), registered by name.
+"""Advantage estimators (gae, grpo, rloo, reinforce++, reinforce++_baseline, remax), registered by name.
 
 Every estimator is called with keyword arguments only and returns `(advantages, returns)`, both [B, T] and zero on
 tokens where `response_mask` is 0:
@@ -8,8 +8,7 @@ tokens where `response_mask` is 0:
                                              # (see rewards.scalar_rewards_to_token_level)
         response_mask: Tensor[B, T],         # 1 on valid response tokens (use the full response mask, not a loss
                                              # mask that filtering has zeroed, or the group statistics lose samples)
-        index: GroupIndex | None = None,     # group id per sample (LongTensor [B] or B hashables); grpo/rloo/maxrl/
-                                             # reinforce++_baseline
+        index: GroupIndex | None = None,     # group id per sample (LongTensor [B] or B hashables); grpo/rloo/baseline
         values: Tensor[B, T] | None = None,  # critic values; gae only
         gamma: float = 1.0,                  # discount per valid token
         lambd: float = 1.0,                  # GAE lambda; gae only
@@ -167,28 +166,6 @@ def rloo_advantages(
     others_mean = (stats.mean[gids] * count - scores) / (count - 1).clamp(min=1.0)
     per_sample = torch.where(count > 1, scores - others_mean, torch.zeros_like(scores))
     advantages = _broadcast(per_sample, response_mask)
-    return advantages, advantages.clone()
-
-
-@ADVANTAGE_ESTIMATORS.register("maxrl", builtin=True)
-@torch.no_grad()
-def maxrl_advantages(
-    *,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Optional[GroupIndex] = None,
-    epsilon: float = 1e-6,
-    **_unused: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """MaxRL (SkyRL's `maxrl`): (score - group mean) / (group mean + epsilon), on every valid token.
-
-    Made for pass/fail rewards in [0, 1], where the group mean estimates the prompt's success rate: dividing by it
-    weights a prompt by 1 / success rate instead of GRPO's 1 / std, so rarely solved prompts push hardest. A group
-    that never succeeds gets 0, and so does a group of one sample (it is its own mean). returns equal advantages.
-    """
-    scores, gids, stats = _grouped_scores("maxrl", token_level_rewards, response_mask, index)
-    mean = stats.mean[gids]
-    advantages = _broadcast((scores - mean) / (mean + epsilon), response_mask)
     return advantages, advantages.clone()
 
 

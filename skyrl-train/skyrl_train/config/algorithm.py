@@ -152,7 +152,7 @@ class AlgorithmConfig:
     """The RL algorithm: how advantages are estimated and which loss the policy minimises."""
 
     advantage_estimator: str = "grpo"
-    """Advantage estimator by registry name: `grpo`, `gae` (needs a critic), `rloo`, `maxrl`, `reinforce++`,
+    """Advantage estimator by registry name: `grpo`, `gae` (needs a critic), `rloo`, `reinforce++`,
     `reinforce++_baseline`, `remax`, or your own."""
 
     policy_loss_type: str = "regular"
@@ -208,8 +208,7 @@ class AlgorithmConfig:
     """GRPO divides group-centred rewards by the group's std; false gives Dr. GRPO's mean-only centring."""
 
     grpo_std_epsilon: float = 1e-6
-    """Added to the group's std before GRPO divides by it (keeps near-uniform groups from blowing up), and to the
-    group's mean before `maxrl` divides by it."""
+    """Added to the group's std before GRPO divides by it (keeps near-uniform groups from blowing up)."""
 
     advantage_batch_normalize: bool = False
     """After the estimator, z-score the advantages over every trained token of the batch (`loss_mask`): subtract

@@ -59,23 +59,6 @@ def test_rloo_uses_the_leave_one_out_mean():
     assert torch.allclose(advantages, expected)
 
 
-def test_maxrl_divides_by_the_group_mean_and_zeroes_unsolved_groups_and_singletons():
-    mask = [[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]]
-    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 0.5, 0.0, 0.0]
-    advantages, returns = compute_advantages(
-        "maxrl",
-        token_level_rewards=outcome(rewards, mask),
-        response_mask=torch.tensor(mask),
-        index=["a", "a", "a", "b", "b", "c", "d", "d"],
-        epsilon=1e-3,
-    )
-    # a [1, 0, 0]: mean 1/3 -> (1 - 1/3) / (1/3 + 1e-3) = 1.994018, (0 - 1/3) / (1/3 + 1e-3) = -0.997009
-    # b [1, 1]: 0 ; c singleton: 0 ; d [0, 0] (never solved): 0 / 1e-3 = 0
-    per_sample = torch.tensor([1.994018, -0.997009, -0.997009, 0.0, 0.0, 0.0, 0.0, 0.0])
-    assert torch.allclose(advantages, per_sample[:, None] * torch.tensor(mask), atol=1e-5)
-    assert torch.equal(returns, advantages)
-
-
 def test_gae_skips_masked_tokens_and_returns_advantage_plus_value():
     # row 0: valid tokens at 0, 2, 3 (token 1 is an observation, garbage in reward and value)
     # row 1: right padding after 2 tokens (NaN values on padding)
@@ -158,7 +141,7 @@ def test_group_estimators_reject_missing_or_mismatched_index():
         compute_advantages("rloo", token_level_rewards=rewards, response_mask=mask, index=[0, 0, 1])
 
 
-@pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "maxrl", "reinforce++", "reinforce++_baseline", "remax"])
+@pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce++", "reinforce++_baseline", "remax"])
 def test_padding_columns_with_garbage_do_not_change_advantages(name):
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]])
     rewards = outcome([1.0, 0.0, 0.5, 2.0], mask.tolist())
