@@ -8,7 +8,7 @@ this package registers every built-in estimator, loss, reduction and KL estimato
 |---|---|
 | registry | the four algorithm registries (each a `skyrl_train.utils.registry.Registry`), decorators, user-entry export |
 | masked, groups, rewards | masked statistics; per-group statistics; token-level rewards and returns-to-go |
-| advantages | gae, grpo, rloo, reinforce++, reinforce++_baseline, remax |
+| advantages | gae, grpo, rloo, maxrl, reinforce++, reinforce++_baseline, remax, no_op |
 | policy_losses | regular, dual_clip, gspo, cispo, sapo, importance_sampling, cross_entropy |
 | covariance_losses | clip_cov, kl_cov |
 | policy_loss_config | `PolicyLossConfig`, the knobs the policy losses read |

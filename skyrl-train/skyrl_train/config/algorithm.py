@@ -152,8 +152,9 @@ class AlgorithmConfig:
     """The RL algorithm: how advantages are estimated and which loss the policy minimises."""
 
     advantage_estimator: str = "grpo"
-    """Advantage estimator by registry name: `grpo`, `gae` (needs a critic), `rloo`, `reinforce++`,
-    `reinforce++_baseline`, `remax`, or your own."""
+    """Advantage estimator by registry name: `grpo`, `gae` (needs a critic), `rloo`, `maxrl` (SkyRL's MaxRL:
+    group-centred rewards divided by the group mean), `reinforce++`, `reinforce++_baseline`, `remax`, `no_op` (the
+    token rewards as they are, e.g. for on-policy distillation), or your own."""
 
     policy_loss_type: str = "regular"
     """Policy loss by registry name: `regular` (clipped PPO), `dual_clip`, `gspo`, `cispo`, `sapo`, `clip_cov`,

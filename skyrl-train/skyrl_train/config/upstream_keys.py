@@ -16,7 +16,7 @@ the keys under it that have no rule of their own):
 
 `VALUE_RULES` does the same for upstream values of keys spelled alike (`trainer.strategy=fsdp`,
 `trainer.resume_mode=null`, ...), and `UPSTREAM_NAMES` names upstream registry entries this project lacks, so an
-unregistered `maxrl` estimator is refused as SkyRL's MaxRL instead of as a typo. `docs/migrating-from-skyrl.md` is the
+unregistered `dppo` loss is refused as SkyRL's DPPO instead of as a typo. `docs/migrating-from-skyrl.md` is the
 user-facing list.
 """
 
@@ -598,8 +598,6 @@ VALUE_RULES: dict[str, tuple[tuple[Any, Replace | Refuse], ...]] = {
 here."""
 
 UPSTREAM_NAMES: dict[tuple[str, str], str] = {
-    ("advantage estimator", "maxrl"): "SkyRL's MaxRL advantage estimator",
-    ("advantage estimator", "no_op"): "SkyRL's no-op estimator (its on-policy distillation example)",
     ("policy loss", "rollout_is"): "SkyRL's rollout importance-sampling loss",
     ("policy loss", "dppo"): "SkyRL's DPPO loss",
     ("loss reduction", "token_mean_legacy"): (

@@ -422,9 +422,9 @@ def test_the_command_line_lists_cross_field_problems_and_registry_names_together
     from skyrl_train.config.cli import run_cli
 
     with pytest.raises(SystemExit) as info:
-        run_cli(None, ["trainer.algorithm.advantage_estimator=maxrl", "trainer.train_batch_size=100", "--dry-run"])
+        run_cli(None, ["trainer.algorithm.policy_loss_type=dppo", "trainer.train_batch_size=100", "--dry-run"])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "invalid config (2 problem(s))" in err
     assert "must be divisible by trainer.policy_mini_batch_size" in err
-    assert "'maxrl' is SkyRL's MaxRL advantage estimator, which is not supported here" in err
+    assert "'dppo' is SkyRL's DPPO loss, which is not supported here" in err
