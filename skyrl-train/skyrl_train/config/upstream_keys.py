@@ -605,8 +605,6 @@ UPSTREAM_NAMES: dict[tuple[str, str], str] = {
         " token_mean)"
     ),
     ("loss reduction", "prompt_mean"): "SkyRL's per-prompt mean reduction",
-    ("environment", "llm_as_a_judge"): "SkyRL's LLM-as-a-judge example environment",
-    ("environment", "multiply"): "SkyRL's multiply example environment",
     ("environment", "geometry3k"): "SkyRL's vision-language geometry environment",
     ("environment", "visgym"): "SkyRL's vision-language environment",
     ("environment", "openreward"): "SkyRL's OpenReward environment",

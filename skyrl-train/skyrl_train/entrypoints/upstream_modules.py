@@ -37,14 +37,7 @@ _MINI_SWE = UpstreamModule(
     instead="skyrl-agent's mini_swe task trains on generated repositories in the subprocess sandbox (docs/skyrl-agent.md)",
 )
 _HARBOR = UpstreamModule(unsupported="the Harbor integration (Terminal-Bench, CodeContests)")
-_JUDGE = UpstreamModule(
-    unsupported="SkyRL's LLM-as-a-judge example environment",
-    instead="a reward.function can call a judge model (docs/rewards.md)",
-)
-_MULTIPLY = UpstreamModule(
-    unsupported="SkyRL's multiply example environment",
-    instead="the built-in arithmetic environment, or your own (docs/custom-env-training.md)",
-)
+_BUILTIN_ENV = UpstreamModule()  # the example registers an env skyrl-gym has built in (llm_as_a_judge, multiply)
 _DISTILL = UpstreamModule(unsupported="on-policy distillation (a teacher model's log-probs as the reward)")
 _GENERATE = UpstreamModule(unsupported="generation-only runs (evaluation without training)")
 _CUSTOM = UpstreamModule()  # the example files register their estimator / loss with this project's registries
@@ -62,8 +55,8 @@ UPSTREAM_MODULES: dict[str, UpstreamModule] = {
             ("async.main_async", _ONE_STEP_OFF),
             ("fully_async.main_fully_async", _FULLY_ASYNC),
             ("mini_swe_agent.main_mini_swe", _MINI_SWE),
-            ("llm_as_a_judge.main_llm_judge", _JUDGE),
-            ("multiply.main_multiply", _MULTIPLY),
+            ("llm_as_a_judge.main_llm_judge", _BUILTIN_ENV),
+            ("multiply.main_multiply", _BUILTIN_ENV),
             ("on_policy_distillation.main_on_policy_distill", _DISTILL),
         )
     },

@@ -70,6 +70,23 @@ def test_dapo_entrypoint_with_the_legacy_buffer_keys_turns_the_penalty_on(capsys
     assert buffer.enabled is True and buffer.length == 512
 
 
+def test_the_judge_and_multiply_examples_run_their_built_in_envs_with_skyrls_env_section(capsys):
+    def environment(module, *args):
+        code, out, err = dry_run(module, *args, capsys=capsys)
+        assert code == 0, err
+        return OmegaConf.create(out.split("# resolved SkyRL config\n", 1)[1]).environment
+
+    judge = environment(
+        "examples.llm_as_a_judge.main_llm_judge",
+        "environment.env_class=llm_as_a_judge",
+        "environment.skyrl_gym.llm_as_a_judge.model=judge",
+    )
+    assert judge.env_class == "llm_as_a_judge" and judge.env_configs == {"llm_as_a_judge": {"model": "judge"}}
+    assert (
+        environment("examples.train.multiply.main_multiply", "environment.env_class=multiply").env_class == "multiply"
+    )
+
+
 @pytest.mark.parametrize("module", [name for name, module in UPSTREAM_MODULES.items() if module.unsupported])
 def test_modules_needing_a_missing_feature_refuse_by_name(module, capsys):
     code, out, err = dry_run(module, "trainer.seed=1", capsys=capsys)
