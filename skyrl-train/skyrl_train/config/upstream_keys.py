@@ -494,8 +494,13 @@ RULES: dict[str, Rule] = {
     f"{_ENGINE}.weight_transfer_threshold_cuda_ipc_GB": Fixed(
         (1.0,), "choosing the CUDA-IPC bucket size", "weights go in the strategies' fixed-size chunks"
     ),
-    f"{_ENGINE}.delta_weight_sync": Ignored(
-        "delta weight sync (checkpoint deltas through shared or cloud storage)", f"{_ENGINE}.weight_sync_backend=delta"
+    f"{_ENGINE}.delta_weight_sync.checkpoint_load_format": Fixed(
+        ("vllm_multi_thread_safetensors", "vllm_fastsafetensors"),
+        "",
+        "each engine installs the patched weights from its local copy itself (no vLLM checkpoint reload)",
+    ),
+    f"{_ENGINE}.delta_weight_sync.multi_thread_safetensors_max_workers": Fixed(
+        (8,), "choosing vLLM's checkpoint reload threads", "no vLLM checkpoint reload"
     ),
     f"{_ENGINE}.vllm_v1_disable_multiproc": Fixed(
         (True, False), "", "inert, as upstream documents it: the engine actor runs vLLM either way"
@@ -580,13 +585,6 @@ VALUE_RULES: dict[str, tuple[tuple[Any, Replace | Refuse], ...]] = {
                 "auto",
                 "auto here: CUDA IPC when the engines share the policy's GPUs, an NCCL broadcast otherwise, as SkyRL's"
                 " nccl does",
-            ),
-        ),
-        (
-            "delta",
-            Refuse(
-                "delta weight sync (checkpoint deltas through shared or cloud storage)",
-                f"{_ENGINE}.weight_sync_backend=checkpoint syncs through files",
             ),
         ),
     ),

@@ -380,6 +380,24 @@ def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
         )
     if sync == "cuda_ipc" and cfg.trainer.device == "cpu":
         yield "generator.inference_engine.weight_sync_backend=cuda_ipc needs CUDA: use shm with trainer.device=cpu"
+    if sync == "delta":
+        yield from _check_delta(engine.delta_weight_sync)
+
+
+def _check_delta(delta: object) -> Iterator[str]:
+    """The `delta` weight sync's folder is one the engines' processes can read, and its sizes are positive."""
+    prefix = "generator.inference_engine.delta_weight_sync"
+    if delta.sync_dir is not None and str(delta.sync_dir).startswith("memory://"):
+        yield (
+            f"{prefix}.sync_dir={delta.sync_dir}: a memory:// folder lives in one process, and the engines run in"
+            " others: use a folder (shared across machines) or a bucket URL"
+        )
+    if not delta.max_file_size_in_gb > 0:
+        yield f"{prefix}.max_file_size_in_gb must be positive, got {delta.max_file_size_in_gb}"
+    if delta.cloud_download_workers < 1:
+        yield f"{prefix}.cloud_download_workers must be at least 1, got {delta.cloud_download_workers}"
+    if delta.publish_num_workers is not None and delta.publish_num_workers < 1:
+        yield f"{prefix}.publish_num_workers must be null (min(8, CPUs)) or at least 1, got {delta.publish_num_workers}"
 
 
 def _is_function_spec(spec: str) -> bool:

@@ -36,7 +36,7 @@ from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.plots import plot_curves
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.node_aware import connect_auto_weight_sync, describe_weight_sync
-from skyrl_train.weight_sync.strategy import make_weight_sync_strategy
+from skyrl_train.weight_sync.strategy import WEIGHT_SYNC_STRATEGIES, make_weight_sync_strategy
 from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, RewardModelWorker
 from skyrl_train.workers.group import WorkerGroup
 
@@ -210,7 +210,8 @@ class BasePPOExp:
                 sender, engines, colocated, device, compute_checksums=self.verify_weight_sync
             )
         else:
-            strategy = make_weight_sync_strategy(backend, compute_checksums=self.verify_weight_sync)
+            options = WEIGHT_SYNC_STRATEGIES.get(backend).options_from_config(self.cfg)
+            strategy = make_weight_sync_strategy(backend, compute_checksums=self.verify_weight_sync, **options)
             await strategy.init(sender=sender, engines=engines)
         logger.info("weight sync: %s", describe_weight_sync(strategy))
         return strategy

@@ -244,6 +244,20 @@ ACCEPTED = [
         ],
         {"trainer.mode": "fully_async", "trainer.async_rl.max_staleness": 3},
     ),
+    (
+        [
+            f"{ENGINE}.weight_sync_backend=delta",
+            f"{ENGINE}.delta_weight_sync.sync_dir=gs://bucket/run",
+            f"{ENGINE}.delta_weight_sync.publish_staging_dir=",
+            f"{ENGINE}.delta_weight_sync.checkpoint_load_format=vllm_fastsafetensors",
+            f"{ENGINE}.delta_weight_sync.multi_thread_safetensors_max_workers=8",
+        ],
+        {
+            f"{ENGINE}.weight_sync_backend": "delta",
+            f"{ENGINE}.delta_weight_sync.sync_dir": "gs://bucket/run",
+            f"{ENGINE}.delta_weight_sync.publish_staging_dir": "",
+        },
+    ),
     (["data.dataloader.num_workers=null", "data.dataloader.persistent_workers=false"], {"data.num_workers": 0}),
     (["trainer.bf16=false"], {"trainer.policy.fsdp.mixed_precision.param_dtype": "float32"}),
 ]
@@ -273,7 +287,6 @@ REFUSED = [
     (f"{ENGINE}.data_parallel_size=2", "data parallelism inside one inference engine"),
     (f"{ENGINE}.expert_parallel_size=4", "expert parallelism inside an inference engine"),
     (f"{ENGINE}.enable_pd=true", "prefill/decode (PD) disaggregation"),
-    (f"{ENGINE}.weight_sync_backend=delta", "delta weight sync"),
     (f"{ENGINE}.enable_return_routed_experts=true", "routed-expert replay (R3)"),
     ("trainer.policy.megatron_config.moe_enable_routing_replay=true", "routed-expert replay (R3)"),
     ("trainer.policy.megatron_config.expert_tensor_parallel_size=2", "expert tensor parallelism (ETP)"),
