@@ -505,6 +505,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "trainer/test_step_contracts.py::test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums",
         "trainer/test_trainer_resume.py::test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before",
     ),
+    "trainer.algorithm.on_policy_distillation": (
+        "trainer/test_trainer_phases.py::test_on_policy_distillation_replaces_the_env_reward_with_the_teacher_gap",
+        "trainer/test_trainer_runs.py::test_on_policy_distillation_trains_on_the_teacher_gap_from_the_ref_workers",
+    ),
     "trainer.algorithm.kl_ctrl.*": (
         "trainer/test_step_contracts.py::test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums",
         "trainer/test_step_contracts.py::test_driver_state_round_trips_through_a_checkpoint_dict",
