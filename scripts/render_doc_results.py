@@ -24,6 +24,16 @@ RESULTS_DIR = REPO / "benchmarks" / "results"
 BLOCK = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
 
 
+def with_note(lines: list[str], note: str) -> str:
+    """A block's markdown: `lines` (a table), a blank line, then `note` (what was run, where and when)."""
+    return "\n".join([*lines, "", note]) + "\n"
+
+
+def overrides_note(data: dict) -> str:
+    """`; overrides: `a`, `b`` when the run had command-line overrides, else nothing."""
+    return "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data.get("overrides") else ""
+
+
 def render_dynamic_sampling(data: dict) -> str:
     """The dynamic-sampling benchmark: one row per run, then the machine and date it was measured on."""
     lines = [
@@ -88,15 +98,14 @@ def render_vs_trl(data: dict) -> str:
             f"{run['completions_per_second']:.1f} | {data['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} |"
         )
     ratio = data["ratios_ours_over_trl"]
-    lines.append("")
-    lines.append(
+    return with_note(
+        lines,
         f"Ours / TRL: {ratio['completions_per_second']:.2f}x the completions per second, final accuracy "
         f"{ratio['accuracy_after_difference']:+.3f}. {settings['prompts_per_step']} prompts x "
         f"{settings['samples_per_prompt']} samples per step, {settings['max_new_tokens']} new tokens, lr "
         f"{settings['learning_rate']:g} constant, {settings['held_out_problems']} held-out problems. Measured on "
-        f"{data['machine']}, {data['date']} (`benchmarks/results/vs_trl.json`, `benchmarks/vs_trl.py`)."
+        f"{data['machine']}, {data['date']} (`benchmarks/results/vs_trl.json`, `benchmarks/vs_trl.py`).",
     )
-    return "\n".join(lines) + "\n"
 
 
 def render_quickstart(data: dict) -> str:
@@ -153,13 +162,12 @@ def render_thread_counts(data: dict) -> str:
         if load
         else ""
     )
-    lines.append("")
-    lines.append(
+    return with_note(
+        lines,
         f"Mean `timing/step` of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration, "
         f"each setting idle then busy, back to back. Measured on {data['machine']}, {data['date']}{load_note} "
-        "(`benchmarks/results/thread_counts.json`, `benchmarks/thread_counts.py`)."
+        "(`benchmarks/results/thread_counts.json`, `benchmarks/thread_counts.py`).",
     )
-    return "\n".join(lines) + "\n"
 
 
 def render_step_breakdown(data: dict) -> str:
@@ -168,15 +176,13 @@ def render_step_breakdown(data: dict) -> str:
     for row in data["rows"]:
         name = f"**{row['part']}**" if row["part"] in ("step", "outside model compute") else row["part"]
         lines.append(f"| {name} | {row['seconds']:.3f} | {row['share']:.1%} |")
-    lines.append("")
-    extra = "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data["overrides"] else ""
     load = data["load_average_1min"]
-    lines.append(
-        f"Mean of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration{extra}. "
-        f"Load average {load['before']:.1f} before, {load['after']:.1f} after. Measured on {data['machine']}, "
-        f"{data['date']} (`benchmarks/results/step_breakdown.json`, `benchmarks/step_breakdown.py`)."
+    return with_note(
+        lines,
+        f"Mean of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration"
+        f"{overrides_note(data)}. Load average {load['before']:.1f} before, {load['after']:.1f} after. Measured on "
+        f"{data['machine']}, {data['date']} (`benchmarks/results/step_breakdown.json`, `benchmarks/step_breakdown.py`).",
     )
-    return "\n".join(lines) + "\n"
 
 
 def render_quickstart_seeds(data: dict) -> str:
@@ -196,25 +202,23 @@ def render_quickstart_seeds(data: dict) -> str:
         lines += ["", f"Held-out accuracy by step: {curve}."]
     gains = [run["accuracy_after"] - run["accuracy_before"] for run in data["runs"]]
     verdict = "every seed reaches" if min(gains) >= data["goal_gain"] else "not every seed reaches"
-    extra = "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data["overrides"] else ""
     load = data.get("load_average_1min")
     load_note = f" (1-minute load average {load[0]:g} at the start, {load[1]:g} at the end)" if load else ""
-    lines.append("")
-    lines.append(
-        f"Goal: a gain of at least {data['goal_gain']:+.2f} on each seed; {verdict} it{extra}. Measured on "
-        f"{data['machine']}, {data['date']}{load_note} (`benchmarks/results/{data.get('name', 'quickstart_seeds')}.json`, "
-        "`benchmarks/quickstart_seeds.py`)."
+    return with_note(
+        lines,
+        f"Goal: a gain of at least {data['goal_gain']:+.2f} on each seed; {verdict} it{overrides_note(data)}. "
+        f"Measured on {data['machine']}, {data['date']}{load_note} "
+        f"(`benchmarks/results/{data.get('name', 'quickstart_seeds')}.json`, `benchmarks/quickstart_seeds.py`).",
     )
-    return "\n".join(lines) + "\n"
 
 
 def render_code_choices(data: dict) -> str:
     """The measurements behind the code's speed choices (recorded when each was made): one row per choice."""
     lines = ["| choice | where | measured |", "|---|---|---|"]
     lines += [f"| {c['choice']} | `{c['where']}` | {c['measured']} |" for c in data["choices"]]
-    lines.append("")
-    lines.append(f"Measured on {data['machine']}: {data['benchmark']} (`benchmarks/results/code_choices.json`).")
-    return "\n".join(lines) + "\n"
+    return with_note(
+        lines, f"Measured on {data['machine']}: {data['benchmark']} (`benchmarks/results/code_choices.json`)."
+    )
 
 
 def render_packing(data: dict) -> str:
@@ -241,12 +245,48 @@ def render_packing(data: dict) -> str:
         model = f"size {run['model_size']} ({run['parameters'] / 1e6:.1f} M)"
         lines.append(f"| {model} | {described} | {tokens} | {train} | {forward} |")
     start, end = data["load_average_1min"]
-    lines += [
-        "",
+    return with_note(
+        lines,
         f"Speed-up: the padded setting's median CPU seconds over the setting's, {data['rounds']} interleaved rounds "
         f"after a warm-up, one worker process with one torch thread in float32. 1-minute load average {start:.1f} at "
         f"the start and {end:.1f} at the end. Measured on {data['machine']}, {data['date']} "
         "(`benchmarks/results/packing.json`, `benchmarks/packing.py`).",
+    )
+
+
+def render_tx_abuse(data: dict) -> str:
+    """benchmarks/tx_abuse.py: each attack and the server's answer, then the good clients alone and under attack."""
+    lines = ["| attack | answer | server RSS after |", "|---|---|---|"]
+    for row in data["attacks"]:
+        lines.append(f"| {row['attack']} | {row['answer']} | {row['rss_mb']:.0f} MB |")
+    lines += [
+        "",
+        "| good clients | samples ok | sample p99 | train steps ok | train step p99 | server peak RSS |",
+        "|---|---|---|---|---|---|",
+    ]
+    expected = data["expected"]
+    for name, label in (("baseline", "alone"), ("attacked", "under attack"), ("baseline_after", "alone again")):
+        run = data[name]
+        sample, train = run["kinds"]["sample"], run["kinds"]["train_step"]
+        lines.append(
+            f"| {label} | {sample['ok']} / {expected['sample']} | {sample['p99_s']:.2f} s | "
+            f"{train['ok']} / {expected['train_step']} | {train['p99_s']:.2f} s | {run['peak_rss_mb']:.0f} MB |"
+        )
+    settings = data["settings"]
+    ratios = ", ".join(f"{kind} {ratio:.2f}x" for kind, ratio in data["p99_ratios"].items())
+    passed = [check for check, ok in data["acceptance"].items() if ok]
+    failed = [check for check, ok in data["acceptance"].items() if not ok]
+    start, end = data["load_average_1min"]
+    lines += [
+        "",
+        f"p99 under attack / the mean of the two runs alone: {ratios}; adapters lost: {data['adapters_lost']}; RSS bound "
+        f"{data['rss_bound_mb']:.0f} MB (idle {data['idle_rss_mb']:.0f} MB). Acceptance: "
+        + (f"all {len(passed)} checks pass" if not failed else "FAILED: " + "; ".join(failed))
+        + f". {settings['sampling_clients']} sampling clients x {settings['requests']} requests "
+        f"({settings['sample']}) and {settings['training_clients']} training clients x {settings['steps']} steps "
+        f"({settings['train_step']}), each on its own key; server limits: {settings['limits']}. Measured on "
+        f"{data['machine']}, {data['date']}, 1-minute load average {start:.1f} at the start and {end:.1f} at the end "
+        "(`benchmarks/results/tx_abuse.json`, `python benchmarks/tx_abuse.py`).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -294,12 +334,13 @@ def render_async_vs_sync(data: dict, name: str) -> str:
         lines.append("")
     repeats = data.get("repeats", 1)
     runs_note = f"{repeats} runs of each mode (mean±standard error)" if repeats > 1 else "one run of each mode"
-    extra = f"; overrides: {', '.join(f'`{o}`' for o in data['overrides'])}" if data.get("overrides") else ""
     lines.append(
-        f"{data['steps']} steps, {runs_note}, API wait {data['delay_ms']} ms{extra}. Measured on "
+        f"{data['steps']} steps, {runs_note}, API wait {data['delay_ms']} ms{overrides_note(data)}. Measured on "
         f"{data.get('machine', 'a 2-CPU machine')}, {data.get('date', 'a date the file does not record')} "
         f"(`benchmarks/results/{name}.json`, `benchmarks/async_vs_sync.py`)."
     )
+    return "\n".join(lines) + "\n"
+
     return "\n".join(lines) + "\n"
 
 
@@ -314,6 +355,7 @@ RENDERERS = {
     "quickstart_fully_async": render_quickstart_seeds,
     "step_breakdown": render_step_breakdown,
     "thread_counts": render_thread_counts,
+    "tx_abuse": render_tx_abuse,
     "vs_trl": render_vs_trl,
     **{
         path.stem: functools.partial(render_async_vs_sync, name=path.stem)

@@ -27,6 +27,28 @@ class BaseTextEnvStepOutput(TypedDict):
     postprocessed_action: Optional[str]
 
 
+def final_step(reward: float, metadata: Optional[dict[str, Any]] = None) -> BaseTextEnvStepOutput:
+    """The output of a turn that ends the episode with `reward` (no observations follow)."""
+    return BaseTextEnvStepOutput(
+        observations=[],
+        reward=reward,
+        done=True,
+        metadata={} if metadata is None else metadata,
+        postprocessed_action=None,
+    )
+
+
+def reply_step(content: str, metadata: Optional[dict[str, Any]] = None, reward: float = 0.0) -> BaseTextEnvStepOutput:
+    """The output of a turn that goes on: the env answers with one user message `content`."""
+    return BaseTextEnvStepOutput(
+        observations=[{"role": "user", "content": content}],
+        reward=reward,
+        done=False,
+        metadata={} if metadata is None else metadata,
+        postprocessed_action=None,
+    )
+
+
 _STEP_KEYS = ("observations", "reward", "done", "metadata", "postprocessed_action")
 _STEP_KEY_SET = frozenset(_STEP_KEYS)
 _REQUIRED_STEP_KEYS = ("observations", "reward", "done")
@@ -155,6 +177,14 @@ class BaseTextEnv(Env[ConversationType, str]):
                 f"reward_spec={spec!r}"
             )
         return spec["ground_truth"]
+
+    def config_number(self, key: str, default: float) -> float:
+        """`env_config[key]` (else `default`) as a float; ValueError naming `env_config.<key>` unless it is a finite
+        number."""
+        value = self.env_config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+            raise ValueError(f"env_config.{key} must be a finite number, got {value!r}")
+        return float(value)
 
     @property
     def is_last_turn(self) -> bool:

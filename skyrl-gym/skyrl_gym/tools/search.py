@@ -12,6 +12,7 @@ import functools
 import logging
 import ssl
 import time
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import httpx
@@ -110,6 +111,20 @@ class SearchToolGroup(ToolGroup):
         self.backoff_max_s = float(backoff_max_s)
         self._client = httpx.Client(timeout=timeout_s, verify=shared_ssl_context())
         super().__init__(name)
+
+    @classmethod
+    def from_env_config(cls, config: Mapping[str, Any]) -> SearchToolGroup:
+        """The group an env's config asks for: keys `search_url`, `topk`, `timeout`, `max_attempts`, `backoff_base`,
+        `backoff_max` and `log_requests` (the `search` env's names), each defaulting like the constructor."""
+        return cls(
+            search_url=config.get("search_url", DEFAULT_SEARCH_URL),
+            topk=config.get("topk", DEFAULT_TOPK),
+            timeout_s=config.get("timeout", DEFAULT_TIMEOUT_S),
+            max_attempts=config.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
+            backoff_base_s=config.get("backoff_base", DEFAULT_BACKOFF_BASE_S),
+            backoff_max_s=config.get("backoff_max", DEFAULT_BACKOFF_MAX_S),
+            log_requests=config.get("log_requests", False),
+        )
 
     def _post_with_retries(self, payload: dict[str, Any]) -> tuple[Optional[httpx.Response], str]:
         """POST `payload`, retrying transport errors and 5xx; return (response or None, last failure reason)."""

@@ -71,9 +71,11 @@ class InferenceEngineConfig:
 
     weight_sync_backend: str = "auto"
     """How trained weights reach the engines, by registry name (`WEIGHT_SYNC_STRATEGIES`): `broadcast`
-    (torch.distributed, NCCL on GPU / gloo on CPU), `cuda_ipc` (colocated GPUs), `shm` (colocated CPU), `checkpoint`
-    (through files), `delta` (compressed version deltas through shared or cloud storage, `delta_weight_sync`), or one
-    you register. `auto` picks `cuda_ipc` or `shm` when colocated and `broadcast` otherwise."""
+    (torch.distributed, NCCL on GPU / gloo on CPU), `cuda_ipc` (the engine on policy rank 0's GPU), `shm` (colocated
+    CPU), `checkpoint` (through files), `delta` (compressed version deltas through shared or cloud storage,
+    `delta_weight_sync`), or one you register. `auto` picks per engine when colocated: `cuda_ipc` for the engine on
+    rank 0's GPU (`shm` for engines on rank 0's node on CPU) and `broadcast` for the others; not colocated,
+    `broadcast`."""
 
     delta_weight_sync: DeltaWeightSyncConfig = field(default_factory=DeltaWeightSyncConfig)
     """Settings of `weight_sync_backend: delta`."""
@@ -91,8 +93,8 @@ class InferenceEngineConfig:
     there this has no effect."""
 
     enforce_eager: bool = False
-    """Disable CUDA graphs in vLLM and SGLang (`disable_cuda_graph`): slower, but starts faster and uses less
-    memory."""
+    """Disable CUDA graphs in vLLM (`enforce_eager`) and SGLang (`disable_prefill_cuda_graph` and
+    `disable_decode_cuda_graph`): slower, but starts faster and uses less memory."""
 
     max_num_seqs: int = 1024
     """Maximum sequences an engine decodes at once (SGLang's `max_running_requests`)."""

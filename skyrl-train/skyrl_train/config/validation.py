@@ -393,6 +393,7 @@ def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
         yield "generator.inference_engine.weight_sync_backend=cuda_ipc needs CUDA: use shm with trainer.device=cpu"
     if sync == "delta":
         yield from _check_delta(engine.delta_weight_sync)
+    yield from check_gpu_weight_sync(cfg)
 
 
 def _check_delta(delta: object) -> Iterator[str]:
@@ -409,6 +410,54 @@ def _check_delta(delta: object) -> Iterator[str]:
         yield f"{prefix}.cloud_download_workers must be at least 1, got {delta.cloud_download_workers}"
     if delta.publish_num_workers is not None and delta.publish_num_workers < 1:
         yield f"{prefix}.publish_num_workers must be null (min(8, CPUs)) or at least 1, got {delta.publish_num_workers}"
+
+
+def check_gpu_weight_sync(cfg: "SkyRLConfig") -> Iterator[str]:
+    """On a colocated GPU run, Ray shows each actor only its own bundle's GPU: `cuda_ipc` reaches only the engine on
+    policy rank 0's GPU, and `broadcast` cannot serve that engine (NCCL refuses two ranks of one group on one GPU).
+    `auto` gives each engine the transport that reaches it (`weight_sync.locations.plan_weight_sync`)."""
+    engine = cfg.generator.inference_engine
+    if not cfg.trainer.placement.colocate_all or engine.backend == "remote" or cfg.trainer.device == "cpu":
+        return
+    if cfg.trainer.device == "auto" and cfg.resolved_device() != "cuda":
+        return
+    policy_gpus = role_world_size(cfg, "policy")
+    if engine.weight_sync_backend == "cuda_ipc" and policy_gpus > 1:
+        yield (
+            f"generator.inference_engine.weight_sync_backend=cuda_ipc with {policy_gpus} colocated GPUs: only the"
+            " engine on policy rank 0's GPU can open its CUDA IPC handles (Ray shows each actor only its own GPU);"
+            " use weight_sync_backend=auto (cuda_ipc for that engine, an NCCL broadcast group for the others)"
+        )
+    if engine.weight_sync_backend == "broadcast":
+        yield (
+            "generator.inference_engine.weight_sync_backend=broadcast with trainer.placement.colocate_all=true on"
+            " GPUs puts engine 0 on policy rank 0's GPU, and NCCL refuses two ranks of one group on one GPU: use"
+            " weight_sync_backend=auto (cuda_ipc for that engine, broadcast for the others) or colocate_all=false"
+        )
+
+
+def check_engine_tensor_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
+    """An engine actor gets `tensor_parallel_size` GPUs only in a separate placement and only the sglang engine runs
+    its tensor-parallel workers in them (SGLang starts one process per GPU it sees); the vllm engine holds
+    `vllm.LLM` in its actor process, and vLLM puts a tensor-parallel engine inside a Ray placement group on Ray
+    workers of its own, which our weight updates do not reach."""
+    engine = cfg.generator.inference_engine
+    tp = engine.tensor_parallel_size
+    if tp <= 1:
+        return
+    if engine.backend == "vllm":
+        yield (
+            f"generator.inference_engine.tensor_parallel_size={tp} with backend=vllm: the vllm engine runs vllm.LLM in"
+            " its own Ray actor on one GPU, so tensor parallelism is not supported; use more engines with"
+            f" tensor_parallel_size=1 (num_engines={engine.num_engines * tp}), backend=sglang with"
+            " trainer.placement.colocate_all=false, or a `vllm serve -tp` server through backend=remote"
+        )
+    elif engine.backend == "sglang" and cfg.trainer.placement.colocate_all:
+        yield (
+            f"generator.inference_engine.tensor_parallel_size={tp} with trainer.placement.colocate_all=true: a"
+            " colocated engine shares one GPU with one policy rank, so its tensor-parallel workers would have no GPUs;"
+            f" set colocate_all=false (each sglang engine then gets {tp} GPUs) or tensor_parallel_size=1"
+        )
 
 
 def _is_function_spec(spec: str) -> bool:
@@ -549,6 +598,7 @@ ERROR_CHECKS: list[Check] = [
     check_models,
     check_generator,
     check_placement,
+    check_engine_tensor_parallel,
     check_rewards,
     check_health,
 ]

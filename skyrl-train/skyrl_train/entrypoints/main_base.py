@@ -35,8 +35,8 @@ from skyrl_train.trainer import RayPPOTrainer, TrainResult, optimizer_steps_per_
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.plots import plot_curves
 from skyrl_train.utils.tracking import Tracker
-from skyrl_train.weight_sync.node_aware import connect_auto_weight_sync, describe_weight_sync
-from skyrl_train.weight_sync.strategy import WEIGHT_SYNC_STRATEGIES, make_weight_sync_strategy
+from skyrl_train.weight_sync.node_aware import connect_weight_sync, describe_weight_sync
+from skyrl_train.weight_sync.strategy import WEIGHT_SYNC_STRATEGIES
 from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, RewardModelWorker
 from skyrl_train.workers.group import WorkerGroup
 
@@ -199,20 +199,17 @@ class BasePPOExp:
         return SkyRLGymGenerator(client, tokenizer, settings)
 
     async def get_weight_sync(self, policy: WorkerGroup, engines: list[Any]):
-        """The weight-sync strategy, connected between policy rank 0 and the engines. `auto` picks per engine from
-        where it runs (`connect_auto_weight_sync`): on a colocated run, engines on rank 0's node take shm / CUDA
-        IPC and engines on other nodes the broadcast group."""
+        """The weight-sync strategy, connected between policy rank 0 and the engines (`connect_weight_sync`). `auto`
+        picks per engine from where it runs: on a colocated run, engines on rank 0's node (CPU) or on rank 0's GPU
+        take shm / CUDA IPC and every other engine the broadcast group; a named backend serves every engine once it
+        was checked to reach them."""
         backend = self.cfg.generator.inference_engine.weight_sync_backend
         colocated, device = self.cfg.trainer.placement.colocate_all, self.cfg.resolved_device()
-        sender = policy.actors[0]
-        if backend == "auto":
-            strategy = await connect_auto_weight_sync(
-                sender, engines, colocated, device, compute_checksums=self.verify_weight_sync
-            )
-        else:
-            options = WEIGHT_SYNC_STRATEGIES.get(backend).options_from_config(self.cfg)
-            strategy = make_weight_sync_strategy(backend, compute_checksums=self.verify_weight_sync, **options)
-            await strategy.init(sender=sender, engines=engines)
+        # a named backend's own settings (e.g. `delta_weight_sync`); `auto` picks built-ins that need none
+        options = {} if backend == "auto" else WEIGHT_SYNC_STRATEGIES.get(backend).options_from_config(self.cfg)
+        strategy = await connect_weight_sync(
+            backend, policy.actors[0], engines, colocated, device, compute_checksums=self.verify_weight_sync, **options
+        )
         logger.info("weight sync: %s", describe_weight_sync(strategy))
         return strategy
 

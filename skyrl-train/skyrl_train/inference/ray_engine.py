@@ -39,6 +39,7 @@ from skyrl_train.utils.registry import Registry
 from skyrl_train.utils.threads import actor_threads
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSyncError
 from skyrl_train.weight_sync.chunks import dtype_name
+from skyrl_train.weight_sync.locations import this_location
 from skyrl_train.weight_sync.strategy import make_receiver
 
 logger = logging.getLogger(__name__)
@@ -247,12 +248,13 @@ class EngineActor:
         self._channel: Optional[ChannelServer] = None
 
     async def engine_info(self) -> dict[str, Any]:
-        """Node, process, dtype, device and served version (what weight-sync coordinators need to know)."""
+        """Node, visible GPUs, process, dtype, device and served version (what weight-sync coordinators need to
+        know: `locations.plan_weight_sync` picks each engine's transport from its node and GPUs)."""
         model = getattr(self.engine, "model", None)
         parameter = next(model.parameters(), None) if model is not None else None
         dtype = parameter.dtype if parameter is not None else resolve_dtype(self.settings.dtype)
         return {
-            "node_id": ray.get_runtime_context().get_node_id(),
+            **this_location().as_dict(),
             "node_ip": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "dtype": dtype_name(dtype),
@@ -541,8 +543,8 @@ def create_engine_actors(
 ) -> list[RayEngineProxy]:
     """Start `num_engines` engine actors serving `model_path` (settings from `cfg`) and wait until they loaded.
 
-    With a `placement_group`, engine i takes bundle `bundle_offset + i`. `num_gpus_per_engine` defaults to 1 on CUDA
-    and 0 on CPU; `num_threads` is each actor's torch thread count (default: `num_cpus_per_engine` rounded down, at
+    With a `placement_group`, engine i takes bundle `bundle_offset + i`. `num_gpus_per_engine` defaults to the
+    tensor-parallel size on CUDA (one GPU per tensor-parallel worker) and 0 on CPU; `num_threads` is each actor's torch thread count (default: `num_cpus_per_engine` rounded down, at
     least 1).
     """
     if num_engines < 1:
@@ -551,7 +553,7 @@ def create_engine_actors(
     settings = EngineSettings.from_config(cfg, model_path, tokenizer_path=tokenizer_path, num_threads=threads)
     check_engine_backend(settings)  # fail here, not in the actors
     if num_gpus_per_engine is None:
-        num_gpus_per_engine = 1 if torch.device(settings.device).type == "cuda" else 0
+        num_gpus_per_engine = settings.tensor_parallel_size if torch.device(settings.device).type == "cuda" else 0
     actor_class = ray.remote(EngineActor)
     handles = []
     if settings.backend == "remote" and len(settings.remote_urls) != num_engines:

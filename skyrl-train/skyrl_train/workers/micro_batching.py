@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from skyrl_train.algorithms.masked import zero_masked
 from skyrl_train.models.packing import prompt_groups
 from skyrl_train.training_batch import TrainingBatch
 
@@ -158,6 +159,16 @@ def pad_response_columns(values: torch.Tensor, response_width: int, fill: float 
         return values
     padding = torch.full((values.shape[0], missing), fill, dtype=values.dtype, device=values.device)
     return torch.cat([values, padding], dim=1)
+
+
+def write_response_rows(
+    output: torch.Tensor, indices: list[int], scores: torch.Tensor, micro: TrimmedMicroBatch
+) -> None:
+    """Put a micro-batch's per-token scores (detached, float32, 0 outside `response_mask`) into rows `indices` of
+    `output` [B, R]; a padding micro-batch (no indices) writes nothing."""
+    if indices:
+        kept = zero_masked(scores.detach().float(), micro.batch.response_mask).cpu()
+        output[indices] = pad_response_columns(kept, output.shape[1])
 
 
 def balance_group_counts(groups: list[list[int]], target: int) -> list[list[int]]:

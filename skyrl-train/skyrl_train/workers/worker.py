@@ -30,6 +30,7 @@ from skyrl_train.workers.micro_batching import (
     balance_group_counts,
     micro_batch_groups,
     trim_padding_columns,
+    write_response_rows,
 )
 from skyrl_train.workers.strategy import strategy_class
 
@@ -140,7 +141,13 @@ class BaseWorker(ChannelHost):
         """Join the process group, load the model (every rank with the same seed) and shard it; trainable roles also
         get AdamW and the LR schedule (`num_training_steps` is needed by decaying schedules such as cosine)."""
         init_process_group(
-            self.rank, self.world_size, self.master_addr, self.master_port, self.device, store=self._rendezvous
+            self.rank,
+            self.world_size,
+            self.master_addr,
+            self.master_port,
+            self.device,
+            store=self._rendezvous,
+            cpu_tensors=self.keeps_tensors_on_cpu,
         )
         path = model_path or ROLE_MODEL_PATHS[self.role](self.cfg)
         if not path:
@@ -152,14 +159,29 @@ class BaseWorker(ChannelHost):
             model = apply_lora(model, LoRASettings.from_config(self.section.model.lora))
         self.packs_rows = self._decide_packing(model)
         strategy_cls = strategy_class(self.cfg.trainer.strategy)
+        seeded = {"seed": self.cfg.trainer.seed} if self.cfg.trainer.strategy == "megatron" else {}  # its RNG tracker
         self.strategy = strategy_cls.from_section(
             self.section,
             device=self.device,
             optimizer=self.section.optimizer if self.trainable else None,
             gradient_checkpointing=self.trainable and self.section.gradient_checkpointing,
+            **seeded,
         )
         self.model = self.strategy.prepare(model, num_training_steps)
         self.model_path = path
+        self.release_memory()  # what loading and sharding left cached is free for the engines that start next
+
+    @property
+    def keeps_tensors_on_cpu(self) -> bool:
+        """True when this role's FSDP2 model lives on CPU between uses on a CUDA worker (`fsdp.cpu_offload`): its
+        gradient norms are then reduced as CPU tensors, so the default group also needs gloo."""
+        fsdp = getattr(self.section, "fsdp", None)
+        return bool(
+            self.device.type == "cuda"
+            and self.cfg.trainer.strategy == "fsdp2"
+            and fsdp is not None
+            and fsdp.cpu_offload
+        )
 
     def _decide_packing(self, model: torch.nn.Module) -> bool:
         """Whether to pack (`trainer.remove_microbatch_padding`), switching `model`'s attention when so: `auto` packs
@@ -242,6 +264,16 @@ class BaseWorker(ChannelHost):
             plan.append((indices, micro))
         return plan
 
+    @torch.no_grad()
+    def score_rows(self, batch: TrainingBatch, score: Callable[[TrimmedMicroBatch], torch.Tensor]) -> torch.Tensor:
+        """Per-token scores [B, R] (float32, CPU; 0 outside `response_mask`) of `score` over the forward micro-batches
+        of `batch`, the model in eval mode and no gradient: the body of every role's `forward`."""
+        self._require_model().eval()
+        output = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
+        for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
+            write_response_rows(output, indices, score(micro), micro)
+        return output
+
     def mini_batch_denominator(
         self, reduction: str, loss_mask: torch.Tensor, max_seq_len: Optional[int], given: Optional[float] = None
     ) -> float:
@@ -310,6 +342,19 @@ class BaseWorker(ChannelHost):
         if self.offloads_optimizer:
             self.strategy.offload_optimizer()
         return grad_norm
+
+    def release_memory(self) -> dict[str, int]:
+        """Return the accelerator memory this process's caching allocator holds but no tensor uses to the driver
+        (`torch.cuda.empty_cache()`), so that other processes on the GPU (the colocated inference engines waking up)
+        can have it: freed tensors (the offloaded optimizer state, gradients, activations) otherwise stay reserved
+        here. Returns the bytes still reserved and allocated afterwards (0 on CPU, where there is nothing to do)."""
+        if self.device.type != "cuda":
+            return {"reserved_bytes": 0, "allocated_bytes": 0}
+        torch.cuda.empty_cache()
+        return {
+            "reserved_bytes": int(torch.cuda.memory_reserved(self.device)),
+            "allocated_bytes": int(torch.cuda.memory_allocated(self.device)),
+        }
 
     @property
     def offloads_optimizer(self) -> bool:

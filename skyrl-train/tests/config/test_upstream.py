@@ -165,10 +165,12 @@ ACCEPTED = [
     ([f"{ENGINE}.enable_pd=false", f"{ENGINE}.num_prefill=0"], {}),
     ([f"{ENGINE}.weight_sync_backend=nccl"], {f"{ENGINE}.weight_sync_backend": "auto"}),
     ([f"{ENGINE}.engine_init_kwargs.max_model_len=4096"], {f"{ENGINE}.engine_init_kwargs": {"max_model_len": 4096}}),
-    # legacy layout: flat generator keys
+    # legacy layout: flat generator keys (an engine with tensor parallelism: sglang in its own GPUs, see docs/gpu.md)
     (
         [
-            "generator.backend=vllm",
+            "generator.backend=sglang",
+            "trainer.device=cuda",
+            "trainer.placement.colocate_all=false",
             "generator.num_inference_engines=2",
             "generator.inference_engine_tensor_parallel_size=2",
             "generator.gpu_memory_utilization=0.6",
@@ -181,7 +183,7 @@ ACCEPTED = [
             "+generator.engine_init_kwargs.max_model_len=2048",
         ],
         {
-            f"{ENGINE}.backend": "vllm",
+            f"{ENGINE}.backend": "sglang",
             f"{ENGINE}.num_engines": 2,
             f"{ENGINE}.tensor_parallel_size": 2,
             f"{ENGINE}.gpu_memory_utilization": 0.6,

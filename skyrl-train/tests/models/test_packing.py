@@ -63,26 +63,6 @@ def tiny(architecture: str = "qwen2") -> torch.nn.Module:
     return build_tiny_model(TinyModelSpec(size=2, architecture=architecture, max_position_embeddings=256), seed=0)
 
 
-def logprobs_and_gradients(model, batch: TrainingBatch, pack: bool, share: bool = False):
-    """Masked log-probs and entropies at temperature 0.7, and the gradient of a loss using both."""
-    model.zero_grad()
-    logprobs, entropy = response_logprobs(
-        model,
-        batch.input_ids,
-        batch.attention_mask,
-        batch.position_ids,
-        batch.prompt_width,
-        temperature=0.7,
-        with_entropy=True,
-        share_prompts=share,
-        pack=pack,
-    )
-    mask = batch.response_mask.float()
-    ((logprobs + 0.1 * entropy) * mask).sum().backward()
-    grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-    return logprobs * mask, entropy * mask, grads
-
-
 def assert_same(packed, padded) -> None:
     torch.testing.assert_close(packed[0], padded[0], atol=LOGPROB_TOLERANCE, rtol=0)
     torch.testing.assert_close(packed[1], padded[1], atol=LOGPROB_TOLERANCE, rtol=0)
@@ -93,7 +73,7 @@ def assert_same(packed, padded) -> None:
 
 
 @pytest.mark.parametrize(("architecture", "share"), [("qwen2", False), ("qwen3", True)])
-def test_packed_forward_and_backward_equal_the_padded_ones(architecture, share):
+def test_packed_forward_and_backward_equal_the_padded_ones(architecture, share, logprobs_and_gradients):
     batch = varied_batch()
     model = tiny(architecture)
     padded = logprobs_and_gradients(model, batch, pack=False)
@@ -174,7 +154,7 @@ def test_packed_values_equal_the_padded_value_head():
         assert (got - expected).abs().max().item() <= GRADIENT_TOLERANCE * expected.abs().max().item() + 1e-12
 
 
-def test_a_lora_model_packs_and_only_its_adapters_get_gradients():
+def test_a_lora_model_packs_and_only_its_adapters_get_gradients(logprobs_and_gradients):
     batch = varied_batch(seed=2)
     model = apply_lora(tiny(), LoRASettings(rank=4, alpha=8, target_modules="all-linear"))
     for name, parameter in model.named_parameters():  # non-zero B so the adapters change the output
@@ -187,7 +167,7 @@ def test_a_lora_model_packs_and_only_its_adapters_get_gradients():
     assert packed[2] and all("lora_" in name for name in packed[2])
 
 
-def test_gradient_checkpointing_recomputes_the_packed_attention():
+def test_gradient_checkpointing_recomputes_the_packed_attention(logprobs_and_gradients):
     batch = varied_batch(seed=3)
     model = tiny()
     model.train()

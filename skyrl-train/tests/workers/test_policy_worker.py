@@ -301,3 +301,19 @@ def test_async_modes_correct_stale_data_by_default(
     for name, grad in corrected.items():
         assert torch.allclose(by_default[name], grad, rtol=1e-5, atol=1e-8), name
     assert any(not torch.allclose(uncorrected[name], grad, rtol=1e-3, atol=1e-6) for name, grad in corrected.items())
+
+
+def test_a_cuda_worker_empties_its_caching_allocator_and_a_cpu_worker_has_nothing_to_do(tiny_model_dir, monkeypatch):
+    """`BaseWorker.release_memory`: CUDA cannot run here, so the allocator calls are stand-ins that record them."""
+    from skyrl_train.config import SkyRLConfig
+    from skyrl_train.workers.policy_worker import PolicyWorker
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 7)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 5)
+    cfg = SkyRLConfig.from_cli_overrides(["trainer.device=cpu", f"trainer.policy.model.path={tiny_model_dir}"])
+    worker = PolicyWorker("policy", 0, 1, None, None, cfg)
+    assert worker.release_memory() == {"reserved_bytes": 0, "allocated_bytes": 0} and calls == []
+    worker.device = torch.device("cuda", 0)
+    assert worker.release_memory() == {"reserved_bytes": 7, "allocated_bytes": 5} and calls == ["empty_cache"]
