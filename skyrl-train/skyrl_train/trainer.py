@@ -1,6 +1,6 @@
 """`RayPPOTrainer`: the RL loop, every `trainer.mode`. One step reads top to bottom:
 
-    rollouts -> old/ref log-probs and values -> KL in reward -> advantages -> critic and policy updates -> publish
+    rollouts -> old/ref log-probs and values -> KL in reward (or distillation) -> advantages -> updates -> publish
 
 Each arrow is one call into one room: the mode's rollout source (`rollouts.sources`: generation, reward shaping,
 dynamic sampling), the role clients (`workers.roles`: FSDP2 ranks on Ray), the algorithm library (KL, advantages)
@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from skyrl_train.algorithms import compute_advantages, kl_estimate, kl_in_reward, make_kl_controller
+from skyrl_train.algorithms import (
+    compute_advantages,
+    distillation_rewards,
+    kl_estimate,
+    kl_in_reward,
+    make_kl_controller,
+)
 from skyrl_train.algorithms.masked import masked_mean, masked_whiten
 from skyrl_train.config.run_plan import RunPlan
 from skyrl_train.evaluation import evaluate
@@ -225,6 +231,8 @@ class RayPPOTrainer:
                 old_logprobs, ref_logprobs, values = await self.forward_passes(batch)
             if self.kl_controller is not None:
                 metrics.update(self.apply_kl_in_reward(batch, old_logprobs, ref_logprobs))
+            if self.algorithm.on_policy_distillation:
+                metrics.update(self.apply_distillation_reward(batch, old_logprobs, ref_logprobs))
             with timer("advantages"):
                 advantages, returns = self.advantages(batch, values)
             self.batch_dump.write(
@@ -340,6 +348,14 @@ class RayPPOTrainer:
             "reward/kl_sequence_sum": float(kl["kl"]),
             "reward/kl_token_mean": float(kl["kl_token_mean"]),
         }
+
+    def apply_distillation_reward(
+        self, batch: TrainingBatch, old_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor
+    ) -> dict[str, float]:
+        """On-policy distillation: the rewards become log p_teacher - log p_policy per generated token (the env's
+        rewards, already logged, are dropped; `algorithms.kl.distillation_rewards`)."""
+        batch.token_rewards, gap = distillation_rewards(old_logprobs, teacher_logprobs, batch.valid_response_mask)
+        return {f"distillation/teacher_{name}": float(value) for name, value in gap.items()}
 
     def advantages(self, batch: TrainingBatch, values: Optional[torch.Tensor]):
         """Advantages and returns from the configured estimator (`trainer.algorithm.advantage_estimator`), over the

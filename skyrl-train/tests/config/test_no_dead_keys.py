@@ -53,6 +53,7 @@ _LORA_ONLY_ADAPTERS = "workers/test_lora_worker.py::test_lora_trains_only_the_ad
 _LORA_KEYS = "workers/test_lora_worker.py::test_lora_keys_reach_the_adapters"
 _LORA_EXPORT = "workers/test_lora_worker.py::test_lora_export_writes_the_adapter_and_the_merged_model"
 _NAMES = "config/test_registered_names.py::test_each_unregistered_name_is_named_with_its_close_matches"
+_DELTA_KEYS = "weight_sync/test_delta.py::test_skyrls_delta_keys_reach_the_strategy_and_are_checked"
 _GENERATOR = "generators/test_skyrl_gym_generator.py"
 _HF = "inference/test_hf_engine.py"
 _SAMPLING = "inference/test_sampling.py"
@@ -362,6 +363,12 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "weight_sync/test_chunks.py::test_strategy_names_resolve_and_unknown_names_are_listed",
         "trainer/test_trainer_runs.py::test_separate_placement_with_broadcast_sync",
     ),
+    "generator.inference_engine.delta_weight_sync.*": (
+        _DELTA_KEYS,
+        "weight_sync/test_delta.py::test_a_full_version_then_xor_deltas_reach_the_engine_bit_for_bit",
+        "weight_sync/test_delta.py::test_file_size_staging_and_a_new_layout",
+        "weight_sync/test_strategies.py::test_the_run_config_builds_the_delta_strategy_with_its_folder",
+    ),
     "generator.inference_engine.model_dtype": (_ENGINE_KEYS, _HF_BUILDER),
     "generator.inference_engine.max_num_seqs": (_ENGINE_KEYS, _HF_BUILDER),
     "generator.inference_engine.engine_init_kwargs": (_ENGINE_KEYS, _HF_BUILDER),
@@ -517,6 +524,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.algorithm.use_kl_in_reward": (
         "trainer/test_step_contracts.py::test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums",
         "trainer/test_trainer_resume.py::test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before",
+    ),
+    "trainer.algorithm.on_policy_distillation": (
+        "trainer/test_trainer_phases.py::test_on_policy_distillation_replaces_the_env_reward_with_the_teacher_gap",
+        "trainer/test_trainer_runs.py::test_on_policy_distillation_trains_on_the_teacher_gap_from_the_ref_workers",
     ),
     "trainer.algorithm.kl_ctrl.*": (
         "trainer/test_step_contracts.py::test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums",

@@ -60,6 +60,19 @@ CASES = {
         ["trainer.algorithm.use_kl_in_reward=true"],
         "trainer.algorithm.use_kl_loss and trainer.algorithm.use_kl_in_reward are both true",
     ),
+    "distillation without a teacher": (
+        ["trainer.algorithm.on_policy_distillation=true"],
+        "trainer.algorithm.on_policy_distillation=true needs a teacher: set trainer.ref.model.path",
+    ),
+    "distillation with KL in the reward": (
+        [
+            "trainer.algorithm.on_policy_distillation=true",
+            "trainer.ref.model.path=teacher",
+            "trainer.algorithm.use_kl_loss=false",
+            "trainer.algorithm.use_kl_in_reward=true",
+        ],
+        "trainer.algorithm.on_policy_distillation and use_kl_in_reward are both true",
+    ),
     "gae without a critic": (
         ["trainer.algorithm.advantage_estimator=gae"],
         "advantage_estimator=gae needs a value model: set trainer.critic.model.path",

@@ -70,6 +70,51 @@ def test_dapo_entrypoint_with_the_legacy_buffer_keys_turns_the_penalty_on(capsys
     assert buffer.enabled is True and buffer.length == 512
 
 
+def test_the_judge_and_multiply_examples_run_their_built_in_envs_with_skyrls_env_section(capsys):
+    def environment(module, *args):
+        code, out, err = dry_run(module, *args, capsys=capsys)
+        assert code == 0, err
+        return OmegaConf.create(out.split("# resolved SkyRL config\n", 1)[1]).environment
+
+    judge = environment(
+        "examples.llm_as_a_judge.main_llm_judge",
+        "environment.env_class=llm_as_a_judge",
+        "environment.skyrl_gym.llm_as_a_judge.model=judge",
+    )
+    assert judge.env_class == "llm_as_a_judge" and judge.env_configs == {"llm_as_a_judge": {"model": "judge"}}
+    assert (
+        environment("examples.train.multiply.main_multiply", "environment.env_class=multiply").env_class == "multiply"
+    )
+
+
+def test_the_distillation_modules_read_kl_in_reward_as_the_teacher_reward(capsys):
+    def algorithm(module, *args):
+        code, out, err = dry_run(
+            module, "trainer.ref.model.path=teacher", "trainer.algorithm.use_kl_loss=false", *args, capsys=capsys
+        )
+        assert code == 0, err
+        return OmegaConf.create(out.split("# resolved SkyRL config\n", 1)[1]).trainer.algorithm
+
+    current = algorithm(
+        "examples.train.on_policy_distillation.main_on_policy_distill", "trainer.algorithm.use_kl_in_reward=True"
+    )
+    assert current.on_policy_distillation is True and current.use_kl_in_reward is False
+    assert current.loss_reduction == "token_mean"
+    # SkyRL's legacy example also reduced its importance-sampling loss as Dr. GRPO does; its scripts' legacy keys
+    # (generator.backend) imply the legacy layout's normaliser
+    legacy = algorithm(
+        "examples.on_policy_distillation.main_on_policy_distill",
+        "+trainer.algorithm.use_kl_in_reward=true",
+        "generator.backend=vllm",
+    )
+    assert legacy.on_policy_distillation is True and legacy.loss_reduction == "seq_mean_token_sum_norm"
+    assert legacy.max_seq_len > 0
+    # without KL in the reward SkyRL's distillation trainer never replaces the rewards: neither does this one
+    module = UPSTREAM_MODULES["examples.train.on_policy_distillation.main_on_policy_distill"]
+    for arg in ("trainer.algorithm.use_kl_in_reward=false", "trainer.algorithm.use_kl_loss=true"):
+        assert module.translate(arg) == arg
+
+
 @pytest.mark.parametrize("module", [name for name, module in UPSTREAM_MODULES.items() if module.unsupported])
 def test_modules_needing_a_missing_feature_refuse_by_name(module, capsys):
     code, out, err = dry_run(module, "trainer.seed=1", capsys=capsys)

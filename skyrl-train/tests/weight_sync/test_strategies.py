@@ -159,7 +159,7 @@ def _strategy(name):
     return make_weight_sync_strategy(name, **options)
 
 
-@pytest.mark.parametrize("strategy_name", ["broadcast", "shm", "checkpoint", "mixed"])
+@pytest.mark.parametrize("strategy_name", ["broadcast", "shm", "checkpoint", "delta", "mixed"])
 async def test_remote_sender_sync_installs_new_model_and_verify_names_corruption(setup, strategy_name, monkeypatch):
     assert setup["expected_a"] != setup["expected_b"]  # otherwise the test could not tell the models apart
     engines, sender = setup["engines"], setup["policy"][0]
@@ -264,3 +264,30 @@ async def test_shm_sender_keeps_one_block_grows_it_and_unlinks_it_on_close(setup
     finally:
         if not closed:
             await strategy.close()
+
+
+async def test_the_run_config_builds_the_delta_strategy_with_its_folder(setup, tmp_path):
+    from types import SimpleNamespace
+
+    from skyrl_train.config import SkyRLConfig
+    from skyrl_train.entrypoints.main_base import BasePPOExp
+
+    engines = setup["engines"]
+    start_version = await _reset_to_model_a(setup)
+    cfg = SkyRLConfig.from_cli_overrides(
+        [
+            "generator.inference_engine.weight_sync_backend=delta",
+            f"generator.inference_engine.delta_weight_sync.sync_dir={tmp_path / 'sync'}",
+            f"generator.inference_engine.delta_weight_sync.local_checkpoint_dir={tmp_path / 'copies'}",
+        ]
+    )
+    strategy = await BasePPOExp(cfg).get_weight_sync(SimpleNamespace(actors=[setup["policy"][0]]), engines)
+    try:
+        result = await setup["policy"][0].push_weights.remote()
+        await strategy.confirm(result.version, result.served_versions)
+        version = f"delta-{start_version + 1:08d}"
+        assert (tmp_path / "sync" / version / "manifest.json").is_file()
+        assert sorted(p.name for p in (tmp_path / "copies").iterdir()) == ["engine-0", "engine-1"]
+        assert await _generations(engines, setup["prompts"]) == [(setup["expected_b"], result.version)] * 2
+    finally:
+        await strategy.close()
