@@ -49,6 +49,7 @@ from skyrl_train.rollouts import (
 )
 from skyrl_train.trainer_checkpoints import TrainerCheckpoints
 from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.utils.batch_dump import BatchDump
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.timer import PhaseTimer
 from skyrl_train.utils.tracking import Tracker
@@ -122,6 +123,7 @@ class RayPPOTrainer:
             ctrl = self.algorithm.kl_ctrl
             self.kl_controller = make_kl_controller(ctrl.type, ctrl.kl_coef, ctrl.kl_target, ctrl.horizon)
         self.checkpoints = TrainerCheckpoints(cfg, policy, critic, train_loader)
+        self.batch_dump = BatchDump.from_config(cfg)  # trainer.dump_data_batch
         self.prompts = PromptSource(train_loader, cfg.trainer.epochs, cfg.trainer.train_batch_size)
         self.source = self.make_rollout_source()
         self.health = HealthMonitor.from_config(cfg)
@@ -233,6 +235,9 @@ class RayPPOTrainer:
                 metrics.update(self.apply_distillation_reward(batch, old_logprobs, ref_logprobs))
             with timer("advantages"):
                 advantages, returns = self.advantages(batch, values)
+            self.batch_dump.write(
+                self.global_step, batch, timer, advantages, returns, old_logprobs, ref_logprobs, values
+            )
             if self.critic is not None:
                 with timer("train_critic"):
                     metrics.update(await self.critic.update(batch, returns, values))

@@ -259,6 +259,12 @@ class GeneratorConfig:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra variables for the chat template, e.g. `{enable_thinking: false}` for Qwen3."""
 
+    use_conversation_multi_turn: bool = True
+    """Multi-turn rollouts: each env observation is a new chat message (templated, followed by the next generation
+    prompt). false: the whole episode is one assistant message, the model's turns and the observations' raw text one
+    after the other (a turn's closing eos is dropped when the episode goes on); observation tokens are in the context
+    and out of the loss either way. SkyRL's key; false needs `step_wise_trajectories: false`."""
+
     step_wise_trajectories: bool = False
     """Train on each turn as its own sample (prompt = history so far) instead of one sample per trajectory; needs
     `batched: false`."""

@@ -355,7 +355,6 @@ RULES: dict[str, Rule] = {
         (True,), "one full-batch forward for the old log-probs", "old log-probs follow the training mini-batches"
     ),
     "trainer.use_sample_packing": Rename("trainer.remove_microbatch_padding"),
-    "trainer.dump_data_batch": Fixed(_OFF, "dumping training batches to files", "off"),
     "trainer.dump_eval_results": Fixed(
         (True,), "turning evaluation dumps off", "evaluation results are written under trainer.export_path"
     ),
@@ -465,11 +464,6 @@ RULES: dict[str, Rule] = {
         _OFF, "re-tokenizing the chat history each turn", "token-in/token-out: the model's own tokens are kept"
     ),
     # ----- generator (current layout)
-    "generator.use_conversation_multi_turn": Fixed(
-        (True,),
-        "appending observations inside the assistant turn (use_conversation_multi_turn=false)",
-        "each observation is a new chat message",
-    ),
     "generator.append_eos_token_after_stop_str_in_multi_turn": Fixed(
         (True,),
         "continuing a turn without an eos after a stop string",

@@ -212,32 +212,19 @@ def check_sampling(cfg: "SkyRLConfig") -> Iterator[str]:
 
 
 def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
-    """Mini-batches divide the training batch, and each mini-batch splits evenly into micro-batches on every rank."""
+    """Mini-batches divide the training batch. A mini-batch need not split evenly over the data-parallel ranks and
+    their micro-batches: the ranks' shards are evened out with loss-masked copies of a row, and the last micro-batch
+    of a shard may be smaller (`workers.dispatch`, `workers.micro_batching`); the loss is normalised over the whole
+    unpadded mini-batch, so the gradient is the one of the rows as they are."""
     trainer = cfg.trainer
-    samples = cfg.generator.n_samples_per_prompt
-    micro = trainer.micro_train_batch_size_per_gpu
-    if min(trainer.train_batch_size, samples, micro) < 1:
+    if min(trainer.train_batch_size, cfg.generator.n_samples_per_prompt) < 1:
         return  # reported by check_ranges
     for role in _trained_roles(cfg):
         mini = getattr(trainer, f"{role}_mini_batch_size")
-        if mini < 1:
-            continue
-        if trainer.train_batch_size % mini:
+        if mini >= 1 and trainer.train_batch_size % mini:
             yield (
                 f"trainer.train_batch_size ({trainer.train_batch_size}) must be divisible by"
                 f" trainer.{role}_mini_batch_size ({mini}): set the mini-batch size to a divisor of the batch size"
-            )
-        if getattr(trainer, role).sequence_parallel_size < 1 or role_world_size(cfg, role) < 1:
-            continue  # reported by check_ranges
-        dp = role_data_parallel_size(cfg, role)
-        sequences = mini * samples
-        if dp >= 1 and sequences % (micro * dp):
-            yield (
-                f"trainer.{role}_mini_batch_size * generator.n_samples_per_prompt = {mini} * {samples} = {sequences}"
-                f" sequences per mini-batch must be divisible by trainer.micro_train_batch_size_per_gpu * {role}"
-                f" data-parallel size = {micro} * {dp} = {micro * dp}: change the mini-batch size, the micro-batch"
-                f" size or the {role} GPU count (mini-batches that do not split evenly, which SkyRL pads with dummy"
-                " rows, are not supported here)"
             )
 
 
@@ -328,6 +315,16 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
         )
     if generator.batched and generator.step_wise_trajectories:
         yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
+    if not generator.use_conversation_multi_turn and generator.step_wise_trajectories:
+        yield (
+            "generator.use_conversation_multi_turn=false does not work with generator.step_wise_trajectories=true (a"
+            " step's prompt is the conversation so far as chat messages): set one of them back"
+        )
+    if not generator.use_conversation_multi_turn and generator.workflow not in (None, "env"):
+        yield (
+            f"generator.use_conversation_multi_turn=false has no effect with generator.workflow={generator.workflow}:"
+            " the workflow builds each episode's tokens itself; remove it"
+        )
     engine = generator.inference_engine
     if engine.backend == "remote":
         if not engine.remote_urls:

@@ -4,13 +4,15 @@ Upstream's run scripts start training with `python -m <module> <overrides>`: `sk
 (legacy layout, this project's own module), `skyrl.train.entrypoints.main_base` (current layout) and example
 entrypoints such as `examples.algorithms.dapo.main_dapo`. This project ships those module paths (the `skyrl`
 namespace in skyrl-train, thin files under the repo's `examples/`) and each calls `run_upstream_module(name)`,
-which runs this project's `main_base` with the settings the upstream module implies (the async trainers are
-`trainer.mode` here; the on-policy distillation trainer turns SkyRL's `use_kl_in_reward=true` into
-`on_policy_distillation=true`), or refuses the run before anything starts, naming the feature this project lacks.
+which runs this project's `main_base` (`main_generate` for generation-only runs) with the settings the upstream
+module implies (the async trainers are `trainer.mode` here; the on-policy distillation trainer turns SkyRL's
+`use_kl_in_reward=true` into `on_policy_distillation=true`), or refuses the run before anything starts, naming the
+feature this project lacks.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +29,8 @@ class UpstreamModule:
     """The feature the module needs that this project does not have (the run is refused)."""
     instead: str = ""
     """What does that job here, if anything."""
+    entry: str = "skyrl_train.entrypoints.main_base"
+    """This project's entrypoint module whose `main` runs it."""
     reads: tuple[tuple[str, str], ...] = ()
     """`(override, override here)`: a command-line override the upstream module reads differently (its value
     compared without case, a leading `+` ignored), replaced before the config is built."""
@@ -56,13 +60,12 @@ _DISTILL_READS = (("trainer.algorithm.use_kl_in_reward=true", "trainer.algorithm
 _DISTILL = UpstreamModule(reads=_DISTILL_READS)
 # its legacy example also registered an importance-sampling loss reduced as seq_mean_token_sum_norm
 _DISTILL_LEGACY = UpstreamModule(("trainer.algorithm.loss_reduction=seq_mean_token_sum_norm",), reads=_DISTILL_READS)
-_GENERATE = UpstreamModule(unsupported="generation-only runs (evaluation without training)")
+_GENERATE = UpstreamModule(entry="skyrl_train.entrypoints.main_generate")
 _CUSTOM = UpstreamModule()  # the example files register their estimator / loss with this project's registries
 
 UPSTREAM_MODULES: dict[str, UpstreamModule] = {
     "skyrl.train.entrypoints.main_base": UpstreamModule(),
     "skyrl.train.entrypoints.main_generate": _GENERATE,
-    "skyrl_train.entrypoints.main_generate": _GENERATE,
     **{
         f"examples.{layout}{path}": module
         for layout in ("", "train.")
@@ -103,14 +106,13 @@ def refusal(name: str, module: UpstreamModule) -> str:
 def run_upstream_module(name: str, argv: Optional[Sequence[str]] = None) -> None:
     """Run upstream module `name` here on the command line `argv` (default: the process arguments)."""
     from skyrl_train.config.cli import CONFIG_ERROR_EXIT_CODE
-    from skyrl_train.entrypoints.main_base import main
 
     module = UPSTREAM_MODULES[name]
     if module.unsupported:
         print(refusal(name, module), file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_EXIT_CODE)
     args = [module.translate(arg) for arg in (sys.argv[1:] if argv is None else argv)]
-    main(args, upstream_module=True, extra_overrides=module.overrides)
+    importlib.import_module(module.entry).main(args, upstream_module=True, extra_overrides=module.overrides)
 
 
 def render_modules_markdown() -> str:
@@ -123,12 +125,14 @@ def render_modules_markdown() -> str:
         "| SkyRL module | here |",
         "|---|---|",
         "| `skyrl_train.entrypoints.main_base` | this project's `main_base` |",
+        "| `skyrl_train.entrypoints.main_generate` | this project's `main_generate` (generation only) |",
     ]
     for name, module in UPSTREAM_MODULES.items():
         if module.unsupported:
             here = f"refused: needs {module.unsupported}" + (f"; {module.instead}" if module.instead else "")
         else:
-            here = "`main_base`" + (f" with `{' '.join(module.overrides)}`" if module.overrides else "")
+            here = f"`{module.entry.rsplit('.', 1)[1]}`"
+            here += f" with `{' '.join(module.overrides)}`" if module.overrides else ""
             here += "".join(f"; `{given}` means `{means}`" for given, means in module.reads)
         lines.append(f"| `{name}` | {here.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"

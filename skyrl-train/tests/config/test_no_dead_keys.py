@@ -130,6 +130,16 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.policy.model.lora.target_modules": (_LORA_KEYS,),
     "trainer.policy.model.lora.exclude_modules": (_LORA_KEYS,),
     "trainer.policy.model.lora.merge_on_export": (_LORA_EXPORT,),
+    "trainer.critic.model.lora.rank": (
+        "workers/test_critic_worker.py::test_critic_lora_trains_the_adapters_and_the_value_head_only",
+        "workers/test_critic_worker.py::test_critic_lora_checkpoint_resumes_exactly",
+    ),
+    **{
+        f"trainer.critic.model.lora.{name}": (
+            "workers/test_critic_worker.py::test_critic_lora_keys_reach_the_adapters",
+        )
+        for name in ("alpha", "dropout", "target_modules", "exclude_modules")
+    },
     "trainer.ref.model.path": ("config/test_root.py::test_derived_lengths_and_paths",),
     "trainer.critic.model.path": (
         "config/test_root.py::test_needs_critic_follows_the_critic_model_path",
@@ -301,6 +311,16 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.resume_path": ("utils/test_checkpoint_io.py::test_resolve_resume_modes",),
     "trainer.hf_save_interval": (_RUN_KEYS,),
     "trainer.export_path": (_RUN_KEYS,),
+    "generator.use_conversation_multi_turn": (
+        _GENERATOR_KEYS,
+        "generators/test_single_message_turns.py::test_turns_and_observations_share_one_assistant_message",
+        "generators/test_single_message_turns.py::test_the_default_renders_each_observation_as_a_chat_message",
+    ),
+    "trainer.dump_data_batch": (
+        "utils/test_batch_dump.py::test_the_dumped_file_holds_the_batch_and_its_step_tensors",
+        "utils/test_batch_dump.py::test_nothing_is_written_when_the_key_is_off",
+        "trainer/test_trainer_runs.py::test_one_step_per_estimator_trains_and_syncs",
+    ),
     "trainer.logger": (_RUN_KEYS, _NAMES),
     "trainer.project_name": (_RUN_KEYS,),
     "trainer.run_name": (_RUN_KEYS,),

@@ -92,8 +92,10 @@ ACCEPTED = [
             },
         },
     ),
-    (["generator.use_conversation_multi_turn=true"], {}),
-    (["trainer.dump_data_batch=false"], {}),
+    (["generator.use_conversation_multi_turn=true"], {"generator.use_conversation_multi_turn": True}),
+    (["generator.use_conversation_multi_turn=false"], {"generator.use_conversation_multi_turn": False}),
+    (["trainer.dump_data_batch=false"], {"trainer.dump_data_batch": False}),
+    (["trainer.dump_data_batch=true"], {"trainer.dump_data_batch": True}),
     (
         [
             "trainer.policy.fsdp_config.cpu_offload=true",
@@ -281,8 +283,6 @@ def test_upstream_keys_are_accepted_with_upstream_meaning(overrides, expected):
 
 # (upstream override, words the refusal must contain): refused as not supported here, naming the feature
 REFUSED = [
-    ("generator.use_conversation_multi_turn=false", "appending observations inside the assistant turn"),
-    ("trainer.dump_data_batch=true", "dumping training batches"),
     ("trainer.policy.model.lora.init_method=gaussian", "LoRA initialisations other than kaiming"),
     ("trainer.policy.torch_profiler_config.enable=true", "the torch profiler"),
     ("generator.append_eos_token_after_stop_str_in_multi_turn=false", "without an eos after a stop string"),

@@ -14,6 +14,7 @@ from skyrl_train.inference.ray_engine import RayEngineProxy
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
 from skyrl_train.trainer import DRIVER_TORCH_THREADS, LOOP_GC_GEN0_THRESHOLD, RayPPOTrainer
+from skyrl_train.utils.batch_dump import load_batch_dump
 from skyrl_train.workers.group import WorkerGroup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,7 +45,7 @@ class RecordingExp(BasePPOExp):
         ("grpo", []),
         ("rloo", ["trainer.policy_mini_batch_size=4"]),  # one optimizer step: no separate old-logprob forward
         ("reinforce++", ["trainer.placement.num_threads_per_worker=2", "generator.inference_engine.num_threads=2"]),
-        ("gae", ["trainer.critic.model.path=${trainer.policy.model.path}"]),
+        ("gae", ["trainer.critic.model.path=${trainer.policy.model.path}", "trainer.dump_data_batch=true"]),
     ],
 )
 def test_one_step_per_estimator_trains_and_syncs(
@@ -71,8 +72,16 @@ def test_one_step_per_estimator_trains_and_syncs(
     assert ("policy/rollout_train_logprob_abs_diff_max" in history) != one_update  # only a separate forward has it
     exported = experiment.trainer.checkpoints.exported_paths[-1]
     assert _changed(_weights(tiny_model_dir), _weights(exported)), "the policy's weights did not change"
+    dumped = sorted((tmp_path / "exports" / "dumped_data").glob("*")) if estimator == "gae" else []
+    assert [path.name for path in dumped] == (["global_step_1_training_input.safetensors"] if dumped else [])
+    assert (tmp_path / "exports" / "dumped_data").exists() == (estimator == "gae")  # off by default
     if estimator == "gae":
         assert math.isfinite(history["critic/value_loss"][-1][1])
+        tensors, metadata = load_batch_dump(dumped[0])  # the step's 4 prompts x 4 samples, as trained
+        assert tensors["input_ids"].shape[0] == 16 and len(set(metadata["uids"])) == 4
+        assert float(tensors["token_rewards"].sum(1).mean()) == pytest.approx(history["reward/mean"][-1][1])
+        assert tensors["values"].shape == tensors["advantages"].shape == tensors["loss_mask"].shape
+        assert torch.isfinite(tensors["advantages"]).all() and tensors["advantages"].abs().sum() > 0
 
 
 def test_separate_placement_with_broadcast_sync(
