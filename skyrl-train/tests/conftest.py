@@ -34,6 +34,49 @@ def _build_tiny_reward_model(directory, tokenizer=None, seed: int = 0, scale: fl
     return str(directory)
 
 
+def _tiny_hf_config(model_type: str, **overrides):
+    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3MoeConfig
+
+    shared = dict(num_hidden_layers=2, num_key_value_heads=2, tie_word_embeddings=False)
+    moe = dict(shared, vocab_size=64, hidden_size=32, num_attention_heads=4, max_position_embeddings=64)
+    # an odd vocabulary exercises the vocabulary padding for tp=2
+    dense = dict(
+        shared, vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=8, max_position_embeddings=128
+    )
+    settings = {
+        "llama": dense,
+        "qwen2": dense,
+        "qwen3_moe": dict(
+            moe, intermediate_size=48, moe_intermediate_size=16, head_dim=8, num_experts=4, num_experts_per_tok=2
+        ),
+        "qwen2_moe": dict(
+            moe,
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            num_experts=4,
+            num_experts_per_tok=2,
+            shared_expert_intermediate_size=24,
+        ),
+        "mixtral": dict(moe, intermediate_size=16, num_local_experts=4, num_experts_per_tok=2),
+    }[model_type]
+    classes = {
+        "llama": LlamaConfig,
+        "qwen2": Qwen2Config,
+        "qwen3_moe": Qwen3MoeConfig,
+        "qwen2_moe": Qwen2MoeConfig,
+        "mixtral": MixtralConfig,
+    }
+    return classes[model_type](**dict(settings, **overrides))
+
+
+@pytest.fixture
+def tiny_hf_config():
+    """`tiny_hf_config(model_type, **overrides)`: a 2-layer HF config of `llama`, `qwen2` (dense, the same sizes),
+    `qwen3_moe`, `qwen2_moe` or `mixtral` (4 experts, top-2), small enough that its weights convert to Megatron and back in milliseconds.
+    """
+    return _tiny_hf_config
+
+
 @pytest.fixture(scope="session")
 def build_reward_model():
     """`build_reward_model(directory, tokenizer=None, seed=0, scale=0.3) -> path`: save a tiny reward model."""
