@@ -128,8 +128,8 @@ def _tiny_hf_config(model_type: str, **overrides):
 @pytest.fixture
 def tiny_hf_config():
     """`tiny_hf_config(model_type, **overrides)`: a 2-layer HF config of `llama`, `qwen2` (dense, the same sizes),
-    `qwen3_moe`, `qwen2_moe` or `mixtral` (4 experts, top-2), small enough that its weights convert to Megatron and back in milliseconds.
-    """
+    `qwen3_moe`, `qwen2_moe` or `mixtral` (4 experts, top-2), for tests that need an architecture other than the
+    tiny model's: small enough that its weights convert to Megatron and back in milliseconds."""
     return _tiny_hf_config
 
 
