@@ -37,6 +37,13 @@ def dry_run(module: str, *args: str, capsys) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def _python_m(*command: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m <command>` in a fresh interpreter started in `cwd`, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", *command], capture_output=True, text=True, timeout=300, cwd=cwd, check=False
+    )
+
+
 def test_every_upstream_module_path_exists_and_runs_its_own_entry():
     sys.path.insert(0, str(REPO))
     try:
@@ -124,14 +131,7 @@ def test_modules_needing_a_missing_feature_refuse_by_name(module, capsys):
 
 @pytest.mark.integration
 def test_python_m_skyrl_train_main_base_runs_ours_and_says_what_it_translated(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "skyrl.train.entrypoints.main_base", *UPSTREAM_SCRIPT, "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        check=False,
-    )
+    result = _python_m("skyrl.train.entrypoints.main_base", *UPSTREAM_SCRIPT, "--dry-run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("config note: trainer.strategy=fsdp: runs FSDP2") == 1
     assert "config warning: trainer.hf_save_interval=-1" in result.stderr
@@ -147,23 +147,9 @@ def test_python_m_skyrl_train_main_base_runs_ours_and_says_what_it_translated(tm
 
 @pytest.mark.integration
 def test_an_example_module_path_runs_from_the_repo_root_and_a_missing_feature_exits_2():
-    ok = subprocess.run(
-        [sys.executable, "-m", "examples.train.algorithms.dapo.main_dapo", *UPSTREAM_SCRIPT, "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        check=False,
-    )
+    ok = _python_m("examples.train.algorithms.dapo.main_dapo", *UPSTREAM_SCRIPT, "--dry-run", cwd=REPO)
     assert ok.returncode == 0, ok.stderr
-    refused = subprocess.run(
-        [sys.executable, "-m", "examples.flash_rl.main_dapo_flashrl", "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        check=False,
-    )
+    refused = _python_m("examples.flash_rl.main_dapo_flashrl", "--dry-run", cwd=REPO)
     assert refused.returncode == 2 and "FlashRL" in refused.stderr and "not supported here" in refused.stderr
 
 
