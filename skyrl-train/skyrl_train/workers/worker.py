@@ -133,13 +133,10 @@ class BaseWorker(ChannelHost):
 
     # ----- model set-up -------------------------------------------------------------------------------------------
 
-    def load_model(self, path: str) -> torch.nn.Module:
-        """Load the unsharded model on CPU in float32 (subclasses change the model class)."""
-        return load_causal_lm(path, dtype="float32", device="cpu")
-
-    def init_model(self, model_path: Optional[str] = None, num_training_steps: Optional[int] = None) -> None:
-        """Join the process group, load the model (every rank with the same seed) and shard it; trainable roles also
-        get AdamW and the LR schedule (`num_training_steps` is needed by decaying schedules such as cosine)."""
+    def join_process_group(self) -> None:
+        """Join the group's default process group (gloo on CPU, NCCL on CUDA, plus gloo for CPU tensors when
+        `keeps_tensors_on_cpu`) at the rendezvous of rank 0: the first step of `init_model` (a subclass that loads
+        its model otherwise starts with it too)."""
         init_process_group(
             self.rank,
             self.world_size,
@@ -149,6 +146,15 @@ class BaseWorker(ChannelHost):
             store=self._rendezvous,
             cpu_tensors=self.keeps_tensors_on_cpu,
         )
+
+    def load_model(self, path: str) -> torch.nn.Module:
+        """Load the unsharded model on CPU in float32 (subclasses change the model class)."""
+        return load_causal_lm(path, dtype="float32", device="cpu")
+
+    def init_model(self, model_path: Optional[str] = None, num_training_steps: Optional[int] = None) -> None:
+        """Join the process group, load the model (every rank with the same seed) and shard it; trainable roles also
+        get AdamW and the LR schedule (`num_training_steps` is needed by decaying schedules such as cosine)."""
+        self.join_process_group()
         path = model_path or ROLE_MODEL_PATHS[self.role](self.cfg)
         if not path:
             raise ValueError(f"no model path for role {self.role!r}: set {ROLE_MODEL_PATH_KEYS[self.role]}")
