@@ -4,6 +4,9 @@ behind.
 
 Layout: `<checkpoint dir>/runs/<model_id>/<weights|sampler_weights>/<name>`. A save writes `.<name>.new-<hex>`; an
 overwrite renames the old folder to `.<name>.old-<hex>`, renames the new one in, records it, then deletes the old one.
+
+A folder's files also travel as bytes (`read_files` / `write_files`) between the server and its Ray actors, so the
+checkpoint folder need not be on a filesystem the actors' nodes share.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from pathlib import Path
 from typing import Optional
 
 log = logging.getLogger("skyrl_tx")
+
+Files = dict[str, bytes]
+"""A checkpoint folder's files by name."""
 
 NEW, OLD = ".new-", ".old-"
 EPHEMERAL = "ephemeral-"
@@ -36,6 +42,19 @@ def swap_in(staging: Path, final: Path) -> Optional[Path]:
         os.replace(final, old)
     os.replace(staging, final)
     return old
+
+
+def read_files(directory: Path, names: tuple[str, ...]) -> Files:
+    """The named files of `directory` as bytes (each must exist)."""
+    return {name: (directory / name).read_bytes() for name in names}
+
+
+def write_files(directory: Path, files: Files) -> int:
+    """Write `files` into `directory` (created if missing); returns the bytes written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (directory / name).write_bytes(content)
+    return sum(len(content) for content in files.values())
 
 
 def _hidden_name(folder: Path, marker: str) -> Optional[str]:

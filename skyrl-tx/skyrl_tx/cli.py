@@ -315,15 +315,14 @@ def _serve(args: argparse.Namespace, listener: socket.socket) -> None:
 
         def make_sampler(base: BaseModel) -> Sampler:
             assert base.host is not None
+            options = {"device": device, "dtype": args.dtype, "max_lora_rank": max_lora_rank}
             if args.compute == "ray":
                 from skyrl_tx.ray_vllm_sampler import RayVLLMSampler
 
-                return RayVLLMSampler(base.path, base.host.max_context, device, args.dtype, max_lora_rank)
+                return RayVLLMSampler(base.path, base.host.max_context, **options)
             from skyrl_tx.vllm_sampler import VLLMSampler
 
-            return VLLMSampler(
-                base.path, base.host.max_context, device=device, dtype=args.dtype, max_lora_rank=max_lora_rank
-            )
+            return VLLMSampler(base.path, base.host.max_context, **options)
 
     service = Service(
         Database(url),

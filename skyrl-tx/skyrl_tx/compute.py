@@ -5,8 +5,8 @@ Everything here runs on the service's single compute thread (the model is not th
 tokenizer load through `skyrl_train.models.loading`, adapters are peft LoRA layers injected into the base model, the
 losses come from `skyrl_train.algorithms` (via `skyrl_tx.losses`), and generation is `HFInferenceEngine.generate_batch`
 with the wanted adapter active (peft's layers consult the active adapter; the base model runs with adapters off).
-`ComputeHost` is what the service calls; `skyrl_tx.ray_compute.RayLoraHost` implements it with a `LoraHost` replica
-on each of several Ray workers.
+`ComputeHost` is what the service calls; `skyrl_tx.ray_compute.RayLoraHost` implements it with a `LoraHost` in each
+rank of a skyrl_train `WorkerGroup` (`skyrl_tx.lora_worker.MultiLoraWorker`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.types import SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
+from skyrl_train.utils.rng_state import torch_seeded
 from skyrl_tx.losses import loss_spec, tinker_loss
 from skyrl_tx.wire import SampledRow, TrainDatum, WireError
 
@@ -268,12 +269,20 @@ class LoraHost(ComputeHost):
     """One base model with its LoRA adapters, their optimizers, and a sampler over them."""
 
     def __init__(
-        self, name: str, path: str, max_sampler_adapters: int = 16, device: str = "cpu", dtype: str = "float32"
+        self,
+        name: str,
+        path: str,
+        max_sampler_adapters: int = 16,
+        device: str = "cpu",
+        dtype: str = "float32",
+        model: Optional[torch.nn.Module] = None,
     ) -> None:
+        """`model`: the base model already loaded from `path` (e.g. FSDP2-sharded by a `MultiLoraWorker`) on
+        `device`; loaded here in `dtype` when None."""
         self.name = name
         self.path = path
         self.device = torch.device(device)
-        self.model = load_causal_lm(path, dtype=dtype, device=device).eval()
+        self.model = (model if model is not None else load_causal_lm(path, dtype=dtype, device=device)).eval()
         self.tokenizer = load_tokenizer(path, padding_side="left")
         self.vocab_size = int(self.model.config.vocab_size)
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 2048))
@@ -307,18 +316,12 @@ class LoraHost(ComputeHost):
         )
 
     def _insert(self, name: str, config: LoraConfig, seed: Optional[int]) -> None:
-        generator_state = torch.random.get_rng_state()
-        if seed is not None:
-            torch.manual_seed(seed)
-        try:
+        with torch_seeded(seed):
             if self.peft is None:
                 self.peft = get_peft_model(self.model, config, adapter_name=name)
                 self.peft.eval()
             else:
                 self.peft.add_adapter(name, config)
-        finally:
-            if seed is not None:
-                torch.random.set_rng_state(generator_state)
 
     def _adapter_params(self, name: str) -> list[torch.nn.Parameter]:
         marker = f".{name}."

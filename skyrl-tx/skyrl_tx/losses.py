@@ -10,7 +10,9 @@ to a registered skyrl_train policy loss reduced with `token_sum`:
 | `ppo`                 | `regular` (clipped)   | target_tokens, logprobs, advantages     | clip_low_threshold 0.8, clip_high_threshold 1.2 |
 | `cispo`               | `cispo`               | target_tokens, logprobs, advantages     | clip_low_threshold 0.0, clip_high_threshold 4.0 |
 
-`logprobs` are the sampler's logprobs (the behaviour policy); the ratio is exp(current - sampler).
+`logprobs` are the sampler's logprobs (the behaviour policy); the ratio is exp(current - sampler). Metrics are named
+`name:reduction`; shards of one batch computed apart (on Ray ranks) merge into the whole batch's metrics by those
+reductions (`skyrl_tx.ray_compute.merge_shard_metrics`).
 """
 
 from __future__ import annotations

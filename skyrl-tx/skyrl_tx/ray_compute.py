@@ -1,33 +1,40 @@
-"""The service's compute on Ray workers: `RayLoraHost` drives N data-parallel `LoraRank` actors, each holding a full
+"""The service's compute on Ray: `RayLoraHost` drives N data-parallel `MultiLoraWorker` ranks in a skyrl_train
+`WorkerGroup` (the trainer's rank machinery: rendezvous, placement, threads, failure handling), each holding a full
 `LoraHost` replica of the base model, or with `sharding="fsdp2"` an FSDP2 shard of its weights (one GPU per rank on
 CUDA), in place of one `LoraHost` in the server process. Sharded ranks all take part in every forward and sample call
-(see `skyrl_tx.ray_rank`).
+(see `skyrl_tx.lora_worker`).
 
 - Adapter operations (add, remove, load) run on every rank, with the same initialisation seed, so the replicas stay
   identical.
-- `forward_backward` splits the data into contiguous shards of about equal token counts, one per rank. Tinker losses
-  are sums over tokens, so the ranks' gradients add up to the whole batch's; per-token logprobs come back in datum
-  order and the metrics are merged by their reduction (`:sum` adds, `:mean` is re-weighted by the tokens each shard
-  averaged over, `:min`/`:max` take the extreme).
+- `forward_backward` splits the data into contiguous ranges of about equal token counts, one per rank
+  (`skyrl_train.workers.dispatch.balanced_ranges`). Tinker losses are sums over tokens, so the ranks' gradients add up
+  to the whole batch's; per-token logprobs come back in datum order and the metrics are merged by their reduction
+  (`merge_shard_metrics`, through skyrl_train's `combine_rank_metrics`).
 - `optim_step` sums the gradients over the ranks (one all-reduce), then every rank takes the same AdamW step.
 - `sample` spreads the jobs over the ranks (each rank's `hf` engine decodes its share); results come back in job
   order. Sampler weights travel to a rank as file bytes the first time it needs them.
 - `save` takes rank 0's files; the server writes them.
 
-What crosses the actor boundary is plain Python and numpy data, never a CUDA tensor.
+A rank whose actor or node dies fails the call with skyrl_train's `WorkerGroupError` naming it; a method that raised
+re-raises its own exception here (`remote_errors_as_raised`), so a `WireError` stays a user error. What crosses the
+actor boundary is plain Python and numpy data, never a CUDA tensor.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
 from skyrl_train.models.loading import load_tokenizer
+from skyrl_train.workers.accounting import Combiner, combine_rank_metrics, largest, smallest, total, weighted_mean
+from skyrl_train.workers.dispatch import balanced_ranges
+from skyrl_tx.checkpoint_files import read_files, write_files
 from skyrl_tx.compute import (
     ADAPTER_FILE,
     META_FILE,
@@ -40,92 +47,47 @@ from skyrl_tx.compute import (
     sampler_key,
 )
 from skyrl_tx.losses import loss_spec, mean_metric_count
-from skyrl_tx.ray_rank import LoraRank, read_files, write_files
 from skyrl_tx.wire import TrainDatum, WireError
 
 log = logging.getLogger("skyrl_tx")
 
-_EXTREMES = {"min": min, "max": max}
+
+METRIC_MERGES: dict[str, Combiner] = {":sum": total, ":mean": weighted_mean, ":min": smallest, ":max": largest}
+"""How each reduction a metric name ends in (`tinker_loss` names them `name:reduction`) merges over shards of a batch:
+`:sum` adds, `:mean` is the mean weighted by the tokens each shard averaged over, `:min`/`:max` take the extreme."""
 
 
-class RankFailed(RuntimeError):
-    """A rank's actor or node died (or its result was lost) during a call."""
+def merge_shard_metrics(parts: Sequence[dict[str, float]], counts: Sequence[float]) -> dict[str, float]:
+    """The metrics of a whole batch from those of its shards, `counts` being the tokens each shard's means averaged
+    over (`mean_metric_count`): merged by `METRIC_MERGES`; an unknown reduction is refused rather than merged wrongly.
+    A shard whose means averaged over no token is left out (its loss mask is empty, so its sums are 0 and its means
+    and extremes placeholders), unless every shard is such a one."""
+    if len(parts) != len(counts):
+        raise ValueError(f"counts: {len(counts)} for {len(parts)} shards' metrics; expected one per shard")
+    kept = [index for index, count in enumerate(counts) if count > 0] or list(range(len(counts)))
+    return combine_rank_metrics(
+        [parts[index] for index in kept], [counts[index] for index in kept], METRIC_MERGES, default=None
+    )
 
 
-def contiguous_shards(sizes: Sequence[int], parts: int) -> list[tuple[int, int]]:
-    """Split items with `sizes` into at most `parts` contiguous, in-order `(start, end)` ranges of about equal total
-    size. Every range holds some size: a range that would hold only zero-size items joins its neighbour (so no rank
-    gets a shard of empty data). No items: no ranges."""
-    if parts < 1:
-        raise ValueError(f"parts must be >= 1, got {parts}")
-    count = len(sizes)
-    total = sum(sizes)
-    prefix = [0]
-    for size in sizes:
-        prefix.append(prefix[-1] + size)
-    cuts = [0]
-    for part in range(1, parts):
-        target = total * part / parts
-        cut = next(i for i in range(cuts[-1], count + 1) if prefix[i] >= target)
-        cuts.append(max(cut, cuts[-1]))
-    cuts.append(count)
-    ranges: list[tuple[int, int]] = []
-    for start, end in zip(cuts, cuts[1:]):
-        if end == start:
-            continue
-        if ranges and (prefix[end] == prefix[start] or prefix[ranges[-1][1]] == prefix[ranges[-1][0]]):
-            ranges[-1] = (ranges[-1][0], end)  # an all-empty range joins its neighbour
-        else:
-            ranges.append((start, end))
-    return ranges
-
-
-def merge_metrics(parts: Sequence[dict[str, float]], counts: Sequence[float]) -> dict[str, float]:
-    """One metrics dict from the shards' (`name:reduction` keys, as `tinker_loss` names them): `:sum` adds, `:mean`
-    is the mean weighted by `counts` (the tokens each shard's mean averaged over), `:min`/`:max` the extreme over
-    the shards that had tokens. An unknown reduction is refused rather than merged wrongly."""
-    merged: dict[str, float] = {}
-    weighted = [(part, count) for part, count in zip(parts, counts, strict=True) if count > 0] or [
-        (part, 0.0) for part in parts
-    ]
-    total = sum(count for _, count in weighted)
-    for key in parts[0]:
-        reduction = key.rsplit(":", 1)[-1]
-        if reduction == "sum":
-            merged[key] = float(sum(part[key] for part in parts))
-        elif reduction == "mean":
-            merged[key] = float(sum(part[key] * count for part, count in weighted) / total) if total > 0 else 0.0
-        elif reduction in _EXTREMES:
-            merged[key] = float(_EXTREMES[reduction](part[key] for part, _ in weighted))
-        else:
-            raise ValueError(f"metric {key!r}: no rule to merge the reduction {reduction!r} across ranks")
-    return merged
-
-
-def wait_all(refs: list[Any]) -> list[Any]:
-    """The results of one call per rank, in order, failing as soon as one fails: a method that raised re-raises its
-    own exception (so a `WireError` stays a user error); a dead actor raises `RankFailed` naming the rank. (Waiting
-    for every rank first could hang: the others may be blocked in a collective with the failed one.)"""
+@contextlib.contextmanager
+def remote_errors_as_raised() -> Iterator[None]:
+    """Re-raise an actor method's own exception instead of Ray's wrapper around it (`RayTaskError`, whose type name
+    and message carry the remote traceback): the service reports it to the client by its type and message, so a
+    `WireError` raised on a rank reads as it would in one process. Other failures (a dead actor) pass unchanged."""
     import ray
 
-    position = {ref: index for index, ref in enumerate(refs)}
-    pending = list(refs)
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        try:
-            ray.get(ready[0])
-        except ray.exceptions.RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, Exception):
-                raise cause from exc
-            raise
-        except Exception as exc:
-            raise RankFailed(f"rank {position[ready[0]]} of {len(refs)} failed: {type(exc).__name__}: {exc}") from exc
-    return ray.get(refs)
+    try:
+        yield
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, Exception):
+            raise cause from exc
+        raise
 
 
 class RayLoraHost(ComputeHost):
-    """`LoraHost`'s methods, computed by `workers` data-parallel Ray actors (see the module docstring).
+    """`LoraHost`'s methods, computed by a `WorkerGroup` of `workers` data-parallel ranks (see the module docstring).
 
     `device` is `cpu` or `cuda` (one GPU per rank, which Ray assigns). Ray must be initialised first. The base
     model's `path` must be readable on every node that runs a rank (the server reads only its tokenizer).
@@ -144,6 +106,9 @@ class RayLoraHost(ComputeHost):
     ) -> None:
         import ray
 
+        from skyrl_train.workers.group import WorkerGroup
+        from skyrl_tx.lora_worker import ROLE, MultiLoraWorker, worker_config
+
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if sharding not in ("replicate", "fsdp2"):
@@ -155,13 +120,17 @@ class RayLoraHost(ComputeHost):
         self.name, self.path, self.workers, self.device = name, path, workers, device
         self.sharded = sharding == "fsdp2"
         self.tokenizer = load_tokenizer(path, padding_side="left")
-        actor = ray.remote(LoraRank).options(num_cpus=cpus_per_rank, num_gpus=1 if device == "cuda" else 0)
-        first = actor.remote(0, workers, None, None, cpus_per_rank)
-        self.ranks = [first]
+        self.group: Optional[WorkerGroup] = WorkerGroup(
+            ROLE,
+            MultiLoraWorker,
+            workers,
+            worker_config(path, device, dtype, self.sharded),
+            num_cpus_per_worker=cpus_per_rank,
+            num_gpus_per_worker=1 if device == "cuda" else 0,
+        )
         try:
-            address, port = wait_all([first.master_address.remote()])[0]
-            self.ranks += [actor.remote(rank, workers, address, port, cpus_per_rank) for rank in range(1, workers)]
-            infos = self._on_all("setup", name, path, device, dtype, max_sampler_adapters, sharding)
+            self._on_all("init_model", path, None, name, dtype, max_sampler_adapters)
+            infos = self._on_all("host_info")
         except BaseException:
             self.close()
             raise
@@ -172,8 +141,20 @@ class RayLoraHost(ComputeHost):
         self.adapters: dict[str, LoraSpec] = {}
         log.info("%s: %d Ray ranks (%s) on %s (%s)", name, workers, sharding, device, ", ".join(self.rank_devices))
 
+    def _call(self, method: str, calls: dict[int, tuple]) -> list[Any]:
+        """`method(*args)` on each rank of `calls` (rank -> args) at once; the results in the order of `calls`."""
+        actors = self._group().actors
+        refs = [getattr(actors[rank], method).remote(*args) for rank, args in calls.items()]
+        with remote_errors_as_raised():
+            return self._group().wait_all(refs, method, ranks=list(calls))
+
     def _on_all(self, method: str, *args: Any) -> list[Any]:
-        return wait_all([getattr(rank, method).remote(*args) for rank in self.ranks])
+        return self._call(method, {rank: args for rank in range(self.workers)})
+
+    def _group(self) -> Any:
+        if self.group is None:
+            raise RuntimeError(f"{self.name}: the Ray ranks were closed")
+        return self.group
 
     def _known(self, name: str) -> None:
         if name not in self.adapters:
@@ -199,22 +180,19 @@ class RayLoraHost(ComputeHost):
         self._known(name)
         spec, _ = loss_spec(loss_fn, config)
         self.padded_batch(data, spec.inputs)
-        shards = contiguous_shards([len(datum.tokens) for datum in data], len(self.ranks))
-        calls = [
-            rank.forward_backward.remote(name, data[start:end], loss_fn, config, forward_only)
-            for rank, (start, end) in zip(self.ranks, shards)
-        ]
-        if self.sharded:  # every sharded rank takes part in the weight gathers, with data or without
-            calls += [
-                rank.forward_backward.remote(name, [], loss_fn, config, forward_only) for rank in self.idle(shards)
-            ]
-        parts = wait_all(calls)[: len(shards)]
+        shards = balanced_ranges([len(datum.tokens) for datum in data], self.workers)
+        calls = {
+            rank: (name, data[start:end], loss_fn, config, forward_only) for rank, (start, end) in enumerate(shards)
+        }
+        for rank in self.idle(shards):  # every sharded rank takes part in the weight gathers, with data or without
+            calls[rank] = (name, [], loss_fn, config, forward_only)
+        parts = self._call("forward_backward", calls)[: len(shards)]
         outputs = [output for shard_outputs, _ in parts for output in shard_outputs]
         counts = [
             sum(mean_metric_count(loss_fn, datum.inputs, len(datum.tokens)) for datum in data[start:end])
             for start, end in shards
         ]
-        return outputs, merge_metrics([metrics for _, metrics in parts], counts)
+        return outputs, merge_shard_metrics([metrics for _, metrics in parts], counts)
 
     def optim_step(self, name: str, adam: dict[str, float]) -> dict[str, float]:
         """Every rank sums the gradients over the group and takes the same AdamW step; rank 0's metrics."""
@@ -228,7 +206,7 @@ class RayLoraHost(ComputeHost):
     def save(self, name: str, directory: Path, with_optimizer: bool) -> int:
         """Rank 0's adapter files, written into `directory` here (the service renames the folder into place)."""
         self._known(name)
-        files = wait_all([self.ranks[0].save.remote(name, with_optimizer)])[0]
+        files = self._call("save", {0: (name, with_optimizer)})[0]
         return write_files(directory, files)
 
     def load(self, name: str, directory: Path, with_optimizer: bool) -> LoraSpec:
@@ -256,18 +234,18 @@ class RayLoraHost(ComputeHost):
         key = None
         if sampler_dir is not None:
             key = sampler_key(sampler_dir)
-        shards = contiguous_shards([job.num_samples for job in jobs], len(self.ranks))
+        shards = balanced_ranges([job.num_samples for job in jobs], self.workers)
         if self.sharded and key is not None:  # every rank gathers the base: each needs the sampler's files first
             self._mirror_everywhere(key, sampler_dir)
-        calls = [rank.sample.remote(key, None, jobs[start:end]) for rank, (start, end) in zip(self.ranks, shards)]
-        if self.sharded:
-            calls += [rank.sample.remote(key, None, []) for rank in self.idle(shards)]
-        results = wait_all(calls)[: len(shards)]
+        calls = {rank: (key, None, jobs[start:end]) for rank, (start, end) in enumerate(shards)}
+        for rank in self.idle(shards):
+            calls[rank] = (key, None, [])
+        results = self._call("sample", calls)[: len(shards)]
         missing = [index for index, result in enumerate(results) if result is None]
         if missing:
             assert sampler_dir is not None
             files = ray.put(read_files(sampler_dir, (ADAPTER_FILE, META_FILE)))
-            again = wait_all([self.ranks[i].sample.remote(key, files, jobs[slice(*shards[i])]) for i in missing])
+            again = self._call("sample", {rank: (key, files, jobs[slice(*shards[rank])]) for rank in missing})
             for index, result in zip(missing, again):
                 results[index] = result
         return [result for shard_results in results for result in shard_results]
@@ -278,11 +256,12 @@ class RayLoraHost(ComputeHost):
         have = self._on_all("has_sampler", key)
         if not all(have):
             files = ray.put(read_files(sampler_dir, (ADAPTER_FILE, META_FILE)))
-            wait_all([rank.mirror.remote(key, files) for rank, held in zip(self.ranks, have) if not held])
+            self._call("mirror", {rank: (key, files) for rank, held in enumerate(have) if not held})
 
-    def idle(self, shards: list[tuple[int, int]]) -> list[Any]:
-        """The ranks a call's shards left without work (the last ones)."""
-        return self.ranks[len(shards) :]
+    def idle(self, shards: list[tuple[int, int]]) -> list[int]:
+        """The ranks a sharded call must still reach though its shards left them without work (the last ones); none
+        when the ranks hold the whole base (they need no peer to compute)."""
+        return list(range(len(shards), self.workers)) if self.sharded else []
 
     # ----- inspection and shutdown -------------------------------------------------------------------------------
     def base_numels(self) -> list[int]:
@@ -298,15 +277,14 @@ class RayLoraHost(ComputeHost):
         """End the ranks: leave the process group and delete their files (waiting up to 30 s), then kill them."""
         import ray
 
-        ranks, self.ranks = self.ranks, []
-        if not ranks or not ray.is_initialized():
+        group, self.group = self.group, None
+        if group is None or not ray.is_initialized():
             return
         try:
-            ray.get([rank.close.remote() for rank in ranks], timeout=30)
+            ray.get(group.submit_all("close"), timeout=30)
         except Exception as exc:  # a dead or stuck rank is killed below all the same
             log.warning("%s: a Ray rank did not close cleanly: %s", self.name, exc)
-        for rank in ranks:
-            ray.kill(rank)
+        group.shutdown()
 
 
 def start_ray(address: Optional[str]) -> bool:

@@ -16,11 +16,11 @@ import shutil
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
+from skyrl_tx.checkpoint_files import Files, read_files, write_files
 from skyrl_tx.compute import ADAPTER_CONFIG, ADAPTER_FILE, SampleJob, SampleResult, sampler_key
-from skyrl_tx.ray_compute import wait_all
-from skyrl_tx.ray_rank import Files, read_files, write_files
+from skyrl_tx.ray_compute import remote_errors_as_raised
 
 log = logging.getLogger("skyrl_tx")
 
@@ -28,20 +28,11 @@ log = logging.getLogger("skyrl_tx")
 class VLLMSamplerActor:
     """A Ray actor holding one `VLLMSampler` and its mirrors of the server's sampler folders."""
 
-    def __init__(
-        self, path: str, max_context: int, device: str, dtype: str, max_lora_rank: int, num_threads: int = 1
-    ) -> None:
+    def __init__(self, path: str, max_context: int, options: dict[str, Any]) -> None:
+        """`options`: `VLLMSampler`'s keyword arguments; the actor's GPU is its own, so vLLM takes 0.8 of it."""
         from skyrl_tx.vllm_sampler import VLLMSampler
 
-        self.sampler = VLLMSampler(
-            path,
-            max_context,
-            device=device,
-            dtype=dtype,
-            max_lora_rank=max_lora_rank,
-            num_threads=num_threads,
-            gpu_memory_utilization=0.8,  # the actor's GPU is its own
-        )
+        self.sampler = VLLMSampler(path, max_context, **{"gpu_memory_utilization": 0.8, **options})
         self.scratch = Path(tempfile.mkdtemp(prefix="skyrl-tx-vllm-"))
         self.mirrors: OrderedDict[str, str] = OrderedDict()
         """Server sampler folder -> the key (`folder@mtime`) of the files mirrored for it, least recently used first."""
@@ -83,25 +74,23 @@ class VLLMSamplerActor:
 
 
 class RayVLLMSampler:
-    """The `Sampler` the service calls: forwards to a `VLLMSamplerActor` (Ray must be initialised first)."""
+    """The `Sampler` the service calls: forwards to a `VLLMSamplerActor` (Ray must be initialised first).
 
-    def __init__(
-        self,
-        path: str,
-        max_context: int,
-        device: str = "cpu",
-        dtype: str = "float32",
-        max_lora_rank: int = 64,
-        cpus: int = 1,
-    ) -> None:
+    `options` are `VLLMSampler`'s keyword arguments (`device` `cpu` or `cuda`, `dtype`, `max_lora_rank`, ...); the
+    actor gets `cpus` CPUs (vLLM's threads) and, on `cuda`, one GPU of its own, which Ray assigns.
+    """
+
+    def __init__(self, path: str, max_context: int, cpus: int = 1, **options: Any) -> None:
         import ray
 
+        device = options.get("device", "cpu")
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda' (Ray gives the actor its own GPU), got {device!r}")
         actor = ray.remote(VLLMSamplerActor).options(num_cpus=cpus, num_gpus=1 if device == "cuda" else 0)
-        self.actor = actor.remote(path, max_context, device, dtype, max_lora_rank, cpus)
+        self.actor = actor.remote(path, max_context, {**options, "num_threads": cpus})
         try:
-            wait_all([self.actor.ready.remote()])
+            with remote_errors_as_raised():
+                ray.get(self.actor.ready.remote())
         except BaseException:
             self.close()
             raise
@@ -112,11 +101,12 @@ class RayVLLMSampler:
 
         folder = None if sampler_dir is None else str(sampler_dir)
         key = None if sampler_dir is None else sampler_key(sampler_dir)
-        results = wait_all([self.actor.sample.remote(folder, key, None, jobs)])[0]
-        if results is None:
-            assert sampler_dir is not None
-            files = ray.put(read_files(sampler_dir, (ADAPTER_FILE, ADAPTER_CONFIG)))
-            results = wait_all([self.actor.sample.remote(folder, key, files, jobs)])[0]
+        with remote_errors_as_raised():
+            results = ray.get(self.actor.sample.remote(folder, key, None, jobs))
+            if results is None:
+                assert sampler_dir is not None
+                files = ray.put(read_files(sampler_dir, (ADAPTER_FILE, ADAPTER_CONFIG)))
+                results = ray.get(self.actor.sample.remote(folder, key, files, jobs))
         return results
 
     def close(self) -> None:

@@ -1,12 +1,13 @@
 """Checkpoint folders: an overwrite swaps the new folder in by renames, and the start-up sweep repairs or cleans up
-what a crash at any step left (a missing checkpoint is put back, unfinished saves and unrecorded folders go)."""
+what a crash at any step left (a missing checkpoint is put back, unfinished saves and unrecorded folders go); a
+folder's files travel as bytes."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from skyrl_tx.checkpoint_files import staging_folder, swap_in, sweep
+from skyrl_tx.checkpoint_files import read_files, staging_folder, swap_in, sweep, write_files
 
 
 def _write(folder, text: str) -> None:
@@ -53,3 +54,10 @@ def test_the_start_up_sweep_puts_back_an_interrupted_overwrite_and_removes_what_
     assert [path.name for path in kept["m:train:0"]] == [f"ephemeral-{i}" for i in range(2, 6)]
     assert sorted(path.name for path in sampler.iterdir()) == [f"ephemeral-{i}" for i in range(2, 6)]
     assert sweep(tmp_path / "nothing-here", set(), 4) == {}
+
+
+def test_files_travel_as_bytes(tmp_path):
+    source = tmp_path / "a"
+    written = write_files(source, {"x.bin": b"\x00\x01", "meta.json": b"{}"})
+    assert written == 4
+    assert read_files(source, ("x.bin", "meta.json")) == {"x.bin": b"\x00\x01", "meta.json": b"{}"}

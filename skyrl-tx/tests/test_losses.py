@@ -1,9 +1,10 @@
 """Tinker's loss semantics (plain sums over tokens) on skyrl_train's losses, checked against the formulas."""
 
+import numpy as np
 import pytest
 import torch
 
-from skyrl_tx.losses import LossInputError, loss_spec, tinker_loss
+from skyrl_tx.losses import LossInputError, loss_spec, mean_metric_count, tinker_loss
 
 LOGPROBS = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -4.0, -1.0]])
 VALID = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -56,3 +57,9 @@ def test_unknown_losses_and_config_keys_are_refused_by_name():
         loss_spec("dro", {})
     with pytest.raises(LossInputError, match=r"\['clip_ratio'\] do not apply to loss 'ppo'"):
         loss_spec("ppo", {"clip_ratio": 0.1})
+
+
+def test_mean_metric_counts_follow_each_losss_mask():
+    inputs = {"weights": np.array([0.0, 0.5, 1.0, 0.0])}
+    assert mean_metric_count("cross_entropy", inputs, 4) == 2  # nonzero weights, as masked_mean counts them
+    assert mean_metric_count("ppo", {}, 4) == 4  # every valid token

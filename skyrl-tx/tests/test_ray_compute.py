@@ -1,19 +1,21 @@
-"""`RayLoraHost` (2 CPU ranks over gloo) against an in-process `LoraHost` on the same tiny model: the same logprobs
-and metrics, replicas that stay identical through optim_step, sampling in job order, checkpoints that move between
-the two, and `skyrl-tx serve --compute ray` driven by the official tinker client. The shard and metric-merge helpers
-are checked against hand-computed values first."""
+"""`RayLoraHost` (2 CPU ranks over gloo, a skyrl_train `WorkerGroup` of `MultiLoraWorker`s) against an in-process
+`LoraHost` on the same tiny model: the same logprobs and metrics, replicas that stay identical through optim_step,
+sampling in job order, checkpoints that move between the two, a dead rank named by the group, and
+`skyrl-tx serve --compute ray` driven by the official tinker client. (The metric merge is
+checked against hand-computed values first, and in skyrl-train's test_dispatch.py.)"""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from skyrl_tx.compute import ADAPTER_FILE, META_FILE, OPTIMIZER_FILE, LoraHost, LoraSpec, SampleJob
-from skyrl_tx.losses import mean_metric_count
-from skyrl_tx.ray_compute import contiguous_shards, merge_metrics
+from skyrl_tx.losses import loss_spec, mean_metric_count, tinker_loss
+from skyrl_tx.ray_compute import merge_shard_metrics
 from skyrl_tx.wire import TrainDatum, WireError
 
 LR = 1e-3
@@ -28,47 +30,46 @@ SUM_REL = 1e-5
 order 50-150 allows ~1e-3, far above the ~5e-5 worst case and far below any real difference."""
 
 
-# ----- pure helpers -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "sizes,parts,expected",
-    [
-        ([5, 1, 1, 1, 1, 1], 2, [(0, 1), (1, 6)]),  # 5 | 5 tokens
-        ([1, 1, 1, 1, 1], 2, [(0, 3), (3, 5)]),  # the first cut where the running total reaches 2.5
-        ([10, 0, 0], 2, [(0, 3)]),  # the all-empty tail joins its neighbour: no rank gets only empty data
-        ([3], 2, [(0, 1)]),  # fewer items than ranks
-        ([2, 2], 8, [(0, 1), (1, 2)]),
-        ([], 2, []),
-    ],
-)
-def test_contiguous_shards_balance_sizes_and_never_hand_out_empty_data(sizes, parts, expected):
-    assert contiguous_shards(sizes, parts) == expected
-
-
-def test_merged_metrics_equal_the_whole_batch_metrics():
+# ----- the metric merge (no Ray) ------------------------------------------------------------------------------------
+def test_shard_metrics_merge_into_the_whole_batch_metrics():
     # shard 1 averaged 1 token with mean 2.0, shard 2 three tokens with mean 4.0: the whole mean is (2 + 12) / 4
     parts = [
         {"loss:sum": 1.0, "ratio_mean:mean": 2.0, "ratio_min:min": 0.5, "ratio_max:max": 1.5},
         {"loss:sum": 2.0, "ratio_mean:mean": 4.0, "ratio_min:min": 0.3, "ratio_max:max": 1.2},
     ]
-    assert merge_metrics(parts, [1, 3]) == {
+    assert merge_shard_metrics(parts, [1, 3]) == {
         "loss:sum": 3.0,
         "ratio_mean:mean": 3.5,
         "ratio_min:min": 0.3,
         "ratio_max:max": 1.5,
     }
     # a shard that averaged over no token (its masked mean and min/max are 0 placeholders) does not count
-    assert merge_metrics([{"x:mean": 0.0, "y:min": 0.0}, {"x:mean": 5.0, "y:min": 2.0}], [0, 2]) == {
+    assert merge_shard_metrics([{"x:mean": 0.0, "y:min": 0.0}, {"x:mean": 5.0, "y:min": 2.0}], [0, 2]) == {
         "x:mean": 5.0,
         "y:min": 2.0,
     }
-    with pytest.raises(ValueError, match="no rule to merge the reduction 'median'"):
-        merge_metrics([{"x:median": 1.0}], [1])
+    assert merge_shard_metrics([{"x:mean": 0.0, "l:sum": 0.0}] * 2, [0, 0]) == {"x:mean": 0.0, "l:sum": 0.0}
+    with pytest.raises(ValueError, match="metric 'x:median': no rule to combine it"):
+        merge_shard_metrics([{"x:median": 1.0}], [1])
 
 
-def test_mean_metric_counts_follow_each_losss_mask():
-    inputs = {"weights": np.array([0.0, 0.5, 1.0, 0.0])}
-    assert mean_metric_count("cross_entropy", inputs, 4) == 2  # nonzero weights, as masked_mean counts them
-    assert mean_metric_count("ppo", {}, 4) == 4  # every valid token
+def test_merged_metrics_of_a_split_batch_equal_the_whole_batchs():
+    """`tinker_loss` on two row shards of a batch, merged, gives the whole batch's metrics (ppo: the summed loss,
+    means re-weighted by their token counts, extremes)."""
+    import torch
+
+    logprobs = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -4.0, -1.0]])
+    valid = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    inputs = {"logprobs": torch.tensor([[-1.2, -1.0, -0.5], [-0.3, -4.5, -9.0]]), "advantages": torch.ones(2, 3)}
+    _, resolved = loss_spec("ppo", {})
+    whole = tinker_loss("ppo", resolved, logprobs, inputs, valid)[1]
+    parts, counts = [], []
+    for rows in (slice(0, 1), slice(1, 2)):
+        shard = {key: value[rows] for key, value in inputs.items()}
+        parts.append(tinker_loss("ppo", resolved, logprobs[rows], shard, valid[rows])[1])
+        counts.append(mean_metric_count("ppo", {}, int(valid[rows].sum())))
+    assert set(parts[0]) == set(whole) and whole["ratio_mean:mean"] != pytest.approx(parts[0]["ratio_mean:mean"])
+    assert merge_shard_metrics(parts, counts) == pytest.approx(whole, rel=1e-6)
 
 
 # ----- the Ray host -------------------------------------------------------------------------------------------------
@@ -169,6 +170,37 @@ def test_fsdp2_ranks_hold_a_shard_of_the_base_and_still_run_calls_with_fewer_ite
         prompt=[5, 9], num_samples=1, max_tokens=4, temperature=0.0, top_k=-1, top_p=1.0, seed=None, stop=[]
     )
     assert ray_host.sample(None, [job])[0].sequences[0].tokens == local_host.sample(None, [job])[0].sequences[0].tokens
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_ranks_user_error_arrives_as_itself(ray_host):
+    # the ranks refuse the spec (the host does not check it first): the client must see the WireError, not Ray's
+    # wrapper with a remote traceback in its type name and message
+    with pytest.raises(WireError) as caught:
+        ray_host.add_adapter("bad-rank", LoraSpec(rank=0))
+    assert type(caught.value) is WireError and str(caught.value) == "lora_config.rank must be in [1, 512], got 0"
+    assert "bad-rank" not in ray_host.adapters
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_dead_rank_fails_the_call_naming_it(ray_cluster, model_dir):
+    import ray
+
+    from skyrl_train.workers.group import WorkerGroupError
+    from skyrl_tx.ray_compute import RayLoraHost
+
+    host = RayLoraHost("org/tiny", model_dir, workers=1)
+    try:
+        ray.kill(host.group.actors[0])
+        # the kill takes effect asynchronously: a call sent right after it may still be answered
+        with pytest.raises(WorkerGroupError, match=r"policy rank 0 of 1 failed in base_numel: \w+Error"):
+            for _ in range(100):
+                host.base_numels()
+                time.sleep(0.05)
+    finally:
+        host.close()
 
 
 @pytest.mark.integration

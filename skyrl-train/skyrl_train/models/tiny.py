@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-import torch
 from transformers import PreTrainedModel, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from skyrl_train.utils.rng_state import torch_seeded
 
 HEAD_DIM = 32  # vLLM's CPU attention accepts head_dim 32, 64 or 128
 
@@ -73,12 +74,8 @@ def build_tiny_model(
 ) -> PreTrainedModel:
     """A freshly initialised tiny model, deterministic for a given seed."""
     config = tiny_model_config(spec, pad_token_id=pad_token_id, eos_token_id=eos_token_id)
-    generator_state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
+    with torch_seeded(seed):
         model = Qwen3ForCausalLM(config) if spec.architecture == "qwen3" else Qwen2ForCausalLM(config)
-    finally:
-        torch.random.set_rng_state(generator_state)
     model.generation_config.pad_token_id = pad_token_id
     model.generation_config.eos_token_id = eos_token_id
     return model

@@ -8,9 +8,11 @@ trainer state without pickling.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import random
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -86,3 +88,22 @@ def restore_rng_state(state: dict[str, Any]) -> None:
             logger.warning(
                 "rng state holds %d CUDA generator states but CUDA is unavailable; skipped", len(cuda_states)
             )
+
+
+def cuda_rng_devices() -> list[int]:
+    """The CUDA devices whose generators `torch.manual_seed` reseeds: every visible one (none without CUDA)."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+@contextlib.contextmanager
+def torch_seeded(seed: Optional[int]) -> Iterator[None]:
+    """Run the block with torch's generators seeded `seed` (None: as they are), then put their states back: what the
+    block draws repeats for a seed (e.g. the initial weights of a module built inside), and what is drawn after it is
+    what would have been drawn without the block. `torch.manual_seed` reseeds the CPU generator and every CUDA
+    device's, so all of them are saved and restored."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=cuda_rng_devices()):
+        torch.manual_seed(seed)
+        yield

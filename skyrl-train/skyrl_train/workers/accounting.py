@@ -9,7 +9,7 @@ the mini-batch gradient, however the rows are split.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
 import torch
@@ -41,26 +41,52 @@ def micro_batch_weight(
     return reduction_denominator(reduction, micro_mask, max_seq_len) / mini_denominator
 
 
-def _weighted_mean(values: list[tuple[float, float]]) -> float:
+Combiner = Callable[[list[tuple[float, float]]], float]
+"""Combines one metric's `(value, weight)` pairs (from micro-batches or ranks) into one value."""
+
+
+def weighted_mean(values: list[tuple[float, float]]) -> float:
+    """The mean weighted by the weights; the plain mean when no value carries weight."""
     total_weight = sum(weight for _, weight in values)
     if total_weight <= 0:
         return sum(value for value, _ in values) / max(len(values), 1)
     return sum(value * weight for value, weight in values) / total_weight
 
 
-METRIC_COMBINERS: dict[str, Callable[[list[tuple[float, float]]], float]] = {
-    "_min": lambda values: min(value for value, _ in values),
-    "_max": lambda values: max(value for value, _ in values),
-}
+def total(values: list[tuple[float, float]]) -> float:
+    """The sum of the values (weights ignored): for metrics that are sums over the parts, such as a summed loss."""
+    return float(sum(value for value, _ in values))
+
+
+def smallest(values: list[tuple[float, float]]) -> float:
+    """The smallest value."""
+    return min(value for value, _ in values)
+
+
+def largest(values: list[tuple[float, float]]) -> float:
+    """The largest value."""
+    return max(value for value, _ in values)
+
+
+METRIC_COMBINERS: dict[str, Combiner] = {"_min": smallest, "_max": largest}
 """How a metric is combined across micro-batches or ranks, by name suffix; any other name is a weighted mean."""
 
 
-def combine(name: str, values: list[tuple[float, float]]) -> float:
-    """Combine `(value, weight)` pairs of metric `name` by the rule its suffix selects."""
-    for suffix, combiner in METRIC_COMBINERS.items():
+def combine(
+    name: str,
+    values: list[tuple[float, float]],
+    rules: Optional[Mapping[str, Combiner]] = None,
+    default: Optional[Combiner] = weighted_mean,
+) -> float:
+    """Combine `(value, weight)` pairs of metric `name` by the rule its suffix selects in `rules` (`METRIC_COMBINERS`
+    when None), else by `default`; with `default=None` a name no rule matches is refused (ValueError naming it)."""
+    for suffix, combiner in (METRIC_COMBINERS if rules is None else rules).items():
         if name.endswith(suffix):
             return combiner(values)
-    return _weighted_mean(values)
+    if default is None:
+        known = sorted(METRIC_COMBINERS if rules is None else rules)
+        raise ValueError(f"metric {name!r}: no rule to combine it (its name must end in one of {known})")
+    return default(values)
 
 
 def _as_float(value: object) -> float:
@@ -83,12 +109,30 @@ class MetricAccumulator:
         return {name: combine(name, values) for name, values in self._values.items()}
 
 
-def combine_rank_metrics(per_rank: list[Mapping[str, float]]) -> dict[str, float]:
-    """Combine metric dicts from data-parallel ranks: mean (equal weights), or min/max by suffix."""
+def combine_rank_metrics(
+    per_rank: Sequence[Mapping[str, float]],
+    weights: Optional[Sequence[float]] = None,
+    rules: Optional[Mapping[str, Combiner]] = None,
+    default: Optional[Combiner] = weighted_mean,
+) -> dict[str, float]:
+    """Combine metric dicts from data-parallel ranks: by default a mean (equal weights), or min/max by suffix.
+
+    `weights` gives each rank's weight in a weighted mean (e.g. the tokens its means averaged over); `rules` and
+    `default` replace the suffix rules as in `combine` (skyrl-tx merges its `:sum` / `:mean` / `:min` / `:max` metrics
+    so, refusing other names). A name missing from a rank's dict is combined over the ranks that have it.
+    """
+    if weights is not None and len(weights) != len(per_rank):
+        raise ValueError(f"weights: {len(weights)} for {len(per_rank)} ranks' metrics; expected one per rank")
+    rank_weights = [1.0] * len(per_rank) if weights is None else [float(weight) for weight in weights]
     names: list[str] = []
     for metrics in per_rank:
         names.extend(name for name in metrics if name not in names)
     return {
-        name: combine(name, [(_as_float(metrics[name]), 1.0) for metrics in per_rank if name in metrics])
+        name: combine(
+            name,
+            [(_as_float(metrics[name]), weight) for metrics, weight in zip(per_rank, rank_weights) if name in metrics],
+            rules,
+            default,
+        )
         for name in names
     }

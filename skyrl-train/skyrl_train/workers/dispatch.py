@@ -1,15 +1,16 @@
 """Splitting a batch over data-parallel ranks and joining their results (pure functions, no Ray).
 
-Rows are split into equal contiguous shards, rank r taking the r-th. When the row count is not a multiple of the
-rank count, copies of the last row are appended; in a `TrainingBatch` they get an all-zero `loss_mask` (and zero
-rewards): they change no loss or gradient (but they do count as rows for `seq_mean_token_sum_norm`). Their results
-are dropped from the joined output. Any batch with `__len__` and `select(indices)` can be sharded (e.g. the reward
-model's `ScoringBatch`).
+Rows are split into equal contiguous shards, rank r taking the r-th (`shard_arguments`). When the row count is not a
+multiple of the rank count, copies of the last row are appended; in a `TrainingBatch` they get an all-zero
+`loss_mask` (and zero rewards): they change no loss or gradient (but they do count as rows for
+`seq_mean_token_sum_norm`). Their results are dropped from the joined output. Any batch with `__len__` and
+`select(indices)` can be sharded (e.g. the reward model's `ScoringBatch`). Callers whose losses are sums over tokens
+(skyrl-tx) split by size instead, without padding rows: `balanced_ranges`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import torch
@@ -80,6 +81,35 @@ def shard_arguments(batch: Batch, num_shards: int, extras: Mapping[str, Any]) ->
         }
         shards.append((padded.select(rows), kwargs))
     return shards
+
+
+def balanced_ranges(sizes: Sequence[int], num_shards: int) -> list[tuple[int, int]]:
+    """Split items of `sizes` (e.g. each row's tokens) into at most `num_shards` contiguous, in-order `(start, end)`
+    ranges of about equal total size, without padding: for losses that are sums over tokens, where a rank's share of
+    the work is its tokens and a padded copy of a row would count twice. Every range holds some size: a range that
+    would hold only zero-size items joins its neighbour (no rank gets a shard of empty data). No items: no ranges."""
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    count = len(sizes)
+    total = sum(sizes)
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    cuts = [0]
+    for part in range(1, num_shards):
+        target = total * part / num_shards
+        cut = next(i for i in range(cuts[-1], count + 1) if prefix[i] >= target)
+        cuts.append(max(cut, cuts[-1]))
+    cuts.append(count)
+    ranges: list[tuple[int, int]] = []
+    for start, end in zip(cuts, cuts[1:]):
+        if end == start:
+            continue
+        if ranges and (prefix[end] == prefix[start] or prefix[ranges[-1][1]] == prefix[ranges[-1][0]]):
+            ranges[-1] = (ranges[-1][0], end)  # an all-empty range joins its neighbour
+        else:
+            ranges.append((start, end))
+    return ranges
 
 
 def data_parallel_ranks(world_size: int, model_parallel_size: int) -> list[int]:

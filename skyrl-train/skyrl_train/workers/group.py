@@ -231,14 +231,17 @@ class WorkerGroup:
             return f"{type(exc).__name__}: {exc}"
         return f"{type(error).__name__}: {error}"
 
-    def wait_all(self, refs: list[ray.ObjectRef], method: str) -> list[Any]:
-        """The results of one call per rank (`refs` in rank order), failing as soon as any rank fails: a method
-        that raised re-raises its exception; a dead actor or node raises `WorkerGroupError` naming the rank.
+    def wait_all(self, refs: list[ray.ObjectRef], method: str, ranks: Optional[list[int]] = None) -> list[Any]:
+        """The results of one call per rank (`refs` in rank order, or of the ranks `ranks` lists when only some were
+        called), failing as soon as any rank fails: a method that raised re-raises its exception; a dead actor or
+        node raises `WorkerGroupError` naming the rank.
 
         `ray.get(refs)` would wait for every rank first, and the ranks still alive may be blocked in a collective
         with the failed one (gloo / NCCL time out only after minutes): a dead actor or node would hang the run.
         """
-        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        if ranks is not None and len(ranks) != len(refs):
+            raise ValueError(f"ranks: {len(ranks)} ranks for {len(refs)} calls; expected the rank of each call")
+        rank_of = dict(zip(refs, range(len(refs)) if ranks is None else ranks))
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
@@ -250,7 +253,7 @@ class WorkerGroup:
                     self._raise_if_a_rank_died(pending, rank_of, method, timeout_s=self.dead_peer_grace_s)
                     raise  # the method raised, and no rank died: its own exception type and remote traceback
                 except Exception as exc:  # the actor or its node died, or its result was lost
-                    raise self._rank_died(rank_of[ref], len(refs), method, exc) from exc
+                    raise self._rank_died(rank_of[ref], self.world_size, method, exc) from exc
         return ray.get(refs)
 
     def _raise_if_a_rank_died(
@@ -269,7 +272,7 @@ class WorkerGroup:
             except ray.exceptions.RayTaskError:
                 continue
             except Exception as exc:  # noqa: BLE001 - every other failure means the rank is gone
-                raise self._rank_died(rank_of[ready[0]], len(rank_of), method, exc) from exc
+                raise self._rank_died(rank_of[ready[0]], self.world_size, method, exc) from exc
 
     def _rank_died(self, rank: int, world_size: int, method: str, exc: BaseException) -> WorkerGroupError:
         return WorkerGroupError(

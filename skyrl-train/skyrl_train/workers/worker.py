@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Optional
+from typing import Any, ClassVar, NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -133,13 +133,10 @@ class BaseWorker(ChannelHost):
 
     # ----- model set-up -------------------------------------------------------------------------------------------
 
-    def load_model(self, path: str) -> torch.nn.Module:
-        """Load the unsharded model on CPU in float32 (subclasses change the model class)."""
-        return load_causal_lm(path, dtype="float32", device="cpu")
-
-    def init_model(self, model_path: Optional[str] = None, num_training_steps: Optional[int] = None) -> None:
-        """Join the process group, load the model (every rank with the same seed) and shard it; trainable roles also
-        get AdamW and the LR schedule (`num_training_steps` is needed by decaying schedules such as cosine)."""
+    def join_process_group(self) -> None:
+        """Join the group's default process group (gloo on CPU, NCCL on CUDA, plus gloo for CPU tensors when
+        `keeps_tensors_on_cpu`) at the rendezvous of rank 0: the first step of `init_model` (a subclass that loads
+        its model otherwise starts with it too)."""
         init_process_group(
             self.rank,
             self.world_size,
@@ -149,6 +146,15 @@ class BaseWorker(ChannelHost):
             store=self._rendezvous,
             cpu_tensors=self.keeps_tensors_on_cpu,
         )
+
+    def load_model(self, path: str) -> torch.nn.Module:
+        """Load the unsharded model on CPU in float32 (subclasses change the model class)."""
+        return load_causal_lm(path, dtype="float32", device="cpu")
+
+    def init_model(self, model_path: Optional[str] = None, num_training_steps: Optional[int] = None) -> None:
+        """Join the process group, load the model (every rank with the same seed) and shard it; trainable roles also
+        get AdamW and the LR schedule (`num_training_steps` is needed by decaying schedules such as cosine)."""
+        self.join_process_group()
         path = model_path or ROLE_MODEL_PATHS[self.role](self.cfg)
         if not path:
             raise ValueError(f"no model path for role {self.role!r}: set {ROLE_MODEL_PATH_KEYS[self.role]}")
@@ -156,7 +162,7 @@ class BaseWorker(ChannelHost):
         torch.manual_seed(self.cfg.trainer.seed)  # identical freshly initialised weights (e.g. value heads) per rank
         model = self.load_model(path)
         if self.uses_lora:
-            model = apply_lora(model, LoRASettings.from_config(self.section.model.lora))
+            model = apply_lora(model, LoRASettings.from_config(self.section.model.lora), **self.lora_options)
         self.packs_rows = self._decide_packing(model)
         strategy_cls = strategy_class(self.cfg.trainer.strategy)
         seeded = {"seed": self.cfg.trainer.seed} if self.cfg.trainer.strategy == "megatron" else {}  # its RNG tracker
@@ -217,12 +223,15 @@ class BaseWorker(ChannelHost):
         lora = getattr(getattr(self.section, "model", None), "lora", None)
         return lora is not None and lora.rank > 0
 
+    lora_options: ClassVar[dict[str, Any]] = {}
+    """Extra `apply_lora` arguments of this role (the critic's value head trains whole)."""
+
     def _check_supported(self) -> None:
         """Reject settings of the role's section that these workers do not implement yet, naming the field."""
-        if self.uses_lora and self.role != "policy":
+        if self.uses_lora and self.role not in ("policy", "critic"):
             raise NotImplementedError(
-                f"trainer.{self.role}.model.lora.rank={self.section.model.lora.rank}: LoRA is supported for the "
-                "policy only; set it to 0"
+                f"trainer.{self.role}.model.lora.rank={self.section.model.lora.rank}: LoRA is supported for the policy "
+                "and the critic only; set it to 0"
             )
         if self.section.sequence_parallel_size != 1:
             raise NotImplementedError(

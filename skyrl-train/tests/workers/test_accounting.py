@@ -7,8 +7,12 @@ from skyrl_train.algorithms.reductions import reduce_loss
 from skyrl_train.workers.accounting import (
     MetricAccumulator,
     combine_rank_metrics,
+    largest,
     micro_batch_weight,
     reduction_denominator,
+    smallest,
+    total,
+    weighted_mean,
 )
 
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
@@ -64,3 +68,20 @@ def test_metric_accumulator_weighted_mean_and_extremes():
 def test_combine_rank_metrics_means_and_extremes_and_missing_keys():
     combined = combine_rank_metrics([{"a": 1.0, "x_max": 3.0}, {"a": 3.0, "x_max": 5.0, "b": 2.0}])
     assert combined == pytest.approx({"a": 2.0, "x_max": 5.0, "b": 2.0})
+
+
+def test_combine_rank_metrics_weights_each_rank_and_takes_other_rules():
+    # rank 1 averaged 1 token with mean 2.0, rank 2 three tokens with mean 4.0: the whole mean is (2 + 12) / 4
+    per_rank = [{"loss:sum": 1.0, "m:mean": 2.0, "r:min": 0.5}, {"loss:sum": 2.0, "m:mean": 4.0, "r:min": 0.3}]
+    assert combine_rank_metrics(per_rank, weights=[1, 3]) == pytest.approx(
+        {"loss:sum": 1.75, "m:mean": 3.5, "r:min": 0.35}  # the default rules: every name a weighted mean
+    )
+    rules = {":sum": total, ":mean": weighted_mean, ":min": smallest, ":max": largest}
+    assert combine_rank_metrics(per_rank, weights=[1, 3], rules=rules, default=None) == pytest.approx(
+        {"loss:sum": 3.0, "m:mean": 3.5, "r:min": 0.3}
+    )
+    assert combine_rank_metrics([{"a": 1.0}, {"a": 5.0}], weights=[0, 0]) == {"a": 3.0}  # no weight: the plain mean
+    with pytest.raises(ValueError, match=r"metric 'x:median': no rule to combine it \(its name must end in one of"):
+        combine_rank_metrics([{"x:median": 1.0}], rules=rules, default=None)
+    with pytest.raises(ValueError, match="weights: 1 for 2 ranks' metrics"):
+        combine_rank_metrics(per_rank, weights=[1])

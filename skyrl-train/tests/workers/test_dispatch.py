@@ -1,9 +1,10 @@
-"""Sharding a batch over data-parallel ranks with loss-masked padding rows, and joining the results."""
+"""Sharding a batch over data-parallel ranks with loss-masked padding rows, size-balanced ranges without padding, and
+joining the results."""
 
 import pytest
 import torch
 
-from skyrl_train.workers.dispatch import join_results, pad_batch, padded_size, shard_arguments
+from skyrl_train.workers.dispatch import balanced_ranges, join_results, pad_batch, padded_size, shard_arguments
 from skyrl_train.workers.worker import MiniBatchResult
 
 
@@ -34,6 +35,24 @@ def test_shard_arguments_splits_rows_and_per_row_tensors(make_batch):
     assert shards[0][1]["advantages"][:, 0].tolist() == [0.0, 1.0, 2.0]
     assert shards[1][1]["advantages"][:, 0].tolist() == [3.0, 4.0, 0.0]  # zero row for the padding
     assert shards[1][1]["loss_fn"] == "regular" and shards[1][1]["ref_logprobs"] is None
+
+
+@pytest.mark.parametrize(
+    "sizes,parts,expected",
+    [
+        ([5, 1, 1, 1, 1, 1], 2, [(0, 1), (1, 6)]),  # 5 | 5 tokens
+        ([1, 1, 1, 1, 1], 2, [(0, 3), (3, 5)]),  # the first cut where the running total reaches 2.5
+        ([10, 0, 0], 2, [(0, 3)]),  # the all-empty tail joins its neighbour: no rank gets only empty data
+        ([0, 0], 2, [(0, 2)]),  # nothing to balance: one range
+        ([3], 2, [(0, 1)]),  # fewer items than ranks
+        ([2, 2], 8, [(0, 1), (1, 2)]),
+        ([], 2, []),
+    ],
+)
+def test_balanced_ranges_balance_sizes_without_padding_and_never_hand_out_empty_data(sizes, parts, expected):
+    assert balanced_ranges(sizes, parts) == expected
+    with pytest.raises(ValueError, match="num_shards must be >= 1, got 0"):
+        balanced_ranges(sizes, 0)
 
 
 def test_join_results_drops_padding_rows_and_combines_metrics():

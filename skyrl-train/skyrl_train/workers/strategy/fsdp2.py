@@ -105,6 +105,10 @@ class FSDP2Strategy:
         """Parameters a trainable role never updates (the base weights under LoRA): left out of checkpoints."""
         self.merge_adapters_on_export = False
         """`save_hf_model` of a LoRA model also writes the merged full model (`model.lora.merge_on_export`)."""
+        self.keep_model_dtype = False
+        """`prepare` shards the model in the dtype it was loaded in instead of float32 master weights: for a frozen
+        model nothing updates (skyrl-tx's shared base under its adapters), where float32 copies would only cost
+        memory."""
         self._writable: Optional[tuple[dict[str, torch.Tensor], dict[str, tuple]]] = None
         """`shard_writable_state`'s last state and the storage marks of its tensors."""
 
@@ -137,10 +141,12 @@ class FSDP2Strategy:
 
     def device_mesh(self) -> DeviceMesh:
         """1-D mesh over all ranks, or a (replicate, shard) mesh for hybrid sharding when `fsdp_size` divides the
-        world size and is smaller than it."""
+        world size and is smaller than it. The 1-D mesh's dimension is named `fsdp`: peft sizes a LoRA layer injected
+        into an already sharded model (skyrl-tx's adapters) by the full weight only on a mesh named so, and by the
+        local shard (as under tensor parallelism) otherwise."""
         world, shard = self.world_size, self.fsdp.fsdp_size
         if shard in (-1, world):
-            return init_device_mesh(self.device.type, (world,), mesh_dim_names=("shard",))
+            return init_device_mesh(self.device.type, (world,), mesh_dim_names=("fsdp",))
         if shard <= 0 or world % shard:
             raise ValueError(f"fsdp.fsdp_size must be -1 or a positive divisor of the {world} ranks, got {shard}")
         return init_device_mesh(self.device.type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
@@ -164,8 +170,10 @@ class FSDP2Strategy:
         return kwargs
 
     def prepare(self, model: torch.nn.Module, num_training_steps: Optional[int] = None) -> torch.nn.Module:
-        """Shard `model` (float32 master weights) and, for a trainable role, build the optimizer and schedule."""
-        model = model.float()
+        """Shard `model` (float32 master weights unless `keep_model_dtype`) and, for a trainable role, build the
+        optimizer and schedule."""
+        if not self.keep_model_dtype:
+            model = model.float()
         if self.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         kwargs = self._shard_kwargs()

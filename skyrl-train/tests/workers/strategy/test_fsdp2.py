@@ -39,6 +39,18 @@ def test_shard_layers_decides_whether_each_decoder_layer_is_its_own_fsdp_unit(si
     assert all(isinstance(param, DTensor) for param in model.parameters())  # sharded either way
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_frozen_model_may_be_sharded_in_its_own_dtype(single_rank_group, keep):
+    strategy = FSDP2Strategy(FSDPConfig(), torch.device("cpu"))
+    strategy.keep_model_dtype = keep
+    model = build_tiny_model(TinyModelSpec(size=1)).to(torch.bfloat16).requires_grad_(False)
+    model = strategy.prepare(model)
+    assert {param.dtype for param in model.parameters()} == {torch.bfloat16 if keep else torch.float32}
+    # peft sizes LoRA layers injected after sharding (skyrl-tx) by the full weight only on a mesh named `fsdp`
+    assert {param.device_mesh.mesh_dim_names for param in model.parameters()} == {("fsdp",)}
+    assert model(torch.tensor([[5, 6, 7]])).logits.dtype == torch.bfloat16  # computes in param_dtype either way
+
+
 def test_rng_state_round_trip():
     state = capture_rng_state()
     expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))

@@ -1,16 +1,27 @@
-"""One data-parallel rank of `RayLoraHost`: a Ray actor holding a `LoraHost` of the base model on its device (a full
-replica, or with `sharding="fsdp2"` its FSDP2 shard of the base weights), joined to its peers in one
-torch.distributed group (gloo on CPU, NCCL on CUDA).
+"""`MultiLoraWorker`: one data-parallel rank of `RayLoraHost`, a skyrl_train policy worker whose model is a `LoraHost`
+(the base model with every training client's LoRA adapter), run by skyrl_train's `WorkerGroup` like the trainer's
+ranks.
 
-With FSDP2 every forward gathers each layer's weights from all ranks, so every rank takes part in every
-forward_backward and sample call (a rank without data runs a one-token forward, and backward, of the same adapter);
-adapters are plain, replicated tensors injected after sharding. Sampling gathers the whole base once
-(`unsharded_base`), decodes freely (ranks may take different numbers of steps), and reshards.
+From skyrl_train it takes what every worker rank has (`BaseWorker`, `WorkerGroup`): the rendezvous and process group
+(gloo on CPU, NCCL on CUDA), placement, device and torch threads, the local channel, and the group's failure
+handling. The base model is sharded by the policy's `FSDP2Strategy` when `trainer.policy.fsdp.fsdp_size` is -1
+(`--ray-sharding fsdp2`: frozen, kept in its own dtype); with `fsdp_size` 1 (`replicate`) every rank holds it whole.
 
-Ranks agree by construction: adapters are created with the same seed on every rank, and `optim_step` sums the
-adapter's gradients over the group before every rank takes the same AdamW step. Nothing but plain Python and numpy
-data crosses the actor boundary: checkpoint files travel as bytes (so ranks on other nodes need no shared
-filesystem), results as numpy arrays.
+What stays tx's own, and why:
+- Adapters come and go while the service runs (one per training client), after the base was sharded, so FSDP does not
+  manage them: they are plain tensors replicated on every rank. `optim_step` therefore sums their gradients over the
+  group itself (`sum_gradients`, where the trainer relies on FSDP's reduce-scatter), then every rank takes the same
+  step of `LoraHost.optim_step`: one AdamW per adapter with the hyperparameters of each call, where the strategy has
+  one optimizer and LR schedule from the config.
+- With a sharded base, every forward gathers each layer's weights from all ranks, so every rank takes part in every
+  forward_backward and sample call: a rank without data runs a one-token forward (and backward) of the same adapter.
+- Sampling decodes from this model (the trainer decodes in separate engines): it gathers the whole base once
+  (`unsharded_base`), decodes freely (ranks may take different numbers of steps), and reshards.
+- Checkpoint and sampler files travel as bytes (`checkpoint_files.read_files`), so ranks on other nodes need no shared
+  filesystem; results go back as numpy arrays.
+
+Ranks agree by construction: adapters are created with the same seed on every rank, and every rank steps on the same
+summed gradient.
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ import hashlib
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,54 +39,26 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.models.loading import load_causal_lm
+from skyrl_train.utils.rng_state import torch_seeded
+from skyrl_train.workers.strategy import FSDP2Strategy
+from skyrl_train.workers.worker import BaseWorker
+from skyrl_tx.checkpoint_files import Files, write_files
 from skyrl_tx.compute import LoraHost, LoraSpec, SampleJob, SampleResult
 from skyrl_tx.wire import TrainDatum
 
-Files = dict[str, bytes]
-"""A checkpoint folder's files by name."""
+ROLE = "policy"
+"""The skyrl_train role of the ranks: they train (adapters of) the policy model; its config section holds the base
+model's path and FSDP settings."""
 
 
-def read_files(directory: Path, names: tuple[str, ...]) -> Files:
-    """The named files of `directory` as bytes (each must exist)."""
-    return {name: (directory / name).read_bytes() for name in names}
-
-
-def write_files(directory: Path, files: Files) -> int:
-    """Write `files` into `directory` (created if missing); returns the bytes written."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, content in files.items():
-        (directory / name).write_bytes(content)
-    return sum(len(content) for content in files.values())
-
-
-def cuda_rng_devices() -> list[int]:
-    """The CUDA devices whose generators `torch.manual_seed` reseeds: every visible one (none without CUDA)."""
-    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-
-
-@contextlib.contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Run the block with torch's generators seeded `seed` (`torch.manual_seed` reseeds the CPU one and every CUDA
-    device's), restoring all of their states afterwards."""
-    with torch.random.fork_rng(devices=cuda_rng_devices()):
-        torch.manual_seed(seed)
-        yield
-
-
-def shard_base(model: torch.nn.Module, device: torch.device) -> None:
-    """Freeze the base weights and FSDP2-shard them over the default process group: each decoder layer, then the
-    root (the embeddings, norm and head). LoRA layers injected later stay plain tensors on every rank."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    from skyrl_train.workers.strategy.fsdp2 import layer_modules
-
-    for param in model.parameters():
-        param.requires_grad_(False)
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    for layer in layer_modules(model):
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+def worker_config(path: str, device: str, dtype: str, sharded: bool) -> SkyRLConfig:
+    """The run config of `MultiLoraWorker` ranks: the base model `path` on `device` (`cpu` or `cuda`), FSDP2-sharded
+    over all ranks computing in `dtype` when `sharded`, else whole on every rank (`fsdp_size` 1)."""
+    policy = {"model": {"path": path}, "fsdp": {"fsdp_size": -1 if sharded else 1}}
+    policy["fsdp"]["mixed_precision"] = {"param_dtype": dtype, "reduce_dtype": "float32"}
+    return SkyRLConfig.from_dict({"trainer": {"device": device, "strategy": "fsdp2", ROLE: policy}}, validate=False)
 
 
 def fsdp_modules(model: torch.nn.Module) -> list[Any]:
@@ -101,7 +84,7 @@ def unsharded_base(model: torch.nn.Module) -> Iterator[None]:
             module.reshard()
 
 
-def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
+def sum_gradients(params: list[torch.nn.Parameter]) -> None:
     """Sum every parameter's `.grad` over the process group in one collective. A parameter without a gradient on
     some rank counts as zero there; one without a gradient on every rank keeps `grad = None` (as in one process,
     where AdamW then skips it). Every rank ends with the same bits: the reduced buffer is the same on all ranks."""
@@ -125,80 +108,79 @@ def all_reduce_gradients(params: list[torch.nn.Parameter]) -> None:
             param.grad = None
 
 
-class LoraRank:
-    """A Ray actor (see `RayLoraHost`): rank `rank` of `world_size`, with a `LoraHost` once `setup` ran.
-
-    Rank 0 may be created without an address: it then rendezvouses on its node's IP and a free port, which
-    `master_address()` reports so the other ranks can be created.
+class MultiLoraWorker(BaseWorker):
+    """A rank of `RayLoraHost` (see the module docstring): `init_model` loads the base as a `LoraHost`; the other
+    methods are `ComputeHost`'s, per adapter, on this rank's share of the work. `BaseWorker`'s single-model training
+    methods (`train_mini_batches`, checkpoints, weight gathers) do not apply: the model here is many adapters.
     """
 
     def __init__(
         self,
+        role: str,
         rank: int,
         world_size: int,
         master_addr: Optional[str],
         master_port: Optional[int],
+        cfg: Mapping[str, Any] | SkyRLConfig,
         num_threads: int = 1,
     ) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        torch.set_num_threads(max(1, int(num_threads)))
-        self._rendezvous: Optional[dist.Store] = None  # rank 0's rendezvous server when it chose its own port
-        if master_addr is None or master_port is None:
-            if rank != 0:
-                raise ValueError(f"rank {rank} needs master_addr and master_port (only rank 0 may choose its own)")
-            from skyrl_train.workers.distributed import node_ip, rendezvous_store
-
-            self._rendezvous = rendezvous_store(world_size)  # listening from now on: the port cannot be lost
-            master_addr, master_port = node_ip(), self._rendezvous.port
-        self.rank, self.world_size = rank, world_size
-        self.master_addr, self.master_port = master_addr, int(master_port)
+        super().__init__(role, rank, world_size, master_addr, master_port, cfg, num_threads)
         self.host: Optional[LoraHost] = None
-        self.sharded = False
         self.scratch = Path(tempfile.mkdtemp(prefix=f"skyrl-tx-rank{rank}-"))
         """Checkpoint files received from the server, written here so `LoraHost` can read them."""
         self.mirrors: OrderedDict[str, Path] = OrderedDict()
         """Sampler key -> this rank's copy of that sampler's folder, least recently used first."""
 
-    def master_address(self) -> tuple[str, int]:
-        """(address, port) the ranks rendezvous on."""
-        return self.master_addr, self.master_port
+    @property
+    def sharded(self) -> bool:
+        """Whether the base is FSDP2-sharded over the ranks (`fsdp_size` other than 1)."""
+        return self.section.fsdp.fsdp_size != 1
 
-    def setup(
-        self, name: str, path: str, device: str, dtype: str, max_sampler_adapters: int, sharding: str = "replicate"
-    ) -> dict[str, Any]:
-        """Join the process group and load the base model on this rank's device (`cpu`, or `cuda`: the GPU Ray gave
-        this actor), whole (`replicate`) or FSDP2-sharded over the ranks (`fsdp2`); returns what the server needs to
-        check requests."""
-        if sharding not in ("replicate", "fsdp2"):
-            raise ValueError(f"sharding must be 'replicate' or 'fsdp2', got {sharding!r}")
-        # imported here: `skyrl_train.workers` loads every worker class, which the server process never needs
-        from skyrl_train.workers.distributed import init_process_group, resolve_device
-
-        torch_device = resolve_device(device)
-        init_process_group(
-            self.rank, self.world_size, self.master_addr, self.master_port, torch_device, store=self._rendezvous
-        )
-        self.host = LoraHost(name, path, max_sampler_adapters, device=str(torch_device), dtype=dtype)
-        self.sharded = sharding == "fsdp2"
+    def init_model(
+        self,
+        model_path: Optional[str] = None,
+        num_training_steps: Optional[int] = None,
+        name: str = "base",
+        dtype: str = "float32",
+        max_sampler_adapters: int = 16,
+    ) -> None:
+        """Join the process group and load the base model (the policy's `model.path` when `model_path` is None) in
+        `dtype` as the `LoraHost` named `name` on this rank's device: whole, or frozen and sharded by `FSDP2Strategy`.
+        `num_training_steps` is not used: each adapter's optimizer takes its hyperparameters at every step."""
+        self.join_process_group()
+        path = model_path or self.section.model.path
+        if not path:
+            raise ValueError(f"no base model path: set trainer.{ROLE}.model.path")
+        model = load_causal_lm(path, dtype=dtype, device="cpu" if self.sharded else str(self.device))
         if self.sharded:
-            shard_base(self.host.model, torch_device)
-        return {
-            "vocab_size": self.host.vocab_size,
-            "max_context": self.host.max_context,
-            "pad_id": self.host.pad_id,
-            "model_type": self.host.model_type,
-            "device": str(torch_device),
-        }
+            model.requires_grad_(False)  # the adapters, injected later, are what trains
+            self.strategy = FSDP2Strategy.from_section(
+                self.section, device=self.device, optimizer=None, gradient_checkpointing=False
+            )
+            self.strategy.keep_model_dtype = True
+            model = self.strategy.prepare(model)  # places the shards on this rank's device
+        self.model, self.model_path = model, path
+        self.host = LoraHost(name, path, max_sampler_adapters, device=str(self.device), dtype=dtype, model=model)
 
     def _host(self) -> LoraHost:
         if self.host is None:
-            raise RuntimeError(f"rank {self.rank}: setup() has not run")
+            raise RuntimeError(f"rank {self.rank}: init_model() has not run")
         return self.host
+
+    def host_info(self) -> dict[str, Any]:
+        """What the server needs to check requests, and this rank's device."""
+        host = self._host()
+        return {
+            "vocab_size": host.vocab_size,
+            "max_context": host.max_context,
+            "pad_id": host.pad_id,
+            "model_type": host.model_type,
+            "device": str(self.device),
+        }
 
     def add_adapter(self, name: str, spec: LoraSpec, init_seed: int) -> None:
         """`LoraHost.add_adapter`, initialised from `init_seed` when the spec has no seed (same on every rank)."""
-        with seeded(init_seed):
+        with torch_seeded(init_seed):
             self._host().add_adapter(name, spec)
 
     def remove_adapter(self, name: str) -> None:
@@ -223,11 +205,11 @@ class LoraRank:
                 (logits.float().sum() * 0.0).backward()
         return [], {}
 
-    def optim_step(self, name: str, adam: dict[str, float]) -> dict[str, float]:
+    def optim_step(self, name: str, adam: dict[str, float]) -> dict[str, float]:  # type: ignore[override]
         """Sum the adapter's gradients over all ranks, then take `LoraHost.optim_step` (its clipping and
         `grad_norm:mean` see the summed gradient). Every rank must call this together."""
         host = self._host()
-        all_reduce_gradients(host.adapters[name].params)
+        sum_gradients(host.adapters[name].params)
         return host.optim_step(name, adam)
 
     def save(self, name: str, with_optimizer: bool) -> Files:
@@ -244,7 +226,7 @@ class LoraRank:
         folder = Path(tempfile.mkdtemp(dir=self.scratch))
         try:
             write_files(folder, files)
-            with seeded(init_seed):
+            with torch_seeded(init_seed):
                 return self._host().load(name, folder, with_optimizer)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
