@@ -6,7 +6,8 @@
 The input is the original GSM8K format, one `{"question", "answer"}` object a line (jsonl) or a parquet file with
 those columns, where the answer's last line is "#### <number>". `--from-hf-cache` reads `openai/gsm8k` (config
 `main`) from the Hugging Face datasets cache, offline: it never downloads. Each row becomes
-`{data_source, prompt, env_class: "gsm8k", reward_spec: {method: "rule", ground_truth}, extra_info}` with the
+`{data_source, prompt, env_class: "gsm8k", reward_spec: {method: "rule", ground_truth}, extra_info}` (or
+`env_class: "gsm8k_multi_turn"` with `--env-class`, several attempts with feedback) with the
 number after "####" as ground truth (thousands separators dropped) and the original answer kept in `extra_info`.
 Rows that cannot be converted are reported with their line (jsonl) or row (parquet) number and skipped, or stop the
 run with `--strict`. This folder ships `gsm8k_sample.jsonl`, twenty GSM8K-style problems written for this example.
@@ -27,6 +28,8 @@ from skyrl_train.dataset import validate_row
 
 DATA_SOURCE = "openai/gsm8k"
 ENV_CLASS = "gsm8k"
+ENV_CLASSES = ("gsm8k", "gsm8k_multi_turn")
+"""The envs that score GSM8K rows: one answer, or several attempts with feedback (`--env-class`)."""
 HF_DATASET = ("openai/gsm8k", "main")
 SPLITS = ("train", "test")
 INSTRUCTION = 'Work it out step by step, then give the final answer as a number on the last line, as "#### <answer>".'
@@ -57,7 +60,7 @@ def final_answer(answer: Any) -> str:
     return number
 
 
-def make_row(question: Any, answer: Any, *, split: str, index: int) -> dict[str, Any]:
+def make_row(question: Any, answer: Any, *, split: str, index: int, env_class: str = ENV_CLASS) -> dict[str, Any]:
     """One SkyRL row for a GSM8K problem; ValueError naming the field when the problem is malformed."""
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"'question' must be a non-empty string, got {question!r}")
@@ -65,7 +68,7 @@ def make_row(question: Any, answer: Any, *, split: str, index: int) -> dict[str,
     return {
         "data_source": DATA_SOURCE,
         "prompt": [{"role": "user", "content": f"{question.strip()}\n\n{INSTRUCTION}"}],
-        "env_class": ENV_CLASS,
+        "env_class": env_class,
         "reward_spec": {"method": "rule", "ground_truth": ground_truth},
         "extra_info": {"split": split, "index": index, "question": question, "answer": answer},
     }
@@ -125,7 +128,9 @@ def read_hf_cache_records(split: str) -> list[tuple[str, Any]]:
     return [(f"row {row_index}", record) for row_index, record in enumerate(data)]
 
 
-def convert_records(records: Sequence[tuple[str, Any]], split: str) -> tuple[list[dict[str, Any]], list[BadRow]]:
+def convert_records(
+    records: Sequence[tuple[str, Any]], split: str, env_class: str = ENV_CLASS
+) -> tuple[list[dict[str, Any]], list[BadRow]]:
     """Convert source records into checked SkyRL rows; returns (rows, bad rows).
 
     `extra_info.index` is the record's position in the source (0-based, bad records counted), so it matches the row
@@ -140,7 +145,7 @@ def convert_records(records: Sequence[tuple[str, Any]], split: str) -> tuple[lis
         try:
             if not isinstance(record, dict):
                 raise ValueError(f"expected an object with 'question' and 'answer', got {type(record).__name__}")
-            row = make_row(record.get("question"), record.get("answer"), split=split, index=index)
+            row = make_row(record.get("question"), record.get("answer"), split=split, index=index, env_class=env_class)
             rows.append(validate_row(row, source=f"converted {split} rows", index=len(rows)))
         except ValueError as exc:
             bad.append(BadRow(location, str(exc)))
@@ -171,12 +176,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="split name of the rows; default 'train' with --input, both splits with --from-hf-cache",
     )
     parser.add_argument("--strict", action="store_true", help="stop (and write nothing) if any row is bad")
+    parser.add_argument(
+        "--env-class", choices=ENV_CLASSES, default=ENV_CLASS, help="the env of the rows; default gsm8k (one answer)"
+    )
     return parser
 
 
-def convert_split(records: Sequence[tuple[str, Any]], split: str, output_dir: Path, strict: bool) -> int:
+def convert_split(
+    records: Sequence[tuple[str, Any]], split: str, output_dir: Path, strict: bool, env_class: str = ENV_CLASS
+) -> int:
     """Convert and write one split; reports bad rows on stderr. Returns the exit status (0 ok, 1 nothing written)."""
-    rows, bad = convert_records(records, split)
+    rows, bad = convert_records(records, split, env_class)
     for location, problem in bad:
         print(f"{split}: skipping {location}: {problem}", file=sys.stderr)
     if bad and strict:
@@ -202,7 +212,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except GSM8KSourceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    statuses = [convert_split(records, split, args.output_dir, args.strict) for split, records in sources.items()]
+    statuses = [
+        convert_split(records, split, args.output_dir, args.strict, args.env_class)
+        for split, records in sources.items()
+    ]
     return max(statuses)
 
 

@@ -51,6 +51,17 @@ def test_converted_rows_load_and_the_original_answers_score_one(tmp_path):
     assert item["env_extras"]["extra_info"]["split"] == "test"
 
 
+def test_multi_turn_rows_get_a_second_attempt_after_a_wrong_answer(tmp_path):
+    main(["--input", str(SAMPLE_FILE), "--output-dir", str(tmp_path), "--env-class", "gsm8k_multi_turn"])
+    row = read_file(tmp_path / "train.parquet")[0]
+    assert row["env_class"] == "gsm8k_multi_turn"
+    env = skyrl_gym.make(row["env_class"], extras={**row, "max_turns": 2})
+    env.init(row["prompt"])
+    wrong = env.step("#### 26")
+    assert not wrong["done"] and "incorrect" in wrong["observations"][0]["content"]
+    assert env.step("#### 27")["reward"] == 1.0
+
+
 def test_bad_rows_are_reported_with_their_line_number_and_skipped(tmp_path, capsys):
     good = sample_records()[0]
     lines = [
