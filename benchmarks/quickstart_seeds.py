@@ -3,10 +3,11 @@
 Runs `examples/quickstart/run_quickstart.py` once per seed (`trainer.seed` and `generator.sampling_params.seed`; the
 embedded model and its warm start are the same for every seed) through `benchmarks/quickstart_run.py`'s runner, and
 prints held-out accuracy before and after, the gain and the wall time of each run. The goal: a gain of at least
-`GOAL_GAIN` on each seed. Writes `quickstart_seeds.json`, which `scripts/render_doc_results.py` renders into
-docs/quickstart.md.
+`GOAL_GAIN` on each seed. Writes `<name>.json` (`quickstart_seeds.json` by default), which
+`scripts/render_doc_results.py` renders into docs/quickstart.md; a variant of the recipe measured with overrides gets
+its own name (docs/lora.md's `lora_quickstart`).
 
-    python benchmarks/quickstart_seeds.py [--seeds 0 1 2] [--results benchmarks/results] [key=value ...]
+    python benchmarks/quickstart_seeds.py [--seeds 0 1 2] [--results benchmarks/results] [--name NAME] [key=value ...]
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="RL seeds to run")
     parser.add_argument("--results", default=str(REPO / "benchmarks" / "results"), help="directory for the JSON")
+    parser.add_argument("--name", default="quickstart_seeds", help="results file name, without .json")
     parser.add_argument("overrides", nargs="*", help="extra quickstart config overrides, key=value")
     args = parser.parse_args()
     runner = load_runner()
@@ -69,6 +71,7 @@ def main() -> int:
     print(table(runs))
     record = {
         "benchmark": "benchmarks/quickstart_seeds.py",
+        "name": args.name,
         "date": datetime.date.today().isoformat(),
         "machine": runner.machine(),
         "overrides": args.overrides,
@@ -78,8 +81,9 @@ def main() -> int:
     }
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "quickstart_seeds.json").write_text(json.dumps(record, indent=1) + "\n")
-    print(f"quickstart_seeds: wrote {out / 'quickstart_seeds.json'}")
+    path = out / f"{args.name}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"quickstart_seeds: wrote {path}")
     missed = [run["seed"] for run in runs if run["accuracy_after"] - run["accuracy_before"] < GOAL_GAIN]
     return 1 if missed else 0
 

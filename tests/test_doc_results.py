@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("render_doc_results", REPO / "scripts" / "render_doc_results.py")
 renderer = importlib.util.module_from_spec(_spec)
@@ -62,12 +64,9 @@ def test_missing_results_file_renders_a_note(tmp_path):
 
 def test_bad_results_file_names_the_missing_key(tmp_path):
     (tmp_path / "dynamic_sampling.json").write_text(json.dumps({"benchmark": "x"}))
-    try:
+    with pytest.raises(KeyError) as refused:  # a results file without `runs`
         renderer.rendered_page("<!-- results: dynamic_sampling -->\n<!-- /results -->", tmp_path)
-    except KeyError as error:
-        assert "dynamic_sampling.json" in str(error) and "runs" in str(error)
-    else:
-        raise AssertionError("a results file without `runs` must be refused")
+    assert "dynamic_sampling.json" in str(refused.value) and "runs" in str(refused.value)
 
 
 def test_block_for_a_benchmark_without_results_file_or_renderer_renders_a_note(tmp_path):
@@ -77,12 +76,9 @@ def test_block_for_a_benchmark_without_results_file_or_renderer_renders_a_note(t
 
 def test_results_file_without_a_renderer_is_refused(tmp_path):
     (tmp_path / "future_bench.json").write_text("{}")
-    try:
+    with pytest.raises(KeyError) as refused:  # refused, not shown as a note
         renderer.rendered_page("<!-- results: future_bench -->\n<!-- /results -->", tmp_path)
-    except KeyError as error:
-        assert "future_bench" in str(error) and "no renderer" in str(error)
-    else:
-        raise AssertionError("a results file that no renderer reads must be refused, not shown as a note")
+    assert "future_bench" in str(refused.value) and "no renderer" in str(refused.value)
 
 
 def test_renders_the_minimal_grpo_shape(tmp_path):

@@ -40,6 +40,7 @@ from skyrl_train.utils.registry import Registry
 from skyrl_train.utils.threads import actor_threads
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSyncError
 from skyrl_train.weight_sync.chunks import dtype_name
+from skyrl_train.weight_sync.locations import this_location
 from skyrl_train.weight_sync.strategy import make_receiver
 
 logger = logging.getLogger(__name__)
@@ -251,13 +252,13 @@ class EngineActor:
         self._channel: Optional[ChannelServer] = None
 
     async def engine_info(self) -> dict[str, Any]:
-        """Node, process, dtype, device, served version (what weight-sync coordinators need to know) and resident
-        memory."""
+        """Node, visible GPUs, process, dtype, device, served version (what weight-sync coordinators need to know:
+        `locations.plan_weight_sync` picks each engine's transport from its node and GPUs) and resident memory."""
         model = getattr(self.engine, "model", None)
         parameter = next(model.parameters(), None) if model is not None else None
         dtype = parameter.dtype if parameter is not None else resolve_dtype(self.settings.dtype)
         return {
-            "node_id": ray.get_runtime_context().get_node_id(),
+            **this_location().as_dict(),
             "node_ip": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "dtype": dtype_name(dtype),
@@ -476,9 +477,12 @@ class RayEngineProxy(InferenceEngine):
             opener = getattr(self.handle, "open_channel", None)  # an actor class of its own may not serve one
             node = ray.get_runtime_context().get_node_id()
             path = None if opener is None else await opener.remote(node)
-            self._channel_state = "ray" if path is None else "open"
-            if path is not None:
-                self._channels = ChannelClients(path, f"engine actor {self.handle}")
+            # concurrent first calls (fully_async starts many at once) all asked; the first answer decides, so every
+            # caller shares one set of connections (a second set would be dropped with its reader tasks pending)
+            if self._channel_state == "untried":
+                self._channel_state = "ray" if path is None else "open"
+                if path is not None:
+                    self._channels = ChannelClients(path, f"engine actor {self.handle}")
         if self._channel_state != "open":
             return None
         return self._channels.for_running_loop()
@@ -544,8 +548,8 @@ def create_engine_actors(
 ) -> list[RayEngineProxy]:
     """Start `num_engines` engine actors serving `model_path` (settings from `cfg`) and wait until they loaded.
 
-    With a `placement_group`, engine i takes bundle `bundle_offset + i`. `num_gpus_per_engine` defaults to 1 on CUDA
-    and 0 on CPU; `num_threads` is each actor's torch thread count (default: `num_cpus_per_engine` rounded down, at
+    With a `placement_group`, engine i takes bundle `bundle_offset + i`. `num_gpus_per_engine` defaults to the
+    tensor-parallel size on CUDA (one GPU per tensor-parallel worker) and 0 on CPU; `num_threads` is each actor's torch thread count (default: `num_cpus_per_engine` rounded down, at
     least 1).
     """
     if num_engines < 1:
@@ -554,7 +558,7 @@ def create_engine_actors(
     settings = EngineSettings.from_config(cfg, model_path, tokenizer_path=tokenizer_path, num_threads=threads)
     check_engine_backend(settings)  # fail here, not in the actors
     if num_gpus_per_engine is None:
-        num_gpus_per_engine = 1 if torch.device(settings.device).type == "cuda" else 0
+        num_gpus_per_engine = settings.tensor_parallel_size if torch.device(settings.device).type == "cuda" else 0
     actor_class = ray.remote(EngineActor)
     handles = []
     if settings.backend == "remote" and len(settings.remote_urls) != num_engines:
