@@ -100,7 +100,9 @@ def heldout_rows(data_dir: Path) -> list[dict[str, Any]]:
     return pandas.read_parquet(data_dir / "test.parquet").to_dict("records")
 
 
-def greedy_eval(model_dir: str | Path, tokenizer_dir: str | Path, rows: list[dict[str, Any]], max_new_tokens: int) -> float:
+def greedy_eval(
+    model_dir: str | Path, tokenizer_dir: str | Path, rows: list[dict[str, Any]], max_new_tokens: int
+) -> float:
     """Held-out greedy accuracy of the weights in `model_dir`, with the tokenizer of `tokenizer_dir`: the same code
     (the warm start's `greedy_accuracy`: `hf` engine, env scoring) for every model compared here."""
     from skyrl_train.models.loading import load_causal_lm, load_tokenizer
@@ -400,7 +402,9 @@ def run_ours(
         for index, interval in enumerate(intervals)
     ]
     prefix = "memory/peak_rss_mb/"
-    peaks = {key[len(prefix) :]: series(key)[-1] for key in history if key.startswith(prefix) and key != prefix + "total"}
+    peaks = {
+        key[len(prefix) :]: series(key)[-1] for key in history if key.startswith(prefix) and key != prefix + "total"
+    }
     peaks["ray system processes"] = sum(ray_processes.values())
     peaks["total"] = sum(peaks.values())
     return {
@@ -453,7 +457,9 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}"
 
 
-def run_seed(args: argparse.Namespace, shape: Shape, work: Path, seed: int, model_dir: Path, rows: list, before: float) -> dict:
+def run_seed(
+    args: argparse.Namespace, shape: Shape, work: Path, seed: int, model_dir: Path, rows: list, before: float
+) -> dict:
     """Both sides of one seed, each in a fresh process, then their held-out accuracy and the ratios."""
     runs: dict[str, dict[str, Any]] = {}
     for name in ("trl", "ours"):

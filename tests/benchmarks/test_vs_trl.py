@@ -87,7 +87,9 @@ def test_seed_summary_takes_mean_and_standard_error_and_checks_the_goals():
     assert summary["completions_per_second_ratio"]["standard_error"] == pytest.approx(0.2 / 3**0.5)
     assert summary["ratio_goal_met"]  # 1.9 >= 1.8
     diff = summary["accuracy_after_difference"]
-    assert diff["mean"] == pytest.approx(-0.01) and summary["accuracy_goal_met"] == (diff["mean"] >= -diff["standard_error"])
+    assert diff["mean"] == pytest.approx(-0.01) and summary["accuracy_goal_met"] == (
+        diff["mean"] >= -diff["standard_error"]
+    )
     assert summary["accuracy_gain"]["ours"]["mean"] == pytest.approx(0.29)
     worse = report.seed_summary([seed(1.6, 0.5, 0.3), seed(1.6, 0.5, 0.31)], "long")
     assert worse["ratio_goal_met"] and not worse["accuracy_goal_met"]  # 1.6 >= 1.5; 0.195 worse, SE 0.005

@@ -24,7 +24,9 @@ def _problems(seed, difficulty, n=300):
 
 
 def test_the_scratchpad_halves_line_by_line_and_reads_the_bits_backwards():
-    assert worked_answer(45) == "45/2=22 r1\n22/2=11 r0\n11/2=5 r1\n5/2=2 r1\n2/2=1 r0\n1/2=0 r1\n<answer>101101</answer>"
+    assert (
+        worked_answer(45) == "45/2=22 r1\n22/2=11 r0\n11/2=5 r1\n5/2=2 r1\n2/2=1 r0\n1/2=0 r1\n<answer>101101</answer>"
+    )
     assert worked_answer(1) == "1/2=0 r1\n<answer>1</answer>"
     for problem in _problems(3, 6, 50):
         number = int(problem["question"].split()[1])
