@@ -121,7 +121,8 @@ def render_vs_trl(data: dict) -> str:
     )
     first = data["seeds"][0]["runs"]
     per_process = "; ".join(
-        f"{name}: " + ", ".join(f"{process} {mb:.0f}" for process, mb in run["peak_rss_mb"].items() if process != "total")
+        f"{name}: "
+        + ", ".join(f"{process} {mb:.0f}" for process, mb in run["peak_rss_mb"].items() if process != "total")
         for name, run in first.items()
     )
     shares = "; ".join(
@@ -136,9 +137,16 @@ def render_vs_trl(data: dict) -> str:
     auto = first["ours"].get("auto_settings") or {}
     if auto:
         lines.append("")
-        lines.append("Our side's `auto` settings: " + ", ".join(f"`{key}={value}`" for key, value in auto.items()) + ".")
+        lines.append(
+            "Our side's `auto` settings: " + ", ".join(f"`{key}={value}`" for key, value in auto.items()) + "."
+        )
     model = settings["model"]
-    loads = [run["load_average_1min"][when] for s in data["seeds"] for run in s["runs"].values() for when in ("before", "after")]
+    loads = [
+        run["load_average_1min"][when]
+        for s in data["seeds"]
+        for run in s["runs"].values()
+        for when in ("before", "after")
+    ]
     return with_note(
         lines,
         f"{settings['prompts_per_step']} prompts x {settings['samples_per_prompt']} samples per step, at most "

@@ -160,7 +160,10 @@ def test_renders_the_vs_trl_shape(tmp_path):
     text = renderer.rendered_page("<!-- results: vs_trl_long -->\n<!-- /results -->\n", tmp_path)
     assert "| 0 | trl | 1.000 | 16.0 | 64 | 800 MB | 0.250 -> 0.500 |" in text
     assert "| 1 | ours | 0.500 | 32.0 | 128 | 1200 MB | 0.250 -> 0.600 |" in text
-    assert "Ours / TRL over 2 seed(s) (mean ± standard error): 2.00 ± 0.00x the completions per second (goal 1.5x: met)" in text
+    assert (
+        "Ours / TRL over 2 seed(s) (mean ± standard error): 2.00 ± 0.00x the completions per second (goal 1.5x: met)"
+        in text
+    )
     assert "ours - TRL: +0.050 ± 0.050 (equal or better within one standard error" in text
     assert "peak memory, all processes: 1.5x TRL's." in text
     assert "Peak RSS per process, MB (seed 0): trl: trainer 800; ours: driver 500, policy_0 700." in text
