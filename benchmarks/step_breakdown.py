@@ -16,6 +16,10 @@ nothing may hide there.
 
     python benchmarks/step_breakdown.py [--steps 30] [--warmup-steps 3] [--results PATH] [key=value ...]
 
+`--shape long` runs the long-response shape of the comparison with TRL instead (`shapes.LONG`: the 21 M-parameter
+model warm-started on binary conversion with shown work, 4 prompts x 4 samples of up to 330 tokens, our side with
+default keys: `shapes.ours_overrides`).
+
 `--results benchmarks/results/step_breakdown.json` also writes the table, the machine, the date and the load average
 around the run, which `scripts/render_doc_results.py` renders on docs/performance.md.
 """
@@ -158,36 +162,52 @@ def breakdown_rows(
     return rows
 
 
+def shape_overrides(shape: str, out: Path, steps: int) -> list[str]:
+    """The config of the run: the quickstart's, or the long-response shape's with default keys (`shapes.LONG`);
+    either without evaluation or checkpoints. Writes the data into `out`."""
+    if shape == "long":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from shapes import LONG, ours_overrides
+
+        model_dir = get_embedded_model(LONG.model)
+        task = LONG.model
+        write_dataset(out / "data", task.task, train_size=2000, test_size=16, difficulty=task.difficulty, seed=0)
+        return ours_overrides(LONG, model_dir, out / "data", out, steps, seed=0)
+    quickstart = load_quickstart()
+    model_dir = get_embedded_model(quickstart.MODEL)
+    write_dataset(out / "data", quickstart.MODEL.task, train_size=2000, test_size=16, difficulty=2, seed=0)
+    return quickstart.quickstart_overrides(str(model_dir), out / "data", out) + [
+        f"trainer.max_training_steps={steps}",
+        "trainer.eval_before_train=false",
+        "trainer.eval_interval=0",
+        "trainer.ckpt_interval=0",
+        "trainer.hf_save_interval=-1",
+    ]
+
+
 def main() -> int:
     """Run the measured quickstart and print the table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30, help="training steps to run")
     parser.add_argument("--warmup-steps", type=int, default=3, help="first steps left out of the averages")
     parser.add_argument("--results", type=Path, help="also write the table and the machine to this JSON file")
+    parser.add_argument("--shape", choices=["quickstart", "long"], default="quickstart", help="configuration to run")
     parser.add_argument("overrides", nargs="*", help="extra config overrides, key=value")
     args = parser.parse_args()
     if args.steps <= args.warmup_steps:
         parser.error(f"--steps ({args.steps}) must exceed --warmup-steps ({args.warmup_steps})")
     logging.basicConfig(level=logging.WARNING)
-    quickstart = load_quickstart()
-    model_dir = get_embedded_model(quickstart.MODEL)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="step_breakdown_") as scratch:
         out = Path(scratch)
-        write_dataset(out / "data", quickstart.MODEL.task, train_size=2000, test_size=16, difficulty=2, seed=0)
-        overrides = quickstart.quickstart_overrides(str(model_dir), out / "data", out) + [
-            f"trainer.max_training_steps={args.steps}",
-            "trainer.eval_before_train=false",
-            "trainer.eval_interval=0",
-            "trainer.ckpt_interval=0",
-            "trainer.hf_save_interval=-1",
-        ]
+        overrides = shape_overrides(args.shape, out, args.steps)
         cfg = SkyRLConfig.from_cli_overrides(overrides + args.overrides)
         exp = MeasuredExp(cfg)
         result = exp.run()
     rows = breakdown_rows(result.history, args.warmup_steps, between_steps_seconds(exp.trainer, args.warmup_steps))
     print(
-        f"\nquickstart step breakdown: mean of steps {args.warmup_steps + 1}-{result.global_step}, {os.cpu_count()} CPUs"
+        f"\n{args.shape} step breakdown: mean of steps {args.warmup_steps + 1}-{result.global_step}, "
+        f"{os.cpu_count()} CPUs"
     )
     print(f"{'part':34s} {'seconds':>9s} {'share':>7s}")
     for name, seconds, share in rows:
@@ -204,6 +224,7 @@ def write_results(args: argparse.Namespace, rows: list[tuple[str, float, float]]
     """The breakdown as JSON for the docs: rows, steps averaged, overrides, machine, date and load average."""
     data = {
         "benchmark": "step_breakdown",
+        "configuration": args.shape,
         "rows": [{"part": name, "seconds": seconds, "share": share} for name, seconds, share in rows],
         "steps": steps,
         "warmup_steps": args.warmup_steps,

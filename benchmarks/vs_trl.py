@@ -1,28 +1,40 @@
-"""Benchmark: TRL's `GRPOTrainer` and our real stack, back to back, on the same task, model and settings.
+"""Benchmark: TRL's `GRPOTrainer` and our real stack, back to back, on the same task, model and settings, per seed.
 
-Both sides start from the quickstart's embedded warm-started tiny model (`examples/quickstart/run_quickstart.py`,
-`get_embedded_model(MODEL)`) and train on the quickstart's 2-digit addition prompts, rewarded by the `addition`
-env's rule (skyrl-gym), with the same settings: `--steps` steps of 32 prompts x 8 samples, at most 8 new tokens,
-temperature 1.0, lr 2e-4 constant (no warm-up), AdamW without weight decay, grad-norm clip 1.0, PPO clip 0.2, no
-KL term, token-mean loss over the batch, group-std-normalised advantages, one optimizer step per batch, fp32.
+Two shapes (`--shape`, defined in `shapes.py`):
+
+- `short`: the quickstart's embedded warm-started 0.4 M-parameter model on 2-digit addition, 32 prompts x 8
+  samples per step, at most 8 new tokens, lr 2e-4;
+- `long`: a 21 M-parameter model warm-started locally (`skyrl_train.recipes.warm_start`, cached like the
+  quickstart's) on `Convert <3-6 digits> to binary` with the halving shown (answers of 95-316 tokens), 4 prompts
+  x 4 samples per step, at most 330 new tokens.
+
+Both sides use the same settings: temperature 1.0, constant lr (no warm-up), AdamW without weight decay, grad-norm
+clip 1.0, PPO clip 0.2, no KL term, token-mean loss, group-std-normalised advantages, one optimizer step per batch,
+fp32, and train `--steps` steps per seed from the same warm start (`--seeds`, each seed sets both sides' sampling,
+data order and initialisation seeds):
 
 - `trl`: `trl.GRPOTrainer` in one process on the CPU (torch's default intra-op threads), generation with
   `transformers`' `generate`, saved with `save_model` at the end.
-- `ours`: `BasePPOExp` with the quickstart's overrides (Ray, FSDP2 policy ranks over gloo, colocated `hf` engines,
-  weight sync after every step), a constant rate, `policy_mini_batch_size = train_batch_size`; the final model is
-  the trainer's Hugging Face export. `--ours-overrides key=value ...` changes its config (e.g. 1 rank + 1 engine).
+- `ours`: `BasePPOExp` with default keys except the model, data, batch shape, these algorithm settings, the
+  quickstart's placement (2 FSDP2 ranks + 2 colocated `hf` engines) and bookkeeping (`shapes.ours_overrides`):
+  every speed setting is `auto`. `--ours-overrides key=value ...` changes its config.
 
-Each side runs in its own fresh process. Wall time per step is the time between the ends of consecutive steps (the
-first step from its start), averaged after `--warmup-steps`; completions/s = 256 / that. The same greedy evaluation
-function (`greedy_accuracy` of the warm start, the `hf` engine and the env) scores the initial model and both final
-models on the same held-out problems. The table, the ratios ours/TRL and the reward curves go to stdout and to
-`--out` (`vs_trl.json`, `vs_trl.png`).
+Each side runs in a fresh process. Wall time per step is the time between the ends of consecutive steps (the first
+from its start), averaged after `--warmup-steps`; completions/s is the step's completions over that, generated
+tokens/s the kept steps' generated tokens over their seconds. Peak resident memory (`VmHWM`) of every process is
+read at the end: TRL's one process; our driver, policy ranks and engines (`memory/*` metrics) and Ray's own
+processes. Resident sizes count shared pages (torch's libraries, shared memory) in every process that maps them, so
+the proportional set size (`Pss`, each shared page split among its users) of every process at the last step is
+recorded beside them. The same greedy evaluation (`greedy_accuracy` of the warm start) scores the initial model and both final
+models on the same held-out problems. Per seed and across seeds (mean and standard error), the table, the ratios
+ours/TRL and the acceptance check go to stdout and to `--out` (`vs_trl.json` / `vs_trl_long.json`, with a plot of
+the reward curves and memory).
 
 TRL is not a dependency of this repo: the script creates (or reuses) a benchmark venv, `--venv` (default
 `.venv-bench` at the repo root), installs torch 2.13.0 first (a CPU wheel; another torch request may fetch a
 multi-GB CUDA build), then TRL and this repo's skyrl-gym and skyrl-train in editable mode, and re-runs itself there.
 
-    python benchmarks/vs_trl.py [--steps 300] [--ours-overrides key=value ...] [--skip-install]
+    python benchmarks/vs_trl.py [--shape short|long] [--seeds 0 1 2] [--steps N] [--ours-overrides k=v ...]
 """
 
 from __future__ import annotations
@@ -33,7 +45,6 @@ import json
 import logging
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,13 +59,9 @@ TORCH_REQUIREMENT = "torch==2.13.0"
 TRL_REQUIREMENT = "trl==1.16.0"
 """The TRL release measured here (it supports transformers 5.x, which skyrl-train pins below 5.20)."""
 
-PROMPTS_PER_STEP = 32
-SAMPLES_PER_PROMPT = 8
-MAX_NEW_TOKENS = 8
-LEARNING_RATE = 2e-4
-TRAIN_PROBLEMS = 8000
-EVAL_PROBLEMS = 200
-"""Held-out problems: the quickstart's test split (the warm start's held-out problems, never trained on)."""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shapes import SHAPES, Shape  # noqa: E402 - the benchmarks folder is not a package
+from vs_trl_report import plot, print_seed, print_summary, ratios, seed_summary, step_intervals, summarize  # noqa: E402
 
 
 # ----- shared by both sides (no TRL needed) ----------------------------------------------------------------------
@@ -67,9 +74,7 @@ def completion_text(completion: Any) -> str:
     raise TypeError(f"completion must be a string or a list of chat messages, got {type(completion).__name__}")
 
 
-def addition_rewards(
-    completions: Sequence[Any], ground_truths: Sequence[Any], env_class: str = "addition"
-) -> list[float]:
+def env_rewards(completions: Sequence[Any], ground_truths: Sequence[Any], env_class: str) -> list[float]:
     """The reward of each completion from skyrl-gym's `env_class` env (one episode per completion), as our trainer
     computes it: the env is built with the row's `reward_spec`, initialised and stepped with the response."""
     import skyrl_gym
@@ -88,56 +93,6 @@ def addition_rewards(
     return rewards
 
 
-def step_intervals(starts: Sequence[float], ends: Sequence[float]) -> list[float]:
-    """Seconds per step: the first step from its start to its end, every later one from the previous step's end
-    (so work between steps, such as logging and fetching the next batch, counts)."""
-    if not ends or len(starts) < 1:
-        return []
-    return [ends[0] - starts[0]] + [later - earlier for earlier, later in zip(ends, ends[1:])]
-
-
-def steady_seconds_per_step(intervals: Sequence[float], warmup_steps: int) -> float:
-    """Mean seconds per step after the first `warmup_steps` (all steps when there are no more than that)."""
-    if not intervals:
-        raise ValueError("no step was timed")
-    kept = list(intervals[warmup_steps:]) or list(intervals)
-    return statistics.mean(kept)
-
-
-def moving_average(values: Sequence[float], window: int) -> list[float]:
-    """Trailing mean over at most `window` values (the first points average what exists so far)."""
-    out, total = [], 0.0
-    for index, value in enumerate(values):
-        total += value
-        if index >= window:
-            total -= values[index - window]
-        out.append(total / min(index + 1, window))
-    return out
-
-
-def summarize(run: dict[str, Any], warmup_steps: int) -> dict[str, Any]:
-    """Add `seconds_per_step` and `completions_per_second` (steady state) to a phase's record."""
-    seconds = steady_seconds_per_step(run["step_seconds"], warmup_steps)
-    phases = {name: steady_seconds_per_step(values, warmup_steps) for name, values in run["phase_seconds"].items()}
-    return {
-        **run,
-        "phase_seconds": phases,
-        "phase_seconds_per_step": run["phase_seconds"],
-        "steps": len(run["step_seconds"]),
-        "seconds_per_step": seconds,
-        "completions_per_second": PROMPTS_PER_STEP * SAMPLES_PER_PROMPT / seconds,
-    }
-
-
-def ratios(ours: dict[str, Any], trl: dict[str, Any]) -> dict[str, float]:
-    """ours / TRL for throughput (above 1: ours is faster) and the accuracy gains of both."""
-    return {
-        "completions_per_second": ours["completions_per_second"] / trl["completions_per_second"],
-        "seconds_per_step": ours["seconds_per_step"] / trl["seconds_per_step"],
-        "accuracy_after_difference": ours["accuracy_after"] - trl["accuracy_after"],
-    }
-
-
 def heldout_rows(data_dir: Path) -> list[dict[str, Any]]:
     """The held-out rows of the dataset written by `write_data`."""
     import pandas
@@ -145,7 +100,9 @@ def heldout_rows(data_dir: Path) -> list[dict[str, Any]]:
     return pandas.read_parquet(data_dir / "test.parquet").to_dict("records")
 
 
-def greedy_eval(model_dir: str | Path, tokenizer_dir: str | Path, rows: list[dict[str, Any]]) -> float:
+def greedy_eval(
+    model_dir: str | Path, tokenizer_dir: str | Path, rows: list[dict[str, Any]], max_new_tokens: int
+) -> float:
     """Held-out greedy accuracy of the weights in `model_dir`, with the tokenizer of `tokenizer_dir`: the same code
     (the warm start's `greedy_accuracy`: `hf` engine, env scoring) for every model compared here."""
     from skyrl_train.models.loading import load_causal_lm, load_tokenizer
@@ -153,7 +110,40 @@ def greedy_eval(model_dir: str | Path, tokenizer_dir: str | Path, rows: list[dic
 
     model = load_causal_lm(str(model_dir), dtype="float32", device="cpu").eval()
     tokenizer = load_tokenizer(str(tokenizer_dir), padding_side="left")
-    return greedy_accuracy(model, tokenizer, rows, max_new_tokens=MAX_NEW_TOKENS)
+    return greedy_accuracy(model, tokenizer, rows, max_new_tokens=max_new_tokens)
+
+
+def read_pss_mb(pid: Optional[int] = None) -> Optional[float]:
+    """Proportional set size of `pid` (default: this process) in MB: its resident pages, each page shared with
+    other processes counted as its share (`/proc/<pid>/smaps_rollup`); None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid if pid is not None else 'self'}/smaps_rollup", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def process_tree(root: int) -> list[int]:
+    """`root`'s descendants (from `/proc`, on Linux), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, queue = [], list(children.get(root, []))
+    while queue:
+        pid = queue.pop(0)
+        found.append(pid)
+        queue.extend(children.get(pid, []))
+    return found
 
 
 # ----- the benchmark venv ------------------------------------------------------------------------------------------
@@ -201,21 +191,16 @@ def check_venv(python: Path) -> None:
 
 
 # ----- the two sides (each in its own process) ---------------------------------------------------------------------
-def load_quickstart() -> Any:
-    """The quickstart module (its `MODEL` and `quickstart_overrides`)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from step_breakdown import load_quickstart as load
-
-    return load()
-
-
-def run_trl(model_dir: Path, data_dir: Path, work: Path, steps: int) -> dict[str, Any]:
-    """Train with `trl.GRPOTrainer` for `steps` steps; per-step times and rewards, TRL's own profiling means."""
+def run_trl(shape: Shape, model_dir: Path, data_dir: Path, work: Path, steps: int, seed: int) -> dict[str, Any]:
+    """Train with `trl.GRPOTrainer` for `steps` steps; per-step times, rewards, generated tokens and resident
+    memory, and TRL's own profiling of its phases."""
     import pandas
     import torch
     from datasets import Dataset
     from transformers import PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer, __version__
+
+    from skyrl_train.utils.memory import MIB, read_rss
 
     train = pandas.read_parquet(data_dir / "train.parquet")
     dataset = Dataset.from_list(
@@ -225,20 +210,22 @@ def run_trl(model_dir: Path, data_dir: Path, work: Path, steps: int) -> dict[str
         ]
     )
 
-    def addition_reward(completions: list[Any], ground_truth: list[str], **_: Any) -> list[float]:
-        return addition_rewards(completions, ground_truth)
+    def task_reward(completions: list[Any], ground_truth: list[str], **_: Any) -> list[float]:
+        return env_rewards(completions, ground_truth, shape.model.task)
 
     class Clock(TrainerCallback):
         def __init__(self) -> None:
             self.starts: list[float] = []
             self.ends: list[float] = []
             self.logs: list[dict[str, float]] = []
+            self.rss_mb: list[float] = []
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.starts.append(time.perf_counter())
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.ends.append(time.perf_counter())
+            self.rss_mb.append(read_rss()["rss"] / MIB)
             if state.global_step % 25 == 0 or state.global_step == steps:
                 print(f"vs_trl[trl]: step {state.global_step}/{steps}", flush=True)
 
@@ -253,12 +240,12 @@ def run_trl(model_dir: Path, data_dir: Path, work: Path, steps: int) -> dict[str
         fp16=False,
         gradient_checkpointing=False,
         max_steps=steps,
-        per_device_train_batch_size=PROMPTS_PER_STEP * SAMPLES_PER_PROMPT,
+        per_device_train_batch_size=shape.completions_per_step,
         gradient_accumulation_steps=1,
-        steps_per_generation=1,  # one generation batch (32 prompts x 8) per optimizer step
+        steps_per_generation=1,  # one generation batch per optimizer step
         num_iterations=1,  # on-policy: one optimizer step per batch, no old-logprob forward
-        num_generations=SAMPLES_PER_PROMPT,
-        max_completion_length=MAX_NEW_TOKENS,
+        num_generations=shape.samples_per_prompt,
+        max_completion_length=shape.max_new_tokens,
         temperature=1.0,
         top_p=1.0,
         top_k=0,
@@ -266,12 +253,12 @@ def run_trl(model_dir: Path, data_dir: Path, work: Path, steps: int) -> dict[str
         epsilon=0.2,
         loss_type="dapo",  # token mean over the batch, as our `token_mean`
         scale_rewards="group",  # divide by the group's std, as our `grpo_norm_by_std`
-        learning_rate=LEARNING_RATE,
+        learning_rate=shape.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,
         weight_decay=0.0,
         max_grad_norm=1.0,
-        seed=0,
+        seed=seed,
         logging_steps=1,
         report_to="none",
         save_strategy="no",
@@ -304,7 +291,7 @@ def run_trl(model_dir: Path, data_dir: Path, work: Path, steps: int) -> dict[str
     started = time.perf_counter()
     trainer = TimedGRPOTrainer(
         model=str(model_dir),
-        reward_funcs=addition_reward,
+        reward_funcs=task_reward,
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -312,6 +299,7 @@ def run_trl(model_dir: Path, data_dir: Path, work: Path, steps: int) -> dict[str
     )
     setup_seconds = time.perf_counter() - started
     trainer.train()
+    peak, pss = read_rss()["peak_rss"] / MIB, read_pss_mb()
     final_dir = work / "trl" / "final"
     trainer.save_model(str(final_dir))
     intervals = step_intervals(clock.starts, clock.ends)
@@ -329,46 +317,36 @@ def run_trl(model_dir: Path, data_dir: Path, work: Path, steps: int) -> dict[str
         "setup_seconds": setup_seconds,
         "step_seconds": intervals,
         "rewards": [float(logs["reward"]) for logs in clock.logs],
+        "generated_tokens": [
+            float(logs["completions/mean_length"]) * shape.completions_per_step for logs in clock.logs
+        ],
         "phase_seconds": phases,
+        "peak_rss_mb": {"trainer": peak, "total": peak},
+        "pss_mb_at_end": {"trainer": pss, "total": pss},
+        "rss_mb_per_step": clock.rss_mb,
         "final_model": str(final_dir),
     }
 
 
-def ours_overrides(quickstart: Any, model_dir: Path, data_dir: Path, work: Path, steps: int) -> list[str]:
-    """The quickstart config with the benchmark's settings (before the user's `--ours-overrides`)."""
-    return quickstart.quickstart_overrides(str(model_dir), data_dir, work / "ours") + [
-        "trainer.policy.optimizer.scheduler=constant",
-        "trainer.policy.optimizer.num_warmup_steps=0",
-        f"trainer.policy.optimizer.lr={LEARNING_RATE}",
-        f"trainer.train_batch_size={PROMPTS_PER_STEP}",
-        f"trainer.policy_mini_batch_size={PROMPTS_PER_STEP}",  # one optimizer step per batch
-        # each rank's whole shard (128 rows) in one pass, as TRL takes its whole batch in one pass
-        f"trainer.micro_train_batch_size_per_gpu={PROMPTS_PER_STEP * SAMPLES_PER_PROMPT // 2}",
-        f"trainer.micro_forward_batch_size_per_gpu={PROMPTS_PER_STEP * SAMPLES_PER_PROMPT // 2}",
-        f"generator.n_samples_per_prompt={SAMPLES_PER_PROMPT}",
-        f"generator.sampling_params.max_generate_length={MAX_NEW_TOKENS}",
-        "generator.sampling_params.temperature=1.0",
-        f"trainer.max_training_steps={steps}",
-        "trainer.eval_before_train=false",
-        "trainer.eval_interval=0",
-        "trainer.ckpt_interval=0",
-        "trainer.hf_save_interval=-1",
-    ]
-
-
-def run_ours(model_dir: Path, data_dir: Path, work: Path, steps: int, extra: list[str]) -> dict[str, Any]:
-    """Train with `BasePPOExp` for `steps` steps; per-step times, rewards, phase timings and actor thread counts."""
+def run_ours(
+    shape: Shape, model_dir: Path, data_dir: Path, work: Path, steps: int, seed: int, extra: list[str]
+) -> dict[str, Any]:
+    """Train with `BasePPOExp` for `steps` steps; per-step times, rewards, generated tokens, phase timings, the
+    actors' thread counts, the auto settings chosen and every process's peak resident memory."""
     import ray
     import torch
+    from shapes import ours_overrides
 
     from skyrl_train.config import SkyRLConfig
     from skyrl_train.entrypoints.main_base import BasePPOExp
     from skyrl_train.trainer import RayPPOTrainer
+    from skyrl_train.utils.memory import MIB, read_rss
 
-    quickstart = load_quickstart()
     starts: list[float] = []
     ends: list[float] = []
     threads: dict[str, list[int]] = {}
+    ray_processes: dict[str, float] = {}
+    pss: dict[str, float] = {}
 
     def thread_count(handle: Any) -> Any:
         return handle.__ray_call__.remote(lambda _actor: torch.get_num_threads())
@@ -385,13 +363,25 @@ def run_ours(model_dir: Path, data_dir: Path, work: Path, steps: int, extra: lis
             ends.append(time.perf_counter())
             if self.global_step % 25 == 0 or self.global_step == steps:
                 print(f"vs_trl[ours]: step {self.global_step}/{steps}", flush=True)
+            if self.global_step == steps:  # Ray's own processes (not actors) while everything still runs
+                tracked = {process.pid: process.name for process in self.memory.processes}
+                tracked[os.getpid()] = "driver"
+                for pid in [os.getpid(), *process_tree(os.getpid())]:
+                    reading = read_rss(pid) if pid not in tracked else None
+                    if reading is not None:
+                        ray_processes[str(pid)] = reading["peak_rss"] / MIB
+                    share = read_pss_mb(pid)
+                    if share is not None:
+                        name = tracked.get(pid, "ray system processes")
+                        pss[name] = pss.get(name, 0.0) + share
             return metrics
 
     class ClockedExp(BasePPOExp):
         def get_trainer(self, **parts: Any) -> RayPPOTrainer:
             return ClockedTrainer(self.cfg, **parts)
 
-    cfg = SkyRLConfig.from_cli_overrides(ours_overrides(quickstart, model_dir, data_dir, work, steps) + extra)
+    overrides = ours_overrides(shape, model_dir, data_dir, work / "ours", steps, seed)
+    cfg = SkyRLConfig.from_cli_overrides(overrides + extra)
     started = time.perf_counter()
     experiment = ClockedExp(cfg)
     result = experiment.run()
@@ -399,84 +389,67 @@ def run_ours(model_dir: Path, data_dir: Path, work: Path, steps: int, extra: lis
     if not exported:
         raise RuntimeError("our trainer exported no Hugging Face model at the end of the run")
     history = result.history
-    rewards = [value for _, value in sorted(history.get("reward/mean", []))]
+
+    def series(key: str) -> list[float]:
+        return [value for _, value in sorted(history.get(key, []))]
+
     phase_seconds = {
-        key.split("/", 1)[1]: [value for _, value in sorted(values)]
-        for key, values in history.items()
-        if key.startswith("timing/") and key != "timing/step"
+        key.split("/", 1)[1]: series(key) for key in history if key.startswith("timing/") and key != "timing/step"
     }
     intervals = step_intervals(starts, ends)
     phase_seconds["rest (sleep / wake-up, between steps)"] = [
         interval - sum(values[index] for values in phase_seconds.values() if index < len(values))
         for index, interval in enumerate(intervals)
     ]
-    trainer_eval = result.final_eval.get(f"eval/all/pass_at_{cfg.generator.eval_n_samples_per_prompt}")
+    prefix = "memory/peak_rss_mb/"
+    peaks = {
+        key[len(prefix) :]: series(key)[-1] for key in history if key.startswith(prefix) and key != prefix + "total"
+    }
+    peaks["ray system processes"] = sum(ray_processes.values())
+    peaks["total"] = sum(peaks.values())
     return {
         "name": "ours",
-        "stack": quickstart.describe_stack(cfg),
+        "stack": describe_stack(experiment.cfg),
         "threads": threads,
+        "auto_settings": {choice.key: choice.value for choice in experiment.auto_choices if choice.used},
         "setup_seconds": (starts[0] if starts else time.perf_counter()) - started,
         "step_seconds": intervals,
-        "rewards": rewards,
+        "rewards": series("reward/mean"),
+        "generated_tokens": series("generate/generated_tokens"),
         "phase_seconds": phase_seconds,
-        "trainer_final_eval": trainer_eval,
+        "peak_rss_mb": peaks,
+        "pss_mb_at_end": {**pss, "total": sum(pss.values())},
+        "rss_mb_total_per_step": series("memory/rss_mb/total"),
         "final_model": exported[-1],
     }
 
 
-def run_phase(name: str, workdir: Path, steps: int, extra: list[str]) -> int:
-    """`--phase NAME`: train one side in this process and write `<workdir>/<name>.json`."""
+def describe_stack(cfg: Any) -> str:
+    """E.g. `2 FSDP2 ranks + 2 colocated hf engines, shm weight sync`, from the config actually used."""
+    from skyrl_train.weight_sync.strategy import resolve_strategy_name
+
+    placement, engine = cfg.trainer.placement, cfg.generator.inference_engine
+    ranks = placement.policy_num_nodes * placement.policy_num_gpus_per_node
+    where = "colocated" if placement.colocate_all else "separate"
+    sync = resolve_strategy_name(engine.weight_sync_backend, placement.colocate_all, cfg.resolved_device())
+    return f"{ranks} FSDP2 ranks + {engine.num_engines} {where} {engine.backend} engines, {sync} weight sync"
+
+
+def run_phase(args: argparse.Namespace) -> int:
+    """`--phase NAME`: train one side in this process and write `<workdir>/<name>-<seed>.json`."""
     logging.basicConfig(level=logging.WARNING)
+    shape, workdir, seed = SHAPES[args.shape], Path(args.workdir), args.seeds[0]
     model_dir, data_dir = Path((workdir / "model_dir").read_text()), workdir / "data"
-    if name == "trl":
-        record = run_trl(model_dir, data_dir, workdir, steps)
+    work = workdir / f"seed{seed}"
+    if args.phase == "trl":
+        record = run_trl(shape, model_dir, data_dir, work, args.steps, seed)
     else:
-        record = run_ours(model_dir, data_dir, workdir, steps, extra)
-    (workdir / f"{name}.json").write_text(json.dumps(record, indent=1))
+        record = run_ours(shape, model_dir, data_dir, work, args.steps, seed, args.ours_overrides)
+    (workdir / f"{args.phase}-{seed}.json").write_text(json.dumps(record, indent=1))
     return 0
 
 
-# ----- report --------------------------------------------------------------------------------------------------------
-def print_table(runs: dict[str, dict[str, Any]], ratio: dict[str, float], accuracy_before: float) -> None:
-    """The comparison table, the threads and phase timings of each side, and the ratios."""
-    print(f"\nvs_trl: {PROMPTS_PER_STEP} prompts x {SAMPLES_PER_PROMPT} samples per step, same model and settings")
-    header = f"{'side':6s} {'steps':>6s} {'s/step':>8s} {'compl/s':>9s} {'acc before':>11s} {'acc after':>10s}"
-    print(header + "  stack")
-    for name, run in runs.items():
-        print(
-            f"{name:6s} {run['steps']:6d} {run['seconds_per_step']:8.3f} {run['completions_per_second']:9.1f} "
-            f"{accuracy_before:11.3f} {run['accuracy_after']:10.3f}  {run['stack']}"
-        )
-    for name, run in runs.items():
-        print(f"{name} threads: {run['threads']}")
-        phases = ", ".join(f"{key} {value:.3f}s" for key, value in sorted(run["phase_seconds"].items()))
-        print(f"{name} phases (mean per step): {phases}")
-    print(
-        f"ours/TRL: completions/s {ratio['completions_per_second']:.2f}x, s/step {ratio['seconds_per_step']:.2f}x, "
-        f"accuracy after {ratio['accuracy_after_difference']:+.3f}"
-    )
-
-
-def plot(runs: dict[str, dict[str, Any]], path: Path, window: int = 10) -> None:
-    """Mean reward per step of both sides (faint) and its trailing mean over `window` steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4))
-    for name, run in runs.items():
-        steps = range(1, len(run["rewards"]) + 1)
-        (line,) = axis.plot(steps, moving_average(run["rewards"], window), label=f"{name} ({window}-step mean)")
-        axis.plot(steps, run["rewards"], color=line.get_color(), alpha=0.25, linewidth=0.8)
-    axis.set_xlabel("training step (32 prompts x 8 samples)")
-    axis.set_ylabel("mean reward of the step's samples")
-    axis.set_title("GRPO on 2-digit addition: TRL GRPOTrainer vs ours")
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-
-
+# ----- orchestration -------------------------------------------------------------------------------------------------
 def machine() -> str:
     """CPUs, architecture, Python and torch versions of this machine."""
     import torch
@@ -484,77 +457,96 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}"
 
 
+def run_seed(
+    args: argparse.Namespace, shape: Shape, work: Path, seed: int, model_dir: Path, rows: list, before: float
+) -> dict:
+    """Both sides of one seed, each in a fresh process, then their held-out accuracy and the ratios."""
+    runs: dict[str, dict[str, Any]] = {}
+    for name in ("trl", "ours"):
+        print(f"vs_trl: seed {seed}, training {name} for {args.steps} steps", flush=True)
+        command = [sys.executable, str(Path(__file__).resolve()), "--skip-install", "--phase", name]
+        command += ["--shape", shape.name, "--workdir", str(work), "--steps", str(args.steps), "--seeds", str(seed)]
+        if args.ours_overrides:
+            command += ["--ours-overrides", *args.ours_overrides]
+        began, load_before = time.perf_counter(), os.getloadavg()[0]
+        subprocess.run(command, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        run = json.loads((work / f"{name}-{seed}.json").read_text())
+        run["process_seconds"] = time.perf_counter() - began
+        # a 1-minute load average well above the side's own threads means other work shared the machine
+        run["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
+        run["accuracy_after"] = greedy_eval(run.pop("final_model"), model_dir, rows, shape.max_new_tokens)
+        runs[name] = summarize(run, args.warmup_steps, shape.completions_per_step)
+    seed_record = {"seed": seed, "accuracy_before": before, "runs": runs, "ratios": ratios(runs["ours"], runs["trl"])}
+    print_seed(seed_record, shape.completions_per_step)
+    return seed_record
+
+
 def orchestrate(args: argparse.Namespace) -> int:
-    """Build the model and data, run both sides in fresh processes, evaluate, print and write the results."""
+    """Build (or reuse) the model and the data, run every seed's two sides, evaluate, print and write the results."""
     from skyrl_gym.envs.synthetic.generate import write_dataset
     from skyrl_train.recipes.embedded import get_embedded_model
 
     logging.basicConfig(level=logging.WARNING)
-    quickstart = load_quickstart()
-    model_dir = get_embedded_model(quickstart.MODEL)
+    shape = SHAPES[args.shape]
+    steps = args.steps
+    print(f"vs_trl: shape {shape.name}; building or reusing its warm-started model", flush=True)
+    model_dir = get_embedded_model(shape.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="vs_trl_") as scratch:
         work = Path(scratch)
         (work / "model_dir").write_text(str(model_dir))
-        settings = quickstart.MODEL
+        settings = shape.model
+        # the test split is the warm start's held-out split (or its first problems): never trained on
         write_dataset(
             work / "data",
             settings.task,
-            train_size=TRAIN_PROBLEMS,
-            test_size=EVAL_PROBLEMS,
+            train_size=shape.train_problems,
+            test_size=shape.eval_problems,
             difficulty=settings.difficulty,
             seed=settings.seed,
         )
         rows = heldout_rows(work / "data")
         print(f"vs_trl: model {model_dir}; evaluating the initial model on {len(rows)} held-out problems", flush=True)
-        accuracy_before = greedy_eval(model_dir, model_dir, rows)
-        runs: dict[str, dict[str, Any]] = {}
-        for name in ("trl", "ours"):
-            print(f"vs_trl: training {name} for {args.steps} steps", flush=True)
-            command = [sys.executable, str(Path(__file__).resolve()), "--skip-install", "--phase", name]
-            command += ["--workdir", str(work), "--steps", str(args.steps)]
-            if args.ours_overrides:
-                command += ["--ours-overrides", *args.ours_overrides]
-            began, load_before = time.perf_counter(), os.getloadavg()[0]
-            subprocess.run(command, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-            run = json.loads((work / f"{name}.json").read_text())
-            run["process_seconds"] = time.perf_counter() - began
-            # a 1-minute load average well above the side's own threads means other work shared the machine
-            run["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
-            run["accuracy_after"] = greedy_eval(run.pop("final_model"), model_dir, rows)
-            runs[name] = summarize(run, args.warmup_steps)
-    ratio = ratios(runs["ours"], runs["trl"])
-    print_table(runs, ratio, accuracy_before)
+        accuracy_before = greedy_eval(model_dir, model_dir, rows, shape.max_new_tokens)
+        seeds = [run_seed(args, shape, work, seed, model_dir, rows, accuracy_before) for seed in args.seeds]
+    summary = seed_summary(seeds, shape.name)
+    print_summary(summary)
+    name = "vs_trl" if shape.name == "short" else f"vs_trl_{shape.name}"
     record = {
-        "benchmark": "vs_trl",
+        "benchmark": name,
+        "shape": shape.name,
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
         "settings": {
-            "steps": args.steps,
-            "prompts_per_step": PROMPTS_PER_STEP,
-            "samples_per_prompt": SAMPLES_PER_PROMPT,
-            "max_new_tokens": MAX_NEW_TOKENS,
-            "learning_rate": LEARNING_RATE,
+            "steps": steps,
+            "seeds": args.seeds,
+            "model": shape.model.to_dict(),
+            "prompts_per_step": shape.prompts_per_step,
+            "samples_per_prompt": shape.samples_per_prompt,
+            "max_new_tokens": shape.max_new_tokens,
+            "learning_rate": shape.learning_rate,
             "warmup_steps_excluded": args.warmup_steps,
-            "held_out_problems": EVAL_PROBLEMS,
+            "held_out_problems": shape.eval_problems,
             "ours_overrides": args.ours_overrides,
             "trl": TRL_REQUIREMENT,
         },
         "accuracy_before": accuracy_before,
-        "runs": runs,
-        "ratios_ours_over_trl": ratio,
+        "seeds": seeds,
+        "summary": summary,
     }
-    (out / "vs_trl.json").write_text(json.dumps(record, indent=1))
-    plot(runs, out / "vs_trl.png")
-    print(f"results: {out / 'vs_trl.json'}, reward curves: {out / 'vs_trl.png'}")
+    (out / f"{name}.json").write_text(json.dumps(record, indent=1))
+    plot(seeds, out / f"{name}.png", f"GRPO, {shape.name} shape: TRL GRPOTrainer vs ours ({len(seeds)} seeds)")
+    print(f"results: {out / (name + '.json')}, plot: {out / (name + '.png')}")
     return 0
 
 
 def main() -> int:
     """Set up the benchmark venv, re-run there, then run the benchmark (or one `--phase` of it)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=300, help="training steps of each side")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="short", help="the comparison's shape")
+    parser.add_argument("--steps", type=int, help="training steps of each side (default: the shape's, 300)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds, each run on both sides")
     parser.add_argument("--warmup-steps", type=int, default=3, help="first steps left out of s/step")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="directory for JSON and PNG")
     parser.add_argument("--ours-overrides", nargs="+", default=[], metavar="KEY=VALUE", help="our config overrides")
@@ -563,12 +555,13 @@ def main() -> int:
     parser.add_argument("--phase", choices=["trl", "ours"], help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.steps = SHAPES[args.shape].steps if args.steps is None else args.steps
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
     if args.warmup_steps < 0:
         parser.error(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     if args.phase:
-        return run_phase(args.phase, Path(args.workdir), args.steps, args.ours_overrides)
+        return run_phase(args)
     venv = Path(args.venv).resolve()
     python = venv / "bin" / "python"
     if args.skip_install:

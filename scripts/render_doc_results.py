@@ -85,26 +85,76 @@ def render_minimal_grpo(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _plus_minus(stat: dict, digits: int = 2, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return f"{stat['mean']:{sign}.{digits}f} ± {stat['standard_error']:.{digits}f}"
+
+
 def render_vs_trl(data: dict) -> str:
-    """TRL's GRPOTrainer against our stack: one row per side, the ratio ours/TRL, then where and when it ran."""
-    settings = data["settings"]
+    """TRL's GRPOTrainer against our stack (benchmarks/vs_trl.py), per seed and side: throughput, peak memory and
+    held-out accuracy; then the means over seeds with their standard errors, the acceptance verdicts, each process's
+    peak memory, the auto settings our side ran with, and where and when it ran."""
+    settings, summary = data["settings"], data["summary"]
     lines = [
-        "| side | stack | steps | s/step | completions/s | held-out accuracy before -> after |",
-        "|---|---|---|---|---|---|",
+        "| seed | side | s/step | completions/s | generated tokens/s | peak RSS, all processes | held-out before -> after |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for name, run in data["runs"].items():
+    for seed in data["seeds"]:
+        for name, run in seed["runs"].items():
+            tokens = run.get("generated_tokens_per_second")
+            lines.append(
+                f"| {seed['seed']} | {name} | {run['seconds_per_step']:.3f} | {run['completions_per_second']:.1f} | "
+                f"{'-' if tokens is None else f'{tokens:.0f}'} | {run['peak_rss_mb']['total']:.0f} MB | "
+                f"{seed['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} |"
+            )
+    ratio, diff = summary["completions_per_second_ratio"], summary["accuracy_after_difference"]
+    gains = summary["accuracy_gain"]
+    memory = [s["ratios"]["peak_rss_total"] for s in data["seeds"] if s["ratios"].get("peak_rss_total")]
+    lines.append("")
+    lines.append(
+        f"Ours / TRL over {summary['seeds']} seed(s) (mean ± standard error): {_plus_minus(ratio)}x the "
+        f"completions per second (goal {summary['goal_ratio']}x: {'met' if summary['ratio_goal_met'] else 'not met'}); "
+        f"held-out accuracy after, ours - TRL: {_plus_minus(diff, 3, True)} "
+        f"({'equal or better within one standard error' if summary['accuracy_goal_met'] else 'worse'}; gains "
+        f"{_plus_minus(gains['trl'], 3, True)} TRL, {_plus_minus(gains['ours'], 3, True)} ours)"
+        + (f"; peak memory, all processes: {sum(memory) / len(memory):.1f}x TRL's." if memory else ".")
+    )
+    first = data["seeds"][0]["runs"]
+    per_process = "; ".join(
+        f"{name}: "
+        + ", ".join(f"{process} {mb:.0f}" for process, mb in run["peak_rss_mb"].items() if process != "total")
+        for name, run in first.items()
+    )
+    shares = "; ".join(
+        f"{name} {run['pss_mb_at_end']['total']:.0f} MB" for name, run in first.items() if run.get("pss_mb_at_end")
+    )
+    lines.append("")
+    lines.append(
+        f"Peak RSS per process, MB (seed {data['seeds'][0]['seed']}): {per_process}. Resident sizes count shared pages "
+        "(torch's libraries, shared memory) in every process mapping them"
+        + (f"; the proportional set size at the end, shared pages split, totals {shares}." if shares else ".")
+    )
+    auto = first["ours"].get("auto_settings") or {}
+    if auto:
+        lines.append("")
         lines.append(
-            f"| {name} | {run['stack']} | {run['steps']} | {run['seconds_per_step']:.3f} | "
-            f"{run['completions_per_second']:.1f} | {data['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} |"
+            "Our side's `auto` settings: " + ", ".join(f"`{key}={value}`" for key, value in auto.items()) + "."
         )
-    ratio = data["ratios_ours_over_trl"]
+    model = settings["model"]
+    loads = [
+        run["load_average_1min"][when]
+        for s in data["seeds"]
+        for run in s["runs"].values()
+        for when in ("before", "after")
+    ]
     return with_note(
         lines,
-        f"Ours / TRL: {ratio['completions_per_second']:.2f}x the completions per second, final accuracy "
-        f"{ratio['accuracy_after_difference']:+.3f}. {settings['prompts_per_step']} prompts x "
-        f"{settings['samples_per_prompt']} samples per step, {settings['max_new_tokens']} new tokens, lr "
-        f"{settings['learning_rate']:g} constant, {settings['held_out_problems']} held-out problems. Measured on "
-        f"{data['machine']}, {data['date']} (`benchmarks/results/vs_trl.json`, `benchmarks/vs_trl.py`).",
+        f"{settings['prompts_per_step']} prompts x {settings['samples_per_prompt']} samples per step, at most "
+        f"{settings['max_new_tokens']} new tokens, lr {settings['learning_rate']:g} constant, {settings['steps']} steps per "
+        f"seed and side, {settings['held_out_problems']} held-out problems ({model['task']} difficulty "
+        f"{model['difficulty']}, model size {model['size']}). 1-minute load average {min(loads):.1f}-{max(loads):.1f} "
+        f"around the runs. Measured on {data['machine']}, {data['date']} (`benchmarks/results/{data['benchmark']}.json`, "
+        "`benchmarks/vs_trl.py`).",
     )
 
 
@@ -171,17 +221,21 @@ def render_thread_counts(data: dict) -> str:
 
 
 def render_step_breakdown(data: dict) -> str:
-    """benchmarks/step_breakdown.py: mean seconds and share of the quickstart step per phase and per compute part."""
+    """benchmarks/step_breakdown.py: mean seconds and share of the step (quickstart, or `--shape long`) per phase and
+    per compute part."""
     lines = ["| part | seconds | share of step |", "|---|---|---|"]
     for row in data["rows"]:
         name = f"**{row['part']}**" if row["part"] in ("step", "outside model compute") else row["part"]
         lines.append(f"| {name} | {row['seconds']:.3f} | {row['share']:.1%} |")
     load = data["load_average_1min"]
+    long = data.get("configuration") == "long"
+    configuration = "long-response shape (default keys)" if long else "quickstart configuration"
+    name = "step_breakdown_long" if long else "step_breakdown"
     return with_note(
         lines,
-        f"Mean of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration"
-        f"{overrides_note(data)}. Load average {load['before']:.1f} before, {load['after']:.1f} after. Measured on "
-        f"{data['machine']}, {data['date']} (`benchmarks/results/step_breakdown.json`, `benchmarks/step_breakdown.py`).",
+        f"Mean of steps {data['warmup_steps'] + 1}-{data['steps']} of the {configuration}{overrides_note(data)}. "
+        f"Load average {load['before']:.1f} before, {load['after']:.1f} after. Measured on {data['machine']}, "
+        f"{data['date']} (`benchmarks/results/{name}.json`, `benchmarks/step_breakdown.py`).",
     )
 
 
@@ -354,9 +408,11 @@ RENDERERS = {
     "lora_quickstart": render_quickstart_seeds,
     "quickstart_fully_async": render_quickstart_seeds,
     "step_breakdown": render_step_breakdown,
+    "step_breakdown_long": render_step_breakdown,
     "thread_counts": render_thread_counts,
     "tx_abuse": render_tx_abuse,
     "vs_trl": render_vs_trl,
+    "vs_trl_long": render_vs_trl,
     **{
         path.stem: functools.partial(render_async_vs_sync, name=path.stem)
         for path in sorted(RESULTS_DIR.glob("async_vs_sync*.json"))

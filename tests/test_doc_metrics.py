@@ -31,6 +31,7 @@ PREFIXES = (
     "eval",
     "dynamic_sampling",
     "environment",
+    "memory",
 )
 NAME = re.compile(r"`((?:" + "|".join(PREFIXES) + r")/[A-Za-z0-9_<>*./{},-]+)`")
 NOT_IN_SHORT_RUN = {

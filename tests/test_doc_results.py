@@ -99,46 +99,117 @@ def test_renders_the_minimal_grpo_shape(tmp_path):
     assert "Measured on 2 CPUs, x86_64, torch 2.13.0+cpu, 2026-11-23" in text
 
 
+def _vs_trl_run(seconds: float, completions: float, accuracy: float, peaks: dict, **extra) -> dict:
+    return {
+        "seconds_per_step": seconds,
+        "completions_per_second": completions,
+        "generated_tokens_per_second": completions * 4,
+        "peak_rss_mb": peaks,
+        "pss_mb_at_end": {"total": peaks["total"] / 2},
+        "load_average_1min": {"before": 0.5, "after": 2.5},
+        "accuracy_after": accuracy,
+        **extra,
+    }
+
+
 VS_TRL_SAMPLE = {
-    "benchmark": "vs_trl",
+    "benchmark": "vs_trl_long",
     "date": "2026-11-23",
     "machine": "2 CPUs, x86_64",
     "settings": {
-        "prompts_per_step": 32,
-        "samples_per_prompt": 8,
-        "max_new_tokens": 8,
-        "learning_rate": 2e-4,
-        "held_out_problems": 200,
+        "steps": 300,
+        "model": {"task": "binary", "difficulty": 6, "size": 7},
+        "prompts_per_step": 4,
+        "samples_per_prompt": 4,
+        "max_new_tokens": 330,
+        "learning_rate": 5e-5,
+        "held_out_problems": 128,
     },
-    "accuracy_before": 0.25,
-    "runs": {
-        "trl": {
-            "stack": "trl GRPOTrainer",
-            "steps": 300,
-            "seconds_per_step": 1.0,
-            "completions_per_second": 256.0,
-            "accuracy_after": 0.6,
-        },
-        "ours": {
-            "stack": "2 FSDP2 ranks",
-            "steps": 300,
-            "seconds_per_step": 2.0,
-            "completions_per_second": 128.0,
-            "accuracy_after": 0.55,
-        },
+    "seeds": [
+        {
+            "seed": seed,
+            "accuracy_before": 0.25,
+            "runs": {
+                "trl": _vs_trl_run(1.0, 16.0, 0.5 + seed / 10, {"trainer": 800.0, "total": 800.0}),
+                "ours": _vs_trl_run(
+                    0.5,
+                    32.0,
+                    0.6,
+                    {"driver": 500.0, "policy_0": 700.0, "total": 1200.0},
+                    auto_settings={"trainer.policy.fsdp.shard_layers": False},
+                ),
+            },
+            "ratios": {"completions_per_second": 2.0, "peak_rss_total": 1.5},
+        }
+        for seed in (0, 1)
+    ],
+    "summary": {
+        "seeds": 2,
+        "completions_per_second_ratio": {"mean": 2.0, "standard_error": 0.0},
+        "accuracy_after_difference": {"mean": 0.05, "standard_error": 0.05},
+        "accuracy_gain": {"trl": {"mean": 0.3, "standard_error": 0.05}, "ours": {"mean": 0.35, "standard_error": 0.0}},
+        "goal_ratio": 1.5,
+        "ratio_goal_met": True,
+        "accuracy_goal_met": True,
     },
-    "ratios_ours_over_trl": {"completions_per_second": 0.5, "accuracy_after_difference": -0.05},
 }
 
 
 def test_renders_the_vs_trl_shape(tmp_path):
-    (tmp_path / "vs_trl.json").write_text(json.dumps(VS_TRL_SAMPLE))
-    text = renderer.rendered_page("<!-- results: vs_trl -->\n<!-- /results -->\n", tmp_path)
-    assert "| trl | trl GRPOTrainer | 300 | 1.000 | 256.0 | 0.250 -> 0.600 |" in text
-    assert "| ours | 2 FSDP2 ranks | 300 | 2.000 | 128.0 | 0.250 -> 0.550 |" in text
-    assert "Ours / TRL: 0.50x the completions per second, final accuracy -0.050." in text
-    assert "Measured on 2 CPUs, x86_64, 2026-11-23" in text
+    (tmp_path / "vs_trl_long.json").write_text(json.dumps(VS_TRL_SAMPLE))
+    text = renderer.rendered_page("<!-- results: vs_trl_long -->\n<!-- /results -->\n", tmp_path)
+    assert "| 0 | trl | 1.000 | 16.0 | 64 | 800 MB | 0.250 -> 0.500 |" in text
+    assert "| 1 | ours | 0.500 | 32.0 | 128 | 1200 MB | 0.250 -> 0.600 |" in text
+    assert (
+        "Ours / TRL over 2 seed(s) (mean ± standard error): 2.00 ± 0.00x the completions per second (goal 1.5x: met)"
+        in text
+    )
+    assert "ours - TRL: +0.050 ± 0.050 (equal or better within one standard error" in text
+    assert "peak memory, all processes: 1.5x TRL's." in text
+    assert "Peak RSS per process, MB (seed 0): trl: trainer 800; ours: driver 500, policy_0 700." in text
+    assert "totals trl 400 MB; ours 600 MB." in text
+    assert "Our side's `auto` settings: `trainer.policy.fsdp.shard_layers=False`." in text
+    assert "300 steps per seed and side, 128 held-out problems (binary difficulty 6, model size 7)" in text
+    assert "1-minute load average 0.5-2.5 around the runs" in text
+    assert "(`benchmarks/results/vs_trl_long.json`, `benchmarks/vs_trl.py`)" in text
     assert renderer.rendered_page(text, tmp_path) == text
+
+
+def test_the_vs_trl_summary_says_when_a_goal_is_missed(tmp_path):
+    data = json.loads(json.dumps(VS_TRL_SAMPLE))
+    data["summary"].update(ratio_goal_met=False, accuracy_goal_met=False)
+    (tmp_path / "vs_trl_long.json").write_text(json.dumps(data))
+    text = renderer.rendered_page("<!-- results: vs_trl_long -->\n<!-- /results -->\n", tmp_path)
+    assert "(goal 1.5x: not met)" in text
+    assert "+0.050 ± 0.050 (worse;" in text
+
+
+STEP_BREAKDOWN = {
+    "benchmark": "step_breakdown",
+    "rows": [
+        {"part": "generate", "seconds": 1.0, "share": 0.25},
+        {"part": "step", "seconds": 4.0, "share": 1.0},
+        {"part": "outside model compute", "seconds": 0.2, "share": 0.05},
+    ],
+    "steps": 20,
+    "warmup_steps": 3,
+    "overrides": [],
+    "load_average_1min": {"before": 0.5, "after": 1.5},
+    "date": "2026-11-23",
+    "machine": "2 CPUs, x86_64",
+}
+
+
+def test_renders_the_step_breakdown_of_either_configuration(tmp_path):
+    (tmp_path / "step_breakdown.json").write_text(json.dumps(STEP_BREAKDOWN))
+    (tmp_path / "step_breakdown_long.json").write_text(json.dumps({**STEP_BREAKDOWN, "configuration": "long"}))
+    page = "<!-- results: step_breakdown -->\n<!-- /results -->\n<!-- results: step_breakdown_long -->\n<!-- /results -->\n"
+    text = renderer.rendered_page(page, tmp_path)
+    assert "| **outside model compute** | 0.200 | 5.0% |" in text
+    assert "steps 4-20 of the quickstart configuration. Load average 0.5 before, 1.5 after." in text
+    assert "(`benchmarks/results/step_breakdown.json`, `benchmarks/step_breakdown.py`)" in text
+    assert "steps 4-20 of the long-response shape (default keys)." in text
+    assert "(`benchmarks/results/step_breakdown_long.json`, `benchmarks/step_breakdown.py`)" in text
 
 
 QUICKSTART = {

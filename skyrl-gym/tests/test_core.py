@@ -57,5 +57,5 @@ def test_envs_do_not_claim_to_be_nonblocking_unless_they_say_so():
     from skyrl_gym.envs.base_text_env import BaseTextEnv
 
     assert Env.nonblocking is False and CountingEnv.nonblocking is False and BaseTextEnv.nonblocking is False
-    for env_id in ("addition", "arithmetic", "countdown", "reverse"):
+    for env_id in ("addition", "arithmetic", "binary", "countdown", "reverse"):
         assert skyrl_gym.spec(env_id).load().nonblocking is True, env_id

@@ -51,10 +51,12 @@ from skyrl_train.trainer_checkpoints import TrainerCheckpoints
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.batch_dump import BatchDump
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
+from skyrl_train.utils.memory import MemoryMonitor
 from skyrl_train.utils.timer import PhaseTimer
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_publisher import WeightPublisher
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy
+from skyrl_train.workers.distributed import node_ip
 from skyrl_train.workers.group import WorkerGroup
 from skyrl_train.workers.roles import CriticClient, PolicyClient, PolicyUpdate, ReferenceClient
 
@@ -130,6 +132,8 @@ class RayPPOTrainer:
         self.global_step = 0
         self.initial_eval: dict[str, float] = {}
         self.sampled_groups_total = 0
+        self.memory: Optional[MemoryMonitor] = None
+        """The run's processes' resident memory, read after each step (`memory/*`); built by `start`."""
 
     def make_rollout_source(self) -> RolloutSource:
         """The rollout source of `trainer.mode` over this trainer's prompts, generator and reward scorer."""
@@ -181,6 +185,11 @@ class RayPPOTrainer:
         self.restore_state(self.checkpoints.resumed_extra)
         self.weights.version = self.global_step  # the publish below serves version step + 1, as in an unbroken run
         await self.weights.publish()  # engines serve exactly the policy's (possibly resumed) weights
+        groups = {"policy": self.policy.group, "ref": getattr(self.ref, "group", None)}
+        groups["critic"] = getattr(self.critic, "group", None)
+        groups["reward"] = getattr(self.reward_scorer, "reward_group", None)
+        engines = list(getattr(self.client, "engines", []))
+        self.memory = await MemoryMonitor.for_run(groups, engines, here=node_ip())
         if self.cfg.trainer.eval_before_train and self.global_step == 0:
             self.initial_eval = await self.evaluate()
             self.tracker.log(self.initial_eval, step=0)
@@ -252,6 +261,8 @@ class RayPPOTrainer:
         interval = self.cfg.trainer.eval_interval
         if interval > 0 and self.global_step % interval == 0 and self.global_step < max_steps:
             metrics.update(await self.evaluate())
+        if self.memory is not None:
+            metrics.update(await self.memory.sample())
         self.tracker.log(metrics, step=self.global_step)
         self.health.raise_if_stopping()  # after logging, so the alerting step reaches the tracker
         self.checkpoints.after_step(self.global_step, self.state(), last=self.global_step >= max_steps)

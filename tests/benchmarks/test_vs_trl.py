@@ -1,4 +1,4 @@
-"""The shared pieces of benchmarks/vs_trl.py (reward rule, timing, ratios, our config), without TRL installed."""
+"""The shared pieces of benchmarks/vs_trl.py (reward rule, timing, ratios, seeds, our config), without TRL installed."""
 
 import importlib.util
 import subprocess
@@ -8,23 +8,29 @@ from pathlib import Path
 import pytest
 
 from skyrl_train.config import SkyRLConfig
+from skyrl_train.config.auto_settings import auto_keys
+from skyrl_train.models.tiny import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("vs_trl", REPO / "benchmarks" / "vs_trl.py")
 vs_trl = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(vs_trl)
+shapes = sys.modules["shapes"]  # imported by vs_trl from the benchmarks folder
+report = sys.modules["vs_trl_report"]
 
 
-def test_rewards_follow_the_addition_env_rule_for_text_and_chat_completions():
+def test_rewards_follow_the_env_rule_for_text_and_chat_completions():
     completions = ["42", " 42<|im_end|>", "<answer>42</answer>", "41", "forty-two", ""]
-    assert vs_trl.addition_rewards(completions, ["42"] * 6) == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    assert vs_trl.env_rewards(completions, ["42"] * 6, "addition") == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
     chat = [[{"role": "assistant", "content": "107"}], [{"role": "assistant", "content": "170"}]]
-    assert vs_trl.addition_rewards(chat, ["107", "107"]) == [1.0, 0.0]
+    assert vs_trl.env_rewards(chat, ["107", "107"], "addition") == [1.0, 0.0]
+    worked = "5/2=2 r1\n2/2=1 r0\n1/2=0 r1\n<answer>101</answer>"
+    assert vs_trl.env_rewards([worked, worked.replace("101<", "111<")], ["101", "101"], "binary") == [1.0, 0.0]
 
 
 def test_rewards_refuse_mismatched_lengths_and_unknown_completion_types():
     with pytest.raises(ValueError, match="2 completions but 1 ground truths"):
-        vs_trl.addition_rewards(["1", "2"], ["1"])
+        vs_trl.env_rewards(["1", "2"], ["1"], "addition")
     with pytest.raises(TypeError, match="completion must be a string or a list of chat messages"):
         vs_trl.completion_text(42)
 
@@ -32,48 +38,88 @@ def test_rewards_refuse_mismatched_lengths_and_unknown_completion_types():
 def test_step_intervals_count_the_time_between_steps():
     starts, ends = [10.0, 11.5, 13.0], [11.0, 12.5, 14.5]
     # the first step from its start; later ones from the previous end (the gaps between steps count)
-    assert vs_trl.step_intervals(starts, ends) == [1.0, 1.5, 2.0]
-    assert vs_trl.step_intervals([], []) == []
+    assert report.step_intervals(starts, ends) == [1.0, 1.5, 2.0]
+    assert report.step_intervals([], []) == []
 
 
 def test_steady_seconds_leave_out_the_warmup_steps():
-    assert vs_trl.steady_seconds_per_step([5.0, 1.0, 2.0, 3.0], warmup_steps=1) == 2.0
-    assert vs_trl.steady_seconds_per_step([5.0, 1.0], warmup_steps=3) == 3.0  # too few steps: all of them
+    assert report.steady_seconds_per_step([5.0, 1.0, 2.0, 3.0], warmup_steps=1) == 2.0
+    assert report.steady_seconds_per_step([5.0, 1.0], warmup_steps=3) == 3.0  # too few steps: all of them
     with pytest.raises(ValueError, match="no step was timed"):
-        vs_trl.steady_seconds_per_step([], warmup_steps=0)
+        report.steady_seconds_per_step([], warmup_steps=0)
 
 
 def test_moving_average_is_a_trailing_mean():
-    assert vs_trl.moving_average([1.0, 3.0, 5.0, 7.0], window=2) == [1.0, 2.0, 4.0, 6.0]
+    assert report.moving_average([1.0, 3.0, 5.0, 7.0], window=2) == [1.0, 2.0, 4.0, 6.0]
+
+
+def _run(step_seconds, tokens, accuracy, peak):
+    return {
+        "step_seconds": step_seconds,
+        "generated_tokens": tokens,
+        "phase_seconds": {"generate": [5.0, 1.0, 1.0]},
+        "accuracy_after": accuracy,
+        "peak_rss_mb": {"total": peak},
+    }
 
 
 def test_summary_and_ratios():
-    per_step = vs_trl.PROMPTS_PER_STEP * vs_trl.SAMPLES_PER_PROMPT
-    trl = vs_trl.summarize(
-        {"step_seconds": [9.0, 2.0, 2.0], "phase_seconds": {"generate": [5.0, 1.0, 1.0]}, "accuracy_after": 0.5}, 1
-    )
-    ours = vs_trl.summarize({"step_seconds": [9.0, 1.0, 1.0], "phase_seconds": {}, "accuracy_after": 0.6}, 1)
+    trl = report.summarize(_run([9.0, 2.0, 2.0], [100.0, 300.0, 500.0], 0.5, 1000.0), 1, completions_per_step=16)
+    ours = report.summarize(_run([9.0, 1.0, 1.0], [100.0, 300.0, 500.0], 0.6, 3000.0), 1, completions_per_step=16)
     assert trl["steps"] == 3 and trl["seconds_per_step"] == 2.0 and trl["phase_seconds"] == {"generate": 1.0}
     assert trl["phase_seconds_per_step"] == {"generate": [5.0, 1.0, 1.0]}  # kept for finding drift later
-    assert trl["completions_per_second"] == per_step / 2.0
-    ratio = vs_trl.ratios(ours, trl)
+    assert trl["completions_per_second"] == 8.0
+    assert trl["generated_tokens_per_second"] == 800.0 / 4.0  # kept steps' tokens over their seconds
+    ratio = report.ratios(ours, trl)
     assert ratio["completions_per_second"] == 2.0 and ratio["seconds_per_step"] == 0.5
+    assert ratio["generated_tokens_per_second"] == 2.0 and ratio["peak_rss_total"] == 3.0
     assert ratio["accuracy_after_difference"] == pytest.approx(0.1)
 
 
-def test_our_side_is_the_quickstart_with_one_optimizer_step_per_batch(tmp_path):
-    quickstart = vs_trl.load_quickstart()
-    overrides = vs_trl.ours_overrides(quickstart, tmp_path / "model", tmp_path / "data", tmp_path, steps=7)
-    cfg = SkyRLConfig.from_cli_overrides(overrides)
-    trainer = cfg.trainer
-    assert trainer.policy_mini_batch_size == trainer.train_batch_size == vs_trl.PROMPTS_PER_STEP
-    assert trainer.policy.optimizer.scheduler == "constant" and trainer.policy.optimizer.num_warmup_steps == 0
-    assert trainer.policy.optimizer.lr == vs_trl.LEARNING_RATE and trainer.max_training_steps == 7
-    assert not trainer.algorithm.use_kl_loss
-    assert cfg.generator.n_samples_per_prompt == vs_trl.SAMPLES_PER_PROMPT
-    assert cfg.generator.sampling_params.max_generate_length == vs_trl.MAX_NEW_TOKENS
-    assert cfg.generator.sampling_params.temperature == 1.0
-    assert trainer.export_path == str(tmp_path / "ours" / "exports")
+def test_seed_summary_takes_mean_and_standard_error_and_checks_the_goals():
+    def seed(ratio, trl_after, ours_after):
+        runs = {"trl": {"accuracy_after": trl_after}, "ours": {"accuracy_after": ours_after}}
+        ratios = {"completions_per_second": ratio, "accuracy_after_difference": ours_after - trl_after}
+        return {"accuracy_before": 0.2, "runs": runs, "ratios": ratios}
+
+    summary = report.seed_summary([seed(1.7, 0.5, 0.45), seed(1.9, 0.4, 0.42), seed(2.1, 0.6, 0.6)], "short")
+    assert summary["completions_per_second_ratio"]["mean"] == pytest.approx(1.9)
+    assert summary["completions_per_second_ratio"]["standard_error"] == pytest.approx(0.2 / 3**0.5)
+    assert summary["ratio_goal_met"]  # 1.9 >= 1.8
+    diff = summary["accuracy_after_difference"]
+    assert diff["mean"] == pytest.approx(-0.01) and summary["accuracy_goal_met"] == (
+        diff["mean"] >= -diff["standard_error"]
+    )
+    assert summary["accuracy_gain"]["ours"]["mean"] == pytest.approx(0.29)
+    worse = report.seed_summary([seed(1.6, 0.5, 0.3), seed(1.6, 0.5, 0.31)], "long")
+    assert worse["ratio_goal_met"] and not worse["accuracy_goal_met"]  # 1.6 >= 1.5; 0.195 worse, SE 0.005
+
+
+def test_our_side_sets_only_the_comparison_keys_and_leaves_every_speed_setting_auto(tmp_path):
+    for shape in vs_trl.SHAPES.values():
+        overrides = shapes.ours_overrides(shape, tmp_path / "model", tmp_path / "data", tmp_path, steps=7, seed=3)
+        cfg = SkyRLConfig.from_cli_overrides(overrides)
+        trainer = cfg.trainer
+        assert trainer.policy_mini_batch_size == trainer.train_batch_size == shape.prompts_per_step
+        assert trainer.policy.optimizer.scheduler == "constant" and trainer.policy.optimizer.num_warmup_steps == 0
+        assert trainer.policy.optimizer.lr == shape.learning_rate and trainer.max_training_steps == 7
+        assert not trainer.algorithm.use_kl_loss and trainer.seed == 3 and cfg.data.seed == 3
+        assert cfg.generator.n_samples_per_prompt == shape.samples_per_prompt
+        assert cfg.generator.sampling_params.max_generate_length == shape.max_new_tokens
+        assert cfg.generator.sampling_params.temperature == 1.0
+        # no speed key is given: each one is chosen by `auto`
+        assert len(auto_keys(cfg)) == len(auto_keys(SkyRLConfig())) and "generator.batched" in auto_keys(cfg)
+        assert not any(key.split("=")[0] in auto_keys(SkyRLConfig()) for key in overrides)
+
+
+def test_the_short_shape_is_the_quickstart_model_and_the_long_one_is_in_range():
+    quickstart = importlib.util.module_from_spec(
+        spec := importlib.util.spec_from_file_location("rq", REPO / "examples" / "quickstart" / "run_quickstart.py")
+    )
+    spec.loader.exec_module(quickstart)
+    assert shapes.SHORT.model == quickstart.MODEL
+    model = build_tiny_model(shapes.LONG.model.model_spec)
+    assert 20e6 <= sum(p.numel() for p in model.parameters()) <= 50e6
 
 
 def test_skip_install_refuses_a_venv_without_trl(tmp_path):

@@ -12,6 +12,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "addition": "skyrl_gym.envs.synthetic.addition:AdditionEnv",
     "countdown": "skyrl_gym.envs.synthetic.countdown:CountdownEnv",
     "reverse": "skyrl_gym.envs.synthetic.reverse:ReverseEnv",
+    "binary": "skyrl_gym.envs.synthetic.binary:BinaryEnv",
     "code": "skyrl_gym.envs.code.env:CodeEnv",
     "lcb": "skyrl_gym.envs.code.lcb:LCBEnv",
     "text2sql": "skyrl_gym.envs.text2sql.env:Text2SQLEnv",

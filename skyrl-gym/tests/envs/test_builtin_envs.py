@@ -27,6 +27,11 @@ SINGLE_TURN = {
     "addition": ({}, rule("5"), [("5", 1.0), ("6", 0.0)]),
     "countdown": ({}, rule({"numbers": [2, 3, 7], "target": 13}), [("2*3+7", 1.0), ("2+3+7", 0.0)]),
     "reverse": ({}, rule("cba"), [("cba", 1.0), ("abc", 0.0)]),
+    "binary": (
+        {},
+        rule("110"),
+        [("6/2=3 r0\n3/2=1 r1\n1/2=0 r1\n<answer>110</answer>", 1.0), ("<answer>11</answer>", 0.0)],
+    ),
     "code": (
         {"timeout_s": 5.0},
         rule(ADD_TESTS),

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from skyrl_train.config.auto_settings import describe_choices, resolve_auto_settings
 from skyrl_train.config.errors import ConfigError, ConfigValidationError, ConfigWarning
 from skyrl_train.config.overrides import parse_override, to_hydra_override
 from skyrl_train.config.root import SkyRLConfig
@@ -134,12 +135,15 @@ def translate_hydra_args(args: Sequence[str], upstream_module: bool = False) -> 
 
 
 def render_resolved_config(cfg: SkyRLConfig) -> str:
-    """The validated config as YAML, followed by the derived facts (which optional models are built) and the run
-    plan (which calls of a step fuse, `RunPlan`)."""
+    """The validated config as YAML with every `auto` speed setting resolved, followed by the derived facts (which
+    optional models are built), what each `auto` chose and why (`auto_settings`), and the run plan (which calls of a
+    step fuse, `RunPlan`)."""
+    cfg, choices = resolve_auto_settings(cfg)
     flags = f"needs_ref_model={cfg.needs_ref_model} needs_critic={cfg.needs_critic}"
     flags += f" needs_reward_model={cfg.needs_reward_model}"
-    plan = "".join(f"# {line}\n" for line in RunPlan.from_config(cfg).describe().splitlines())
-    return f"# resolved SkyRL config\n{cfg.to_yaml()}# derived: {flags}\n{plan}"
+    text = describe_choices(choices) + RunPlan.from_config(cfg).describe()
+    comments = "".join(f"# {line}\n" for line in text.splitlines())
+    return f"# resolved SkyRL config\n{cfg.to_yaml()}# derived: {flags}\n{comments}"
 
 
 def run_cli(

@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from skyrl_train.config.roles import Dtype
+from skyrl_train.config.roles import AutoDtype
 
 PLANNED_ENGINE_BACKENDS: tuple[str, ...] = ()
 """Engine backends the product names that have no builder in this version (refused at start-up; the doctor lists them
@@ -62,8 +62,9 @@ class InferenceEngineConfig:
     tensor_parallel_size: int = 1
     """GPUs each engine shards its model over (vLLM's `tensor_parallel_size`, SGLang's `tp_size`)."""
 
-    model_dtype: Dtype = "bfloat16"
-    """Dtype the engines hold weights in (synced weights are cast to it)."""
+    model_dtype: AutoDtype = "auto"
+    """Dtype the engines hold weights in (synced weights are cast to it). `auto`: the policy's compute dtype
+    (`trainer.policy.fsdp.mixed_precision.param_dtype`, itself `bfloat16` on CUDA and `float32` on CPU by default)."""
 
     gpu_memory_utilization: float = 0.8
     """Fraction of GPU memory an engine may use for weights and KV cache (vLLM's `gpu_memory_utilization`, SGLang's
@@ -236,9 +237,10 @@ class GeneratorConfig:
     max_turns: int = 1
     """Maximum agent/environment turns per trajectory; 1 is single-turn."""
 
-    batched: bool = False
+    batched: bool | Literal["auto"] = "auto"
     """Generate all single-turn prompts in one engine call instead of one agent loop per trajectory (faster, needs
-    `max_turns: 1`)."""
+    `max_turns: 1`). `auto`: `true` when `max_turns` is 1, no `workflow` (or `env`) is set and
+    `step_wise_trajectories` is off."""
 
     workflow: Optional[str] = None
     """A registered rollout workflow (`@register_workflow("name")`, `skyrl_train.generators.workflow`) that runs each

@@ -6,6 +6,9 @@ from typing import Literal
 Dtype = Literal["float32", "bfloat16", "float16"]
 """Floating-point dtypes a model can be loaded, computed or reduced in."""
 
+AutoDtype = Literal["auto", "float32", "bfloat16", "float16"]
+"""A dtype, or `auto`: chosen for the device (`skyrl_train.config.auto_settings`)."""
+
 
 @dataclass
 class LoraConfig:
@@ -76,8 +79,9 @@ class OptimizerConfig:
 class MixedPrecisionConfig:
     """Dtypes FSDP computes and reduces gradients in."""
 
-    param_dtype: Dtype = "bfloat16"
-    """Dtype of parameters during forward and backward (`float32` disables mixed precision)."""
+    param_dtype: AutoDtype = "auto"
+    """Dtype of parameters during forward and backward (`float32` disables mixed precision). `auto`: `bfloat16` on
+    CUDA, `float32` on CPU (where bfloat16 matmuls are slower than float32 ones)."""
 
     reduce_dtype: Dtype = "float32"
     """Dtype gradients are reduced (averaged across ranks) in."""
@@ -90,13 +94,18 @@ class FSDPConfig:
     cpu_offload: bool = False
     """Keep sharded parameters, gradients and optimizer state on CPU between uses (slower, frees GPU memory)."""
 
-    reshard_after_forward: bool = True
-    """Free gathered parameters after the forward pass and gather them again for backward (saves memory)."""
+    reshard_after_forward: bool | Literal["auto"] = "auto"
+    """Free gathered parameters after the forward pass and gather them again for backward (saves memory). `auto`:
+    `false` with one rank, or when a full copy of the model in its compute dtype takes at most 10 % of a rank's
+    memory (GPU memory, or the host's divided among a node's model processes); `true` otherwise or when the model's
+    size cannot be read locally. `--dry-run` prints the choice and its reason."""
 
-    shard_layers: bool = True
+    shard_layers: bool | Literal["auto"] = "auto"
     """Shard each decoder layer (the model's `_no_split_modules`) as its own unit, gathered one at a time; `false`
     shards the whole model as one unit: one gather and one gradient reduction per pass instead of one per layer
-    (fewer collectives and hooks for a small model, the whole model gathered at once)."""
+    (fewer collectives and hooks for a small model, the whole model gathered at once). `auto`: `false` with one
+    rank, or on CPU when a full copy of the model takes at most 10 % of a rank's memory (gloo collectives do not
+    overlap compute there); `true` on CUDA (each layer's all-gather overlaps the previous layer's compute)."""
 
     fsdp_size: int = -1
     """Ranks per shard group; -1 shards over all ranks, a smaller divisor gives hybrid sharding (HSDP)."""
@@ -166,8 +175,10 @@ class PolicyConfig:
     sequence_parallel_size: int = 1
     """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""
 
-    gradient_checkpointing: bool = True
-    """Recompute activations in backward instead of storing them (less memory, about 30% more compute)."""
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    """Recompute activations in backward instead of storing them (less memory, about 30% more compute). `auto`:
+    `false` on CPU; on CUDA `false` only when the activations of a whole mini-batch shard (longest sequences) fit
+    in 25 % of the GPU's memory without it, else `true`."""
 
 
 @dataclass
@@ -186,5 +197,5 @@ class CriticConfig:
     sequence_parallel_size: int = 1
     """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""
 
-    gradient_checkpointing: bool = True
-    """Recompute activations in backward instead of storing them."""
+    gradient_checkpointing: bool | Literal["auto"] = "auto"
+    """Recompute activations in backward instead of storing them; `auto` as for the policy."""

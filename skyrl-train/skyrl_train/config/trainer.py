@@ -143,11 +143,15 @@ class TrainerConfig:
     critic_mini_batch_size: int = 256
     """Prompts per critic optimizer step; must divide `train_batch_size`."""
 
-    micro_train_batch_size_per_gpu: int = 1
-    """Sequences per forward/backward pass on each GPU; gradients accumulate over micro-batches."""
+    micro_train_batch_size_per_gpu: int | Literal["auto"] = "auto"
+    """Sequences per forward/backward pass on each GPU; gradients accumulate over micro-batches. `auto`: the most
+    rows, dividing a rank's mini-batch shard, whose longest possible sequences (`data.max_prompt_length` +
+    `max_generate_length`) fit a token budget: 25 % of a rank's memory over one token's activation bytes (from the
+    model's size), at most 16384 tokens; 4096 tokens when the model's size cannot be read locally."""
 
-    micro_forward_batch_size_per_gpu: int = 1
-    """Sequences per forward-only pass on each GPU (old, ref logprobs and values)."""
+    micro_forward_batch_size_per_gpu: int | Literal["auto"] = "auto"
+    """Sequences per forward-only pass on each GPU (old, ref logprobs and values). `auto`: the training micro-batch's
+    rows (see `micro_train_batch_size_per_gpu`)."""
 
     max_tokens_per_microbatch: int = -1
     """When > 0, micro-batches are filled by token count up to this many tokens instead of by sequence count,

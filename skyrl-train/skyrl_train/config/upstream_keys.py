@@ -277,8 +277,8 @@ def _megatron_rules(role: str) -> dict[str, Rule]:
             f"{transformer_kwargs}.{name}": Fixed(
                 accepted,
                 "other activation recompute settings",
-                "with gradient checkpointing (the default) the workers recompute every layer in full, uniformly, one"
-                " layer at a time",
+                "with gradient checkpointing on (`auto` by default: on CUDA when a shard's activations need it) the"
+                " workers recompute every layer in full, uniformly, one layer at a time",
                 "trainer.policy.gradient_checkpointing=false turns recompute off",
             )
             for name, accepted in (

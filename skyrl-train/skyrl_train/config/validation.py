@@ -119,7 +119,7 @@ def _used_roles(cfg: "SkyRLConfig") -> list[str]:
 def check_ranges(cfg: "SkyRLConfig") -> Iterator[str]:
     """Counts are at least 1 and clip ranges, coefficients and temperatures are not negative."""
     for path in _POSITIVE_INTS:
-        if get_path(cfg, path) < 1:
+        if get_path(cfg, path) != "auto" and get_path(cfg, path) < 1:
             yield f"{path} must be at least 1, got {get_path(cfg, path)}"
     for path in ("trainer.placement.num_threads_per_worker", "generator.inference_engine.num_threads"):
         if get_path(cfg, path) is not None and get_path(cfg, path) < 1:
@@ -298,12 +298,12 @@ def check_models(cfg: "SkyRLConfig") -> Iterator[str]:
 def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
     """Batched generation is single-turn and not step-wise; remote engines have URLs; lengths are consistent."""
     generator = cfg.generator
-    if generator.batched and generator.max_turns != 1:
+    if generator.batched is True and generator.max_turns != 1:
         yield (
             f"generator.batched=true needs generator.max_turns=1 (got {generator.max_turns}): batched generation is"
             " single-turn, set batched=false for multi-turn rollouts"
         )
-    if generator.batched and generator.workflow not in (None, "env"):
+    if generator.batched is True and generator.workflow not in (None, "env"):
         yield (
             f"generator.batched=true has no effect with generator.workflow={generator.workflow}: the workflow runs each"
             " episode itself; set batched=false"
@@ -313,7 +313,7 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
             f"generator.workflow_args={dict(generator.workflow_args)} needs generator.workflow: they are the "
             "arguments of that workflow's constructor"
         )
-    if generator.batched and generator.step_wise_trajectories:
+    if generator.batched is True and generator.step_wise_trajectories:
         yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
     if not generator.use_conversation_multi_turn and generator.step_wise_trajectories:
         yield (

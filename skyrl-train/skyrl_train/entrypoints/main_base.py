@@ -18,6 +18,7 @@ from typing import Any, Optional
 import ray
 
 from skyrl_train.algorithms.registry import export_user_registrations
+from skyrl_train.config.auto_settings import resolve_auto_settings
 from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.dataset import PromptDataset, StatefulDataLoader
@@ -47,7 +48,11 @@ class BasePPOExp:
     """One experiment. Override a `get_*` hook to swap a part (dataset, generator, trainer, tracker, ...)."""
 
     def __init__(self, cfg: SkyRLConfig, verify_weight_sync: bool = False) -> None:
-        self.cfg = cfg
+        # every `auto` speed setting is chosen once, here, from the model size, world size and device; the workers,
+        # engines and generator get the chosen values
+        self.cfg, self.auto_choices = resolve_auto_settings(cfg)
+        for choice in self.auto_choices:
+            logger.info("auto: %s=%s (%s)", choice.key, choice.value, choice.reason)
         self.verify_weight_sync = verify_weight_sync
         self.placement: Optional[Placement] = None
         self.groups: list[WorkerGroup] = []

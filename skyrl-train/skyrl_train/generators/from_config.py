@@ -38,7 +38,10 @@ def sampling_params_from_config(section: SamplingConfig) -> SamplingParams:
 
 
 def generator_settings_from_config(cfg: Any) -> GeneratorSettings:
-    """The `SkyRLGymGenerator` settings of a `SkyRLConfig`."""
+    """The `SkyRLGymGenerator` settings of a `SkyRLConfig` (`generator.batched: auto` resolved)."""
+    from skyrl_train.config.auto_settings import resolved
+
+    cfg = resolved(cfg)
     generator, environment = cfg.generator, cfg.environment
     return GeneratorSettings(
         sampling_params=sampling_params_from_config(generator.sampling_params),

@@ -35,6 +35,7 @@ from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput
 from skyrl_train.models.loading import resolve_dtype
 from skyrl_train.utils.local_channel import ChannelClient, ChannelClients, ChannelError, ChannelServer
+from skyrl_train.utils.memory import read_rss
 from skyrl_train.utils.registry import Registry
 from skyrl_train.utils.threads import actor_threads
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSyncError
@@ -80,6 +81,9 @@ class EngineSettings:
             from skyrl_train.config.root import SkyRLConfig
 
             cfg = SkyRLConfig.from_dict(cfg, validate=False)
+        from skyrl_train.config.auto_settings import resolved
+
+        cfg = resolved(cfg)  # `model_dtype: auto` follows the policy's compute dtype
         engine = cfg.generator.inference_engine
         values = dict(
             model_path=model_path,
@@ -248,8 +252,8 @@ class EngineActor:
         self._channel: Optional[ChannelServer] = None
 
     async def engine_info(self) -> dict[str, Any]:
-        """Node, visible GPUs, process, dtype, device and served version (what weight-sync coordinators need to
-        know: `locations.plan_weight_sync` picks each engine's transport from its node and GPUs)."""
+        """Node, visible GPUs, process, dtype, device, served version (what weight-sync coordinators need to know:
+        `locations.plan_weight_sync` picks each engine's transport from its node and GPUs) and resident memory."""
         model = getattr(self.engine, "model", None)
         parameter = next(model.parameters(), None) if model is not None else None
         dtype = parameter.dtype if parameter is not None else resolve_dtype(self.settings.dtype)
@@ -262,6 +266,7 @@ class EngineActor:
             "weight_version": self.engine.weight_version,
             "torch_threads": torch.get_num_threads(),
             "sync_ranks": int(getattr(self.engine, "weight_sync_ranks", 1)),
+            **(read_rss() or {}),  # resident memory now and at its peak (`rss`, `peak_rss`, bytes)
         }
 
     async def generate_pickled(self, request: bytes, weights: Optional[WeightChunk] = None) -> bytes:

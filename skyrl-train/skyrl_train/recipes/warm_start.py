@@ -52,6 +52,9 @@ class WarmStartSettings:
     """The tiny model's dial: layers = size, width = 64 * size (size 2 is 0.41 M parameters, size 3 1.35 M)."""
     architecture: Literal["qwen2", "qwen3"] = "qwen2"
     """Model architecture of the tiny model."""
+    mlp_ratio: int = 3
+    """MLP width over model width of the tiny model (`TinyModelSpec.mlp_ratio`): 4 with size 7 gives 21 M
+    parameters, the model of the long-response benchmark."""
     seed: int = 0
     """Seeds the initial weights, the data splits and the data order."""
     train_examples: int = 16384
@@ -101,6 +104,7 @@ class WarmStartSettings:
             "max_new_tokens",
             "sample_n",
             "turns",
+            "mlp_ratio",
         )
         for name in positive:
             value = getattr(self, name)
@@ -125,7 +129,7 @@ class WarmStartSettings:
             ) from None
         if "\x00Q\x00" not in filled:
             raise ValueError(f"WarmStartSettings.follow_up must contain {{question}}; got {self.follow_up!r}")
-        TinyModelSpec(size=self.size, architecture=self.architecture)  # validates the model fields
+        TinyModelSpec(size=self.size, architecture=self.architecture, mlp_ratio=self.mlp_ratio)  # validates them
         available = get_task(self.task).count_problems(check_difficulty(self.difficulty))
         if available is not None and self.train_examples + self.eval_examples > available:
             raise ValueError(
@@ -136,14 +140,16 @@ class WarmStartSettings:
     @property
     def model_spec(self) -> TinyModelSpec:
         """The tiny model these settings build."""
-        return TinyModelSpec(size=self.size, architecture=self.architecture)
+        return TinyModelSpec(size=self.size, architecture=self.architecture, mlp_ratio=self.mlp_ratio)
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as a plain dict (cache keys, the model's description file). The multi-turn fields are left
-        out at their single-turn defaults, so single-turn models keep the cache keys they had before those fields."""
+        """The settings as a plain dict (cache keys, the model's description file). The multi-turn fields and the
+        MLP ratio are left out at their defaults, so models built before those fields keep their cache keys."""
         settings = asdict(self)
         if self.turns == 1 and self.follow_up == _DEFAULT_FOLLOW_UP:
             del settings["turns"], settings["follow_up"]
+        if self.mlp_ratio == 3:
+            del settings["mlp_ratio"]
         return settings
 
 

@@ -16,12 +16,14 @@ import torch
 import torch.distributed as dist
 
 from skyrl_train.algorithms.registry import import_user_registrations
+from skyrl_train.config.auto_settings import resolved
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 from skyrl_train.models.lora import LoRASettings, apply_lora
 from skyrl_train.models.packing import describe_kernel, enable_packed_attention, packing_support
 from skyrl_train.training_batch import TrainingBatch, on_wire
 from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
+from skyrl_train.utils.memory import read_rss
 from skyrl_train.workers.accounting import reduction_denominator
 from skyrl_train.workers.channel import ChannelHost
 from skyrl_train.workers.distributed import init_process_group, node_ip, rendezvous_store, resolve_device
@@ -113,6 +115,7 @@ class BaseWorker(ChannelHost):
         torch.set_num_threads(max(1, int(num_threads)))
         # The driver already validated this config; rebuilding without validation avoids repeating its warnings.
         self.cfg = cfg if isinstance(cfg, SkyRLConfig) else SkyRLConfig.from_dict(cfg, validate=False)
+        self.cfg = resolved(self.cfg)  # a run's driver resolved every `auto` already; a worker built alone does here
         self.role, self.rank, self.world_size = role, rank, world_size
         if master_addr is None or master_port is None:
             if rank != 0:
@@ -311,11 +314,14 @@ class BaseWorker(ChannelHost):
     # ----- optimizer, weights, checkpoints ------------------------------------------------------------------------
 
     def runtime_info(self) -> dict[str, Any]:
-        """This worker process: pid, torch intra-op threads and the OpenMP wait policy it runs with."""
+        """This worker process: pid, node, torch intra-op threads, the OpenMP wait policy it runs with, and its
+        resident memory now and at its peak (`rss`, `peak_rss`, bytes)."""
         return {
             "pid": os.getpid(),
+            "node_ip": node_ip(),
             "torch_threads": torch.get_num_threads(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            **(read_rss() or {}),
         }
 
     def take_compute_seconds(self) -> dict[str, float]:

@@ -4,6 +4,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from skyrl_train.config import ConfigTypeError, ConfigValidationError, SkyRLConfig, UnknownConfigKeyError
+from skyrl_train.config.auto_settings import resolve_auto_settings
 from skyrl_train.config.cli import (
     CONFIG_DIR,
     CONFIG_NAME,
@@ -99,7 +100,10 @@ def test_rendered_config_reads_back_to_the_same_config(tmp_path):
     cfg = SkyRLConfig.from_cli_overrides(OVERRIDES)
     path = tmp_path / "printed.yaml"
     path.write_text(render_resolved_config(cfg))
-    assert SkyRLConfig.from_yaml_file(path) == cfg
+    # the printed config has every `auto` speed setting resolved, as the run uses it
+    resolved_cfg = resolve_auto_settings(cfg)[0]
+    assert SkyRLConfig.from_yaml_file(path) == resolved_cfg
+    assert resolve_auto_settings(resolved_cfg)[0] is resolved_cfg
 
 
 def test_hydra_flags_still_work_alongside_overrides(capsys):

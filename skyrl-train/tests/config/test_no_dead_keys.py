@@ -60,6 +60,8 @@ _SAMPLING = "inference/test_sampling.py"
 _LOSSES = "algorithms/test_policy_losses.py"
 _OFF_POLICY = "algorithms/test_off_policy.py"
 _COVARIANCE = "algorithms/test_covariance_losses.py"
+_AUTO_CPU = "config/test_auto_settings.py::test_a_small_model_on_cpu_gets_the_quickstart_speed_settings"
+_AUTO_GPU = "config/test_auto_settings.py::test_gpu_defaults_stay_gpu_defaults"
 
 EVIDENCE: dict[str, tuple[str, ...]] = {
     # data: what the datasets and the loader read (BasePPOExp.prepare, no Ray)
@@ -170,6 +172,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "reward.model.fsdp.*": (
         "workers/strategy/test_fsdp2.py::test_fsdp_section_sets_the_shard_options",
         "workers/test_reward_worker.py::test_bf16_compute_dtype_changes_scores_only_by_rounding",
+        "workers/strategy/test_fsdp2.py::test_a_strategy_given_auto_chooses_when_it_shards",
     ),
     "trainer.strategy": (
         "workers/strategy/test_megatron.py::test_on_a_machine_without_cuda_the_strategy_refuses_to_start",
@@ -194,11 +197,16 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "workers/test_policy_worker.py::test_bf16_mixed_precision_trains_with_float32_master_weights",
         _POLICY_SECTION,
         _CRITIC_SECTION,
+        _AUTO_CPU,
+        _AUTO_GPU,
+        "workers/strategy/test_fsdp2.py::test_a_strategy_given_auto_chooses_when_it_shards",
     ),
     "trainer.*.gradient_checkpointing": (
         _POLICY_SECTION,
         _CRITIC_SECTION,
         "workers/test_policy_worker.py::test_gradient_checkpointing_keeps_the_gradient",
+        _AUTO_CPU,
+        _AUTO_GPU,
     ),
     # algorithm
     "trainer.algorithm.advantage_estimator": (
@@ -274,9 +282,11 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     ),
     "trainer.micro_train_batch_size_per_gpu": (
         "workers/test_policy_worker.py::test_micro_batches_give_the_whole_batch_gradient",
+        "config/test_auto_settings.py::test_the_micro_batch_divides_the_shard_and_fits_the_budget",
     ),
     "trainer.micro_forward_batch_size_per_gpu": (
         "workers/test_policy_worker.py::test_forward_matches_a_plain_hf_forward",
+        _AUTO_CPU,
     ),
     "trainer.share_prompt_forward": (
         "workers/test_policy_worker.py::test_shared_prompt_forward_keeps_logprobs_and_gradient",
@@ -369,7 +379,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "weight_sync/test_delta.py::test_file_size_staging_and_a_new_layout",
         "weight_sync/test_strategies.py::test_the_run_config_builds_the_delta_strategy_with_its_folder",
     ),
-    "generator.inference_engine.model_dtype": (_ENGINE_KEYS, _HF_BUILDER),
+    "generator.inference_engine.model_dtype": (_ENGINE_KEYS, _HF_BUILDER, _AUTO_GPU),
     "generator.inference_engine.max_num_seqs": (_ENGINE_KEYS, _HF_BUILDER),
     "generator.inference_engine.engine_init_kwargs": (_ENGINE_KEYS, _HF_BUILDER),
     "generator.inference_engine.tensor_parallel_size": (
@@ -426,7 +436,11 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     ),
     "generator.eval_n_samples_per_prompt": (_RUN_KEYS,),
     "generator.max_turns": (_GENERATOR_KEYS, f"{_GENERATOR}::test_multi_turn_is_token_in_token_out_without_drift"),
-    "generator.batched": (_GENERATOR_KEYS, f"{_GENERATOR}::test_single_turn_real_env_metrics_and_batched_mode_agree"),
+    "generator.batched": (
+        _GENERATOR_KEYS,
+        f"{_GENERATOR}::test_single_turn_real_env_metrics_and_batched_mode_agree",
+        "config/test_auto_settings.py::test_batched_generation_only_for_single_turn_env_rollouts",
+    ),
     "generator.max_input_length": (
         _GENERATOR_KEYS,
         f"{_GENERATOR}::test_context_over_max_input_length_ends_a_multi_turn_trajectory",

@@ -122,7 +122,7 @@ ACCEPTED = [
             " recompute_modules: [core_attn], recompute_method: uniform, recompute_num_layers: 1}",
             "trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_cpu_offload=false",
         ],
-        {"trainer.policy.gradient_checkpointing": True},
+        {"trainer.policy.gradient_checkpointing": "auto"},  # recompute as upstream's whenever checkpointing is on
     ),
     (["trainer.flash_attn=false"], {}),
     (["trainer.policy.model.lora.init_method=kaiming"], {}),

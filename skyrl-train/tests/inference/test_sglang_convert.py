@@ -113,7 +113,9 @@ def test_every_engine_key_reaches_the_sglang_engine_arguments():
         "attention_backend": "triton",
         "context_length": 512,
     }
-    defaults = engine_kwargs_from_settings(EngineSettings.from_config(SkyRLConfig(), "/models/m"))
+    # SGLang runs on CUDA, where `model_dtype: auto` is the policy's bfloat16
+    cuda_defaults = SkyRLConfig.from_cli_overrides(["trainer.device=cuda"], validate=False)
+    defaults = engine_kwargs_from_settings(EngineSettings.from_config(cuda_defaults, "/models/m"))
     assert defaults["tokenizer_path"] == "/models/m"
     assert (defaults["disable_radix_cache"], defaults["disable_decode_cuda_graph"]) == (False, False)
     assert "disable_cuda_graph" not in defaults  # SGLang's legacy switch (no CLI flag in 0.5.23)

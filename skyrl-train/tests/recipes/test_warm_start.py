@@ -187,11 +187,15 @@ def test_single_turn_settings_keep_their_cache_key_and_multi_turn_settings_get_t
     from skyrl_train.recipes.embedded import cache_key
 
     single = WarmStartSettings(**TINY)
-    assert single.to_dict() == {k: v for k, v in asdict(single).items() if k not in ("turns", "follow_up")}
+    left_out = ("turns", "follow_up", "mlp_ratio")  # fields added later, left out at their defaults
+    assert single.to_dict() == {k: v for k, v in asdict(single).items() if k not in left_out}
     multi = WarmStartSettings(**{**TINY, "turns": 2})
     assert multi.to_dict()["turns"] == 2 and cache_key(multi) != cache_key(single)
     assert WarmStartSettings(**multi.to_dict()) == multi and WarmStartSettings(**single.to_dict()) == single
     assert cache_key(WarmStartSettings(**{**TINY, "follow_up": "Next: {question}"})) != cache_key(single)
+    wider = WarmStartSettings(**{**TINY, "mlp_ratio": 4})
+    assert wider.to_dict()["mlp_ratio"] == 4 and cache_key(wider) != cache_key(single)
+    assert wider.model_spec.mlp_ratio == 4 and WarmStartSettings(**wider.to_dict()) == wider
 
 
 def test_a_multi_turn_warm_start_runs_and_lowers_the_loss():

@@ -206,6 +206,7 @@ def test_each_role_builds_from_its_own_section(single_rank_group, worker_config)
         "trainer.policy.gradient_checkpointing=true",
         "trainer.policy.fsdp.reshard_after_forward=false",
         "trainer.ref.fsdp.mixed_precision.reduce_dtype=bfloat16",
+        "trainer.ref.fsdp.reshard_after_forward=true",
     )
     policy = _policy(config, single_rank_group)
     group = policy.strategy.optimizer.param_groups[0]

@@ -1,4 +1,4 @@
-"""Synthetic task families (arithmetic, addition, countdown, reverse): seeded problem generators, exact rule rewards, and envs.
+"""Synthetic task families (arithmetic, addition, countdown, reverse, binary): seeded problem generators, exact rule rewards, and envs.
 
 Each family module has `make_problem(rng, difficulty)`, `count_problems(difficulty)`, `solve(question)`,
 `parse_ground_truth(value)`, `score_response(response, truth, ...)` and its env class. `generate` writes datasets.
@@ -6,15 +6,16 @@ Each family module has `make_problem(rng, difficulty)`, `count_problems(difficul
 
 from __future__ import annotations
 
-from skyrl_gym.envs.synthetic import addition, arithmetic, countdown, reverse
+from skyrl_gym.envs.synthetic import addition, arithmetic, binary, countdown, reverse
 from skyrl_gym.envs.synthetic.addition import AdditionEnv
 from skyrl_gym.envs.synthetic.arithmetic import ArithmeticEnv
 from skyrl_gym.envs.synthetic.base import MAX_DIFFICULTY, Problem, Score, SyntheticEnv, SyntheticTask, extract_answer
+from skyrl_gym.envs.synthetic.binary import BinaryEnv
 from skyrl_gym.envs.synthetic.countdown import CountdownEnv
 from skyrl_gym.envs.synthetic.reverse import ReverseEnv
 
 TASKS: dict[str, SyntheticTask] = {
-    task.name: task for task in (arithmetic.TASK, addition.TASK, countdown.TASK, reverse.TASK)
+    task.name: task for task in (arithmetic.TASK, addition.TASK, countdown.TASK, reverse.TASK, binary.TASK)
 }
 """The built-in families by name (the name is also the env id)."""
 
@@ -37,6 +38,7 @@ __all__ = [
     "extract_answer",
     "AdditionEnv",
     "ArithmeticEnv",
+    "BinaryEnv",
     "CountdownEnv",
     "ReverseEnv",
 ]

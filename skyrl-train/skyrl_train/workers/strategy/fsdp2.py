@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+from skyrl_train.config.auto_settings import resolve_fsdp
 from skyrl_train.config.roles import FSDPConfig, OptimizerConfig
 from skyrl_train.models.loading import resolve_dtype
 from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
@@ -174,6 +175,7 @@ class FSDP2Strategy:
         optimizer and schedule."""
         if not self.keep_model_dtype:
             model = model.float()
+        self.fsdp = resolve_fsdp(self.fsdp, self.device.type, self.world_size, model)  # `auto` left by a caller
         if self.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         kwargs = self._shard_kwargs()

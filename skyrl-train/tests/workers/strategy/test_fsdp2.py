@@ -171,12 +171,26 @@ def test_fsdp_section_sets_the_shard_options(single_rank_group, caplog):
     assert kwargs["reshard_after_forward"] is False
     assert (kwargs["mp_policy"].param_dtype, kwargs["mp_policy"].reduce_dtype) == (torch.bfloat16, torch.bfloat16)
     assert "offload_policy" not in kwargs and "fsdp.cpu_offload has no effect on trainer.device=cpu" in caplog.text
-    default = FSDP2Strategy(FSDPConfig(), torch.device("cpu"))._shard_kwargs()
+    gpu_like = FSDPConfig(reshard_after_forward=True)
+    gpu_like.mixed_precision.param_dtype = "bfloat16"
+    default = FSDP2Strategy(gpu_like, torch.device("cpu"))._shard_kwargs()
     assert default["reshard_after_forward"] is True
     assert (default["mp_policy"].param_dtype, default["mp_policy"].reduce_dtype) == (torch.bfloat16, torch.float32)
     fp32 = FSDPConfig()
     fp32.mixed_precision.param_dtype = "float32"
     assert FSDP2Strategy(fp32, torch.device("cpu"))._shard_kwargs()["mp_policy"].param_dtype is None  # no casting
+
+
+def test_a_strategy_given_auto_chooses_when_it_shards(single_rank_group):
+    # built without a run's resolved config (BasePPOExp resolves first): the strategy applies the same rules
+    strategy = FSDP2Strategy(FSDPConfig(), torch.device("cpu"), optimizer=OptimizerConfig())
+    strategy.prepare(build_tiny_model(TinyModelSpec(size=1)))
+    fsdp = strategy.fsdp
+    assert (fsdp.reshard_after_forward, fsdp.shard_layers, fsdp.mixed_precision.param_dtype) == (
+        False,
+        False,
+        "float32",
+    )
 
 
 @pytest.mark.parametrize(("max_grad_norm", "clipped"), [(1e-3, True), (1e6, False), (0.0, False)])
