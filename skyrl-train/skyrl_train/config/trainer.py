@@ -73,9 +73,10 @@ class AsyncRLConfig:
 
     max_staleness: int = 1
     """fully_async: the largest gap between the weight version that generated a group's oldest token and the version
-    being trained. New groups start only while `started groups < (steps done + max_staleness + 1) * batch size`
-    (generation waits otherwise: `async/throttled_seconds`); a finished group still beyond it is dropped
-    (`async/dropped_stale_groups`). 0 makes fully_async wait for every group of a step with current weights."""
+    being trained. New groups start only while `started groups < (steps done + lookahead) * batch size`, the lookahead
+    being `1 + ceil(group latency / trainer step)` as measured (`async/lookahead_steps` logs it minus 1) capped at
+    `max_staleness + 1` (generation waits otherwise: `async/throttled_seconds`); a finished group still beyond it is
+    dropped (`async/dropped_stale_groups`). 0 makes fully_async wait for every group of a step with current weights."""
 
     weight_update_boundary: Literal["auto", "token", "turn"] = "auto"
     """Async modes: where a weight sync meets rollouts in progress. `token`: engines stop between two tokens, take

@@ -102,7 +102,7 @@ def busy_fractions(spans: Sequence[Span], start: float, end: float) -> dict[str,
         intervals = sorted((max(s.start, start), min(s.end, end)) for s in spans if s.lane == lane)
         total, reach = 0.0, start
         for low, high in intervals:
-            if high > reach:
+            if high > low and high > reach:
                 total += high - max(low, reach)
                 reach = high
         covered[lane] = total / max(end - start, 1e-9)

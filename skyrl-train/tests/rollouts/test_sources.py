@@ -16,6 +16,7 @@ from skyrl_train.rollouts import (
     RolloutCollector,
     SyncSource,
 )
+from skyrl_train.rollouts.fully_async import Lookahead
 from skyrl_train.rollouts.inputs import row_seeds
 
 
@@ -168,3 +169,18 @@ def test_fully_async_filter_leaves_out_groups_without_reward_variance():
     assert "g0/0" not in {t.uid for t in taken.rollouts.output.trajectories}
     assert metrics["dynamic_sampling/kept_groups"] == 2.0 and metrics["dynamic_sampling/sampled_groups"] == 3.0
     assert prompts.used_uids[0][0] == "0"  # the left-out prompt is used up by this step
+
+
+def test_the_lookahead_covers_a_group_latency_with_trainer_steps_within_the_staleness_bound():
+    lookahead = Lookahead(max_staleness=3)
+    assert lookahead.batches == 2  # nothing measured yet: one step ahead
+    lookahead.note_step(1.0)
+    lookahead.note_group(2.5)
+    assert lookahead.batches == 4  # a group outlasts 2.5 steps: 1 + 3 batches keep the trainer busy
+    lookahead.note_group(0.5)  # moving average: 0.7 * 2.5 + 0.3 * 0.5 = 1.9
+    assert lookahead.batches == 3
+    capped = Lookahead(max_staleness=1)
+    capped.note_step(0.1)
+    capped.note_group(10.0)
+    assert capped.batches == 2  # never past max_staleness + 1
+    assert Lookahead(max_staleness=0).batches == 1

@@ -77,3 +77,8 @@ def test_the_run_timeline_writes_each_steps_spans_and_draws_them(tmp_path):
     spans = read_timeline(tmp_path / "timeline.jsonl")
     png = plot_timeline(spans, tmp_path / "timeline.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_busy_share_ignores_spans_outside_the_window():
+    spans = [Span("a", "x", 2, 4), Span("a", "y", 12, 15), Span("a", "z", -3, -1)]
+    assert busy_fractions(spans, 0, 10) == {"a": pytest.approx(0.2)}
