@@ -14,6 +14,7 @@ which file to produce, so a page never shows stale numbers silently.
 import argparse
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -194,6 +195,135 @@ def render_quickstart_seeds(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mean_error(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error (0 for one value)."""
+    error = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
+    return statistics.mean(values), error
+
+
+def _cell(values: list[float], digits: int = 3) -> str:
+    mean, error = _mean_error(values)
+    return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {error:.{digits}f}"
+
+
+def _trailing_mean(values: list[float], window: int) -> list[float]:
+    return [statistics.mean(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
+
+
+def render_async_vs_sync(data: dict) -> str:
+    """benchmarks/async_vs_sync.py: per config and mode, samples/s and its ratio to sync, the trailing-mean training
+    reward after a quarter, half, three quarters and all of the samples, and held-out accuracy (mean ± standard
+    error over the repeats), then how and when it ran."""
+    window = data["window"]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for run in data["runs"]:
+        groups.setdefault((run["config"], run["mode"]), []).append(run)
+    lines = [
+        "| config | mode | samples/s | vs sync | reward after 25 / 50 / 75 / 100 % of the samples | held-out |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (config, mode), runs in groups.items():
+        speed = statistics.mean(run["samples_per_s"] for run in runs)
+        sync = statistics.mean(run["samples_per_s"] for run in groups[(config, "sync")])
+        marks = []
+        for run in runs:
+            smooth = _trailing_mean([point["reward"] for point in run["curve"]], window)
+            marks.append([smooth[max(0, round(len(smooth) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)])
+        quarters = " / ".join(_cell([m[q] for m in marks]) for q in range(4))
+        lines.append(
+            f"| {config} | {mode} | {_cell([r['samples_per_s'] for r in runs], 1)} | {speed / sync:.2f}× | {quarters} | "
+            f"{_cell([r['accuracy'] for r in runs])} |"
+        )
+    lines.append("")
+    command = f"python benchmarks/async_vs_sync.py {' '.join(data.get('arguments', []))}".strip()
+    load = data.get("load_average_1min")
+    loads = f"; 1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end" if load else ""
+    lines.append(
+        f"{data['steps']} steps per run, {data['repeats']} run(s) per mode, modes interleaved; mean ± standard error "
+        f"over the runs; reward: {window}-step trailing mean. Measured on {data['machine']}, {data['date']}{loads} "
+        f"(`{command}`)."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def render_quickstart_modes(data: dict) -> str:
+    """benchmarks/quickstart_seeds.py --modes ...: per seed, held-out accuracy after the quickstart in each mode and
+    each mode's gap to sync, then the verdict against the parity goal."""
+    modes = list(data["modes"])
+    by_seed: dict[int, dict[str, dict]] = {}
+    for run in data["runs"]:
+        by_seed.setdefault(run["seed"], {})[run["mode"]] = run
+    header = " | ".join(f"{mode}: before -> after (s/step)" for mode in modes)
+    others = [mode for mode in modes if mode != "sync"]
+    lines = [
+        f"| seed | {header} | " + " | ".join(f"{mode} − sync" for mode in others) + " |",
+        "|---|" + "---|" * (len(modes) + len(others)),
+    ]
+    gaps = []
+    for seed, runs in by_seed.items():
+        cells = [
+            f"{runs[m]['accuracy_before']:.3f} -> {runs[m]['accuracy_after']:.3f} ({runs[m]['mean_step_seconds']:.3f})"
+            for m in modes
+        ]
+        differences = [runs[m]["accuracy_after"] - runs["sync"]["accuracy_after"] for m in others]
+        gaps += [abs(d) for d in differences]
+        lines.append(f"| {seed} | " + " | ".join(cells + [f"{d:+.3f}" for d in differences]) + " |")
+    verdict = "on every seed" if max(gaps) <= data["parity"] else "not on every seed"
+    load = data["load_average_1min"]
+    lines += [
+        "",
+        f"Goal: held-out accuracy within {data['parity']} of sync on each seed; reached {verdict} (largest gap "
+        f"{max(gaps):.3f}). Each seed's runs back to back, same warm start. Measured on {data['machine']}, "
+        f"{data['date']}, 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end "
+        f"(`python benchmarks/quickstart_seeds.py --modes {' '.join(modes)}`, `benchmarks/results/quickstart_modes.json`).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_off_policy_corrections(data: dict) -> str:
+    """benchmarks/off_policy_corrections.py: per correction, reward after each quarter of the steps and held-out
+    accuracy (mean ± standard error), and the mismatch KL and clip/mask fractions the runs logged."""
+    lines = [
+        "| run | overrides | reward after 25 / 50 / 75 / 100 % of the steps | held-out | mismatch KL | clipped / masked |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in data["summary"].items():
+        overrides = ", ".join(f"`{o.rsplit('.', 1)[1]}`" for o in data["corrections"][name]) or "(sync)"
+        quarters = " / ".join(f"{mean:.3f} ± {error:.3f}" for mean, error in row["quarters"])
+        kl = f"{row['mismatch_kl']:.4f}" if "mismatch_kl" in row else "–"
+        shares = [
+            f"{100 * row[key]:.2f} %" for key in ("tis_clip_frac", "token_mask_frac", "geo_mask_frac") if key in row
+        ]
+        accuracy = f"{row['accuracy'][0]:.3f} ± {row['accuracy'][1]:.3f}"
+        lines.append(f"| {name} | {overrides} | {quarters} | {accuracy} | {kl} | {' / '.join(shares) or '–'} |")
+    load = data["load_average_1min"]
+    lines += [
+        "",
+        f"fully_async on the `{data['config']}` config with `max_staleness={data['max_staleness']}`, lr "
+        f"{data['lr']}, {data['steps']} steps, {data['repeats']} runs each (mean ± standard error; reward: "
+        f"{data['window']}-step trailing mean); sync is the on-policy reference. Measured on {data['machine']}, "
+        f"{data['date']}, 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end "
+        "(`benchmarks/off_policy_corrections.py`, `benchmarks/results/off_policy_corrections.json`).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_async_timeline(data: dict) -> str:
+    """scripts/plot_timeline.py --results: each lane's busy share of the drawn window, and the plot."""
+    lines = ["| lane | busy |", "|---|---|"]
+    lines += [f"| {lane} | {100 * share:.0f} % |" for lane, share in data["busy"].items()]
+    low, high = data["window"]
+    lines += [
+        "",
+        f"![timeline]({data['image']})",
+        "",
+        f"Seconds {low:g}-{high:g} of `{data['run']}`, from the run's own `timeline.jsonl` "
+        f"(`trainer.record_timeline=true`; drawn by `scripts/plot_timeline.py`). Measured on {data['machine']}, "
+        f"{data['date']}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {
     "dynamic_sampling": render_dynamic_sampling,
     "minimal_grpo": render_minimal_grpo,
@@ -202,7 +332,18 @@ RENDERERS = {
     "step_breakdown": render_step_breakdown,
     "thread_counts": render_thread_counts,
     "vs_trl": render_vs_trl,
+    "quickstart_modes": render_quickstart_modes,
+    "off_policy_corrections": render_off_policy_corrections,
 }
+PREFIX_RENDERERS = {"async_vs_sync": render_async_vs_sync, "async_timeline": render_async_timeline}
+"""Results files named `<prefix>...` (one benchmark, several measured configs)."""
+
+
+def renderer_for(name: str):  # noqa: ANN201 - a render function
+    """The renderer of results file `name`: by exact name, else by prefix; None when there is none."""
+    if name in RENDERERS:
+        return RENDERERS[name]
+    return next((render for prefix, render in PREFIX_RENDERERS.items() if name.startswith(prefix)), None)
 
 
 def render(name: str, results_dir: Path = RESULTS_DIR) -> str:
@@ -214,11 +355,12 @@ def render(name: str, results_dir: Path = RESULTS_DIR) -> str:
     path = results_dir / f"{name}.json"
     if not path.exists():
         return f"*No measured results yet: run the benchmark to write `benchmarks/results/{name}.json`.*\n"
-    if name not in RENDERERS:
+    render_data = renderer_for(name)
+    if render_data is None:
         raise KeyError(f"results block {name!r}: {path} exists but has no renderer; known: {sorted(RENDERERS)}")
     data = json.loads(path.read_text())
     try:
-        return RENDERERS[name](data)
+        return render_data(data)
     except KeyError as error:
         raise KeyError(f"{path}: missing key {error} that the {name!r} renderer needs") from error
 
