@@ -235,13 +235,18 @@ def render_async_vs_sync(data: dict) -> str:
             f"{_cell([r['accuracy'] for r in runs])} |"
         )
     lines.append("")
-    command = f"python benchmarks/async_vs_sync.py {' '.join(data.get('arguments', []))}".strip()
+    arguments = data.get("arguments")
+    command = f" (`python benchmarks/async_vs_sync.py {' '.join(arguments)}`)" if arguments else ""
+    overrides = f", overrides `{' '.join(data['overrides'])}`" if data.get("overrides") else ""
     load = data.get("load_average_1min")
-    loads = f"; 1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end" if load else ""
+    loads = f", 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end" if load else ""
+    where = f"{data.get('machine', 'this machine')}, {data.get('date', 'date not recorded')}"
+    repeats = data.get("repeats", 1)
+    runs_per_mode = "one run per mode" if repeats == 1 else f"{repeats} runs per mode, mean ± standard error"
     lines.append(
-        f"{data['steps']} steps per run, {data['repeats']} run(s) per mode, modes interleaved; mean ± standard error "
-        f"over the runs; reward: {window}-step trailing mean. Measured on {data['machine']}, {data['date']}{loads} "
-        f"(`{command}`)."
+        f"{data['steps']} steps per run, {runs_per_mode}; reward: {window}-step trailing mean; API wait "
+        f"{data['delay_ms']} ms{overrides}. "
+        f"Measured on {where}{loads}{command}."
     )
     return "\n".join(lines) + "\n"
 

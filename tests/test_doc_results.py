@@ -229,12 +229,17 @@ def _async_run(mode: str, speed: float, accuracy: float) -> dict:
 def test_renders_any_async_vs_sync_file_with_ratios_to_sync(tmp_path):
     runs = [_async_run("sync", 10.0, 0.3), _async_run("fully_async", 25.0, 0.3), _async_run("sync", 12.0, 0.5)]
     data = {"steps": 4, "repeats": 2, "window": 1, "machine": "2 CPUs", "date": "2026-11-29", "runs": runs}
-    data.update(arguments=["--steps", "4"], load_average_1min=[1.0, 2.0])
+    data.update(arguments=["--steps", "4"], load_average_1min=[1.0, 2.0], delay_ms="200-500")
     (tmp_path / "async_vs_sync_latency_bound.json").write_text(json.dumps(data))
     text = renderer.rendered_page("<!-- results: async_vs_sync_latency_bound -->\n<!-- /results -->\n", tmp_path)
     assert "| latency-bound | sync | 11.0 ± 1.0 | 1.00× | 0.100 ± 0.000 / 0.200 ± 0.000 / 0.300 ± 0.000" in text
     assert "| latency-bound | fully_async | 25.0 | 2.27× | 0.100 / 0.200 / 0.300 / 0.400 | 0.300 |" in text
-    assert "load average 1.0 at the start, 2.0 at the end (`python benchmarks/async_vs_sync.py --steps 4`)" in text
+    assert "load average 1.0 at the start and 2.0 at the end (`python benchmarks/async_vs_sync.py --steps 4`)" in text
+    for key in ("arguments", "load_average_1min", "repeats", "machine", "date"):  # older files lack these
+        del data[key]
+    (tmp_path / "async_vs_sync_latency_bound.json").write_text(json.dumps(data))
+    text = renderer.rendered_page("<!-- results: async_vs_sync_latency_bound -->\n<!-- /results -->\n", tmp_path)
+    assert "4 steps per run, one run per mode;" in text and "Measured on this machine, date not recorded." in text
 
 
 def test_renders_the_off_policy_corrections_and_the_timeline(tmp_path):
