@@ -3,14 +3,17 @@
 Runs `examples/quickstart/run_quickstart.py` once per seed (`trainer.seed` and `generator.sampling_params.seed`; the
 embedded model and its warm start are the same for every seed) through `benchmarks/quickstart_run.py`'s runner, and
 prints held-out accuracy before and after, the gain and the wall time of each run. The goal: a gain of at least
-`GOAL_GAIN` on each seed. Writes `quickstart_seeds.json`, which `scripts/render_doc_results.py` renders into
-docs/quickstart.md.
+`GOAL_GAIN` on each seed. Writes `<name>.json` (`quickstart_seeds.json` by default), which
+`scripts/render_doc_results.py` renders into docs/quickstart.md; a variant of the recipe measured with overrides gets
+its own name (docs/lora.md's `lora_quickstart`).
 
 With `--modes sync fully_async` each seed runs in both modes back to back (fully_async in the documented fully async
-quickstart configuration, `FULLY_ASYNC`: 1 policy rank + 1 separate engine), and `quickstart_modes.json` records
-the pairs; the goal there is fully_async's held-out accuracy within `PARITY` of sync's on every seed (docs/async.md).
+quickstart configuration, `FULLY_ASYNC`: 1 policy rank + 1 separate engine), and `quickstart_modes.json` (unless
+`--name` says otherwise) records the pairs; the goal there is fully_async's held-out accuracy within `PARITY` of
+sync's on every seed (docs/async.md).
 
-    python benchmarks/quickstart_seeds.py [--seeds 0 1 2] [--modes sync [fully_async]] [--results DIR] [key=value ...]
+    python benchmarks/quickstart_seeds.py [--seeds 0 1 2] [--modes sync [fully_async]] [--results DIR] [--name NAME]
+        [key=value ...]
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="RL seeds to run")
     parser.add_argument("--modes", nargs="+", default=["sync"], choices=list(MODES), help="trainer modes per seed")
     parser.add_argument("--results", default=str(REPO / "benchmarks" / "results"), help="directory for the JSON")
+    parser.add_argument("--name", default="quickstart_seeds", help="results file name, without .json")
     parser.add_argument("overrides", nargs="*", help="extra quickstart config overrides, key=value")
     args = parser.parse_args()
     runner = load_runner()
@@ -87,6 +91,7 @@ def main() -> int:
     print(table(runs))
     record = {
         "benchmark": "benchmarks/quickstart_seeds.py",
+        "name": args.name,
         "date": datetime.date.today().isoformat(),
         "machine": runner.machine(),
         "overrides": args.overrides,
@@ -94,14 +99,15 @@ def main() -> int:
         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "runs": runs,
     }
-    name = "quickstart_seeds.json"
+    name = args.name
     if args.modes != ["sync"]:
-        name = "quickstart_modes.json"
+        name = record["name"] = "quickstart_modes" if name == "quickstart_seeds" else name
         record.update(modes={mode: MODES[mode] for mode in args.modes}, parity=PARITY)
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
-    (out / name).write_text(json.dumps(record, indent=1) + "\n")
-    print(f"quickstart_seeds: wrote {out / name}")
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"quickstart_seeds: wrote {path}")
     missed = [run["seed"] for run in runs if run["accuracy_after"] - run["accuracy_before"] < GOAL_GAIN]
     if "sync" in args.modes and len(args.modes) > 1:
         sync = {run["seed"]: run["accuracy_after"] for run in runs if run["mode"] == "sync"}

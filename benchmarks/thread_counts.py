@@ -85,6 +85,7 @@ def main() -> int:
         ],
     }
     rows: list[dict[str, Any]] = []
+    load_before = os.getloadavg()[0]  # what else runs on the machine: "idle" means no extra load of ours
     with tempfile.TemporaryDirectory(prefix="thread_counts_") as scratch:
         out = Path(scratch)
         write_dataset(out / "data", quickstart.MODEL.task, train_size=2000, test_size=16, difficulty=2, seed=0)
@@ -116,6 +117,7 @@ def main() -> int:
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {platform.python_version()}",
         "steps": args.steps,
         "warmup_steps": args.warmup_steps,
+        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "rows": rows,
     }
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -148,7 +148,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 extra = ["--database-url", stack.enter_context(fresh_postgres_database(args.postgres_url))]
             elif database != "sqlite":
                 raise SystemExit(f"--databases: unknown {database!r} (sqlite, postgres)")
-            server = LocalServer(folder, extra)
+            keys = tuple(f"tml-load-{i}" for i in range(args.service_clients))
+            server = LocalServer(folder, extra, api_keys=keys)
             server.start()
             stack.callback(server.stop)
             tally, wall = run_load(server.url, args)

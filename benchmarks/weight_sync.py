@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import tempfile
 import time
+from typing import Any
 
 import ray
 import torch
@@ -38,17 +39,22 @@ from skyrl_train.weight_sync.node_aware import describe_weight_sync
 STRATEGIES = ["broadcast", "shm", "checkpoint"]
 
 
-async def _time_strategy(
-    name: str, engines: list, state: list, chunk_bytes: int, repeats: int
-) -> tuple[float, int, int]:
-    strategy = make_weight_sync_strategy(name, chunk_bytes=chunk_bytes)
-    await strategy.init(None, engines)
+async def _fastest_sync(strategy: Any, state: list, repeats: int) -> Any:
+    """Sync once to warm up, then `repeats` times, close the strategy; the fastest sync's result."""
     try:
         await strategy.sync(state)  # warm-up
         results = [await strategy.sync(state) for _ in range(repeats)]
     finally:
         await strategy.close()
-    best = min(results, key=lambda result: result.seconds)
+    return min(results, key=lambda result: result.seconds)
+
+
+async def _time_strategy(
+    name: str, engines: list, state: list, chunk_bytes: int, repeats: int
+) -> tuple[float, int, int]:
+    strategy = make_weight_sync_strategy(name, chunk_bytes=chunk_bytes)
+    await strategy.init(None, engines)
+    best = await _fastest_sync(strategy, state, repeats)
     return best.seconds, best.num_bytes, best.num_chunks
 
 
@@ -81,12 +87,7 @@ async def _run(args: argparse.Namespace, engines: list, state: list) -> None:
 
 async def _time_auto(engines: list, state: list, chunk_bytes: int, repeats: int) -> tuple[float, int, int, str]:
     strategy = await connect_auto_weight_sync(None, engines, colocated=True, device="cpu", chunk_bytes=chunk_bytes)
-    try:
-        await strategy.sync(state)  # warm-up
-        results = [await strategy.sync(state) for _ in range(repeats)]
-    finally:
-        await strategy.close()
-    best = min(results, key=lambda result: result.seconds)
+    best = await _fastest_sync(strategy, state, repeats)
     return best.seconds, best.num_bytes, best.num_chunks, describe_weight_sync(strategy)
 
 

@@ -1,4 +1,5 @@
-"""Regenerates docs/reference/configuration.md and ppo_base_config.yaml from the skyrl_train config dataclasses.
+"""Regenerates docs/reference/configuration.md and ppo_base_config.yaml from the skyrl_train config dataclasses, and
+docs/reference/skyrl-keys.md from the SkyRL dialect rules (config/upstream_keys.py).
 
 python scripts/gen_config_docs.py           # write both files
 python scripts/gen_config_docs.py --check   # exit 1 if either file is out of date
@@ -11,15 +12,22 @@ from pathlib import Path
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.config.cli import CONFIG_DIR, CONFIG_NAME
 from skyrl_train.config.docgen import render_markdown, render_yaml
+from skyrl_train.config.upstream_docs import render_upstream_markdown
+from skyrl_train.entrypoints.upstream_modules import render_modules_markdown
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS_PATH = REPO_ROOT / "docs" / "reference" / "configuration.md"
 YAML_PATH = CONFIG_DIR / f"{CONFIG_NAME}.yaml"
+UPSTREAM_KEYS_PATH = REPO_ROOT / "docs" / "reference" / "skyrl-keys.md"
 
 
 def generated_files() -> dict[Path, str]:
     """The path and expected content of every generated file."""
-    return {DOCS_PATH: render_markdown(SkyRLConfig), YAML_PATH: render_yaml(SkyRLConfig)}
+    return {
+        DOCS_PATH: render_markdown(SkyRLConfig),
+        YAML_PATH: render_yaml(SkyRLConfig),
+        UPSTREAM_KEYS_PATH: render_upstream_markdown(render_modules_markdown()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

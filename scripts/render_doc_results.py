@@ -12,6 +12,7 @@ which file to produce, so a page never shows stale numbers silently.
 """
 
 import argparse
+import functools
 import json
 import re
 import statistics
@@ -21,6 +22,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
 BLOCK = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
+
+
+def with_note(lines: list[str], note: str) -> str:
+    """A block's markdown: `lines` (a table), a blank line, then `note` (what was run, where and when)."""
+    return "\n".join([*lines, "", note]) + "\n"
+
+
+def overrides_note(data: dict) -> str:
+    """`; overrides: `a`, `b`` when the run had command-line overrides, else nothing."""
+    return "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data.get("overrides") else ""
 
 
 def render_dynamic_sampling(data: dict) -> str:
@@ -87,15 +98,14 @@ def render_vs_trl(data: dict) -> str:
             f"{run['completions_per_second']:.1f} | {data['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} |"
         )
     ratio = data["ratios_ours_over_trl"]
-    lines.append("")
-    lines.append(
+    return with_note(
+        lines,
         f"Ours / TRL: {ratio['completions_per_second']:.2f}x the completions per second, final accuracy "
         f"{ratio['accuracy_after_difference']:+.3f}. {settings['prompts_per_step']} prompts x "
         f"{settings['samples_per_prompt']} samples per step, {settings['max_new_tokens']} new tokens, lr "
         f"{settings['learning_rate']:g} constant, {settings['held_out_problems']} held-out problems. Measured on "
-        f"{data['machine']}, {data['date']} (`benchmarks/results/vs_trl.json`, `benchmarks/vs_trl.py`)."
+        f"{data['machine']}, {data['date']} (`benchmarks/results/vs_trl.json`, `benchmarks/vs_trl.py`).",
     )
-    return "\n".join(lines) + "\n"
 
 
 def render_quickstart(data: dict) -> str:
@@ -145,13 +155,19 @@ def render_thread_counts(data: dict) -> str:
     lines = ["| setting | idle s/step | one core busy s/step | busy / idle |", "|---|---|---|---|"]
     for row in data["rows"]:
         lines.append(f"| {row['setting']} | {row['idle']:.3f} | {row['busy']:.3f} | {row['busy_over_idle']:.2f} |")
-    lines.append("")
-    lines.append(
-        f"Mean `timing/step` of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration, "
-        f"each setting idle then busy, back to back. Measured on {data['machine']}, {data['date']} "
-        "(`benchmarks/results/thread_counts.json`, `benchmarks/thread_counts.py`)."
+    load = data.get("load_average_1min")
+    load_note = (
+        f" (1-minute load average {load[0]:g} at the start and {load[1]:g} at the end: other work shared the machine"
+        " through every row)"
+        if load
+        else ""
     )
-    return "\n".join(lines) + "\n"
+    return with_note(
+        lines,
+        f"Mean `timing/step` of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration, "
+        f"each setting idle then busy, back to back. Measured on {data['machine']}, {data['date']}{load_note} "
+        "(`benchmarks/results/thread_counts.json`, `benchmarks/thread_counts.py`).",
+    )
 
 
 def render_step_breakdown(data: dict) -> str:
@@ -160,15 +176,13 @@ def render_step_breakdown(data: dict) -> str:
     for row in data["rows"]:
         name = f"**{row['part']}**" if row["part"] in ("step", "outside model compute") else row["part"]
         lines.append(f"| {name} | {row['seconds']:.3f} | {row['share']:.1%} |")
-    lines.append("")
-    extra = "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data["overrides"] else ""
     load = data["load_average_1min"]
-    lines.append(
-        f"Mean of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration{extra}. "
-        f"Load average {load['before']:.1f} before, {load['after']:.1f} after. Measured on {data['machine']}, "
-        f"{data['date']} (`benchmarks/results/step_breakdown.json`, `benchmarks/step_breakdown.py`)."
+    return with_note(
+        lines,
+        f"Mean of steps {data['warmup_steps'] + 1}-{data['steps']} of the quickstart configuration"
+        f"{overrides_note(data)}. Load average {load['before']:.1f} before, {load['after']:.1f} after. Measured on "
+        f"{data['machine']}, {data['date']} (`benchmarks/results/step_breakdown.json`, `benchmarks/step_breakdown.py`).",
     )
-    return "\n".join(lines) + "\n"
 
 
 def render_quickstart_seeds(data: dict) -> str:
@@ -183,71 +197,154 @@ def render_quickstart_seeds(data: dict) -> str:
             f"| {run['seed']} | {run['accuracy_before']:.3f} -> {run['accuracy_after']:.3f} | {gain:+.3f} | "
             f"{run['wall_seconds'] / 60:.1f} min | {run['mean_step_seconds']:.3f} |"
         )
+    if len(data["runs"]) == 1 and data["runs"][0].get("eval_curve"):
+        curve = ", ".join(f"{step}: {accuracy:.3f}" for step, accuracy in data["runs"][0]["eval_curve"])
+        lines += ["", f"Held-out accuracy by step: {curve}."]
     gains = [run["accuracy_after"] - run["accuracy_before"] for run in data["runs"]]
     verdict = "every seed reaches" if min(gains) >= data["goal_gain"] else "not every seed reaches"
-    extra = "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data["overrides"] else ""
-    lines.append("")
-    lines.append(
-        f"Goal: a gain of at least {data['goal_gain']:+.2f} on each seed; {verdict} it{extra}. Measured on "
-        f"{data['machine']}, {data['date']} (`benchmarks/results/quickstart_seeds.json`, "
-        "`benchmarks/quickstart_seeds.py`)."
+    load = data.get("load_average_1min")
+    load_note = f" (1-minute load average {load[0]:g} at the start, {load[1]:g} at the end)" if load else ""
+    return with_note(
+        lines,
+        f"Goal: a gain of at least {data['goal_gain']:+.2f} on each seed; {verdict} it{overrides_note(data)}. "
+        f"Measured on {data['machine']}, {data['date']}{load_note} "
+        f"(`benchmarks/results/{data.get('name', 'quickstart_seeds')}.json`, `benchmarks/quickstart_seeds.py`).",
     )
+
+
+def render_code_choices(data: dict) -> str:
+    """The measurements behind the code's speed choices (recorded when each was made): one row per choice."""
+    lines = ["| choice | where | measured |", "|---|---|---|"]
+    lines += [f"| {c['choice']} | `{c['where']}` | {c['measured']} |" for c in data["choices"]]
+    return with_note(
+        lines, f"Measured on {data['machine']}: {data['benchmark']} (`benchmarks/results/code_choices.json`)."
+    )
+
+
+def render_packing(data: dict) -> str:
+    """benchmarks/packing.py: speed-up of packed micro-batches over padded ones, per model size and batch shape."""
+    names = [name for name in data["settings"] if name != "padded"]
+    lines = [
+        "| model | batch shape | tokens run: padded / "
+        + " / ".join(names)
+        + " | training pass speed-up: "
+        + " / ".join(names)
+        + " | log-prob pass speed-up: "
+        + " / ".join(names)
+        + " |",
+        "|---|---|---|---|---|",
+    ]
+    for run in data["runs"]:
+        shape = data["shapes"][run["shape"]]
+        lo, hi = shape["response_tokens"]
+        responses = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        described = f"{run['shape']}: {shape['prompts']} x {shape['samples']}, responses {responses} tokens"
+        tokens = " / ".join(str(run["tokens"][name]) for name in ["padded", *names])
+        train = " / ".join(f"{run['speedup'][name]['forward_backward']:.2f}x" for name in names)
+        forward = " / ".join(f"{run['speedup'][name]['forward']:.2f}x" for name in names)
+        model = f"size {run['model_size']} ({run['parameters'] / 1e6:.1f} M)"
+        lines.append(f"| {model} | {described} | {tokens} | {train} | {forward} |")
+    start, end = data["load_average_1min"]
+    return with_note(
+        lines,
+        f"Speed-up: the padded setting's median CPU seconds over the setting's, {data['rounds']} interleaved rounds "
+        f"after a warm-up, one worker process with one torch thread in float32. 1-minute load average {start:.1f} at "
+        f"the start and {end:.1f} at the end. Measured on {data['machine']}, {data['date']} "
+        "(`benchmarks/results/packing.json`, `benchmarks/packing.py`).",
+    )
+
+
+def render_tx_abuse(data: dict) -> str:
+    """benchmarks/tx_abuse.py: each attack and the server's answer, then the good clients alone and under attack."""
+    lines = ["| attack | answer | server RSS after |", "|---|---|---|"]
+    for row in data["attacks"]:
+        lines.append(f"| {row['attack']} | {row['answer']} | {row['rss_mb']:.0f} MB |")
+    lines += [
+        "",
+        "| good clients | samples ok | sample p99 | train steps ok | train step p99 | server peak RSS |",
+        "|---|---|---|---|---|---|",
+    ]
+    expected = data["expected"]
+    for name, label in (("baseline", "alone"), ("attacked", "under attack"), ("baseline_after", "alone again")):
+        run = data[name]
+        sample, train = run["kinds"]["sample"], run["kinds"]["train_step"]
+        lines.append(
+            f"| {label} | {sample['ok']} / {expected['sample']} | {sample['p99_s']:.2f} s | "
+            f"{train['ok']} / {expected['train_step']} | {train['p99_s']:.2f} s | {run['peak_rss_mb']:.0f} MB |"
+        )
+    settings = data["settings"]
+    ratios = ", ".join(f"{kind} {ratio:.2f}x" for kind, ratio in data["p99_ratios"].items())
+    passed = [check for check, ok in data["acceptance"].items() if ok]
+    failed = [check for check, ok in data["acceptance"].items() if not ok]
+    start, end = data["load_average_1min"]
+    lines += [
+        "",
+        f"p99 under attack / the mean of the two runs alone: {ratios}; adapters lost: {data['adapters_lost']}; RSS bound "
+        f"{data['rss_bound_mb']:.0f} MB (idle {data['idle_rss_mb']:.0f} MB). Acceptance: "
+        + (f"all {len(passed)} checks pass" if not failed else "FAILED: " + "; ".join(failed))
+        + f". {settings['sampling_clients']} sampling clients x {settings['requests']} requests "
+        f"({settings['sample']}) and {settings['training_clients']} training clients x {settings['steps']} steps "
+        f"({settings['train_step']}), each on its own key; server limits: {settings['limits']}. Measured on "
+        f"{data['machine']}, {data['date']}, 1-minute load average {start:.1f} at the start and {end:.1f} at the end "
+        "(`benchmarks/results/tx_abuse.json`, `python benchmarks/tx_abuse.py`).",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def _mean_error(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (0 for one value)."""
-    error = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
-    return statistics.mean(values), error
-
-
-def _cell(values: list[float], digits: int = 3) -> str:
-    mean, error = _mean_error(values)
-    return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {error:.{digits}f}"
-
-
 def _trailing_mean(values: list[float], window: int) -> list[float]:
-    return [statistics.mean(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
-
-
-def render_async_vs_sync(data: dict) -> str:
-    """benchmarks/async_vs_sync.py: per config and mode, samples/s and its ratio to sync, the trailing-mean training
-    reward after a quarter, half, three quarters and all of the samples, and held-out accuracy (mean ± standard
-    error over the repeats), then how and when it ran."""
-    window = data["window"]
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for run in data["runs"]:
-        groups.setdefault((run["config"], run["mode"]), []).append(run)
-    lines = [
-        "| config | mode | samples/s | vs sync | reward after 25 / 50 / 75 / 100 % of the samples | held-out |",
-        "|---|---|---|---|---|---|",
+    return [
+        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+        for i in range(len(values))
     ]
-    for (config, mode), runs in groups.items():
-        speed = statistics.mean(run["samples_per_s"] for run in runs)
-        sync = statistics.mean(run["samples_per_s"] for run in groups[(config, "sync")])
-        marks = []
-        for run in runs:
-            smooth = _trailing_mean([point["reward"] for point in run["curve"]], window)
-            marks.append([smooth[max(0, round(len(smooth) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)])
-        quarters = " / ".join(_cell([m[q] for m in marks]) for q in range(4))
-        lines.append(
-            f"| {config} | {mode} | {_cell([r['samples_per_s'] for r in runs], 1)} | {speed / sync:.2f}× | {quarters} | "
-            f"{_cell([r['accuracy'] for r in runs])} |"
-        )
-    lines.append("")
-    arguments = data.get("arguments")
-    command = f" (`python benchmarks/async_vs_sync.py {' '.join(arguments)}`)" if arguments else ""
-    overrides = f", overrides `{' '.join(data['overrides'])}`" if data.get("overrides") else ""
+
+
+def _mean_and_error(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f}±{statistics.stdev(values) / len(values) ** 0.5:.3f}"
+
+
+def render_async_vs_sync(data: dict, name: str) -> str:
+    """One run of benchmarks/async_vs_sync.py: per config, each mode's samples/s against sync's, its trailing-mean
+    training reward after a quarter, half, three quarters and all of the samples, and held-out accuracy (mean ±
+    standard error over the repeats), the way the benchmark prints them."""
+    window, lines = data["window"], []
+    groups: dict[str, dict[str, list[dict]]] = {}
+    for run in data["runs"]:
+        groups.setdefault(run["config"], {}).setdefault(run["mode"], []).append(run)
+    for config, modes in groups.items():
+        if len(groups) > 1:
+            lines += [f"**{config}**", ""]
+        sync_speed = statistics.mean(run["samples_per_s"] for run in modes["sync"])
+        lines += [
+            f"| mode | samples/s | vs sync | reward after 25 / 50 / 75 / 100 % of the samples ({window}-step trailing "
+            f"mean) | held-out after {data['steps']} steps |",
+            "|---|---|---|---|---|",
+        ]
+        for mode, runs in modes.items():
+            speed = statistics.mean(run["samples_per_s"] for run in runs)
+            marks = []
+            for run in runs:
+                smooth = _trailing_mean([point["reward"] for point in run["curve"]], window)
+                marks.append([smooth[max(0, round(len(smooth) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)])
+            quarters = " / ".join(_mean_and_error([run_marks[q] for run_marks in marks]) for q in range(4))
+            held_out = _mean_and_error([run["accuracy"] for run in runs])
+            label = "fully_async (`max_staleness=2`)" if mode == "fully_async_s2" else mode
+            lines.append(f"| {label} | {speed:.1f} | {speed / sync_speed:.2f}x | {quarters} | {held_out} |")
+        lines.append("")
+    repeats = data.get("repeats", 1)
+    runs_note = f"{repeats} runs of each mode (mean±standard error)" if repeats > 1 else "one run of each mode"
     load = data.get("load_average_1min")
     loads = f", 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end" if load else ""
-    where = f"{data.get('machine', 'this machine')}, {data.get('date', 'date not recorded')}"
-    repeats = data.get("repeats", 1)
-    runs_per_mode = "one run per mode" if repeats == 1 else f"{repeats} runs per mode, mean ± standard error"
+    arguments = data.get("arguments")
+    command = f"python benchmarks/async_vs_sync.py {' '.join(arguments)}" if arguments else "benchmarks/async_vs_sync.py"
     lines.append(
-        f"{data['steps']} steps per run, {runs_per_mode}; reward: {window}-step trailing mean; API wait "
-        f"{data['delay_ms']} ms{overrides}. "
-        f"Measured on {where}{loads}{command}."
+        f"{data['steps']} steps, {runs_note}, API wait {data['delay_ms']} ms{overrides_note(data)}. Measured on "
+        f"{data.get('machine', 'a 2-CPU machine')}, {data.get('date', 'a date the file does not record')}{loads} "
+        f"(`benchmarks/results/{name}.json`, `{command}`)."
     )
+    return "\n".join(lines) + "\n"
+
     return "\n".join(lines) + "\n"
 
 
@@ -330,25 +427,34 @@ def render_async_timeline(data: dict) -> str:
 
 
 RENDERERS = {
+    "code_choices": render_code_choices,
     "dynamic_sampling": render_dynamic_sampling,
     "minimal_grpo": render_minimal_grpo,
+    "packing": render_packing,
     "quickstart": render_quickstart,
     "quickstart_seeds": render_quickstart_seeds,
+    "lora_quickstart": render_quickstart_seeds,
+    "quickstart_fully_async": render_quickstart_seeds,
     "step_breakdown": render_step_breakdown,
     "thread_counts": render_thread_counts,
+    "tx_abuse": render_tx_abuse,
     "vs_trl": render_vs_trl,
     "quickstart_modes": render_quickstart_modes,
     "off_policy_corrections": render_off_policy_corrections,
 }
 PREFIX_RENDERERS = {"async_vs_sync": render_async_vs_sync, "async_timeline": render_async_timeline}
-"""Results files named `<prefix>...` (one benchmark, several measured configs)."""
+"""Results files named `<prefix>...` (one benchmark, several measured configs); called with `name` too when they
+take it."""
 
 
 def renderer_for(name: str):  # noqa: ANN201 - a render function
     """The renderer of results file `name`: by exact name, else by prefix; None when there is none."""
     if name in RENDERERS:
         return RENDERERS[name]
-    return next((render for prefix, render in PREFIX_RENDERERS.items() if name.startswith(prefix)), None)
+    for prefix, render_data in PREFIX_RENDERERS.items():
+        if name.startswith(prefix):
+            return functools.partial(render_data, name=name) if render_data is render_async_vs_sync else render_data
+    return None
 
 
 def render(name: str, results_dir: Path = RESULTS_DIR) -> str:

@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("render_doc_results", REPO / "scripts" / "render_doc_results.py")
 renderer = importlib.util.module_from_spec(_spec)
@@ -62,12 +64,9 @@ def test_missing_results_file_renders_a_note(tmp_path):
 
 def test_bad_results_file_names_the_missing_key(tmp_path):
     (tmp_path / "dynamic_sampling.json").write_text(json.dumps({"benchmark": "x"}))
-    try:
+    with pytest.raises(KeyError) as refused:  # a results file without `runs`
         renderer.rendered_page("<!-- results: dynamic_sampling -->\n<!-- /results -->", tmp_path)
-    except KeyError as error:
-        assert "dynamic_sampling.json" in str(error) and "runs" in str(error)
-    else:
-        raise AssertionError("a results file without `runs` must be refused")
+    assert "dynamic_sampling.json" in str(refused.value) and "runs" in str(refused.value)
 
 
 def test_block_for_a_benchmark_without_results_file_or_renderer_renders_a_note(tmp_path):
@@ -77,12 +76,9 @@ def test_block_for_a_benchmark_without_results_file_or_renderer_renders_a_note(t
 
 def test_results_file_without_a_renderer_is_refused(tmp_path):
     (tmp_path / "future_bench.json").write_text("{}")
-    try:
+    with pytest.raises(KeyError) as refused:  # refused, not shown as a note
         renderer.rendered_page("<!-- results: future_bench -->\n<!-- /results -->", tmp_path)
-    except KeyError as error:
-        assert "future_bench" in str(error) and "no renderer" in str(error)
-    else:
-        raise AssertionError("a results file that no renderer reads must be refused, not shown as a note")
+    assert "future_bench" in str(refused.value) and "no renderer" in str(refused.value)
 
 
 def test_renders_the_minimal_grpo_shape(tmp_path):
@@ -229,17 +225,19 @@ def _async_run(mode: str, speed: float, accuracy: float) -> dict:
 def test_renders_any_async_vs_sync_file_with_ratios_to_sync(tmp_path):
     runs = [_async_run("sync", 10.0, 0.3), _async_run("fully_async", 25.0, 0.3), _async_run("sync", 12.0, 0.5)]
     data = {"steps": 4, "repeats": 2, "window": 1, "machine": "2 CPUs", "date": "2026-11-29", "runs": runs}
-    data.update(arguments=["--steps", "4"], load_average_1min=[1.0, 2.0], delay_ms="200-500")
-    (tmp_path / "async_vs_sync_latency_bound.json").write_text(json.dumps(data))
-    text = renderer.rendered_page("<!-- results: async_vs_sync_latency_bound -->\n<!-- /results -->\n", tmp_path)
-    assert "| latency-bound | sync | 11.0 ± 1.0 | 1.00× | 0.100 ± 0.000 / 0.200 ± 0.000 / 0.300 ± 0.000" in text
-    assert "| latency-bound | fully_async | 25.0 | 2.27× | 0.100 / 0.200 / 0.300 / 0.400 | 0.300 |" in text
-    assert "load average 1.0 at the start and 2.0 at the end (`python benchmarks/async_vs_sync.py --steps 4`)" in text
+    data.update(arguments=["--steps", "4"], load_average_1min=[1.0, 2.0], delay_ms="200-1000")
+    (tmp_path / "async_vs_sync_new_config.json").write_text(json.dumps(data))
+    page = "<!-- results: async_vs_sync_new_config -->\n<!-- /results -->\n"
+    text = renderer.rendered_page(page, tmp_path)
+    assert "| sync | 11.0 | 1.00x | 0.100±0.000 / 0.200±0.000 / 0.300±0.000 / 0.400±0.000 | 0.400±0.100 |" in text
+    assert "| fully_async | 25.0 | 2.27x | 0.100 / 0.200 / 0.300 / 0.400 | 0.300 |" in text
+    assert "load average 1.0 at the start and 2.0 at the end (`benchmarks/results/async_vs_sync_new_config.json`, " in text
+    assert "`python benchmarks/async_vs_sync.py --steps 4`)." in text
     for key in ("arguments", "load_average_1min", "repeats", "machine", "date"):  # older files lack these
         del data[key]
-    (tmp_path / "async_vs_sync_latency_bound.json").write_text(json.dumps(data))
-    text = renderer.rendered_page("<!-- results: async_vs_sync_latency_bound -->\n<!-- /results -->\n", tmp_path)
-    assert "4 steps per run, one run per mode;" in text and "Measured on this machine, date not recorded." in text
+    (tmp_path / "async_vs_sync_new_config.json").write_text(json.dumps(data))
+    text = renderer.rendered_page(page, tmp_path)
+    assert "4 steps, one run of each mode, API wait 200-1000 ms. Measured on a 2-CPU machine, a date" in text
 
 
 def test_renders_the_off_policy_corrections_and_the_timeline(tmp_path):

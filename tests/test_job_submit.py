@@ -61,7 +61,7 @@ def cluster():
     """A head node (4 CPUs, dashboard for job submission) and a second node (2 CPUs) on this machine."""
     if shutil.which(RAY) is None and not Path(RAY).exists():
         pytest.fail(f"the ray CLI is not next to {sys.executable}")
-    pytest.importorskip("aiohttp", reason="job submission needs ray[default]: pip install 'skyrl-train[cluster]'")
+    pytest.importorskip("aiohttp", reason="job submission needs ray[default]: pip install -e './skyrl-train[cluster]'")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"  # a local test cluster; token auth would need a token on every node
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `python` = this venv's, as

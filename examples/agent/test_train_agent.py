@@ -9,22 +9,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
-import ray  # noqa: E402
 from train_agent import main  # noqa: E402
 
 from skyrl_agent.backends import SkyRLTrainBackend  # noqa: E402
 from skyrl_train.training_batch import TrainingBatch  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture
-def own_ray():
-    """The run starts a local Ray cluster unless one is up; shut down only a cluster this test started."""
-    started_here = not ray.is_initialized()
-    yield
-    if started_here and ray.is_initialized():
-        ray.shutdown()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ The last line is always `agent: eval success before=<float> after=<float>`.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -33,9 +32,8 @@ from skyrl_agent.warm_start import (
     get_agent_model,
 )
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.config.cli import render_resolved_config
-from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.entrypoints.main_base import BasePPOExp
+from skyrl_train.recipes.example_run import ExampleParser, eval_before_after, print_resolved_config
 
 HERE = Path(__file__).resolve().parent
 AGENT_CONFIG = HERE / "tool_arithmetic.yaml"
@@ -91,19 +89,14 @@ def train_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> tuple[float, float]:
     """Build, train, report; returns held-out success (before, after) (NaN, NaN for --dry-run)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="outputs/agent", help="where data, logs and exports go")
-    parser.add_argument("--train-size", type=int, default=1024)
-    parser.add_argument("--test-size", type=int, default=64)
+    parser = ExampleParser(__doc__, out="outputs/agent", train_size=1024, test_size=64, max_test_size=None)
     parser.add_argument(
         "--warm-start-steps",
         type=int,
         default=MODEL.max_steps,
         help="cap on the agent model's warm-start steps (a quick, barely trained model for smoke runs; cached apart)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="print the resolved config and exit")
-    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = parser.parse_intermixed_args(argv)
+    args = parser.parse(argv)
     settings = capped_settings(args.warm_start_steps, MODEL)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
@@ -113,9 +106,7 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
         parser.error(f"{AGENT_CONFIG.name}: task_args {agent_cfg.task_args} differ from the model's settings")
     if args.dry_run:
         overrides = train_overrides(str(agent_model_dir(settings)), out_dir / "data", out_dir) + args.overrides
-        cfg = SkyRLConfig.from_cli_overrides(overrides)
-        check_registered_names(cfg)
-        print(render_resolved_config(cfg), end="")
+        print_resolved_config(overrides)
         return float("nan"), float("nan")
 
     print("agent: [1/3] embedded agent model (built once, then cached)", flush=True)
@@ -133,8 +124,7 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
     print("agent: [3/3] GRPO with the skyrl_agent workflow on Ray (1 FSDP2 rank + 1 colocated hf engine)", flush=True)
     experiment = BasePPOExp(cfg)
     result = experiment.run()
-    key = f"eval/all/pass_at_{cfg.generator.eval_n_samples_per_prompt}"
-    before, after = result.initial_eval.get(key, float("nan")), result.final_eval.get(key, float("nan"))
+    before, after = eval_before_after(result, f"pass_at_{cfg.generator.eval_n_samples_per_prompt}")
     print(f"  steps: {result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
     print(f"  curves: {experiment.plot_path}")
     print(f"agent: eval success before={before:.4f} after={after:.4f}", flush=True)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GRPO for a CodeAct agent on mini-SWE with a 7B coder model: 8 GPUs on one node, FSDP2 policy, 4 vLLM engines
-# (TP 2) colocated with it. Needs CUDA and vLLM's CUDA build (not this project's CPU CI). Extra key=value arguments
-# override the config; --dry-run prints the resolved config without starting anything.
+# GRPO for a CodeAct agent on mini-SWE with a 7B coder model: 8 GPUs on one node, FSDP2 policy, 8 vLLM engines
+# (one per GPU: the vllm engine has no tensor parallelism) colocated with it. Needs CUDA and vLLM's CUDA build (not
+# this project's CPU CI). Extra key=value arguments override the config; --dry-run prints the resolved config without
+# starting anything.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MODEL="${MODEL:-Qwen/Qwen2.5-Coder-7B-Instruct}"
@@ -12,8 +13,8 @@ python -m skyrl_agent.entrypoint --agent-config "$HERE/mini_swe_gpu.yaml" --out 
   trainer.placement.colocate_all=true \
   trainer.placement.policy_num_gpus_per_node=8 \
   generator.inference_engine.backend=vllm \
-  generator.inference_engine.num_engines=4 \
-  generator.inference_engine.tensor_parallel_size=2 \
+  generator.inference_engine.num_engines=8 \
+  generator.inference_engine.tensor_parallel_size=1 \
   generator.inference_engine.model_dtype=bfloat16 \
   generator.inference_engine.gpu_memory_utilization=0.6 \
   trainer.policy.gradient_checkpointing=true \

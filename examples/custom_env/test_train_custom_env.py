@@ -10,7 +10,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
-import ray  # noqa: E402
 import torch  # noqa: E402
 from train_custom_env import (  # noqa: E402
     DATA_SOURCE,
@@ -102,18 +101,15 @@ TINY = [
 
 
 @pytest.fixture
-def own_ray():
-    """The run starts a local Ray cluster unless one is up; shut down only a cluster this test started."""
-    started_here = not ray.is_initialized()
+def user_env_deregistered():
+    """The run registers the user env in this process; remove it afterwards so later tests see the built-ins."""
     yield
-    if started_here and ray.is_initialized():
-        ray.shutdown()
     skyrl_gym.deregister(ENV_ID)
 
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_two_training_steps_use_the_user_env_rewards(own_ray, tmp_path):
+def test_two_training_steps_use_the_user_env_rewards(own_ray, user_env_deregistered, tmp_path):
     run = train_custom_env(tmp_path, TINY, train_size=16, test_size=8)
     assert run.result.global_step == 2
     history = run.result.history

@@ -15,7 +15,6 @@ and changes the reward: a reply whose digits are partly right earns part of the 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import re
@@ -30,10 +29,14 @@ import skyrl_gym
 from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.synthetic.generate import generate_splits
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.config.cli import render_resolved_config
-from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
+from skyrl_train.recipes.example_run import (
+    ExampleParser,
+    eval_before_after,
+    print_first_and_last,
+    print_resolved_config,
+)
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.trainer import TrainResult
 
@@ -206,8 +209,7 @@ class CustomEnvRun:
 
     def eval_value(self, metric: str) -> tuple[float, float]:
         """`eval/all/<metric>` before and after training (NaN when that evaluation did not run)."""
-        key = f"eval/all/{metric}"
-        return self.result.initial_eval.get(key, float("nan")), self.result.final_eval.get(key, float("nan"))
+        return eval_before_after(self.result, metric)
 
 
 def train_custom_env(
@@ -227,34 +229,24 @@ def train_custom_env(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train and report."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="outputs/custom_env", help="where data, checkpoints and exports go")
-    parser.add_argument("--train-size", type=int, default=2000)
-    parser.add_argument("--test-size", type=int, default=128, help=f"at most {MODEL.eval_examples}")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print the resolved config and exit (builds and writes nothing)"
+    parser = ExampleParser(
+        __doc__, out="outputs/custom_env", train_size=2000, test_size=128, max_test_size=MODEL.eval_examples
     )
-    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = parser.parse_intermixed_args(argv)  # options and key=value overrides in any order
-    if args.test_size > MODEL.eval_examples:
-        parser.error(f"--test-size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
+    args = parser.parse(argv)
     if args.dry_run:  # the config the run would use, with the model's cache folder (which may not exist yet)
         register_env()
         out_dir = Path(args.out).resolve()
         data = {split: out_dir / "data" / f"{split}.parquet" for split in ("train", "test")}
         model_dir = str(embedded_model_dir(MODEL))
-        cfg = SkyRLConfig.from_cli_overrides(custom_env_overrides(model_dir, data, out_dir) + args.overrides)
-        check_registered_names(cfg)
-        print(render_resolved_config(cfg), end="")
+        print_resolved_config(custom_env_overrides(model_dir, data, out_dir) + args.overrides)
         return 0
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     print(f"custom_env: GRPO on the user env {ENV_ID!r} (registered in this driver)", flush=True)
     run = train_custom_env(Path(args.out).resolve(), args.overrides, args.train_size, args.test_size)
-    history = run.result.history
-    for key in ("reward/mean", f"environment/{ENV_ID}/digit_share", f"environment/{ENV_ID}/exact"):
-        if history.get(key):
-            print(f"  {key}: first {history[key][0][1]:.4f} last {history[key][-1][1]:.4f}")
+    print_first_and_last(
+        run.result.history, ("reward/mean", f"environment/{ENV_ID}/digit_share", f"environment/{ENV_ID}/exact")
+    )
     accuracy = run.eval_value(f"pass_at_{run.cfg.generator.eval_n_samples_per_prompt}")
     reward = run.eval_value("mean_reward")
     print(f"  steps: {run.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")

@@ -14,7 +14,6 @@ The last line is always `ppo: eval accuracy before=<float> after=<float>`.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -25,10 +24,14 @@ from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.config.cli import render_resolved_config
-from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
+from skyrl_train.recipes.example_run import (
+    ExampleParser,
+    eval_before_after,
+    print_first_and_last,
+    print_resolved_config,
+)
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.trainer import TrainResult
 
@@ -112,8 +115,7 @@ class PPORun:
 
     def eval_accuracy(self) -> tuple[float, float]:
         """Held-out pass@n before and after training (NaN when evaluation was off)."""
-        key = f"eval/all/pass_at_{self.cfg.generator.eval_n_samples_per_prompt}"
-        return self.result.initial_eval.get(key, float("nan")), self.result.final_eval.get(key, float("nan"))
+        return eval_before_after(self.result, f"pass_at_{self.cfg.generator.eval_n_samples_per_prompt}")
 
 
 def run_ppo(out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000, test_size: int = 200) -> PPORun:
@@ -134,32 +136,22 @@ def run_ppo(out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train and report."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="outputs/ppo", help="where data, checkpoints and exports go")
-    parser.add_argument("--train-size", type=int, default=2000)
-    parser.add_argument("--test-size", type=int, default=200, help=f"at most {MODEL.eval_examples}")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print the resolved config and exit (builds and writes nothing)"
+    parser = ExampleParser(
+        __doc__, out="outputs/ppo", train_size=2000, test_size=200, max_test_size=MODEL.eval_examples
     )
-    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = parser.parse_intermixed_args(argv)  # options and key=value overrides in any order
-    if args.test_size > MODEL.eval_examples:
-        parser.error(f"--test-size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
+    args = parser.parse(argv)
     if args.dry_run:  # the config the run would use, with the model's cache folder (which may not exist yet)
         out_dir = Path(args.out).resolve()
         model_dir = str(embedded_model_dir(MODEL))
-        cfg = SkyRLConfig.from_cli_overrides(ppo_overrides(model_dir, out_dir / "data", out_dir) + args.overrides)
-        check_registered_names(cfg)
-        print(render_resolved_config(cfg), end="")
+        print_resolved_config(ppo_overrides(model_dir, out_dir / "data", out_dir) + args.overrides)
         return 0
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     print("ppo: policy + critic (GAE) + reference on Ray, 2 FSDP2 ranks each, 2 colocated hf engines", flush=True)
     run = run_ppo(Path(args.out).resolve(), args.overrides, args.train_size, args.test_size)
-    history = run.result.history
-    for key in ("reward/mean", "critic/value_loss", "critic/values_mean", "policy/kl_to_ref_k3"):
-        if history.get(key):
-            print(f"  {key}: first {history[key][0][1]:.4f} last {history[key][-1][1]:.4f}")
+    print_first_and_last(
+        run.result.history, ("reward/mean", "critic/value_loss", "critic/values_mean", "policy/kl_to_ref_k3")
+    )
     before, after = run.eval_accuracy()
     print(f"  steps: {run.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
     print(f"  curves: {run.experiment.plot_path}")

@@ -4,7 +4,6 @@ import math
 import os
 
 import pytest
-import ray
 from run_ppo import run_ppo
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -20,15 +19,6 @@ TINY = [
     "trainer.eval_before_train=false",
     "trainer.eval_interval=-1",
 ]
-
-
-@pytest.fixture
-def own_ray():
-    """The run starts a local Ray cluster unless one is up; shut down only a cluster this test started."""
-    started_here = not ray.is_initialized()
-    yield
-    if started_here and ray.is_initialized():
-        ray.shutdown()
 
 
 def _finite_series(history, key, steps):

@@ -9,5 +9,5 @@ def test_dry_run_prints_the_config_and_writes_nothing(tmp_path, capsys):
     assert printed.startswith("# resolved SkyRL config\n")
     assert "  max_training_steps: 7\n" in printed
     assert f'  ckpt_path: "{tmp_path / "ppo" / "ckpts"}"\n' in printed
-    assert printed.endswith("# derived: needs_ref_model=True needs_critic=True needs_reward_model=False\n")
+    assert "\n# derived: needs_ref_model=True needs_critic=True needs_reward_model=False\n" in printed
     assert not (tmp_path / "ppo").exists()

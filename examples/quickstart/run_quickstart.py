@@ -11,7 +11,6 @@ The last line is always `quickstart: eval accuracy before=<float> after=<float>`
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -20,10 +19,9 @@ from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.config.cli import render_resolved_config
-from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model, read_description
+from skyrl_train.recipes.example_run import ExampleParser, eval_before_after, print_resolved_config
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.weight_sync.strategy import resolve_strategy_name
 
@@ -37,6 +35,8 @@ def describe_stack(cfg: SkyRLConfig) -> str:
     ranks = placement.policy_num_nodes * placement.policy_num_gpus_per_node
     where = "colocated" if placement.colocate_all else "separate"
     sync = resolve_strategy_name(engine.weight_sync_backend, placement.colocate_all, cfg.resolved_device())
+    if sync == "cuda_ipc" and engine.weight_sync_backend == "auto" and engine.num_engines > 1:
+        sync = "cuda_ipc (the engine on rank 0's GPU) + broadcast (the others)"  # weight_sync.locations
     return f"{ranks} FSDP2 ranks + {engine.num_engines} {where} {engine.backend} engines, {sync} weight sync"
 
 
@@ -96,25 +96,22 @@ def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[
 
 def main() -> int:
     """Build, train, report."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="outputs/quickstart", help="where data, checkpoints and exports go")
-    parser.add_argument("--train-size", type=int, default=8000)
-    parser.add_argument("--test-size", type=int, default=200, help="at most 256: the warm start's held-out split")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print the resolved config and exit (builds and writes nothing)"
+    parser = ExampleParser(
+        __doc__, out="outputs/quickstart", train_size=8000, test_size=200, max_test_size=MODEL.eval_examples
     )
-    parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = parser.parse_intermixed_args()  # options and key=value overrides in any order
-    if args.test_size > MODEL.eval_examples:
-        parser.error(f"--test-size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
+    parser.add_argument(
+        "--verify-weight-sync",
+        action="store_true",
+        help="after every weight sync, compare each engine's weight checksums with the policy's (fails on a mismatch)",
+    )
+    args = parser.parse()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.perf_counter()
     out_dir = Path(args.out).resolve()
     if args.dry_run:  # the config the run would use, with the model's cache folder (which may not exist yet)
-        overrides = quickstart_overrides(str(embedded_model_dir(MODEL)), out_dir / "data", out_dir) + args.overrides
-        cfg = SkyRLConfig.from_cli_overrides(overrides)
-        check_registered_names(cfg)
-        print(render_resolved_config(cfg), end="")
+        print_resolved_config(
+            quickstart_overrides(str(embedded_model_dir(MODEL)), out_dir / "data", out_dir) + args.overrides
+        )
         return 0
 
     print("quickstart: [1/3] embedded model (built once, then cached)", flush=True)
@@ -139,10 +136,9 @@ def main() -> int:
 
     cfg = SkyRLConfig.from_cli_overrides(quickstart_overrides(str(model_dir), data_dir, out_dir) + args.overrides)
     print(f"quickstart: [3/3] GRPO on Ray ({describe_stack(cfg)})", flush=True)
-    experiment = BasePPOExp(cfg)
+    experiment = BasePPOExp(cfg, verify_weight_sync=args.verify_weight_sync)
     result = experiment.run()
-    key = f"eval/all/pass_at_{cfg.generator.eval_n_samples_per_prompt}"
-    before, after = result.initial_eval.get(key, float("nan")), result.final_eval.get(key, float("nan"))
+    before, after = eval_before_after(result, f"pass_at_{cfg.generator.eval_n_samples_per_prompt}")
     checkpoints = experiment.trainer.checkpoints
     print(f"  steps: {result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
     print(f"  checkpoint: {checkpoints.saved_paths[-1] if checkpoints.saved_paths else 'none'}")

@@ -47,8 +47,9 @@ def held_out_accuracy(sampler: tinker.SamplingClient, tokenizer: Any, rows: list
 
 
 @contextlib.contextmanager
-def server_url(base_url: Optional[str]) -> Iterator[str]:
-    """`base_url`, or `TINKER_BASE_URL`, or a `skyrl-tx serve` started for this run in a temporary folder."""
+def server_url(base_url: Optional[str], api_key: str) -> Iterator[str]:
+    """`base_url`, or `TINKER_BASE_URL`, or a `skyrl-tx serve` started for this run in a temporary folder (accepting
+    `api_key` only)."""
     url = base_url or os.environ.get("TINKER_BASE_URL")
     if url:
         yield url
@@ -56,7 +57,7 @@ def server_url(base_url: Optional[str]) -> Iterator[str]:
     from skyrl_tx.local_server import LocalServer
 
     with tempfile.TemporaryDirectory(prefix="skyrl-tx-") as folder:
-        server = LocalServer(Path(folder))
+        server = LocalServer(Path(folder), api_keys=(api_key,))
         print(f"starting skyrl-tx serve on {server.url} (data in {folder})", flush=True)
         server.start()
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
 import time
@@ -40,7 +41,11 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     """Run length, batch shape, loss, learning rate, evaluation."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", default=None, help="a running server (default: TINKER_BASE_URL, else start one)")
-    parser.add_argument("--api-key", default="tml-local", help="X-API-Key (a local dev-mode server takes any tml-)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("TINKER_API_KEY", "tml-local"),
+        help="X-API-Key (default $TINKER_API_KEY); a server this script starts accepts it",
+    )
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--prompts", type=int, default=32, help="prompts per step")
     parser.add_argument("--group", type=int, default=8, help="answers per prompt")
@@ -94,7 +99,7 @@ def main(argv: Optional[list[str]] = None) -> tuple[float, float]:
     args = parse_args(argv)
     rng = random.Random(args.seed)
     train_rows, eval_rows = load_problems(args.eval_size)
-    with server_url(args.base_url) as url:
+    with server_url(args.base_url, args.api_key) as url:
         service = tinker.ServiceClient(base_url=url, api_key=args.api_key)
         training = service.create_lora_training_client(
             base_model=BASE_MODEL, rank=args.rank, seed=args.seed, train_unembed=args.train_unembed

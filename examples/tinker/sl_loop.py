@@ -12,6 +12,7 @@ weights for the held-out evaluation. The last line is `sl_loop: held-out accurac
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -29,7 +30,11 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     """Run length, batch size, learning rate, evaluation."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", default=None, help="a running server (default: TINKER_BASE_URL, else start one)")
-    parser.add_argument("--api-key", default="tml-local", help="X-API-Key (a local dev-mode server takes any tml-)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("TINKER_API_KEY", "tml-local"),
+        help="X-API-Key (default $TINKER_API_KEY); a server this script starts accepts it",
+    )
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch", type=int, default=64, help="examples per step")
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -55,7 +60,7 @@ def main(argv: Optional[list[str]] = None) -> tuple[float, float]:
     args = parse_args(argv)
     rng = random.Random(args.seed)
     train_rows, eval_rows = load_problems(args.eval_size)
-    with server_url(args.base_url) as url:
+    with server_url(args.base_url, args.api_key) as url:
         service = tinker.ServiceClient(base_url=url, api_key=args.api_key)
         training = service.create_lora_training_client(base_model=BASE_MODEL, rank=args.rank, seed=args.seed).result()
         tokenizer = training.get_tokenizer()

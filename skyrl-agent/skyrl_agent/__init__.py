@@ -10,7 +10,7 @@ from skyrl_agent.runner import AgentRunner, RunResult
 from skyrl_agent.tasks import Task, ToolArithmeticTask
 from skyrl_agent.trajectory import AgentTrajectory
 
-__version__ = "0.1.0"
+__version__ = "0.1.0+repo"
 
 __all__ = [
     "AgentBackend",

@@ -31,7 +31,7 @@ from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.recipes.embedded import build_cached, cache_root
-from skyrl_train.recipes.warm_start import answer_loss
+from skyrl_train.recipes.warm_start import collate, train_step
 
 CODE_VERSION = 1
 """Bump when the traces or the training change, so cached models are rebuilt."""
@@ -138,18 +138,6 @@ def greedy_success(model: Any, tokenizer: Any, rows: list[dict[str, Any]], setti
         model.train(was_training)
 
 
-def _batch(traces: list[tuple[list[int], list[int]]], pad: int) -> dict[str, torch.Tensor]:
-    width = max(len(ids) for ids, _ in traces)
-    input_ids = torch.full((len(traces), width), pad, dtype=torch.long)
-    labels = torch.full((len(traces), width), -100, dtype=torch.long)
-    attention = torch.zeros((len(traces), width), dtype=torch.long)
-    for row, (ids, mask) in enumerate(traces):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        attention[row, : len(ids)] = 1
-        labels[row, : len(ids)] = torch.tensor([i if m else -100 for i, m in zip(ids, mask)])
-    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
-
-
 def build_agent_model(settings: AgentWarmStartSettings, directory: Path, progress: bool = True) -> dict[str, Any]:
     """Train and save the model (and tokenizer, and a description with its success history) into `directory`."""
     started = time.perf_counter()
@@ -169,21 +157,12 @@ def build_agent_model(settings: AgentWarmStartSettings, directory: Path, progres
     success, step = 0.0, 0
     model.train()
     for step in range(1, settings.max_steps + 1):
-        batch = _batch(rng.sample(traces, settings.batch_size), tokenizer.pad_token_id)
-        labels = batch.pop("labels")
-        loss = answer_loss(model(**batch).logits, labels)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        loss = train_step(model, optimizer, collate(rng.sample(traces, settings.batch_size), tokenizer.pad_token_id))
         if step % settings.eval_every == 0:
             success = greedy_success(model, tokenizer, held_out, settings)
-            history.append({"step": step, "loss": round(loss.item(), 4), "success": success})
+            history.append({"step": step, "loss": round(loss, 4), "success": success})
             if progress:
-                print(
-                    f"[agent warm start] step {step} loss {loss.item():.3f} held-out success {success:.3f}",
-                    file=sys.stderr,
-                )
+                print(f"[agent warm start] step {step} loss {loss:.3f} held-out success {success:.3f}", file=sys.stderr)
             if success >= settings.target_low:
                 break
     model.eval()

@@ -109,7 +109,7 @@ def test_the_tinker_backend_against_skyrl_tx_matches_the_engine(engine_and_token
     _, tokenizer = engine_and_tokenizer
     server = LocalServer(tmp_path)
     server.start()
-    service = tinker.ServiceClient(base_url=server.url, api_key="tml-agent-test")
+    service = tinker.ServiceClient(base_url=server.url, api_key=server.api_key)
     try:
         sampler = service.create_sampling_client(base_model=SERVED)
         check_same(through_engine, run_all(TinkerBackend(sampler, tokenizer), tokenizer, batch), logprob_tol=1e-3)

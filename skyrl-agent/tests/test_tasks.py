@@ -92,7 +92,7 @@ def test_search_questions_are_answered_from_the_bm25_server(tokenizer, tmp_path)
 
 
 def test_an_openenv_environment_is_played_through_its_tools(tokenizer):
-    pytest.importorskip("openenv.core", reason='needs openenv-core: pip install "skyrl-gym[openenv]"')
+    pytest.importorskip("openenv.core", reason='needs openenv-core: pip install -e "./skyrl-gym[openenv]"')
     from skyrl_gym.envs.openenv.demo_server import DemoServer
 
     def script(request):

@@ -14,7 +14,7 @@ from skyrl_gym.errors import (
 )
 from skyrl_gym.guard import failed_step, guarded_step
 
-__version__ = "0.1.0"
+__version__ = "0.1.0+repo"
 
 __all__ = [
     "Env",

@@ -7,7 +7,7 @@ import concurrent.futures
 import traceback
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput, check_step_output
+from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput, check_step_output, final_step
 from skyrl_gym.errors import EnvOutputError
 
 _pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="skyrl-gym-guard")
@@ -15,13 +15,7 @@ _pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix
 
 def failed_step(reason: str, kind: str, detail: Optional[str] = None) -> BaseTextEnvStepOutput:
     """A terminal step that records why the env failed: metadata `env_error` = {kind, reason, detail}."""
-    return BaseTextEnvStepOutput(
-        observations=[],
-        reward=0.0,
-        done=True,
-        metadata={"env_error": {"kind": kind, "reason": reason, "detail": detail}},
-        postprocessed_action=None,
-    )
+    return final_step(0.0, {"env_error": {"kind": kind, "reason": reason, "detail": detail}})
 
 
 def guarded_step(env: Any, action: str, timeout_s: Optional[float] = None) -> BaseTextEnvStepOutput:

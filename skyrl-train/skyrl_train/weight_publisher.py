@@ -8,9 +8,10 @@ strategy and the sharded-send protocol stay behind it: the trainer never sees a 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Optional
 
 from skyrl_train.config.run_plan import RunPlan
@@ -31,8 +32,12 @@ class WeightPublisher:
         client: Any,
         plan: RunPlan,
         verify: bool = False,
+        colocated_groups: Sequence[Any] = (),
     ) -> None:
         self.policy, self.strategy, self.client, self.plan, self.verify = policy, strategy, client, plan, verify
+        self.colocated_groups = [group for group in colocated_groups if group is not None]
+        """The worker groups sharing the engines' GPUs (policy, ref, critic, reward model), which hand their freed
+        memory back before the engines wake."""
         self.version = 0
         self.gate = WeightGate()
         self.pauses = SpanLog()
@@ -106,4 +111,12 @@ class WeightPublisher:
         await self.gate.close()
         await self.client.sleep()
         yield
+        await self.wake_engines()
+
+    async def wake_engines(self) -> None:
+        """Hand the GPUs back to the engines: every colocated worker group first returns the memory its caching
+        allocator holds for freed tensors (`BaseWorker.release_memory`: the policy's offloaded optimizer state,
+        gradients and activations, the ref's activations), then the engines wake into it. Without that step they
+        would wake next to everything the workers ever reserved."""
+        await asyncio.gather(*(asyncio.to_thread(group.run_all, "release_memory") for group in self.colocated_groups))
         await self.client.wake_up()

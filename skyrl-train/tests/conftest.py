@@ -73,3 +73,59 @@ def single_rank_group():
     yield ("127.0.0.1", 0)
     if created:
         dist.destroy_process_group()
+
+
+class RayGpuSim:
+    """Ray's GPU assignment, simulated without Ray or GPUs (what decides which GPU each actor sees).
+
+    Placement-group bundles take whole GPUs of a node in order (`reserve`, a stand-in for `placement._reserve`
+    that records the bundles); an actor placed in bundle b with `num_gpus` gets whole GPUs of that bundle (the next
+    free ones) or, for a fraction, the first GPU of the bundle with that much capacity left, and sees exactly the GPUs
+    it got: Ray sets its `CUDA_VISIBLE_DEVICES` to them. GPU ids are per-node indices, as Ray reports them.
+    """
+
+    def __init__(self, gpus_per_node: dict[str, int]) -> None:
+        self.free = {node: list(range(count)) for node, count in gpus_per_node.items()}
+        self.groups: list[dict] = []
+
+    def reserve(self, role: str, bundles: list[dict], strategy: str, timeout_s: float = 0.0) -> dict:
+        """Grant `bundles` (one node for STRICT_PACK, round-robin over nodes for SPREAD), like a placement group."""
+        nodes = list(self.free)
+        granted = []
+        for index, bundle in enumerate(bundles):
+            want = int(bundle.get("GPU", 0))
+            node = nodes[index % len(nodes)] if strategy == "SPREAD" else nodes[0]
+            if len(self.free[node]) < want:
+                node = next((n for n in nodes if len(self.free[n]) >= want), None)
+                if node is None or strategy == "STRICT_PACK" and any(b["node"] != node for b in granted):
+                    raise RuntimeError(f"simulated cluster: no node has {want} free GPU(s) for {role}")
+            gpus, self.free[node] = self.free[node][:want], self.free[node][want:]
+            granted.append({"node": node, "gpus": {gpu: 1.0 for gpu in gpus}})
+        group = {"role": role, "bundles": granted, "shapes": list(bundles)}
+        self.groups.append(group)
+        return group
+
+    def place(self, group: dict, bundle_index: int, num_gpus: float) -> tuple[str, tuple[str, ...]]:
+        """`(node, CUDA_VISIBLE_DEVICES entries)` of an actor asking for `num_gpus` in bundle `bundle_index`."""
+        bundle = group["bundles"][bundle_index]
+        capacity = bundle["gpus"]
+        if num_gpus <= 0:
+            return bundle["node"], ()
+        if num_gpus >= 1:
+            whole = [gpu for gpu, left in capacity.items() if left == 1.0][: int(num_gpus)]
+            if len(whole) < int(num_gpus):
+                raise RuntimeError(f"bundle {bundle_index} has {len(whole)} whole GPU(s) left, {num_gpus} asked")
+            for gpu in whole:
+                capacity[gpu] = 0.0
+            return bundle["node"], tuple(str(gpu) for gpu in whole)
+        for gpu, left in capacity.items():
+            if left >= num_gpus - 1e-9:
+                capacity[gpu] = left - num_gpus
+                return bundle["node"], (str(gpu),)
+        raise RuntimeError(f"bundle {bundle_index} has no GPU with {num_gpus} left")
+
+
+@pytest.fixture
+def ray_gpu_sim():
+    """`ray_gpu_sim({"node0": 4})`: a `RayGpuSim` of a cluster with that many GPUs per node."""
+    return RayGpuSim

@@ -21,7 +21,7 @@ ROOT = "<package>"
 """The room of `skyrl_train/__init__.py` (it holds only the version, so it may be imported from anywhere)."""
 
 LAYERS: list[tuple[str, ...]] = [
-    (ROOT, "utils"),
+    (ROOT, "utils", "gpu_calls"),
     ("config",),
     ("algorithms", "dataset"),
     ("models",),
@@ -44,7 +44,7 @@ compose everything."""
 
 RINGS: dict[str, tuple[str, ...]] = {
     "core": (
-        *(ROOT, "utils", "config", "algorithms", "dataset", "models", "weight_sync", "inference"),
+        *(ROOT, "utils", "gpu_calls", "config", "algorithms", "dataset", "models", "weight_sync", "inference"),
         *("training_batch", "placement", "workers"),
     ),
     "loop": (

@@ -1,10 +1,11 @@
-"""Placement without Ray: the actor environment, the CPUs a placement needs, and how Ray is started or joined
-(placement groups themselves are exercised by the Ray trainer tests)."""
+"""Placement without Ray: the actor environment, the CPUs a placement needs, how Ray is started or joined, and which
+GPUs each engine actor sees under Ray's per-bundle assignment (simulated: `RayGpuSim`; placement groups themselves are
+exercised by the Ray trainer tests)."""
 
 import pytest
 
 from skyrl_train.config import ConfigValidationError, SkyRLConfig
-from skyrl_train.placement import actor_env_vars, cpus_needed, ray_init_kwargs
+from skyrl_train.placement import actor_env_vars, cpus_needed, plan_placement, ray_init_kwargs
 
 
 def test_actors_default_to_no_openmp_spinning_and_user_values_win(monkeypatch):
@@ -112,3 +113,47 @@ def test_a_submitted_job_driver_leaves_the_jobs_own_env_vars_to_the_job(monkeypa
         "HF_HUB_OFFLINE"
         in ray_init_kwargs(_cfg("trainer.placement.ray_address=auto"), ["policy"])["runtime_env"]["env_vars"]
     )
+
+
+def _sglang_local_gpu(tp_rank: int) -> int:
+    """The local GPU SGLang 0.5.23 gives tensor-parallel worker `tp_rank` of a one-node engine (its
+    `compute_local_gpu_id` with base GPU 0 and step 1)."""
+    return tp_rank
+
+
+def _tp2_cfg(backend: str, colocated: bool):
+    return _cfg(
+        "trainer.device=cuda",
+        "trainer.policy.model.path=/m",
+        f"trainer.placement.colocate_all={str(colocated).lower()}",
+        "trainer.placement.policy_num_gpus_per_node=4",
+        "trainer.placement.ref_num_gpus_per_node=4",
+        "generator.inference_engine.num_engines=2",
+        "generator.inference_engine.tensor_parallel_size=2",
+        f"generator.inference_engine.backend={backend}",
+    )
+
+
+@pytest.mark.parametrize("colocated", [False, True])
+def test_engine_tensor_parallelism_that_cannot_get_its_gpus_is_refused(colocated):
+    """M2: vLLM's engine holds vllm.LLM in one actor on one GPU, so TP > 1 is refused in every placement (naming the
+    data-parallel alternative); a colocated engine shares one GPU with one policy rank, so sglang TP > 1 too."""
+    with pytest.raises(ConfigValidationError, match="tensor_parallel_size=2 with backend=vllm.*num_engines=4"):
+        _tp2_cfg("vllm", colocated).validate()
+    if colocated:
+        with pytest.raises(ConfigValidationError, match="tensor_parallel_size=2 with trainer.placement.colocate_all"):
+            _tp2_cfg("sglang", colocated).validate()
+
+
+def test_each_tensor_parallel_worker_of_a_separate_engine_sees_its_own_gpu(ray_gpu_sim, monkeypatch):
+    """M2: a separate sglang engine with tensor_parallel_size=2 gets a bundle of 2 GPUs and its actor sees both
+    (SGLang puts worker k on local GPU k); engines do not share GPUs."""
+    cfg = _tp2_cfg("sglang", colocated=False)
+    cfg.validate()
+    sim = ray_gpu_sim({"node0": 8})
+    monkeypatch.setattr("skyrl_train.placement._reserve", sim.reserve)
+    slot = plan_placement(cfg, ["policy"]).slots["engine"]
+    seen = [sim.place(slot.placement_group, slot.bundle_offset + index, slot.num_gpus)[1] for index in range(2)]
+    assert [len(gpus) for gpus in seen] == [2, 2] and len({gpu for gpus in seen for gpu in gpus}) == 4
+    for gpus in seen:
+        assert all(_sglang_local_gpu(rank) < len(gpus) for rank in range(2))

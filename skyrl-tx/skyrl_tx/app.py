@@ -3,6 +3,8 @@
 Mutating calls answer at once with `{request_id}`; results come from `retrieve_future`, which long-polls for at most
 `poll_seconds` and then answers `try_again`. forward_backward bodies and the results of forward_backward and sample
 are protobuf; everything else is JSON. Every route checks `X-API-Key`, and callers only see what their key created.
+Request bodies are counted as they stream in (`BodySizeLimit`: 413 past the cap) and large ones are decoded off the
+event loop; budgets answer 400 and per-key quotas 429, each naming the limit.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -20,38 +23,53 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from skyrl_train.serving.body_limit import BodySizeLimit
 from skyrl_tx import __version__
 from skyrl_tx.compute import read_meta
 from skyrl_tx.db import DONE, FAILED, CheckpointRow, ModelRow
 from skyrl_tx.futures import Conflict, UserError
+from skyrl_tx.limits import QuotaExceeded
 from skyrl_tx.losses import LossInputError
 from skyrl_tx.service import NotFound, Service, SessionEnded
 from skyrl_tx.wire import WireError, decode_forward_backward
 
 log = logging.getLogger("skyrl_tx")
 PROTO = "application/x-protobuf"
+THREADED_JSON_BYTES = 64 << 10
+"""JSON bodies larger than this are parsed on a worker thread, not on the event loop."""
 
 
-@dataclass
+def key_digest(key: str) -> bytes:
+    """The SHA-256 digest a key is compared and identified by."""
+    return hashlib.sha256(key.encode()).digest()
+
+
+@dataclass(frozen=True)
 class ApiKeys:
-    """Accepted keys. Empty: local dev mode, any key starting with `tml-` is accepted (each is its own owner)."""
+    """The accepted keys, kept only as digests. A presented key is compared with every one of them in constant time
+    (`hmac.compare_digest`), so neither the match nor its position shows in the answer's timing."""
 
-    keys: frozenset[str] = frozenset()
+    digests: tuple[bytes, ...]
 
-    @property
-    def dev_mode(self) -> bool:
-        """True when no keys were configured."""
-        return not self.keys
+    @classmethod
+    def of(cls, keys: Any) -> ApiKeys:
+        """The accepted set of `keys` (at least one: the server always requires a key)."""
+        digests = tuple(sorted({key_digest(key) for key in keys}))
+        if not digests:
+            raise ValueError("ApiKeys needs at least one key")
+        return cls(digests)
 
     def owner(self, key: Optional[str]) -> str:
         """The owner id of a key (a hash, never the key itself); raises PermissionError for a refused key."""
         if not key:
             raise PermissionError("missing X-API-Key header")
-        if self.keys and key not in self.keys:
+        digest = key_digest(key)
+        matched = False
+        for accepted in self.digests:  # no early exit
+            matched |= hmac.compare_digest(digest, accepted)
+        if not matched:
             raise PermissionError("the X-API-Key is not one of this server's keys")
-        if not self.keys and not key.startswith("tml-"):
-            raise PermissionError("in local dev mode the X-API-Key must start with 'tml-'")
-        return hashlib.sha256(key.encode()).hexdigest()[:16]
+        return digest.hex()[:16]
 
 
 class HttpError(Exception):
@@ -84,30 +102,44 @@ def checkpoint_json(row: CheckpointRow) -> dict[str, Any]:
     }
 
 
-def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_body_bytes: int = 64 << 20) -> FastAPI:
-    """The FastAPI application serving `service`."""
+def create_app(
+    service: Service,
+    keys: ApiKeys,
+    poll_seconds: float = 25.0,
+    max_body_bytes: int = 64 << 20,
+    docs: bool = False,
+) -> FastAPI:
+    """The FastAPI application serving `service`. Bodies over `max_body_bytes` get 413 however they are sent; `docs`
+    turns on FastAPI's `/docs`, `/redoc` and `/openapi.json` (off: they describe the API to anyone who asks)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         service.notifier.bind(asyncio.get_running_loop())
         yield
 
-    app = FastAPI(title="skyrl-tx", version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="skyrl-tx",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > max_body_bytes:
-            return JSONResponse(
-                {"detail": f"request body of {length} bytes exceeds the server's limit of {max_body_bytes}"}, 413
-            )
         try:
             return await call_next(request)
         except Exception:  # never die on a request: log it and answer 500
             log.exception("unhandled error on %s %s", request.method, request.url.path)
             return JSONResponse({"detail": "internal server error"}, 500)
 
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)  # outermost: counts bytes before anything reads them
+
     def errors(exc: Exception) -> JSONResponse:
+        if isinstance(exc, QuotaExceeded):
+            headers = {"retry-after": "1"} if exc.retry else {"x-should-retry": "false"}
+            return JSONResponse({"detail": str(exc)}, 429, headers=headers)
         if isinstance(exc, HttpError):
             return JSONResponse({"detail": str(exc)}, exc.status)
         if isinstance(exc, PermissionError):
@@ -126,7 +158,7 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
     async def body_json(request: Request) -> dict[str, Any]:
         raw = await request.body()
         try:
-            body = json.loads(raw or b"{}")
+            body = await threaded(json.loads, raw) if len(raw) > THREADED_JSON_BYTES else json.loads(raw or b"{}")
         except ValueError as exc:
             raise HttpError(400, f"request body is not JSON: {exc}") from None
         if not isinstance(body, dict):
@@ -154,13 +186,30 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
         return run_in_threadpool(function, *args)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
-        adapters = sum(len(base.host.adapters) for base in service.base_models.values() if base.host is not None)
-        return {"status": "ok", "version": __version__, "queued": service.compute.depth(), "adapters": adapters}
+    async def healthz(request: Request) -> dict[str, Any]:
+        """`{"status": "ok"}`; with an accepted X-API-Key also that key's waiting requests and adapters in memory."""
+        key = request.headers.get("x-api-key")
+        if not key:
+            return {"status": "ok"}
+        try:
+            owner = keys.owner(key)
+        except PermissionError:
+            return {"status": "ok"}
+        return {"status": "ok", "version": __version__, **(await threaded(service.status, owner))}
 
     @route("client/config")
     async def client_config(owner: str, request: Request) -> dict[str, Any]:
-        return {"pjwt_auth_enabled": False, "proto_compress_fwdbwd": False, "parallel_fwdbwd_chunks": True}
+        limits = service.limits
+        return {
+            "pjwt_auth_enabled": False,
+            "proto_compress_fwdbwd": False,
+            "parallel_fwdbwd_chunks": True,
+            # the official client splits forward_backward calls into chunks of at most these many datums and bytes
+            # (a datum takes at least 16 bytes per token), and keeps at most this many samples in flight per sampler
+            "fwdbwd_max_chunk_len": limits.max_datums,
+            "fwdbwd_max_chunk_bytes_count": min(5_000_000, 16 * limits.max_batch_tokens, max_body_bytes // 2),
+            "sample_max_concurrent_requests": limits.max_queued_per_key,
+        }
 
     @route("create_session")
     async def create_session(owner: str, request: Request) -> dict[str, Any]:
@@ -182,7 +231,7 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
     async def get_session(owner: str, request: Request) -> dict[str, Any]:
         session_id = request.path_params["session_id"]
         row = await threaded(service.session_row, owner, session_id)
-        runs, _ = await threaded(service.runs_of, owner, 1000, 0, session_id)
+        runs, _ = await threaded(service.db.runs_of, owner, 1000, 0, session_id)
         return {
             "session_id": row.session_id,
             "training_run_ids": [run.model_id for run in runs],
@@ -227,7 +276,7 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
             )
         if PROTO not in request.headers.get("content-type", ""):
             raise HttpError(415, f"forward_backward bodies must be {PROTO} (tinker client 0.25 or later)")
-        call = decode_forward_backward(raw)
+        call = await threaded(decode_forward_backward, raw, service.limits.max_datums)
         request_id = await threaded(service.forward_backward, owner, call, raw)
         return {"request_id": str(request_id), "model_id": call.model_id}
 
@@ -276,11 +325,10 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
             raise NotFound(f"request {raw_id!r} not found")
         request_id = int(raw_id)
         deadline = asyncio.get_running_loop().time() + poll_seconds
+        row = await threaded(service.futures.get, request_id)
+        if row is None or row.owner != owner:  # checked before any event exists for the id
+            raise NotFound(f"request {raw_id!r} not found")
         while True:
-            event = service.notifier.event(request_id)
-            row = await threaded(service.futures.get, request_id)
-            if row is None or row.owner != owner:
-                raise NotFound(f"request {raw_id!r} not found")
             if row.status == DONE:
                 if row.result_is_proto:
                     return Response(content=row.result, media_type=PROTO)
@@ -290,8 +338,12 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 return {"type": "try_again", "request_id": str(request_id), "queue_state": "active"}
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout=remaining)
+            with service.notifier.watch(request_id) as event:  # dropped when the poll returns
+                row = await threaded(service.futures.get, request_id)  # read after watching: no wake-up is lost
+                if row.status not in (DONE, FAILED):
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(event.wait(), timeout=remaining)
+                    row = await threaded(service.futures.get, request_id)
 
     # ----- training runs and checkpoints ---------------------------------------------------------------------------
     def run_json(row: ModelRow, checkpoints: list[CheckpointRow]) -> dict[str, Any]:
@@ -323,29 +375,29 @@ def create_app(service: Service, keys: ApiKeys, poll_seconds: float = 25.0, max_
     @route("training_runs", "GET")
     async def training_runs(owner: str, request: Request) -> dict[str, Any]:
         limit, offset = page(request, 20)
-        rows, total = await threaded(service.runs_of, owner, limit, offset)
+        rows, total = await threaded(service.db.runs_of, owner, limit, offset)
         runs = []
         for row in rows:
-            checkpoints, _ = await threaded(service.checkpoints_of, owner, row.model_id, 1000, 0)
+            checkpoints, _ = await threaded(service.db.checkpoints_of, owner, row.model_id, 1000, 0)
             runs.append(run_json(row, checkpoints))
         return {"training_runs": runs, "cursor": {"offset": offset, "limit": limit, "total_count": total}}
 
     @route("training_runs/{run_id}", "GET")
     async def training_run(owner: str, request: Request) -> dict[str, Any]:
         row = await threaded(service.model_row, owner, request.path_params["run_id"])
-        checkpoints, _ = await threaded(service.checkpoints_of, owner, row.model_id, 1000, 0)
+        checkpoints, _ = await threaded(service.db.checkpoints_of, owner, row.model_id, 1000, 0)
         return run_json(row, checkpoints)
 
     @route("training_runs/{run_id}/checkpoints", "GET")
     async def run_checkpoints(owner: str, request: Request) -> dict[str, Any]:
         row = await threaded(service.model_row, owner, request.path_params["run_id"])
-        checkpoints, total = await threaded(service.checkpoints_of, owner, row.model_id, 1000, 0)
+        checkpoints, total = await threaded(service.db.checkpoints_of, owner, row.model_id, 1000, 0)
         return {"checkpoints": [checkpoint_json(c) for c in checkpoints]}
 
     @route("checkpoints", "GET")
     async def user_checkpoints(owner: str, request: Request) -> dict[str, Any]:
         limit, offset = page(request, 100)
-        checkpoints, total = await threaded(service.checkpoints_of, owner, None, limit, offset)
+        checkpoints, total = await threaded(service.db.checkpoints_of, owner, None, limit, offset)
         return {
             "checkpoints": [checkpoint_json(c) for c in checkpoints],
             "cursor": {"offset": offset, "limit": limit, "total_count": total},

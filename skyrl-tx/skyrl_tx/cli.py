@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import ipaddress
 import logging
 import os
+import secrets
 import shutil
 import socket
 from collections.abc import Sequence
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from skyrl_tx import __version__
+from skyrl_tx.limits import Limits
 
 DEFAULT_BASE_MODEL = "skyrl/embedded-arithmetic"
 """The name the embedded default model is served under (hub-style: exactly one `/`)."""
@@ -71,12 +74,71 @@ def parse_base_models(values: Optional[Sequence[str]]) -> dict[str, str]:
     return models
 
 
-def read_keys(keys: Optional[Sequence[str]], keys_file: Optional[str]) -> frozenset[str]:
-    """The accepted API keys: each `--api-key` plus one key per non-empty line of `--api-keys-file`."""
+KEYS_ENV = "SKYRL_TX_API_KEYS"
+"""Environment variable with accepted keys (comma- or newline-separated); unlike `--api-key` it is not visible to
+other users in the process list."""
+DEV_KEY_FILE = "dev-api-key"
+"""Where dev mode keeps its generated key, in the checkpoint dir (0600): the same key, and so the same owner of the
+runs and checkpoints, after a restart."""
+
+
+def read_keys(
+    keys: Optional[Sequence[str]], keys_file: Optional[str], environ: Optional[dict] = None
+) -> frozenset[str]:
+    """The accepted API keys: each `--api-key`, one key per non-empty line of `--api-keys-file`, and the keys in
+    `$SKYRL_TX_API_KEYS`."""
     accepted = set(keys or [])
     if keys_file:
         accepted |= {line.strip() for line in Path(keys_file).read_text().splitlines() if line.strip()}
+    listed = (os.environ if environ is None else environ).get(KEYS_ENV, "")
+    accepted |= {key.strip() for key in listed.replace(",", "\n").splitlines() if key.strip()}
     return frozenset(accepted)
+
+
+def dev_key(checkpoint_dir: Path) -> str:
+    """Dev mode's key: a random `tml-dev-...` made on the first start and kept (0600) in the checkpoint dir."""
+    path = checkpoint_dir / DEV_KEY_FILE
+    if path.is_file():
+        key = path.read_text().strip()
+        if key:
+            return key
+    key = f"tml-dev-{secrets.token_hex(16)}"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(key + "\n")
+    return key
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address `host` names is a loopback address (127.0.0.0/8, ::1)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(addresses) and all(ipaddress.ip_address(address.split("%")[0]).is_loopback for address in addresses)
+
+
+def check_exposure(host: str, keys: frozenset[str], insecure: bool) -> None:
+    """Refuse (SystemExit) serving a non-loopback `--host` without configured keys unless `--insecure` is given."""
+    if not keys and not insecure and not is_loopback(host):
+        raise SystemExit(
+            f"--host {host} is reachable from other machines, and no keys are configured: give --api-keys-file (or "
+            f"${KEYS_ENV}, or --api-key), or pass --insecure to serve the generated dev key there anyway"
+        )
+
+
+def private_state_dir(checkpoint_dir: Path) -> None:
+    """Make the service's files private to its user: the checkpoint dir 0700, the SQLite files 0600, and a umask
+    that keeps every file the server writes later (checkpoints, the database, logs) unreadable to others."""
+    os.umask(0o077)
+    checkpoint_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(checkpoint_dir, 0o700)
+    for path in checkpoint_dir.glob("skyrl_tx.db*"):
+        os.chmod(path, 0o600)
 
 
 def resolve_device(device: str) -> str:
@@ -127,8 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--base-model", action="append", metavar="NAME=PATH", help="a served base model (repeatable)")
     serve.add_argument("--database-url", default=None, help="SQLAlchemy URL (default: SQLite under --checkpoint-dir)")
-    serve.add_argument("--api-key", action="append", help="an accepted key (repeatable); none: local dev mode")
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        help=f"an accepted key (repeatable; visible in the process list: prefer --api-keys-file or ${KEYS_ENV}); "
+        "none anywhere: dev mode, one generated key",
+    )
     serve.add_argument("--api-keys-file", default=None, help="a file with one accepted key per line")
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without configured keys (dev mode's generated key, over plain HTTP)",
+    )
+    serve.add_argument("--enable-docs", action="store_true", help="serve /docs, /redoc and /openapi.json")
     serve.add_argument("--checkpoint-dir", default=None, help="where checkpoints and the SQLite file live")
     serve.add_argument("--poll-seconds", type=float, default=25.0, help="longest retrieve_future long-poll")
     serve.add_argument("--max-request-mb", type=float, default=64.0, help="largest accepted request body")
@@ -175,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --sampler vllm: the largest LoRA rank sampled (vLLM reserves room for it; default 64)",
     )
     serve.add_argument("--log-level", default="info")
+    Limits.add_flags(serve.add_argument_group("per-request budgets (400) and per-key quotas (429)"))
     commands.add_parser("version", help="print the version")
     return parser
 
@@ -182,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> None:
     """Build the service and run it under uvicorn."""
     check_compute_flags(args)
+    Limits.from_args(args)
+    check_exposure(args.host, read_keys(args.api_key, args.api_keys_file), args.insecure)
     from skyrl_train.serving.listen import listen_socket
 
     listener = listen_socket(args.host, args.port)  # before the models load: a taken port fails now, not minutes later
@@ -204,9 +280,11 @@ def _serve(args: argparse.Namespace, listener: socket.socket) -> None:
     log = logging.getLogger("skyrl_tx")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     checkpoint_dir = Path(os.path.expanduser(args.checkpoint_dir)) if args.checkpoint_dir else default_checkpoint_dir()
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    private_state_dir(checkpoint_dir)
     url = args.database_url or f"sqlite:///{checkpoint_dir / 'skyrl_tx.db'}"
-    keys = ApiKeys(read_keys(args.api_key, args.api_keys_file))
+    accepted = read_keys(args.api_key, args.api_keys_file)
+    generated = None if accepted else dev_key(checkpoint_dir)
+    keys = ApiKeys.of(accepted or {generated})
     base_models = {
         name: BaseModel(name, path, tokenizer_folder(name, path, checkpoint_dir))
         for name, path in parse_base_models(args.base_model).items()
@@ -256,6 +334,7 @@ def _serve(args: argparse.Namespace, listener: socket.socket) -> None:
         dtype=args.dtype,
         make_host=make_host,
         make_sampler=make_sampler,
+        limits=Limits.from_args(args),
     )
     try:
         service.start()
@@ -263,8 +342,12 @@ def _serve(args: argparse.Namespace, listener: socket.socket) -> None:
         service.stop()
         _stop_ray(started_ray)
         raise
-    if keys.dev_mode:
-        log.warning("no --api-key given: local dev mode, any X-API-Key starting with 'tml-' is accepted")
+    if generated is not None:
+        print(
+            f"skyrl-tx: no API keys configured (dev mode): the one accepted key is {generated} (kept in "
+            f"{checkpoint_dir / DEV_KEY_FILE}); export TINKER_API_KEY={generated}",
+            flush=True,
+        )
     compute = device
     if args.compute == "ray":
         compute = f"{args.ray_workers or 1} Ray rank(s) per model ({args.ray_sharding or 'replicate'}) on {device}"
@@ -278,7 +361,7 @@ def _serve(args: argparse.Namespace, listener: socket.socket) -> None:
         args.dtype,
         url.split("@")[-1],
     )
-    app = create_app(service, keys, args.poll_seconds, int(args.max_request_mb * (1 << 20)))
+    app = create_app(service, keys, args.poll_seconds, int(args.max_request_mb * (1 << 20)), docs=args.enable_docs)
     try:
         serve_on(app, listener)
     finally:

@@ -465,7 +465,13 @@ class LoraHost(ComputeHost):
     def sample(self, sampler_dir: Optional[Path], jobs: list[SampleJob]) -> list[SampleResult]:
         """Run sampling jobs of one sampler (adapter or base model), batching jobs with equal params."""
         adapter = self.sampler_adapter(sampler_dir)
-        context = self.peft.disable_adapter() if adapter is None and self.peft is not None else contextlib.nullcontext()
+        context: Any = contextlib.nullcontext()  # no adapter left (every session ended): the LoRA layers are inert
+        if adapter is None and self.peft is not None and self.peft.peft_config:
+            if self.peft.active_adapter not in self.peft.peft_config:
+                # peft keeps naming a deleted adapter active when the last one went (and after adding a new one),
+                # and disable_adapter looks the active one up
+                self.activate(next(iter(self.peft.peft_config)))
+            context = self.peft.disable_adapter()
         if adapter is not None:
             self.peft.set_adapter(adapter)
         results: list[Optional[SampleResult]] = [None] * len(jobs)

@@ -23,6 +23,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    func,
     select,
 )
 from sqlalchemy.engine import Engine
@@ -167,3 +168,46 @@ class Database:
             for model in s.scalars(select(ModelRow).where(ModelRow.status.in_(["creating", "ready"]))).all():
                 model.status = "lost"
             return len(rows)
+
+    def record_checkpoint(
+        self, owner: str, model_id: str, kind: str, name: str, path: str, size: int, metadata: dict[str, str]
+    ) -> None:
+        """Record a saved checkpoint (replacing the record of the one it overwrote)."""
+        with self.session() as s:
+            existing = s.scalars(select(CheckpointRow).where(CheckpointRow.tinker_path == path)).first()
+            if existing is not None:
+                s.delete(existing)
+                s.flush()
+            s.add(
+                CheckpointRow(
+                    model_id=model_id,
+                    owner=owner,
+                    kind=kind,
+                    name=name,
+                    tinker_path=path,
+                    size_bytes=size,
+                    user_metadata=metadata,
+                )
+            )
+
+    def checkpoints_of(self, owner: str, model_id: Optional[str], limit: int, offset: int) -> tuple[list, int]:
+        """A key's checkpoints (of one run, or all), newest first, and their total count."""
+        with self.session() as s:
+            query = select(CheckpointRow).where(CheckpointRow.owner == owner)
+            if model_id is not None:
+                query = query.where(CheckpointRow.model_id == model_id)
+            total = s.scalar(select(func.count()).select_from(query.subquery()))
+            rows = s.scalars(query.order_by(CheckpointRow.id.desc()).limit(limit).offset(offset)).all()
+        return list(rows), int(total or 0)
+
+    def runs_of(
+        self, owner: str, limit: int, offset: int, session_id: Optional[str] = None
+    ) -> tuple[list[ModelRow], int]:
+        """A key's training runs (of one session, or all), newest first, and their total count."""
+        with self.session() as s:
+            query = select(ModelRow).where(ModelRow.owner == owner)
+            if session_id is not None:
+                query = query.where(ModelRow.session_id == session_id)
+            total = s.scalar(select(func.count()).select_from(query.subquery()))
+            rows = s.scalars(query.order_by(ModelRow.created_at.desc()).limit(limit).offset(offset)).all()
+        return list(rows), int(total or 0)

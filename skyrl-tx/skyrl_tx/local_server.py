@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -34,26 +35,40 @@ def log_tail(path: Optional[Path], lines: int = 40) -> str:
 
 @dataclass
 class LocalServer:
-    """A `skyrl-tx serve` subprocess on 127.0.0.1 with its data folder; `restart()` starts a new process on the same folder and port."""
+    """A `skyrl-tx serve` subprocess on 127.0.0.1 with its data folder; `restart()` starts a new process on the same
+    folder and port. It accepts `api_keys` (passed in `$SKYRL_TX_API_KEYS`, not on the command line); none given: one
+    random key, `api_key`. With `dev_mode` it is given no key and `api_key` is the one the server generated."""
 
     data_dir: Path
     extra_args: list[str] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     process: Optional[subprocess.Popen] = None
     log_path: Optional[Path] = None
+    api_keys: tuple[str, ...] = ()
+    dev_mode: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.api_keys and not self.dev_mode:
+            self.api_keys = (f"tml-local-{secrets.token_hex(8)}",)
 
     @property
     def url(self) -> str:
         """The base URL clients use."""
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def api_key(self) -> str:
+        """The first accepted key."""
+        return self.api_keys[0]
+
     def start(self, timeout_s: float = 900.0) -> None:
         """Start and wait until /healthz answers (the first start may build the embedded model)."""
         self.log_path = self.data_dir / f"server-{int(time.time() * 1000)}.log"
         command = [sys.executable, "-m", "skyrl_tx", "serve", "--port", str(self.port)]
         command += ["--checkpoint-dir", str(self.data_dir), *self.extra_args]
+        environment = {**os.environ, "SKYRL_TX_API_KEYS": "" if self.dev_mode else ",".join(self.api_keys)}
         with self.log_path.open("w") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if self.process.poll() is not None:
@@ -63,6 +78,8 @@ class LocalServer:
                 )
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    if self.dev_mode:
+                        self.api_keys = ((self.data_dir / "dev-api-key").read_text().strip(),)
                     return
             except httpx.HTTPError:
                 pass

@@ -48,15 +48,18 @@ def write_files(directory: Path, files: Files) -> int:
     return sum(len(content) for content in files.values())
 
 
+def cuda_rng_devices() -> list[int]:
+    """The CUDA devices whose generators `torch.manual_seed` reseeds: every visible one (none without CUDA)."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
 @contextlib.contextmanager
 def seeded(seed: int) -> Iterator[None]:
-    """Run the block with torch's global generator seeded `seed`, restoring its state afterwards."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    """Run the block with torch's generators seeded `seed` (`torch.manual_seed` reseeds the CPU one and every CUDA
+    device's), restoring all of their states afterwards."""
+    with torch.random.fork_rng(devices=cuda_rng_devices()):
+        torch.manual_seed(seed)
         yield
-    finally:
-        torch.random.set_rng_state(state)
 
 
 def shard_base(model: torch.nn.Module, device: torch.device) -> None:

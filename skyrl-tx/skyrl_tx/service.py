@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 import shutil
 import threading
 import uuid
@@ -16,14 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
+from skyrl_tx import checkpoint_files
 from skyrl_tx.compute import ComputeHost, LoraHost, LoraSpec, Sampler, read_meta
 from skyrl_tx.compute_queue import ComputeQueue, Job
 from skyrl_tx.db import CheckpointRow, Database, ModelRow, SamplingSessionRow, SessionRow, utcnow
-from skyrl_tx.futures import FutureStore, Notifier, UserError, payload_hash
+from skyrl_tx.futures import FutureStore, Notifier, UserError, describe_failure, payload_hash
+from skyrl_tx.limits import Limits, strict_int
 from skyrl_tx.losses import loss_spec
-from skyrl_tx.sample_requests import parse_sample_request
+from skyrl_tx.quotas import Quotas
+from skyrl_tx.sample_requests import parse_sample_request, sample_cost
 from skyrl_tx.tinker_paths import CHECKPOINT_NAME, SEGMENTS, TinkerPath
 from skyrl_tx.wire import ForwardBackwardCall, encode_forward_backward_output, encode_sample_response
 
@@ -78,10 +80,13 @@ class Service:
     make_sampler: Optional[Callable[[BaseModel], Sampler]] = None
     """Builds each base model's sampler once its host is up; None: the host samples (`--sampler hf`).
     `skyrl-tx serve --sampler vllm` passes one that builds a `VLLMSampler`."""
+    limits: Limits = field(default_factory=Limits)
+    """Per-request budgets and per-key quotas."""
 
     def __post_init__(self) -> None:
         self.futures = FutureStore(self.db, self.notifier)
         self.compute = ComputeQueue(self.futures, self._run_sample_batch)
+        self.quotas = Quotas(self.db, self.compute, self.limits)
         self._ephemeral: dict[str, list[Path]] = {}
         self._stopping = threading.Event()
 
@@ -92,6 +97,12 @@ class Service:
         failed = self.db.fail_unfinished("the server stopped while this request was in flight; resubmit it")
         if failed:
             log.warning("%d request(s) left unfinished by a previous server process were marked failed", failed)
+        with self.db.session() as s:
+            recorded = {
+                (row.model_id, "weights" if row.kind == "training" else "sampler_weights", row.name)
+                for row in s.scalars(select(CheckpointRow)).all()
+            }
+        self._ephemeral = checkpoint_files.sweep(self.checkpoint_dir / "runs", recorded, KEEP_EPHEMERAL)
         for base in self.base_models.values():
             if self.make_host is not None:
                 base.host = self.make_host(base)
@@ -142,16 +153,18 @@ class Service:
 
     # ----- sessions ----------------------------------------------------------------------------------------------
     def create_session(self, owner: str, body: dict[str, Any]) -> str:
-        """A new session id (hex, so model ids `{session}:train:{n}` parse unambiguously)."""
+        """A new session id (hex, so model ids `{session}:train:{n}` parse unambiguously); a key holds at most
+        `max_sessions_per_key` active sessions."""
+        tags, metadata = self.limits.check_metadata(body)
+        sdk_version = body.get("sdk_version")
+        if sdk_version is not None and (not isinstance(sdk_version, str) or len(sdk_version) > 32):
+            raise UserError("sdk_version must be a string of at most 32 characters")
+        self.quotas.admit_session(owner)
         session_id = uuid.uuid4().hex[:16]
         with self.db.session() as s:
             s.add(
                 SessionRow(
-                    session_id=session_id,
-                    owner=owner,
-                    tags=list(body.get("tags") or []),
-                    user_metadata=dict(body.get("user_metadata") or {}),
-                    sdk_version=body.get("sdk_version"),
+                    session_id=session_id, owner=owner, tags=tags, user_metadata=metadata, sdk_version=sdk_version
                 )
             )
         return session_id
@@ -192,7 +205,7 @@ class Service:
                 self._set_model(model_id, status="closed")
                 return b"", False
 
-            self.compute.put(Job(None, "unload", unload))
+            self.compute.put(Job(None, "unload", unload, owner=owner))
 
     # ----- models ------------------------------------------------------------------------------------------------
     def model_row(self, owner: str, model_id: str) -> ModelRow:
@@ -219,23 +232,46 @@ class Service:
 
     def create_model(self, owner: str, body: dict[str, Any], raw: bytes) -> tuple[int, str]:
         """Queue the creation of a LoRA training client; returns (request_id, model_id)."""
-        session_id, seq = body["session_id"], int(body["model_seq_id"])
+        session_id, seq = body["session_id"], strict_int("model_seq_id", body["model_seq_id"])
         self.session_row(owner, session_id)
         base_model = body["base_model"]
         self.host(base_model)
-        lora = dict(body.get("lora_config") or {})
-        spec = LoraSpec(
-            rank=int(lora.get("rank", 32)),
-            seed=lora.get("seed"),
-            train_mlp=bool(lora.get("train_mlp", True)),
-            train_attn=bool(lora.get("train_attn", True)),
-            train_unembed=bool(lora.get("train_unembed", True)),
-        )
+        spec = self.limits.lora_spec(body.get("lora_config"))
         optimizer = (body.get("optimizer_config") or {}).get("type", "adamw")
         if optimizer != "adamw":
             raise UserError(f"optimizer_config.type {optimizer!r} is not supported; this server trains with adamw")
         model_id = f"{session_id}:train:{seq}"
         return self._new_model(owner, session_id, model_id, base_model, spec, body, raw, "create_model", None), model_id
+
+    # ----- quotas and queueing -------------------------------------------------------------------------------------
+    def _queue(
+        self,
+        kind: str,
+        owner: str,
+        target: Optional[str],
+        seq_id: Optional[int],
+        raw: bytes,
+        make_job: Callable[[int], Job],
+        admit: Optional[Callable[[], None]] = None,
+    ) -> int:
+        """Submit a future (quotas checked first) and queue its job; a resubmission of a request returns its id and
+        queues nothing unless that request failed on the server's side. If anything fails between storing the
+        future and queueing the job, the future is marked failed, so no future is left pending without a job."""
+
+        def admitted() -> None:
+            if admit is not None:
+                admit()
+            self.quotas.admit_job(owner)
+
+        request_id, new = self.futures.submit(kind, owner, target, seq_id, payload_hash(raw), admitted)
+        if new:
+            try:
+                self.compute.put(make_job(request_id))
+            except BaseException as exc:
+                failure = describe_failure(exc)
+                self.futures.fail(request_id, failure["error"], failure["category"])
+                raise
+        return request_id
 
     def _new_model(
         self,
@@ -249,21 +285,7 @@ class Service:
         kind: str,
         source: Optional[tuple[Path, bool, str]],
     ) -> int:
-        request_id, new = self.futures.submit(kind, owner, model_id, 0, payload_hash(raw))
-        if not new:
-            return request_id
-        with self.db.session() as s:
-            if s.get(ModelRow, model_id) is None:
-                s.add(
-                    ModelRow(
-                        model_id=model_id,
-                        session_id=session_id,
-                        owner=owner,
-                        base_model=base_model,
-                        lora_config=spec.to_dict(),
-                        user_metadata={str(k): str(v) for k, v in (body.get("user_metadata") or {}).items()},
-                    )
-                )
+        _, metadata = self.limits.check_metadata({"user_metadata": body.get("user_metadata")})
         host = self.host(base_model)
 
         def run() -> tuple[bytes, bool]:
@@ -282,8 +304,27 @@ class Service:
             self._set_model(model_id, status="ready")
             return json.dumps(result).encode(), False
 
-        self.compute.put(Job(request_id, kind, run))
-        return request_id
+        def make_job(request_id: int) -> Job:
+            with self.db.session() as s:
+                row = s.get(ModelRow, model_id)
+                if row is None:
+                    s.add(
+                        ModelRow(
+                            model_id=model_id,
+                            session_id=session_id,
+                            owner=owner,
+                            base_model=base_model,
+                            lora_config=spec.to_dict(),
+                            user_metadata=metadata,
+                        )
+                    )
+                else:  # a rerun of a request the server failed (a restart): the model is made again
+                    row.status = "creating"
+            return Job(request_id, kind, run, owner=owner)
+
+        return self._queue(
+            kind, owner, model_id, 0, raw, make_job, admit=lambda: self.quotas.admit_adapter(owner, spec.rank)
+        )
 
     def _set_model(self, model_id: str, **values: Any) -> None:
         with self.db.session() as s:
@@ -311,19 +352,28 @@ class Service:
         }
 
     # ----- training ----------------------------------------------------------------------------------------------
-    def _training_job(self, owner: str, model_id: str, seq_id: int, kind: str, raw: bytes, run: Any) -> int:
+    def _training_job(
+        self,
+        owner: str,
+        model_id: str,
+        seq_id: Any,
+        kind: str,
+        raw: bytes,
+        run: Any,
+        admit: Optional[Callable[[], None]] = None,
+    ) -> int:
         row = self._usable_model(owner, model_id)
-        request_id, new = self.futures.submit(kind, owner, model_id, seq_id, payload_hash(raw))
-        if new:
-            self.compute.put(Job(request_id, kind, lambda: run(row)))
-        return request_id
+        seq = strict_int("seq_id", seq_id)
+        return self._queue(
+            kind, owner, model_id, seq, raw, lambda rid: Job(rid, kind, lambda: run(row), owner=owner), admit
+        )
 
     def forward_backward(self, owner: str, call: ForwardBackwardCall, raw: bytes) -> int:
         """Queue a forward(_backward) chunk; its result is a `ForwardBackwardOutput` protobuf. The loss name and
-        config are checked now (HTTP 400 naming them); shapes and token ids when the chunk runs."""
+        config, the batch budgets and the context length are checked now (HTTP 400 naming them); token ids and
+        input lengths when the chunk runs."""
         loss_spec(call.loss_fn, call.loss_fn_config)
-        if not call.data:
-            raise UserError("forward_backward: data is empty")
+        self.limits.check_batch(call.data, self.host(self.model_row(owner, call.model_id).base_model).max_context)
 
         def run(row: ModelRow) -> tuple[bytes, bool]:
             host = self.host(row.base_model)
@@ -354,7 +404,7 @@ class Service:
             self._set_model(body["model_id"])
             return json.dumps({"metrics": metrics}).encode(), False
 
-        return self._training_job(owner, body["model_id"], int(body["seq_id"]), "optim_step", raw, run)
+        return self._training_job(owner, body["model_id"], body["seq_id"], "optim_step", raw, run)
 
     # ----- checkpoints -------------------------------------------------------------------------------------------
     def _checkpoint_dir(self, path: TinkerPath) -> Path:
@@ -366,25 +416,28 @@ class Service:
         session."""
         model_id = body["model_id"]
         name = body.get("path")
-        if name is not None and not CHECKPOINT_NAME.match(name):
+        if name is not None and (not isinstance(name, str) or not CHECKPOINT_NAME.match(name)):
             raise UserError(f"path (checkpoint name) {name!r} must match {CHECKPOINT_NAME.pattern}")
         if name is None and not for_sampler:
             raise UserError("save_weights: path (the checkpoint name) is required")
+        _, metadata = self.limits.check_metadata({"user_metadata": body.get("user_metadata")})
         segment = "sampler_weights" if for_sampler else "weights"
         ephemeral = name is None
-        seq_id = int(body["seq_id"])
-        target = TinkerPath(model_id, segment, name or f"ephemeral-{seq_id}")
+        seq_id = strict_int("seq_id", body["seq_id"])
+        target = TinkerPath(model_id, segment, name or f"{checkpoint_files.EPHEMERAL}{seq_id}")
         kind = "save_weights_for_sampler" if for_sampler else "save_weights"
 
         def run(row: ModelRow) -> tuple[bytes, bool]:
             final = self._checkpoint_dir(target)
             if final.exists() and not ephemeral and not body.get("overwrite"):
                 raise UserError(f"checkpoint {target} exists; save under another name or pass overwrite=True")
-            staging = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}")
-            size = self.host(row.base_model).save(model_id, staging, with_optimizer=not for_sampler)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(staging, final)  # atomic: a reader sees the old folder or the complete new one
+            staging = checkpoint_files.staging_folder(final)
+            try:
+                size = self.host(row.base_model).save(model_id, staging, with_optimizer=not for_sampler)
+                old = checkpoint_files.swap_in(staging, final)  # a reader sees the old folder or the new one
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
             result: dict[str, Any] = {"path": str(target), "type": kind}
             if ephemeral:
                 self._keep_ephemeral(model_id, final)
@@ -393,35 +446,24 @@ class Service:
                 )
                 result = {"sampling_session_id": session, "type": kind}
             else:
-                self._record_checkpoint(owner, target, size, body)
+                self.db.record_checkpoint(
+                    owner, target.model_id, SEGMENTS[target.segment], target.name, str(target), size, metadata
+                )
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
             self._set_model(model_id)
             return json.dumps(result).encode(), False
 
-        return self._training_job(owner, model_id, seq_id, kind, raw, run)
+        admit = None if ephemeral else (lambda: self.quotas.admit_checkpoint(owner, target))
+        return self._training_job(owner, model_id, seq_id, kind, raw, run, admit)
 
     def _keep_ephemeral(self, model_id: str, folder: Path) -> None:
         kept = self._ephemeral.setdefault(model_id, [])
+        if folder in kept:
+            kept.remove(folder)
         kept.append(folder)
         while len(kept) > KEEP_EPHEMERAL:
             shutil.rmtree(kept.pop(0), ignore_errors=True)
-
-    def _record_checkpoint(self, owner: str, target: TinkerPath, size: int, body: dict[str, Any]) -> None:
-        with self.db.session() as s:
-            existing = s.scalars(select(CheckpointRow).where(CheckpointRow.tinker_path == str(target))).first()
-            if existing is not None:
-                s.delete(existing)
-                s.flush()
-            s.add(
-                CheckpointRow(
-                    model_id=target.model_id,
-                    owner=owner,
-                    kind=SEGMENTS[target.segment],
-                    name=target.name,
-                    tinker_path=str(target),
-                    size_bytes=size,
-                    user_metadata={str(k): str(v) for k, v in (body.get("user_metadata") or {}).items()},
-                )
-            )
 
     def checkpoint(self, owner: str, path: str) -> tuple[TinkerPath, Path, CheckpointRow | ModelRow]:
         """Resolve a tinker path the caller owns to its folder (listed checkpoints and live ephemeral ones)."""
@@ -453,14 +495,14 @@ class Service:
                 self._set_model(model_id, lora_config=spec.to_dict())
                 return json.dumps({"path": str(parsed), "model_id": model_id, "type": "load_weights"}).encode(), False
 
-            return self._training_job(owner, model_id, int(body["seq_id"]), "load_weights", raw, run), model_id
+            return self._training_job(owner, model_id, body["seq_id"], "load_weights", raw, run), model_id
         session_id = body["session_id"]
         self.session_row(owner, session_id)
         base_model = body.get("base_model") or meta["base_model"]
         if base_model != meta["base_model"]:
             raise UserError(f"base_model {base_model!r} differs from the checkpoint's {meta['base_model']!r}")
-        model_id = f"{session_id}:train:{int(body['model_seq_id'])}"
-        spec = LoraSpec(**meta["lora"])
+        model_id = f"{session_id}:train:{strict_int('model_seq_id', body['model_seq_id'])}"
+        spec = self.limits.lora_spec(meta["lora"])
         source = (folder, with_optimizer, str(parsed))
         return (
             self._new_model(owner, session_id, model_id, base_model, spec, body, raw, "load_weights", source),
@@ -520,11 +562,15 @@ class Service:
         if not base_model:
             raise UserError("asample needs sampling_session_id, model_path or base_model")
         host = self.host(base_model)
-        job = parse_sample_request(body, host)
-        request_id, new = self.futures.submit("sample", owner, target, seq_id, payload_hash(raw))
-        if new:
-            self.compute.put(Job(request_id, "sample", batch_key=(base_model, folder), payload=job))
-        return request_id, job.num_samples
+        job = parse_sample_request(body, host, self.limits)
+        if seq_id is not None:
+            seq_id = strict_int("seq_id", seq_id)
+        cost = sample_cost(job, host)
+
+        def make_job(request_id: int) -> Job:
+            return Job(request_id, "sample", batch_key=(base_model, folder), payload=job, owner=owner, cost=cost)
+
+        return self._queue("sample", owner, target, seq_id, raw, make_job), job.num_samples
 
     def _run_sample_batch(self, key: Any, jobs: list[Job]) -> list[Any]:
         base_model, folder = key
@@ -533,41 +579,25 @@ class Service:
         return [
             (
                 encode_sample_response(
-                    result.sequences, result.prompt_logprobs, result.topk_prompt, job.payload.topk_prompt_logprobs
+                    result.sequences, result.prompt_logprobs, result.topk_prompt, job.payload.topk_sample_logprobs
                 ),
                 True,
             )
             for job, result in zip(jobs, results)
         ]
 
-    # ----- listing -----------------------------------------------------------------------------------------------
-    def checkpoints_of(self, owner: str, model_id: Optional[str], limit: int, offset: int) -> tuple[list, int]:
-        """The caller's checkpoints (of one run, or all), newest first, and their total count."""
-        with self.db.session() as s:
-            query = select(CheckpointRow).where(CheckpointRow.owner == owner)
-            if model_id is not None:
-                query = query.where(CheckpointRow.model_id == model_id)
-            total = s.scalar(select(func.count()).select_from(query.subquery()))
-            rows = s.scalars(query.order_by(CheckpointRow.id.desc()).limit(limit).offset(offset)).all()
-        return list(rows), int(total or 0)
-
-    def runs_of(
-        self, owner: str, limit: int, offset: int, session_id: Optional[str] = None
-    ) -> tuple[list[ModelRow], int]:
-        """The caller's training runs (of one session, or all), newest first, and their total count."""
-        with self.db.session() as s:
-            query = select(ModelRow).where(ModelRow.owner == owner)
-            if session_id is not None:
-                query = query.where(ModelRow.session_id == session_id)
-            total = s.scalar(select(func.count()).select_from(query.subquery()))
-            rows = s.scalars(query.order_by(ModelRow.created_at.desc()).limit(limit).offset(offset)).all()
-        return list(rows), int(total or 0)
-
     def delete_checkpoint(self, owner: str, model_id: str, checkpoint: str) -> None:
         """Delete a checkpoint's files and record (`checkpoint` is `weights/<name>` or `sampler_weights/<name>`)."""
         parsed, folder, row = self.checkpoint(owner, f"tinker://{model_id}/{checkpoint}")
         if not isinstance(row, CheckpointRow):
             raise NotFound(f"checkpoint {parsed} not found")
-        shutil.rmtree(folder, ignore_errors=True)
-        with self.db.session() as s:
+        with self.db.session() as s:  # the row first: a crash before the folder goes leaves one the start-up sweeps
             s.delete(s.get(CheckpointRow, row.id))
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def status(self, owner: str) -> dict[str, int]:
+        """What one key has at the server now: its requests waiting for compute and its adapters in memory."""
+        in_memory = {name for base in self.base_models.values() if base.host is not None for name in base.host.adapters}
+        with self.db.session() as s:
+            mine = set(s.scalars(select(ModelRow.model_id).where(ModelRow.owner == owner)).all())
+        return {"queued": self.compute.waiting(owner), "adapters": len(in_memory & mine)}

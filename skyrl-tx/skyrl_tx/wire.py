@@ -41,49 +41,75 @@ class ForwardBackwardCall:
     forward_only: bool
 
 
-def _tensor(message: Any, where: str) -> np.ndarray:
+def _tensor(message: Any, where: str, max_elements: int) -> np.ndarray:
+    """A `TensorData` as a flat array. Its declared shape may hold at most `max_elements` values (a sparse tensor's
+    dense size is not bounded by the bytes sent), and a sparse CSR tensor's indices must fit its shape."""
     dtype = _DTYPES.get(message.dtype)
     if dtype is None:
         raise WireError(f"{where}: unsupported tensor dtype {message.dtype} (expected float32 or int64)")
-    shape = list(message.shape)
+    shape = [int(size) for size in message.shape]
+    if any(size < 0 for size in shape):
+        raise WireError(f"{where}: negative size in shape {shape}")
+    elements = int(np.prod(shape, dtype=object)) if shape else None
+    if elements is not None and elements > max_elements:
+        raise WireError(f"{where}: shape {shape} holds {elements} values; this datum takes at most {max_elements}")
     if message.HasField("sparse_csr"):
-        csr = message.sparse_csr
-        values = np.frombuffer(csr.values, dtype=dtype)
-        crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
-        cols = np.frombuffer(csr.col_indices, dtype=np.int64)
-        if len(shape) != 2 or len(crow) != shape[0] + 1 or len(cols) != len(values):
-            raise WireError(f"{where}: malformed sparse CSR tensor (shape {shape})")
-        dense = np.zeros(shape, dtype=dtype)
-        for row in range(shape[0]):
-            start, end = int(crow[row]), int(crow[row + 1])
-            dense[row, cols[start:end]] = values[start:end]
-        return dense.reshape(-1)
+        return _dense_from_csr(message.sparse_csr, dtype, shape, where)
     raw = message.dense
     if len(raw) % np.dtype(dtype).itemsize:
         raise WireError(f"{where}: {len(raw)} bytes is not a whole number of {np.dtype(dtype).name} values")
     values = np.frombuffer(raw, dtype=dtype)
-    if shape and int(np.prod(shape)) != values.size:
+    if elements is not None and elements != values.size:
         raise WireError(f"{where}: shape {shape} does not match {values.size} values")
+    if values.size > max_elements:
+        raise WireError(f"{where}: {values.size} values; this datum takes at most {max_elements}")
     return values
 
 
-def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
-    """Parse a `ForwardBackwardRequest` body; raises `WireError` on malformed bytes or unsupported chunks."""
+def _dense_from_csr(csr: Any, dtype: Any, shape: list[int], where: str) -> np.ndarray:
+    """The flat dense array of a 2-D sparse CSR tensor (one vectorised scatter; the shape was bounded already)."""
+    values = np.frombuffer(csr.values, dtype=dtype)
+    crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
+    cols = np.frombuffer(csr.col_indices, dtype=np.int64)
+    if len(shape) != 2 or len(crow) != shape[0] + 1 or len(cols) != len(values):
+        raise WireError(f"{where}: malformed sparse CSR tensor (shape {shape})")
+    counts = np.diff(crow)
+    if crow[0] != 0 or crow[-1] != len(values) or (counts < 0).any():
+        raise WireError(f"{where}: sparse CSR crow_indices must rise from 0 to the number of values")
+    if len(cols) and (cols.min() < 0 or cols.max() >= shape[1]):
+        raise WireError(f"{where}: sparse CSR col_indices must be in [0, {shape[1]})")
+    dense = np.zeros(shape, dtype=dtype)
+    dense[np.repeat(np.arange(shape[0]), counts), cols] = values
+    return dense.reshape(-1)
+
+
+def decode_forward_backward(body: bytes, max_datums: Optional[int] = None) -> ForwardBackwardCall:
+    """Parse a `ForwardBackwardRequest` body; raises `WireError` on malformed bytes, unsupported chunks, more than
+    `max_datums` datums, or a loss input holding more values than its datum has tokens."""
     request = pb.ForwardBackwardRequest()
     try:
         request.ParseFromString(body)
     except Exception as exc:  # protobuf raises DecodeError (a plain Exception subclass)
         raise WireError(f"forward_backward body is not a ForwardBackwardRequest protobuf: {exc}") from None
+    if max_datums is not None and len(request.data) > max_datums:
+        raise WireError(
+            f"forward_backward: {len(request.data)} datums; this server takes at most {max_datums} per request "
+            "(--max-datums)"
+        )
     data = []
     for index, datum in enumerate(request.data):
-        tokens: list[int] = []
+        chunks = []
         for chunk in datum.model_input:
             kind = chunk.WhichOneof("chunk") if hasattr(chunk, "WhichOneof") else None
             if kind not in (None, "encoded_text"):
                 raise WireError(f"data[{index}].model_input: {kind} chunks are not supported (text tokens only)")
-            tokens.extend(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist())
+            raw = chunk.encoded_text.tokens
+            if len(raw) % 4:
+                raise WireError(f"data[{index}].model_input: {len(raw)} bytes is not a whole number of int32 tokens")
+            chunks.append(np.frombuffer(raw, dtype="<i4"))
+        tokens = np.concatenate(chunks).tolist() if chunks else []
         inputs = {
-            name: _tensor(tensor, f"data[{index}].loss_fn_inputs.{name}")
+            name: _tensor(tensor, f"data[{index}].loss_fn_inputs.{name}", max(1, len(tokens)))
             for name, tensor in datum.loss_fn_inputs.items()
         }
         data.append(TrainDatum(tokens=tokens, inputs=inputs))

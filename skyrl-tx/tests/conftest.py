@@ -52,10 +52,14 @@ def ray_cluster():
             os.environ["RAY_AUTH_MODE"] = previous
 
 
+TEST_KEYS = ("tml-client-flow", "tml-bad-input", "tml-raw", "tml-owner", "tml-intruder")
+"""The keys the module servers accept (the tests act as several tenants)."""
+
+
 @pytest.fixture(scope="module")
 def tx_server(tmp_path_factory):
-    """One server for a test module (dev mode: any `tml-` key)."""
-    server = LocalServer(tmp_path_factory.mktemp("tx"))
+    """One server for a test module, accepting `TEST_KEYS`."""
+    server = LocalServer(tmp_path_factory.mktemp("tx"), api_keys=TEST_KEYS)
     server.start()
     yield server
     server.stop()
@@ -97,3 +101,56 @@ def database_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'tx.db'}"
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """A tiny random Qwen-shaped model with the char tokenizer (context 512), saved once per test session."""
+    from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+    from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(TinyModelSpec(vocab_size=len(tokenizer))).save_pretrained(folder)
+    save_tokenizer(tokenizer, folder)
+    return str(folder)
+
+
+TINY = "org/tiny"
+"""The name `make_app` serves the tiny model under."""
+
+
+@pytest.fixture
+def make_app(tmp_path, tiny_model_dir):
+    """`make_app(limits=None, keys=("tml-a", "tml-b"), **create_app_kwargs)`: a started `Service` on the tiny model
+    (SQLite under tmp_path) and a `TestClient` over its app, in this process; returns (client, service). Everything
+    is stopped after the test."""
+    from fastapi.testclient import TestClient
+
+    from skyrl_tx.app import ApiKeys, create_app
+    from skyrl_tx.db import Database
+    from skyrl_tx.limits import Limits
+    from skyrl_tx.service import BaseModel, Service
+
+    made = []
+
+    def make(limits=None, keys=("tml-a", "tml-b"), folder=None, **kwargs):
+        folder = folder or tmp_path
+        service = Service(
+            Database(f"sqlite:///{folder / 'tx.db'}"),
+            folder,
+            {TINY: BaseModel(TINY, tiny_model_dir, tiny_model_dir)},
+            session_timeout_s=0,
+            limits=limits or Limits(),
+        )
+        service.start()
+        client = TestClient(create_app(service, ApiKeys.of(keys), poll_seconds=kwargs.pop("poll_seconds", 5), **kwargs))
+        client.__enter__()
+        made.append((client, service))
+        return client, service
+
+    yield make
+    for client, service in made:
+        client.__exit__(None, None, None)
+        service.stop()
+        service.db.engine.dispose()

@@ -1,6 +1,7 @@
 """The command line: `skyrl-tx version`, the refusals of bad `--base-model` values, keys files, and the tokenizer
 folder that `get_info` names (a plain `tokenizers` tokenizer must load through AutoTokenizer unchanged)."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -28,10 +29,63 @@ def test_bad_base_models_are_refused_naming_the_value(value, message):
         parse_base_models([value])
 
 
-def test_keys_come_from_flags_and_a_file(tmp_path):
+def test_keys_come_from_flags_a_file_and_the_environment(tmp_path):
     keys_file = tmp_path / "keys.txt"
     keys_file.write_text("tml-a\n\n  tml-b  \n")
-    assert read_keys(["tml-c"], str(keys_file)) == {"tml-a", "tml-b", "tml-c"}
+    assert read_keys(["tml-c"], str(keys_file), environ={}) == {"tml-a", "tml-b", "tml-c"}
+    assert read_keys(None, None, environ={"SKYRL_TX_API_KEYS": "tml-d, tml-e\ntml-f"}) == {"tml-d", "tml-e", "tml-f"}
+    assert read_keys(None, None, environ={}) == frozenset()
+
+
+def test_dev_mode_makes_one_random_key_keeps_it_private_and_reuses_it(tmp_path):
+    from skyrl_tx.cli import dev_key
+
+    first = dev_key(tmp_path)
+    assert first.startswith("tml-dev-") and len(first) == len("tml-dev-") + 32
+    assert (tmp_path / "dev-api-key").stat().st_mode & 0o777 == 0o600
+    assert dev_key(tmp_path) == first  # a restart keeps the owner of the runs and checkpoints
+    (tmp_path / "other").mkdir()
+    assert dev_key(tmp_path / "other") != first  # random, not derived from anything
+
+
+@pytest.mark.parametrize(
+    "host,keys,insecure,refused",
+    [
+        ("127.0.0.1", frozenset(), False, False),
+        ("localhost", frozenset(), False, False),
+        ("::1", frozenset(), False, False),
+        ("0.0.0.0", frozenset(), False, True),
+        ("0.0.0.0", frozenset(), True, False),
+        ("0.0.0.0", frozenset({"tml-k"}), False, False),
+    ],
+)
+def test_a_reachable_host_without_keys_is_refused_unless_insecure(host, keys, insecure, refused):
+    from skyrl_tx.cli import check_exposure
+
+    if refused:
+        with pytest.raises(SystemExit, match=f"--host {host} is reachable from other machines, and no keys"):
+            check_exposure(host, keys, insecure)
+    else:
+        check_exposure(host, keys, insecure)
+
+
+def test_the_state_folder_and_database_files_become_private(tmp_path):
+    import os
+
+    from skyrl_tx.cli import private_state_dir
+
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o755)
+    (folder / "skyrl_tx.db").write_text("")
+    (folder / "skyrl_tx.db-wal").write_text("")
+    previous = os.umask(0o022)
+    try:
+        private_state_dir(folder)
+        assert os.umask(0o022) == 0o077  # what every later file is created with
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert {p.stat().st_mode & 0o777 for p in folder.glob("skyrl_tx.db*")} == {0o600}
+    finally:
+        os.umask(previous)
 
 
 def test_the_tokenizer_folder_of_a_char_tokenizer_loads_through_autotokenizer(tmp_path):
@@ -127,3 +181,28 @@ def test_serve_refuses_a_taken_port_before_building_anything(tmp_path):
         )
     assert done.returncode != 0 and f"--port {port}: cannot listen on 127.0.0.1:{port}" in done.stderr, done.stderr
     assert not (tmp_path / "tx").exists()  # refused before the checkpoint folder, database or model were made
+
+
+def test_serve_refuses_a_reachable_host_without_keys_before_building_anything(tmp_path):
+    environment = {key: value for key, value in os.environ.items() if key != "SKYRL_TX_API_KEYS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "skyrl_tx", "serve", "--host", "0.0.0.0", "--checkpoint-dir", str(tmp_path / "tx")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+    )
+    assert done.returncode != 0 and "--host 0.0.0.0 is reachable from other machines" in done.stderr, done.stderr
+    assert not (tmp_path / "tx").exists()
+
+
+def test_every_serve_flag_is_documented_in_the_skyrl_tx_page():
+    from pathlib import Path
+
+    from skyrl_tx.cli import build_parser
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "skyrl-tx.md").read_text()
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    flags = [flag for action in serve._actions for flag in action.option_strings if flag.startswith("--")]
+    assert "--max-batch-tokens" in flags
+    assert [flag for flag in flags if f"`{flag}" not in page and flag != "--help"] == []

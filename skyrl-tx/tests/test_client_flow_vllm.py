@@ -41,7 +41,7 @@ def _datum(tokens: list[int], first_target: int) -> types.Datum:
 
 
 def test_vllm_samples_the_trained_adapter_with_the_training_models_logprobs(vllm_server, make_client):
-    service = make_client(vllm_server.url, "tml-vllm-flow")
+    service = make_client(vllm_server.url, vllm_server.api_key)
     training = service.create_lora_training_client(base_model=DEFAULT_BASE_MODEL, rank=8, seed=0).result()
     tokenizer = training.get_tokenizer()
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "12+34"}], add_generation_prompt=True)

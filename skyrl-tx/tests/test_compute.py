@@ -72,3 +72,25 @@ def test_sampler_weights_saved_again_under_the_same_folder_are_reloaded(model_di
     assert again.logprobs == pytest.approx(fresh.logprobs, abs=1e-5)  # what a host that never cached it samples
     assert again.logprobs != pytest.approx(before.logprobs, abs=1e-3)  # and not the cached old weights
     assert len(host.sampler_adapters) == 1  # the stale copy was dropped
+
+
+ADAM = {"learning_rate": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "grad_clip_norm": 0}
+
+
+def test_the_base_model_still_samples_after_every_adapter_is_unloaded(model_dir):
+    job = SampleJob(
+        prompt=[5, 6, 7], num_samples=2, max_tokens=4, temperature=1.0, top_k=-1, top_p=1.0, seed=3, stop=None
+    )
+    expected = LoraHost("org/tiny", model_dir).sample(None, [job])[0].sequences
+    host = LoraHost("org/tiny", model_dir)
+    for name in ("a", "b"):
+        host.add_adapter(name, LoraSpec(rank=2, seed=0))
+        host.forward_backward(name, _data(), "cross_entropy", {}, forward_only=False)
+    for name in ("a", "b"):  # the sessions end: their adapters are unloaded, the last one being the active one
+        host.remove_adapter(name)
+        sampled = host.sample(None, [job])[0].sequences
+        assert [row.tokens for row in sampled] == [row.tokens for row in expected]
+    host.add_adapter("c", LoraSpec(rank=2, seed=0))  # a new training client joins; base sampling still works
+    assert [row.tokens for row in host.sample(None, [job])[0].sequences] == [row.tokens for row in expected]
+    host.forward_backward("c", _data(), "cross_entropy", {}, forward_only=False)
+    assert host.optim_step("c", ADAM)["grad_norm:mean"] > 0  # and trains

@@ -76,3 +76,51 @@ def test_many_threads_submitting_and_completing_at_once_lose_nothing(store):
     assert len(set(ids)) == 16 * 25
     assert all(store.get(request_id).status == DONE for request_id in ids)
     assert store.pending_count() == 0 and PENDING == "pending"
+
+
+def test_a_resubmission_of_a_request_the_server_failed_runs_again_and_of_one_the_user_failed_does_not(store):
+    crashed, _ = store.submit("sample", "owner", "s:sample:0", 1, "a")
+    refused, _ = store.submit("forward", "owner", "m", 1, "b")
+    store.db.fail_unfinished("the server stopped")
+    store.fail(refused, "WireError: bad tokens", "user")
+    again, new = store.submit("sample", "owner", "s:sample:0", 1, "a")
+    assert (again, new) == (crashed, True) and store.get(crashed).status == PENDING
+    assert store.submit("sample", "owner", "s:sample:0", 1, "a") == (crashed, False)  # now pending: no second run
+    assert store.submit("forward", "owner", "m", 1, "b") == (refused, False)  # bad input stays failed
+    assert store.get(refused).status == FAILED
+
+
+def test_admit_runs_only_when_something_new_would_be_stored(store):
+    calls = []
+
+    def admit() -> None:
+        calls.append(1)
+
+    first, _ = store.submit("optim_step", "owner", "m", 1, "a", admit)
+    store.submit("optim_step", "owner", "m", 1, "a", admit)  # a resubmission: never refused by a quota
+    assert len(calls) == 1
+
+    def refuse() -> None:
+        raise RuntimeError("quota")
+
+    with pytest.raises(RuntimeError, match="quota"):
+        store.submit("optim_step", "owner", "m", 2, "a", refuse)
+    assert store.submit("optim_step", "owner", "m", 2, "a")[1]  # nothing was stored by the refused one
+
+
+def test_a_notifier_event_lives_only_while_someone_polls():
+    import asyncio
+
+    notifier = Notifier()
+
+    async def scenario() -> None:
+        notifier.bind(asyncio.get_running_loop())
+        with notifier.watch(7) as first, notifier.watch(7) as second:
+            assert first is second and notifier.watched() == 1
+            notifier.finished(7)
+            await asyncio.wait_for(first.wait(), 5)
+        with notifier.watch(8):
+            pass
+        assert notifier.watched() == 0
+
+    asyncio.run(scenario())

@@ -291,7 +291,7 @@ def test_serve_with_ray_compute_drives_the_tinker_client(ray_cluster, model_dir,
         + ["--ray-address", ray_cluster],
     )
     server.start(timeout_s=300)
-    service = tinker.ServiceClient(base_url=server.url, api_key="tml-ray")
+    service = tinker.ServiceClient(base_url=server.url, api_key=server.api_key)
     try:
         training = service.create_lora_training_client(base_model="org/tiny", rank=4, seed=0).result()
         assert training.get_info().model_data.model_name == "org/tiny"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from skyrl_tx.ray_rank import all_reduce_gradients, read_files, seeded, write_files
+from skyrl_tx.ray_rank import all_reduce_gradients, cuda_rng_devices, read_files, seeded, write_files
 
 
 @pytest.fixture
@@ -47,6 +47,15 @@ def test_seeded_draws_repeat_and_the_generator_state_comes_back():
         second = torch.rand(4)
     assert torch.equal(first, second)
     assert torch.equal(torch.rand(3), expected_next)  # the outer stream continues as if nothing was drawn
+
+
+def test_seeded_restores_every_generator_manual_seed_reseeds(monkeypatch):
+    """`torch.manual_seed` also reseeds each CUDA device's generator, so `seeded` saves and restores those too (the
+    device list only: CUDA cannot run here)."""
+    assert cuda_rng_devices() == ([] if not torch.cuda.is_available() else list(range(torch.cuda.device_count())))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert cuda_rng_devices() == [0, 1]
 
 
 def test_files_travel_as_bytes(tmp_path):

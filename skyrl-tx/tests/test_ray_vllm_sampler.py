@@ -79,7 +79,7 @@ def test_a_ray_server_samples_through_its_vllm_actor(ray_cluster, make_client, t
     server = LocalServer(tmp_path, extra_args=["--compute", "ray", "--ray-address", ray_cluster, "--sampler", "vllm"])
     server.start()
     try:
-        training = make_client(server.url, "tml-ray-vllm").create_lora_training_client(
+        training = make_client(server.url, server.api_key).create_lora_training_client(
             base_model=DEFAULT_BASE_MODEL, rank=8, seed=0
         )
         training = training.result()

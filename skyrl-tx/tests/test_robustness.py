@@ -125,16 +125,39 @@ def test_a_key_sees_only_what_it_created(tx_server, make_client):
     assert [c.tinker_path for c in mine.result().checkpoints] == [checkpoint]
 
 
-def test_configured_keys_refuse_others_and_oversized_bodies_get_413(tmp_path):
-    server = LocalServer(tmp_path, ["--api-key", "tml-allowed", "--max-request-mb", "0.01"])
+def _chunks(total: int, size: int = 4096):
+    """`total` bytes of a JSON object from a generator: httpx sends it chunked, with no Content-Length header."""
+    body = json.dumps({"tags": [], "user_metadata": {"x": "A" * (total - 40)}}).encode()
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+def test_keys_are_checked_bodies_are_capped_as_they_stream_and_the_state_is_private(tmp_path):
+    server = LocalServer(tmp_path, ["--max-request-mb", "0.01", "--api-key", "tml-flag"], api_keys=("tml-allowed",))
+    tmp_path.chmod(0o755)
     server.start()
     try:
         assert post(server, "create_session", {}, key="tml-allowed").status_code == 200
+        assert post(server, "create_session", {}, key="tml-flag").status_code == 200  # --api-key adds to the env keys
         refused = post(server, "create_session", {}, key="tml-someone-else")
         assert refused.status_code == 401 and "not one of this server's keys" in refused.json()["detail"]
         assert post(server, "create_session", {}, key="").status_code == 401
         big = post(server, "create_session", {"tags": ["x" * 20_000]}, key="tml-allowed")
         assert big.status_code == 413 and "exceeds the server's limit" in big.json()["detail"]
+        database = tmp_path / "skyrl_tx.db"
+        size_before = sum(path.stat().st_size for path in tmp_path.glob("skyrl_tx.db*"))
+        headers = {"X-API-Key": "tml-allowed", "Content-Type": "application/json"}
+        url = f"{server.url}/api/v1/create_session"
+        chunked = httpx.post(url, content=_chunks(5 << 20), headers=headers, timeout=60)  # the review's probe: 200
+        assert chunked.status_code == 413 and "limit of 10485 bytes" in chunked.json()["detail"]
+        assert sum(path.stat().st_size for path in tmp_path.glob("skyrl_tx.db*")) < size_before + (1 << 20)
+        assert httpx.post(url, content=_chunks(8000), headers=headers, timeout=60).status_code == 200
+        # FastAPI's self-description is off; /healthz says only that the server is up
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            assert httpx.get(f"{server.url}{path}").status_code == 404
+        assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
+        # the service's files are its user's alone
+        assert tmp_path.stat().st_mode & 0o777 == 0o700 and database.stat().st_mode & 0o777 == 0o600
     finally:
         server.stop()
 
@@ -142,7 +165,7 @@ def test_configured_keys_refuse_others_and_oversized_bodies_get_413(tmp_path):
 def test_kill_9_keeps_finished_results_fails_in_flight_ones_and_the_client_resumes_from_its_state(
     tmp_path, database_url
 ):
-    server = LocalServer(tmp_path, ["--database-url", database_url])
+    server = LocalServer(tmp_path, ["--database-url", database_url], api_keys=("tml-crash",))
     server.start()
     try:
         client = tinker.ServiceClient(base_url=server.url, api_key="tml-crash")
@@ -195,12 +218,16 @@ def test_kill_9_keeps_finished_results_fails_in_flight_ones_and_the_client_resum
         server.stop()
 
 
-def test_ended_sessions_unload_their_adapters_closed_or_silent(tmp_path):
-    server = LocalServer(tmp_path, ["--session-timeout-s", "2"])
+def test_ended_sessions_unload_their_adapters_closed_or_silent_on_a_dev_mode_server(tmp_path):
+    server = LocalServer(tmp_path, ["--session-timeout-s", "2"], dev_mode=True)  # no keys configured
     server.start()
+    key = server.api_key  # the one the server generated, printed and kept in its folder
     try:
-        adapters = lambda: httpx.get(f"{server.url}/healthz").json()["adapters"]  # noqa: E731
-        client = tinker.ServiceClient(base_url=server.url, api_key="tml-sessions")
+        assert key.startswith("tml-dev-") and f"the one accepted key is {key}" in server.log_path.read_text()
+        assert post(server, "create_session", {}, "tml-local").status_code == 401  # no shared default key
+        headers = {"X-API-Key": key}
+        adapters = lambda: httpx.get(f"{server.url}/healthz", headers=headers).json()["adapters"]  # noqa: E731
+        client = tinker.ServiceClient(base_url=server.url, api_key=key)
         training = client.create_lora_training_client(base_model=BASE_MODEL, rank=2).result()
         state = training.save_state("kept").result().path
         assert adapters() == 1
@@ -209,24 +236,20 @@ def test_ended_sessions_unload_their_adapters_closed_or_silent(tmp_path):
         while adapters() and time.time() < deadline:
             time.sleep(0.2)
         assert adapters() == 0
-        closed = post(
-            server, "optim_step", {"model_id": training.model_id, "seq_id": 9, "adam_params": {}}, "tml-sessions"
-        )
+        closed = post(server, "optim_step", {"model_id": training.model_id, "seq_id": 9, "adam_params": {}}, key)
         assert closed.status_code == 400 and "was unloaded when its session finished" in closed.json()["detail"]
 
-        silent = new_model(server, "tml-sessions")  # raw HTTP: no heartbeats follow
+        silent = new_model(server, key)  # raw HTTP: no heartbeats follow
         assert adapters() == 1
         deadline = time.time() + 30
         while adapters() and time.time() < deadline:
             time.sleep(0.2)
         assert adapters() == 0
-        info = post(server, "optim_step", {"model_id": silent, "seq_id": 1, "adam_params": {}}, "tml-sessions")
+        info = post(server, "optim_step", {"model_id": silent, "seq_id": 1, "adam_params": {}}, key)
         assert info.status_code == 400 and "session expired" in info.json()["detail"]
-        assert (
-            post(server, "session_heartbeat", {"session_id": silent.split(":")[0]}, "tml-sessions").status_code == 410
-        )
+        assert post(server, "session_heartbeat", {"session_id": silent.split(":")[0]}, key).status_code == 410
         # the checkpoint outlives the session
-        again = tinker.ServiceClient(base_url=server.url, api_key="tml-sessions")
+        again = tinker.ServiceClient(base_url=server.url, api_key=key)
         assert again.create_training_client_from_state(state).result().model_id
         again.close("success")
     finally:

@@ -47,6 +47,6 @@ def build_backend(name: str, args: dict[str, Any], tokenizer: Any) -> AgentBacke
 
     if "base_url" not in args or not ({"model_path", "base_model"} & set(args)):
         raise ValueError("generator.backend_args needs base_url and model_path (or base_model) for the tinker backend")
-    service = tinker.ServiceClient(base_url=args["base_url"], api_key=args.get("api_key", "tml-local"))
+    service = tinker.ServiceClient(base_url=args["base_url"], api_key=args.get("api_key"))  # None: $TINKER_API_KEY
     sampler = service.create_sampling_client(model_path=args.get("model_path"), base_model=args.get("base_model"))
     return TinkerBackend(sampler, tokenizer)

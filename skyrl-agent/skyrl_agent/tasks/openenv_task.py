@@ -3,7 +3,7 @@
 Each trajectory opens its own session on the server at `base_url`; the model calls `reset` (with the instance's
 seed, which the prompt gives) and then `step` with actions as JSON objects, reading each observation, until the
 environment says done. The reward is the environment's total reward over the session. `prompt` is the task text the
-model reads (what the environment is and what its actions look like). Needs `pip install "skyrl-gym[openenv]"`.
+model reads (what the environment is and what its actions look like). Needs `pip install -e "./skyrl-gym[openenv]"`.
 """
 
 from __future__ import annotations

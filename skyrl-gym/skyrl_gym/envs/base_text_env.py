@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional, TypedDict
+from typing import Any, ClassVar, Optional, TypedDict
 
 from skyrl_gym.core import Env
 from skyrl_gym.errors import EnvOutputError, EnvStateError
@@ -25,6 +25,28 @@ class BaseTextEnvStepOutput(TypedDict):
     done: bool
     metadata: dict[str, Any]
     postprocessed_action: Optional[str]
+
+
+def final_step(reward: float, metadata: Optional[dict[str, Any]] = None) -> BaseTextEnvStepOutput:
+    """The output of a turn that ends the episode with `reward` (no observations follow)."""
+    return BaseTextEnvStepOutput(
+        observations=[],
+        reward=reward,
+        done=True,
+        metadata={} if metadata is None else metadata,
+        postprocessed_action=None,
+    )
+
+
+def reply_step(content: str, metadata: Optional[dict[str, Any]] = None, reward: float = 0.0) -> BaseTextEnvStepOutput:
+    """The output of a turn that goes on: the env answers with one user message `content`."""
+    return BaseTextEnvStepOutput(
+        observations=[{"role": "user", "content": content}],
+        reward=reward,
+        done=False,
+        metadata={} if metadata is None else metadata,
+        postprocessed_action=None,
+    )
 
 
 _STEP_KEYS = ("observations", "reward", "done", "metadata", "postprocessed_action")
@@ -108,14 +130,23 @@ class BaseTextEnv(Env[ConversationType, str]):
 
     Constructor convention: `(env_config, extras)`. `env_config` is the env's section of the run config; `extras` are
     the dataset row's other columns (`reward_spec`, `extra_info`, `data_source`, ...) plus `max_turns` from the
-    generator. `max_turns` is read from extras, then env_config, then `default_max_turns`.
+    generator. `max_turns` is read from extras, then env_config, then `default_max_turns`. A subclass that lists its
+    env_config keys in `config_keys` gets any other key refused by name (`max_turns` is always allowed).
     """
 
     default_max_turns: int = 1
+    config_keys: ClassVar[Optional[tuple[str, ...]]] = None
+    """The env_config keys this env reads (besides `max_turns`); None: the subclass checks its keys itself."""
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         self.env_config: dict[str, Any] = dict(env_config or {})
         self.extras: dict[str, Any] = dict(extras or {})
+        if self.config_keys is not None:
+            unknown = sorted(set(self.env_config) - set(self.config_keys) - {"max_turns"})
+            if unknown:
+                raise ValueError(
+                    f"{type(self).__name__}: unknown env_config keys {unknown}; allowed: {[*self.config_keys, 'max_turns']}"
+                )
         max_turns = self.extras.get("max_turns", self.env_config.get("max_turns", self.default_max_turns))
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"{type(self).__name__}: max_turns must be a positive integer, got {max_turns!r}")
@@ -146,6 +177,14 @@ class BaseTextEnv(Env[ConversationType, str]):
                 f"reward_spec={spec!r}"
             )
         return spec["ground_truth"]
+
+    def config_number(self, key: str, default: float) -> float:
+        """`env_config[key]` (else `default`) as a float; ValueError naming `env_config.<key>` unless it is a finite
+        number."""
+        value = self.env_config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+            raise ValueError(f"env_config.{key} must be a finite number, got {value!r}")
+        return float(value)
 
     @property
     def is_last_turn(self) -> bool:

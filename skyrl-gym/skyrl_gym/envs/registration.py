@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Union
@@ -51,15 +52,49 @@ class EnvSpec:
         return target
 
     def make(self, **kwargs: Any) -> Env:
-        """Build the environment with the spec's kwargs overridden by `kwargs`."""
+        """Build the environment with the spec's kwargs overridden by `kwargs` (`env_config` as `plain_env_config`
+        makes it)."""
         factory = self.load()
-        env = factory(**{**self.kwargs, **kwargs})
+        merged = {**self.kwargs, **kwargs}
+        if "env_config" in merged:
+            merged["env_config"] = plain_env_config(self.id, merged["env_config"])
+        env = factory(**merged)
         if not isinstance(env, Env):
             raise RegistrationError(
                 f"env '{self.id}': entry point returned {type(env).__name__}, which is not a skyrl_gym.Env"
             )
         env.spec = self
         return env
+
+
+def _plain(value: Any) -> Any:
+    """Nested mappings and sequences (OmegaConf containers included) as plain dicts and lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def plain_env_config(env_id: str, env_config: Any) -> dict[str, Any]:
+    """The env_config an env constructor gets: a plain dict, without the `env_class` selector.
+
+    NovaSky-AI/SkyRL's generator and env code pass `env_config` as an OmegaConf `DictConfig` or a config dataclass
+    (its `environment.skyrl_gym.<env>` section), sometimes with the `env_class` that selected the env in it: those
+    become a plain dict and the selector is dropped once it is checked to name the env being made. The env validates
+    the remaining keys itself.
+    """
+    if env_config is None:
+        return {}
+    config = _plain(env_config)
+    if not isinstance(config, dict):
+        raise TypeError(f"env '{env_id}': env_config must be a mapping, got {type(env_config).__name__}")
+    selector = config.pop("env_class", env_id)
+    if selector != env_id:
+        raise ValueError(f"env '{env_id}': env_config selects env_class {selector!r}, not the env being made")
+    return config
 
 
 _registry: dict[str, EnvSpec] = {}

@@ -2,7 +2,7 @@
 
 OpenEnv (https://github.com/meta-pytorch/OpenEnv) serves Gym-style environments over a WebSocket API; its
 `GenericEnvClient` speaks it with plain dicts, so no environment-specific package is needed here. One tool group is
-one session (one environment instance on the server). Install with `pip install "skyrl-gym[openenv]"`.
+one session (one environment instance on the server). Install with `pip install -e "./skyrl-gym[openenv]"`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class OpenEnvTools(ToolGroup):
         try:
             from openenv.core import GenericEnvClient
         except ImportError as exc:  # an optional dependency: say how to get it
-            raise ImportError('OpenEnvTools needs openenv-core: pip install "skyrl-gym[openenv]"') from exc
+            raise ImportError('OpenEnvTools needs openenv-core: pip install -e "./skyrl-gym[openenv]"') from exc
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://", "ws://", "wss://")):
             raise ValueError(f"OpenEnvTools: base_url must be an http(s):// or ws(s):// URL, got {base_url!r}")
         self.base_url = base_url

@@ -144,9 +144,11 @@ def test_malformed_rows_raise_naming_the_field(ground_truth, message):
         make(ground_truth).step(fenced("print(1)"))  # the implicit init validates the row
 
 
-def test_skyrl_style_env_config_is_refused_by_name():
-    with pytest.raises(ValueError, match=r"LCBEnv env_config has unknown keys \['env_class'\]"):
-        skyrl_gym.make("lcb", env_config={"env_class": "lcb"}, extras={"reward_spec": {"ground_truth": SECOND_LARGEST}})
+def test_skyrl_style_env_config_drops_the_selector_and_refuses_other_unknown_keys_by_name():
+    extras = {"reward_spec": {"ground_truth": SECOND_LARGEST}}
+    assert skyrl_gym.make("lcb", env_config={"env_class": "lcb"}, extras=extras).env_config == {}
+    with pytest.raises(ValueError, match=r"LCBEnv env_config has unknown keys \['timeout'\]"):
+        skyrl_gym.make("lcb", env_config={"env_class": "lcb", "timeout": 6}, extras=extras)
 
 
 def test_no_code_block_scores_zero_without_running():

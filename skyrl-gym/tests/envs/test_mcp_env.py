@@ -6,11 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,39 +43,10 @@ def call(name: str, **arguments: object) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Run the example server over streamable HTTP for the module; yield its server config."""
-    port = free_port()
-    log = (tmp_path_factory.mktemp("mcp") / "server.log").open("w")
-    command = [sys.executable, str(SERVER_SCRIPT), "--transport", "http", "--port", str(port)]
-    process = subprocess.Popen(command, stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, f"the HTTP MCP server exited early; see {log.name}"
-            assert time.monotonic() < deadline, "the HTTP MCP server did not start listening within 30 s"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield {"transport": "http", "url": f"http://127.0.0.1:{port}/mcp"}
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+def http_server(mcp_http_url: str) -> dict:
+    """The server config of the example server running over streamable HTTP."""
+    return {"transport": "http", "url": mcp_http_url}
 
 
 # ----- the reward rule (no server) -----------------------------------------------------------------------------
@@ -326,8 +293,8 @@ def test_init_reuses_the_connection_and_close_stops_the_server() -> None:
 
 
 @pytest.mark.integration
-def test_an_unreachable_server_fails_init_with_the_reason() -> None:
-    env = make_env({"web": {"url": f"http://127.0.0.1:{free_port()}/mcp", "connect_timeout": 5}}, {"answer": "1"})
+def test_an_unreachable_server_fails_init_with_the_reason(closed_port_url: str) -> None:
+    env = make_env({"web": {"url": f"{closed_port_url}/mcp", "connect_timeout": 5}}, {"answer": "1"})
     try:
         with pytest.raises(MCPConnectionError, match="could not connect to MCP server 'web'"):
             env.init(PROMPT)

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-openenv = pytest.importorskip("openenv.core", reason='needs openenv-core: pip install "skyrl-gym[openenv]"')
+openenv = pytest.importorskip("openenv.core", reason='needs openenv-core: pip install -e "./skyrl-gym[openenv]"')
 
 import skyrl_gym  # noqa: E402
 from skyrl_gym.envs.openenv.demo_server import DemoServer  # noqa: E402

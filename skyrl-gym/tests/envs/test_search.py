@@ -1,15 +1,11 @@
 """Tests of the search env against a real BM25 retrieval server, and of its normalised exact-match reward."""
 
-import json
-import socket
-
 import numpy as np
 import pytest
 
 import skyrl_gym
 from skyrl_gym.envs.search.env import NO_ACTION_HINT, SearchEnv
 from skyrl_gym.rewards.exact_match import exact_match, normalize_answer, parse_targets
-from skyrl_gym.tools.retrieval_server import RetrievalServer
 
 CORPUS = [
     {"id": "d1", "title": "Mont Blanc", "text": "Mont Blanc is the highest mountain in the Alps, at 4808 metres."},
@@ -19,40 +15,19 @@ CORPUS = [
 PROMPT = [{"role": "user", "content": "What is the highest mountain in the Alps?"}]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    corpus = tmp_path_factory.mktemp("search") / "corpus.jsonl"
-    corpus.write_text("\n".join(json.dumps(r) for r in CORPUS), encoding="utf-8")
-    with RetrievalServer(corpus) as running:
-        yield running
+@pytest.fixture
+def make_env(closing):
+    """`make_env(url, ground_truth, **env_config)`: a search env on `url`, closed after the test."""
 
+    def make(url: str, ground_truth=None, **config) -> SearchEnv:
+        truth = {"target": ["Mont Blanc", "Monte Bianco"]} if ground_truth is None else ground_truth
+        return closing(
+            SearchEnv(
+                {"search_url": url, "topk": 2, **config}, {"reward_spec": {"method": "rule", "ground_truth": truth}}
+            )
+        )
 
-def closed_port_url() -> str:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}"
-
-
-OPEN_ENVS: list = []
-
-
-@pytest.fixture(autouse=True)
-def close_envs():
-    """Close every env a test built, so no HTTP connection outlives its test (a later test's gc would warn)."""
-    yield
-    while OPEN_ENVS:
-        OPEN_ENVS.pop().close()
-
-
-def make_env(url: str, ground_truth=None, **config) -> SearchEnv:
-    truth = {"target": ["Mont Blanc", "Monte Bianco"]} if ground_truth is None else ground_truth
-    env = SearchEnv(
-        {"search_url": url, "topk": 2, **config}, {"reward_spec": {"method": "rule", "ground_truth": truth}}
-    )
-    OPEN_ENVS.append(env)
-    return env
+    return make
 
 
 # ----- the reward rule ----------------------------------------------------------------------------------------------
@@ -157,7 +132,7 @@ def test_search_then_correct_answer(server):
 
 
 @pytest.mark.integration
-def test_wrong_answer_and_query_without_matches(server):
+def test_wrong_answer_and_query_without_matches(server, make_env):
     env = make_env(server.url)
     env.init(PROMPT)
     miss = env.step("<search>zebra</search>")
@@ -167,7 +142,7 @@ def test_wrong_answer_and_query_without_matches(server):
 
 
 @pytest.mark.integration
-def test_no_answer_within_max_turns_scores_zero(server):
+def test_no_answer_within_max_turns_scores_zero(server, make_env):
     env = make_env(server.url, max_turns=2)
     env.init(PROMPT)
     hint = env.step("hmm")
@@ -180,8 +155,8 @@ def test_no_answer_within_max_turns_scores_zero(server):
 
 
 @pytest.mark.integration
-def test_unreachable_server_is_an_observation_not_an_exception():
-    url = closed_port_url()
+def test_unreachable_server_is_an_observation_not_an_exception(closed_port_url, make_env):
+    url = closed_port_url
     env = make_env(url, max_attempts=2, backoff_base=0.01)
     env.init(PROMPT)
     out = env.step("<search>highest mountain</search>")
@@ -194,21 +169,21 @@ def test_unreachable_server_is_an_observation_not_an_exception():
     assert env.get_metrics()["search_errors"] == 1
 
 
-def test_answer_ends_even_with_a_search_in_the_same_turn():
-    env = make_env(closed_port_url())  # never contacted
+def test_answer_ends_even_with_a_search_in_the_same_turn(closed_port_url, make_env):
+    env = make_env(closed_port_url)  # never contacted
     env.init(PROMPT)
     out = env.step("<search>x</search><answer>Mont Blanc</answer>")
     assert out["done"] and out["reward"] == 1.0
 
 
-def test_close_releases_the_client():
+def test_close_releases_the_client(make_env):
     env = make_env("http://127.0.0.1:9")
     env.close()
     env.close()
     assert env.toolbox.groups[0]._client.is_closed
 
 
-def test_config_errors():
+def test_config_errors(make_env):
     with pytest.raises(ValueError, match="topk"):
         make_env("http://127.0.0.1:9", topk=0)
     with pytest.raises(ValueError, match="search_url"):

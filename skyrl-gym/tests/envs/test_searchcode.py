@@ -1,15 +1,11 @@
 """The `searchcode` env against a real BM25 retrieval server on 127.0.0.1 and real sandboxed Python."""
 
-import json
-import socket
-
 import pytest
 
 import skyrl_gym
 from skyrl_gym import EnvStateError, guarded_step
 from skyrl_gym.envs.searchcode import SearchCodeEnv, parse_tool_tag
 from skyrl_gym.envs.searchcode.env import EMPTY_TOOL_HINT, NO_TOOL_HINT
-from skyrl_gym.tools.retrieval_server import RetrievalServer
 
 CORPUS = [
     {"id": "d1", "title": "Eggs", "text": "A hen lays 16 eggs per day."},
@@ -19,41 +15,21 @@ CORPUS = [
 PROMPT = [{"role": "user", "content": "A hen lays eggs sold at the market. How much per day? End with #### N."}]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    corpus = tmp_path_factory.mktemp("searchcode") / "corpus.jsonl"
-    corpus.write_text("\n".join(json.dumps(r) for r in CORPUS), encoding="utf-8")
-    with RetrievalServer(corpus) as running:
-        yield running
+@pytest.fixture
+def make_env(closing):
+    """`make_env(url, ground_truth, max_turns, **env_config)`: a started searchcode env on `url`, closed after the
+    test."""
 
+    def make(url: str, ground_truth="32", max_turns=None, **config) -> SearchCodeEnv:
+        extras = {"reward_spec": {"method": "rule", "ground_truth": ground_truth}}
+        if max_turns is not None:
+            extras["max_turns"] = max_turns
+        env = skyrl_gym.make("searchcode", env_config={"search_url": url, "topk": 1, **config}, extras=extras)
+        closing(env)
+        env.init(PROMPT)
+        return env
 
-def closed_port_url() -> str:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"http://127.0.0.1:{port}"
-
-
-OPEN_ENVS: list = []
-
-
-@pytest.fixture(autouse=True)
-def close_envs():
-    """Close every env a test built, so no HTTP connection outlives its test."""
-    yield
-    while OPEN_ENVS:
-        OPEN_ENVS.pop().close()
-
-
-def make_env(url: str, ground_truth="32", max_turns=None, **config) -> SearchCodeEnv:
-    extras = {"reward_spec": {"method": "rule", "ground_truth": ground_truth}}
-    if max_turns is not None:
-        extras["max_turns"] = max_turns
-    env = skyrl_gym.make("searchcode", env_config={"search_url": url, "topk": 1, **config}, extras=extras)
-    OPEN_ENVS.append(env)
-    env.init(PROMPT)
-    return env
+    return make
 
 
 # ----- parsing (pure) -----------------------------------------------------------------------------------------------
@@ -121,7 +97,7 @@ def test_step_before_init_is_refused():
 
 # ----- episodes -----------------------------------------------------------------------------------------------------
 @pytest.mark.integration
-def test_search_then_python_then_solution(server):
+def test_search_then_python_then_solution(server, make_env):
     env = make_env(server.url, max_turns=3)
     found = env.step("<tool><search>hen eggs per day</search></tool>")
     assert found["done"] is False and found["reward"] == 0.0
@@ -150,7 +126,7 @@ def test_search_then_python_then_solution(server):
 
 
 @pytest.mark.integration
-def test_wrong_and_unformatted_solutions_score_zero(server):
+def test_wrong_and_unformatted_solutions_score_zero(server, make_env):
     wrong = make_env(server.url).step("<solution>#### 31</solution>")
     assert wrong["done"] and wrong["reward"] == 0.0 and wrong["metadata"]["pred"] == "31"
     bare = make_env(server.url).step("<solution>32</solution>")  # strict rule: no `####`, no answer
@@ -158,7 +134,7 @@ def test_wrong_and_unformatted_solutions_score_zero(server):
 
 
 @pytest.mark.integration
-def test_the_last_marker_in_the_models_turns_counts_and_tool_output_never_does(server):
+def test_the_last_marker_in_the_models_turns_counts_and_tool_output_never_does(server, make_env):
     env = make_env(server.url, max_turns=3)
     printed = env.step("First guess #### 30\n<tool><python>print('#' * 4, 16 * 2)</python></tool>")
     assert printed["observations"][0]["content"] == "#### 32"
@@ -171,7 +147,7 @@ def test_the_last_marker_in_the_models_turns_counts_and_tool_output_never_does(s
 
 
 @pytest.mark.integration
-def test_last_turn_is_scored_and_runs_no_tool(server):
+def test_last_turn_is_scored_and_runs_no_tool(server, make_env):
     env = make_env(server.url)  # max_turns 2
     env.step("<tool><python>print(16 * 2)</python></tool>")
     last = env.step("So #### 32 <tool><python>import time; time.sleep(30)</python></tool>")
@@ -181,7 +157,7 @@ def test_last_turn_is_scored_and_runs_no_tool(server):
 
 
 @pytest.mark.integration
-def test_model_mistakes_are_observations(server):
+def test_model_mistakes_are_observations(server, make_env):
     env = make_env(server.url, max_turns=6)
     missing = env.step("Let me think about eggs.")
     assert missing["observations"] == [{"role": "user", "content": NO_TOOL_HINT}]
@@ -201,7 +177,7 @@ def test_model_mistakes_are_observations(server):
 
 
 @pytest.mark.integration
-def test_python_time_limit_from_env_config(server):
+def test_python_time_limit_from_env_config(server, make_env):
     env = make_env(server.url, sandbox={"timeout_s": 1.0})
     out = env.step("<tool><python>while True:\n    pass</python></tool>")
     assert out["done"] is False
@@ -209,8 +185,8 @@ def test_python_time_limit_from_env_config(server):
 
 
 @pytest.mark.integration
-def test_search_server_down_is_a_failed_step_not_a_zero():
-    url = closed_port_url()
+def test_search_server_down_is_a_failed_step_not_a_zero(closed_port_url, make_env):
+    url = closed_port_url
     env = make_env(url, max_attempts=2, backoff_base=0.01)
     out = guarded_step(env, "<tool><search>hen eggs</search></tool>", timeout_s=30)
     assert out["done"] is True and out["reward"] == 0.0 and out["observations"] == []
@@ -225,14 +201,14 @@ def test_search_server_down_is_a_failed_step_not_a_zero():
 
 
 @pytest.mark.integration
-def test_search_server_rejecting_the_request_is_a_failed_step(server):
+def test_search_server_rejecting_the_request_is_a_failed_step(server, make_env):
     env = make_env(server.url, topk=500)  # the server allows at most 100
     error = env.step("<tool><search>eggs</search></tool>")["metadata"]["env_error"]
     assert error["kind"] == "tool_unavailable" and "rejected the query (HTTP 422)" in error["reason"]
 
 
 @pytest.mark.integration
-def test_broken_sandbox_is_a_failed_step(server):
+def test_broken_sandbox_is_a_failed_step(server, make_env):
     env = make_env(server.url, sandbox={"python_executable": "/nonexistent/python3"})
     out = env.step("<tool><python>print(1)</python></tool>")
     assert out["done"] and out["metadata"]["env_error"]["kind"] == "tool_unavailable"

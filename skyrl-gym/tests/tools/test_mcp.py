@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import gc
 import os
-import socket
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,13 +31,6 @@ def stdio_config(**overrides: object) -> dict:
     return {"transport": "stdio", "command": sys.executable, "args": [str(SERVER_SCRIPT), "--debug-tools"], **overrides}
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def child_pids() -> set[int]:
     """The pids of this process's living or zombie children, read from /proc."""
     children = set()
@@ -56,41 +46,13 @@ def child_pids() -> set[int]:
     return children
 
 
-@pytest.fixture(scope="module")
-def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Run the example server over streamable HTTP on a free local port for the module; yield its MCP URL."""
-    port = free_port()
-    log = (tmp_path_factory.mktemp("mcp") / "server.log").open("w")
-    command = [sys.executable, str(SERVER_SCRIPT), "--transport", "http", "--port", str(port), "--debug-tools"]
-    process = subprocess.Popen(command, stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, f"the HTTP MCP server exited early; see {log.name}"
-            assert time.monotonic() < deadline, "the HTTP MCP server did not start listening within 30 s"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-
-
 @pytest.fixture(scope="module", params=["stdio", "http"])
 def calc(request: pytest.FixtureRequest) -> Iterator[MCPToolGroup]:
     """One connected group per transport, shared by the module's tests."""
     config = (
         stdio_config()
         if request.param == "stdio"
-        else {"transport": "http", "url": request.getfixturevalue("http_url"), "headers": {"X-Trace": "1"}}
+        else {"transport": "http", "url": request.getfixturevalue("mcp_http_url"), "headers": {"X-Trace": "1"}}
     )
     group = MCPToolGroup("calc", config)
     yield group
@@ -260,20 +222,20 @@ def test_timeout_crash_and_close_over_stdio_leave_no_process_behind() -> None:
 
 
 @pytest.mark.integration
-def test_tools_field_limits_the_registered_tools(http_url: str) -> None:
-    group = MCPToolGroup("calc", {"url": http_url, "tools": ["add", "divide"]})
+def test_tools_field_limits_the_registered_tools(mcp_http_url: str) -> None:
+    group = MCPToolGroup("calc", {"url": mcp_http_url, "tools": ["add", "divide"]})
     try:
         assert group.get_tool_names() == ["add", "divide"]
     finally:
         group.close()
     with pytest.raises(ToolError, match=r"'tools' names \['cube'\]"):
-        MCPToolGroup("calc", {"url": http_url, "tools": ["add", "cube"]})
+        MCPToolGroup("calc", {"url": mcp_http_url, "tools": ["add", "cube"]})
 
 
 @pytest.mark.integration
-def test_unreachable_servers_raise_a_connection_error_with_the_reason() -> None:
+def test_unreachable_servers_raise_a_connection_error_with_the_reason(closed_port_url: str) -> None:
     with pytest.raises(MCPConnectionError, match=r"could not connect to MCP server 'web' \(http://127.0.0.1:"):
-        MCPToolGroup("web", {"url": f"http://127.0.0.1:{free_port()}/mcp", "connect_timeout": 5})
+        MCPToolGroup("web", {"url": f"{closed_port_url}/mcp", "connect_timeout": 5})
     with pytest.raises(MCPConnectionError, match="unrecognized arguments: --no-such-flag"):
         MCPToolGroup("calc", stdio_config(args=[str(SERVER_SCRIPT), "--no-such-flag"]))
     with pytest.raises(MCPConnectionError, match="No such file"):
@@ -281,8 +243,8 @@ def test_unreachable_servers_raise_a_connection_error_with_the_reason() -> None:
 
 
 @pytest.mark.integration
-def test_a_group_dropped_without_close_is_closed_by_the_garbage_collector(http_url: str) -> None:
-    group = MCPToolGroup("dropped", {"url": http_url})
+def test_a_group_dropped_without_close_is_closed_by_the_garbage_collector(mcp_http_url: str) -> None:
+    group = MCPToolGroup("dropped", {"url": mcp_http_url})
     assert group.call("add", {"a": 1, "b": 1}).ok
     assert any(t.name == "mcp-dropped" for t in threading.enumerate())
     del group

@@ -1,7 +1,6 @@
 """Tests of the search tool group's HTTP client against tiny real HTTP servers: retries, backoff, failures."""
 
 import json
-import socket
 import ssl
 import threading
 import time
@@ -66,14 +65,6 @@ class ScriptedServer:
         self.httpd.server_close()
 
 
-def closed_port_url() -> str:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()  # nothing listens here any more
-    return f"http://127.0.0.1:{port}"
-
-
 @pytest.mark.integration
 def test_retries_two_server_errors_then_succeeds():
     with ScriptedServer([(500, "boom", 0), (503, "busy", 0), (200, GOOD_BODY, 0)]) as server:
@@ -110,8 +101,8 @@ def test_backoff_is_capped():
 
 
 @pytest.mark.integration
-def test_unreachable_server_gives_a_clear_error():
-    url = closed_port_url()
+def test_unreachable_server_gives_a_clear_error(closed_port_url):
+    url = closed_port_url
     group = SearchToolGroup(url, max_attempts=2, backoff_base_s=0.01)
     result = group.call("search", {"query": "anything"})
     group.close()

@@ -15,13 +15,11 @@ k = max(1, floor(fraction * number of valid tokens)) when fraction > 0, else k =
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
 from skyrl_train.algorithms.masked import masked_count, masked_mean, zero_masked
-from skyrl_train.algorithms.policy_losses import ConfigLike, Metrics, RatioLoss, clipped_surrogate
-from skyrl_train.algorithms.registry import POLICY_LOSSES
+from skyrl_train.algorithms.policy_losses import LossAndMetrics, RatioLoss, clipped_surrogate, ratio_policy_loss
 
 
 def token_covariance(log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -45,26 +43,17 @@ def select_top_tokens(
     return selected.view_as(scores) & eligible
 
 
-@POLICY_LOSSES.register("clip_cov", builtin=True)
-def clip_cov_policy_loss(
-    *,
-    log_probs: torch.Tensor,
-    old_log_probs: Optional[torch.Tensor],
-    advantages: Optional[torch.Tensor],
-    loss_mask: torch.Tensor,
-    config: ConfigLike = None,
-    rollout_log_probs: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, Metrics]:
+@ratio_policy_loss("clip_cov")
+def clip_cov_policy_loss(ctx: RatioLoss) -> LossAndMetrics:
     """Clip-Cov: regular clipped PPO, with the gradient of a few high-covariance tokens cut off.
 
     Eligible tokens have clip_cov_lb <= cov_t <= clip_cov_ub; of those, the top k by cov_t (k from clip_cov_ratio,
     see the module docstring) have their per-token loss detached: the loss value is unchanged, their gradient is 0.
     Metric `clip_cov_frac`: detached tokens / valid tokens.
     """
-    ctx = RatioLoss.prepare("clip_cov", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
-    cfg = ctx.config
+    cfg, loss_mask = ctx.config, ctx.loss_mask
     per_token, metrics = clipped_surrogate(ctx.ratio, ctx.advantages, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
-    cov = token_covariance(log_probs, ctx.advantages, loss_mask)
+    cov = token_covariance(ctx.log_probs, ctx.advantages, loss_mask)
     eligible = (cov >= cfg.clip_cov_lb) & (cov <= cfg.clip_cov_ub)
     selected = select_top_tokens(cov, eligible, cfg.clip_cov_ratio, loss_mask)
     per_token = torch.where(selected, per_token.detach(), per_token)
@@ -72,23 +61,15 @@ def clip_cov_policy_loss(
     return ctx.finish(per_token, metrics)
 
 
-@POLICY_LOSSES.register("kl_cov", builtin=True)
-def kl_cov_policy_loss(
-    *,
-    log_probs: torch.Tensor,
-    old_log_probs: Optional[torch.Tensor],
-    advantages: Optional[torch.Tensor],
-    loss_mask: torch.Tensor,
-    config: ConfigLike = None,
-    rollout_log_probs: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, Metrics]:
+@ratio_policy_loss("kl_cov")
+def kl_cov_policy_loss(ctx: RatioLoss) -> LossAndMetrics:
     """KL-Cov: unclipped -A r on every token plus kl_cov_coef * |log r| on the top-covariance tokens.
 
     The top k valid tokens by cov_t (k from kl_cov_frac, see the module docstring; no bounds) get the penalty.
     Metric `kl_cov_frac`: penalised tokens / valid tokens.
     """
-    ctx = RatioLoss.prepare("kl_cov", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
-    cov = token_covariance(log_probs, ctx.advantages, loss_mask)
+    loss_mask = ctx.loss_mask
+    cov = token_covariance(ctx.log_probs, ctx.advantages, loss_mask)
     selected = select_top_tokens(cov, loss_mask.bool(), ctx.config.kl_cov_frac, loss_mask)
     log_ratio = ctx.log_ratio
     penalty = torch.where(selected, ctx.config.kl_cov_coef * log_ratio.abs(), torch.zeros_like(log_ratio))

@@ -23,8 +23,8 @@ sequence contributes zero rather than vanishing from the denominator.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -36,6 +36,7 @@ from skyrl_train.algorithms.masked import (
     safe_exp,
     zero_masked,
 )
+from skyrl_train.utils.plain_values import dataclass_from_mapping
 
 TIS_RATIO_TYPES = (None, "token", "sequence")
 """Allowed values of `OffPolicyConfig.tis_ratio_type`."""
@@ -91,11 +92,7 @@ class OffPolicyConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> OffPolicyConfig:
         """Build from a mapping of field names; unknown keys are an error naming them."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"unknown off_policy keys {sorted(unknown)}; expected some of {sorted(known)}")
-        return cls(**dict(values))
+        return dataclass_from_mapping(cls, values, "off_policy")
 
 
 def _log_ratio(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -116,18 +113,24 @@ def _sequence_mean(per_sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     return masked_mean(per_sequence, _nonempty(mask))
 
 
+def _tis_metrics(
+    level: str, ratio: torch.Tensor, weight: torch.Tensor, cap: float, mean: Callable[[torch.Tensor], torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """`tis_<level>_ratio_mean`, `_clip_frac` (ratio > cap) and `_weight_mean`, each averaged with `mean`."""
+    return {
+        f"tis_{level}_ratio_mean": mean(ratio),
+        f"tis_{level}_clip_frac": mean((ratio > cap).float()),
+        f"tis_{level}_weight_mean": mean(weight),
+    }
+
+
 def token_tis_weights(
     old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor, cap: float
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Token-level truncated IS: weight_t = min(exp(old_t - rollout_t), cap), detached; 0 on masked-out tokens."""
     ratio = safe_exp(_log_ratio(old_log_probs, rollout_log_probs, mask))
-    weights = zero_masked(ratio.clamp(max=cap), mask)
-    metrics = {
-        "tis_token_ratio_mean": masked_mean(ratio, mask),
-        "tis_token_clip_frac": masked_mean((ratio > cap).float(), mask),
-        "tis_token_weight_mean": masked_mean(weights, mask),
-    }
-    return weights, metrics
+    weight = ratio.clamp(max=cap)
+    return zero_masked(weight, mask), _tis_metrics("token", ratio, weight, cap, lambda x: masked_mean(x, mask))
 
 
 def sequence_tis_weights(
@@ -137,12 +140,7 @@ def sequence_tis_weights(
     seq_ratio = safe_exp(masked_sum(_log_ratio(old_log_probs, rollout_log_probs, mask), mask, dim=-1))
     seq_weight = seq_ratio.clamp(max=cap)
     weights = zero_masked(seq_weight[:, None].expand(mask.shape), mask)
-    metrics = {
-        "tis_sequence_ratio_mean": _sequence_mean(seq_ratio, mask),
-        "tis_sequence_clip_frac": _sequence_mean((seq_ratio > cap).float(), mask),
-        "tis_sequence_weight_mean": _sequence_mean(seq_weight, mask),
-    }
-    return weights, metrics
+    return weights, _tis_metrics("sequence", seq_ratio, seq_weight, cap, lambda x: _sequence_mean(x, mask))
 
 
 def _band_mask(

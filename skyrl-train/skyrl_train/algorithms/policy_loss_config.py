@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from skyrl_train.algorithms.off_policy import OffPolicyConfig
+from skyrl_train.utils.plain_values import dataclass_from_mapping
 
 CISPO_ANCHORS = ("old", "rollout")
 """Allowed values of `PolicyLossConfig.cispo_anchor`."""
@@ -103,11 +104,7 @@ class PolicyLossConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PolicyLossConfig:
         """Build from a flat mapping of field names (`off_policy` may be a mapping too); unknown keys are an error."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise ValueError(f"unknown policy loss config keys {sorted(unknown)}; expected some of {sorted(known)}")
-        return cls(**dict(values))
+        return dataclass_from_mapping(cls, values, "policy loss config")
 
 
 def as_policy_loss_config(config: Union[PolicyLossConfig, Mapping[str, Any], None]) -> PolicyLossConfig:

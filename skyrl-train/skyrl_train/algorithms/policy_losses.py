@@ -19,11 +19,13 @@ Common metrics: `ratio_mean/min/max` (over valid tokens), `approx_kl` (mean of (
 KL(old || current)), and for clipped losses `clip_frac`, `clip_frac_low` (A < 0 and r < 1 - eps_clip_low),
 `clip_frac_high` (A > 0 and r > 1 + eps_clip_high): fractions of valid tokens where the clipped branch is active.
 Register your own loss with `@register_policy_loss("name")` and select it with `trainer.algorithm.policy_loss_type`.
+The built-in ratio losses are written as their maths on a prepared `RatioLoss` and given this signature by
+`@ratio_policy_loss("name")`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -37,6 +39,7 @@ from skyrl_train.algorithms.registry import POLICY_LOSSES
 
 ConfigLike = Union[PolicyLossConfig, Mapping[str, Any], None]
 Metrics = dict[str, torch.Tensor]
+LossAndMetrics = tuple[torch.Tensor, Metrics]
 
 
 def compute_policy_loss(name: str, **kwargs: Any) -> tuple[torch.Tensor, Metrics]:
@@ -118,13 +121,15 @@ def finalize_policy_loss(
 class RatioLoss:
     """The setup every ratio-based loss shares (`prepare`) and its last step (`finish`).
 
-    `prepare` resolves the config, checks the anchor log-probs (`old_log_probs`, or `rollout_log_probs` with
+    `prepare` checks the anchor log-probs (`old_log_probs`, or `rollout_log_probs` with
     `anchor="rollout_log_probs"`) and the advantages, naming the loss in errors, and takes log r and r against the
     anchor. `finish` adds the ratio metrics and applies `finalize_policy_loss`.
     """
 
     config: PolicyLossConfig
     loss_mask: torch.Tensor
+    log_probs: torch.Tensor
+    """The current log-probs as given (with gradient)."""
     advantages: torch.Tensor
     """Detached float32 advantages, 0 on masked-out tokens."""
     log_ratio: torch.Tensor
@@ -140,17 +145,16 @@ class RatioLoss:
         old_log_probs: Optional[torch.Tensor],
         advantages: Optional[torch.Tensor],
         loss_mask: torch.Tensor,
-        config: ConfigLike,
+        config: PolicyLossConfig,
         rollout_log_probs: Optional[torch.Tensor],
         anchor: str = "old_log_probs",
     ) -> RatioLoss:
         """Check the inputs of policy loss `loss` and compute its ratio against `anchor`."""
-        cfg = as_policy_loss_config(config)
         anchor_log_probs = old_log_probs if anchor == "old_log_probs" else rollout_log_probs
         anchor_log_probs = require_tensor(anchor_log_probs, anchor, loss, loss_mask)
         adv = zero_masked(require_tensor(advantages, "advantages", loss, loss_mask).detach().float(), loss_mask)
         log_ratio, ratio = log_ratio_and_ratio(log_probs, anchor_log_probs, loss_mask)
-        return cls(cfg, loss_mask, adv, log_ratio, ratio, old_log_probs, rollout_log_probs)
+        return cls(config, loss_mask, log_probs, adv, log_ratio, ratio, old_log_probs, rollout_log_probs)
 
     def finish(
         self, per_token_loss: torch.Tensor, metrics: Metrics, ratio_stats: Optional[Metrics] = None
@@ -169,57 +173,66 @@ class RatioLoss:
         )
 
 
-@POLICY_LOSSES.register("regular", builtin=True)
-def regular_policy_loss(
-    *,
-    log_probs: torch.Tensor,
-    old_log_probs: Optional[torch.Tensor],
-    advantages: Optional[torch.Tensor],
-    loss_mask: torch.Tensor,
-    config: ConfigLike = None,
-    rollout_log_probs: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, Metrics]:
+def ratio_policy_loss(
+    name: str, anchor: Callable[[PolicyLossConfig], str] = lambda config: "old_log_probs"
+) -> Callable[[Callable[[RatioLoss], LossAndMetrics]], Callable[..., LossAndMetrics]]:
+    """Register a built-in ratio-based loss, written as its maths on a prepared `RatioLoss`.
+
+    The decorated `body(ctx)` returns `ctx.finish(per_token, metrics)`. What gets registered (and returned) is a
+    loss with the keyword signature of the module docstring: it resolves the config, calls `RatioLoss.prepare` with
+    the anchor `anchor(config)` names, and hands the result to `body`.
+    """
+
+    def decorate(body: Callable[[RatioLoss], LossAndMetrics]) -> Callable[..., LossAndMetrics]:
+        def loss_fn(
+            *,
+            log_probs: torch.Tensor,
+            old_log_probs: Optional[torch.Tensor],
+            advantages: Optional[torch.Tensor],
+            loss_mask: torch.Tensor,
+            config: ConfigLike = None,
+            rollout_log_probs: Optional[torch.Tensor] = None,
+        ) -> LossAndMetrics:
+            cfg = as_policy_loss_config(config)
+            return body(
+                RatioLoss.prepare(
+                    name, log_probs, old_log_probs, advantages, loss_mask, cfg, rollout_log_probs, anchor(cfg)
+                )
+            )
+
+        loss_fn.__name__, loss_fn.__qualname__, loss_fn.__doc__ = body.__name__, body.__qualname__, body.__doc__
+        loss_fn.__module__ = body.__module__
+        return POLICY_LOSSES.register(name, builtin=True)(loss_fn)
+
+    return decorate
+
+
+@ratio_policy_loss("regular")
+def regular_policy_loss(ctx: RatioLoss) -> LossAndMetrics:
     """Clipped PPO with asymmetric clip-higher: max(-A r, -A clip(r, 1 - eps_clip_low, 1 + eps_clip_high))."""
-    ctx = RatioLoss.prepare("regular", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
+    cfg = ctx.config
     per_token, metrics = clipped_surrogate(
-        ctx.ratio, ctx.advantages, loss_mask, ctx.config.eps_clip_low, ctx.config.eps_clip_high
+        ctx.ratio, ctx.advantages, ctx.loss_mask, cfg.eps_clip_low, cfg.eps_clip_high
     )
     return ctx.finish(per_token, metrics)
 
 
-@POLICY_LOSSES.register("dual_clip", builtin=True)
-def dual_clip_policy_loss(
-    *,
-    log_probs: torch.Tensor,
-    old_log_probs: Optional[torch.Tensor],
-    advantages: Optional[torch.Tensor],
-    loss_mask: torch.Tensor,
-    config: ConfigLike = None,
-    rollout_log_probs: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, Metrics]:
+@ratio_policy_loss("dual_clip")
+def dual_clip_policy_loss(ctx: RatioLoss) -> LossAndMetrics:
     """Dual-clip PPO: the regular loss, but for A < 0 capped at -A * clip_ratio_c (bounds huge ratios).
 
     Metric `dual_clip_frac`: fraction of valid tokens where the cap is active.
     """
-    ctx = RatioLoss.prepare("dual_clip", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
-    adv = ctx.advantages
-    ppo, metrics = clipped_surrogate(ctx.ratio, adv, loss_mask, ctx.config.eps_clip_low, ctx.config.eps_clip_high)
-    cap = -adv * ctx.config.clip_ratio_c
+    adv, cfg = ctx.advantages, ctx.config
+    ppo, metrics = clipped_surrogate(ctx.ratio, adv, ctx.loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
+    cap = -adv * cfg.clip_ratio_c
     per_token = torch.where(adv < 0, torch.minimum(ppo, cap), ppo)
-    metrics["dual_clip_frac"] = masked_mean(((adv < 0) & (ppo > cap)).float(), loss_mask)
+    metrics["dual_clip_frac"] = masked_mean(((adv < 0) & (ppo > cap)).float(), ctx.loss_mask)
     return ctx.finish(per_token, metrics)
 
 
-@POLICY_LOSSES.register("gspo", builtin=True)
-def gspo_policy_loss(
-    *,
-    log_probs: torch.Tensor,
-    old_log_probs: Optional[torch.Tensor],
-    advantages: Optional[torch.Tensor],
-    loss_mask: torch.Tensor,
-    config: ConfigLike = None,
-    rollout_log_probs: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, Metrics]:
+@ratio_policy_loss("gspo")
+def gspo_policy_loss(ctx: RatioLoss) -> LossAndMetrics:
     """GSPO (token form): sequence ratio s = exp(mean_t log r_t) over valid tokens, clipped PPO on it.
 
     Per token the ratio is sg(s) * exp(log_probs_t - sg(log_probs_t)): its value is s, its gradient s * grad log p_t,
@@ -227,81 +240,51 @@ def gspo_policy_loss(
     eps_clip_low/high (the GSPO paper uses ranges around 3e-4..4e-4) and the paper reduces with sequence_mean.
     Ratio metrics describe s.
     """
-    ctx = RatioLoss.prepare("gspo", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
+    loss_mask, log_probs, cfg = ctx.loss_mask, ctx.log_probs, ctx.config
     seq_log_ratio = masked_mean(ctx.log_ratio, loss_mask, dim=-1)
     own_grad = zero_masked(log_probs.float() - log_probs.detach().float(), loss_mask)
     token_log_ratio = seq_log_ratio.detach()[:, None] + own_grad
     ratio = safe_exp(token_log_ratio)
-    per_token, metrics = clipped_surrogate(
-        ratio, ctx.advantages, loss_mask, ctx.config.eps_clip_low, ctx.config.eps_clip_high
-    )
+    per_token, metrics = clipped_surrogate(ratio, ctx.advantages, loss_mask, cfg.eps_clip_low, cfg.eps_clip_high)
     seq_mask = (loss_mask != 0).any(dim=-1)
     seq_log_ratio = seq_log_ratio.detach()
     return ctx.finish(per_token, metrics, ratio_metrics(safe_exp(seq_log_ratio), seq_log_ratio, seq_mask))
 
 
-@POLICY_LOSSES.register("cispo", builtin=True)
-def cispo_policy_loss(
-    *,
-    log_probs: torch.Tensor,
-    old_log_probs: Optional[torch.Tensor],
-    advantages: Optional[torch.Tensor],
-    loss_mask: torch.Tensor,
-    config: ConfigLike = None,
-    rollout_log_probs: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, Metrics]:
+@ratio_policy_loss(
+    "cispo", anchor=lambda config: "old_log_probs" if config.cispo_anchor == "old" else "rollout_log_probs"
+)
+def cispo_policy_loss(ctx: RatioLoss) -> LossAndMetrics:
     """CISPO: -sg(clip(r, 1 - cispo_eps_clip_low, 1 + cispo_eps_clip_high)) * A * log_probs.
 
     The IS weight is detached, so every token keeps a gradient (-w * A * grad log p); r is taken against
     old_log_probs or, with cispo_anchor="rollout", against rollout_log_probs. `clip_frac` counts valid tokens whose
     weight was clipped.
     """
-    anchor = "old_log_probs" if as_policy_loss_config(config).cispo_anchor == "old" else "rollout_log_probs"
-    ctx = RatioLoss.prepare("cispo", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs, anchor)
     low, high = 1.0 - ctx.config.cispo_eps_clip_low, 1.0 + ctx.config.cispo_eps_clip_high
     weight = ctx.ratio.clamp(low, high).detach()
-    per_token = -weight * ctx.advantages * zero_masked(log_probs.float(), loss_mask)
+    per_token = -weight * ctx.advantages * zero_masked(ctx.log_probs.float(), ctx.loss_mask)
     return ctx.finish(
-        per_token, {"clip_frac": masked_mean(((ctx.ratio < low) | (ctx.ratio > high)).float(), loss_mask)}
+        per_token, {"clip_frac": masked_mean(((ctx.ratio < low) | (ctx.ratio > high)).float(), ctx.loss_mask)}
     )
 
 
-@POLICY_LOSSES.register("sapo", builtin=True)
-def sapo_policy_loss(
-    *,
-    log_probs: torch.Tensor,
-    old_log_probs: Optional[torch.Tensor],
-    advantages: Optional[torch.Tensor],
-    loss_mask: torch.Tensor,
-    config: ConfigLike = None,
-    rollout_log_probs: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, Metrics]:
+@ratio_policy_loss("sapo")
+def sapo_policy_loss(ctx: RatioLoss) -> LossAndMetrics:
     """SAPO, a soft gate in place of the hard clip: -A * sigmoid(tau (r - 1)) * 4 / tau.
 
     tau = tau_pos where A > 0, else tau_neg. The gate's slope is 1 at r = 1 and decays smoothly away from it.
     Metric `gate_mean`: mean gate over valid tokens.
     """
-    ctx = RatioLoss.prepare("sapo", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs)
     adv = ctx.advantages
     tau = torch.where(adv > 0, torch.full_like(adv, ctx.config.tau_pos), torch.full_like(adv, ctx.config.tau_neg))
     gate = torch.sigmoid(tau * (ctx.ratio - 1.0)) * 4.0 / tau
-    return ctx.finish(-gate * adv, {"gate_mean": masked_mean(gate.detach(), loss_mask)})
+    return ctx.finish(-gate * adv, {"gate_mean": masked_mean(gate.detach(), ctx.loss_mask)})
 
 
-@POLICY_LOSSES.register("importance_sampling", builtin=True)
-def importance_sampling_policy_loss(
-    *,
-    log_probs: torch.Tensor,
-    old_log_probs: Optional[torch.Tensor],
-    advantages: Optional[torch.Tensor],
-    loss_mask: torch.Tensor,
-    config: ConfigLike = None,
-    rollout_log_probs: Optional[torch.Tensor] = None,
-) -> tuple[torch.Tensor, Metrics]:
+@ratio_policy_loss("importance_sampling")
+def importance_sampling_policy_loss(ctx: RatioLoss) -> LossAndMetrics:
     """Unclipped importance-sampled policy gradient: -r * A (Tinker's `importance_sampling`)."""
-    ctx = RatioLoss.prepare(
-        "importance_sampling", log_probs, old_log_probs, advantages, loss_mask, config, rollout_log_probs
-    )
     return ctx.finish(-ctx.ratio * ctx.advantages, {})
 
 

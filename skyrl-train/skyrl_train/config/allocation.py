@@ -105,7 +105,9 @@ def parse_allocation_mode(text: str) -> Allocation:
         colocated=sep == "|",
     )
     if allocation.engine == "hf" and allocation.engine_tp > 1:
-        raise AllocationModeError(f"{KEY}: the hf engine has no tensor parallelism (t{allocation.engine_tp}); use vllm")
+        raise AllocationModeError(
+            f"{KEY}: the hf engine has no tensor parallelism (t{allocation.engine_tp}); use sglang (separate `+`)"
+        )
     if allocation.strategy == "fsdp2" and (allocation.train_tp > 1 or allocation.train_pp > 1):
         raise AllocationModeError(
             f"{KEY}: fsdp2 shards over data-parallel ranks only (got t{allocation.train_tp} p{allocation.train_pp}); "

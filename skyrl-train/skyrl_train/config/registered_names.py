@@ -163,7 +163,16 @@ def named_values(cfg: SkyRLConfig) -> list[tuple[str, str, Any]]:
 
 
 def unknown_name_message(subject: str, kind: str, value: Any, known: list[str]) -> str:
-    """`<subject> is not a registered <kind>. Did you mean ...? Registered: [...]. <how to add one>`."""
+    """`<subject> is not a registered <kind>. Did you mean ...? Registered: [...]. <how to add one>`; a name of
+    NovaSky-AI/SkyRL's that this project lacks is named as such, as not supported here."""
+    from skyrl_train.config.upstream_keys import UPSTREAM_NAMES
+
+    upstream = UPSTREAM_NAMES.get((kind, str(value)))
+    if upstream is not None:
+        return (
+            f"{subject} is {upstream}, which is not supported here. Registered {kind}s: {known}."
+            f" {LOOKUPS[kind].how_to_add}"
+        )
     close = difflib.get_close_matches(str(value), known, n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(repr(name) for name in close)}?" if close else ""
     return f"{subject} is not a registered {kind}.{hint} Registered: {known}. {LOOKUPS[kind].how_to_add}"

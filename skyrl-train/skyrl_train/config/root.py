@@ -1,6 +1,8 @@
 """`SkyRLConfig`, the whole run configuration, and the ways to build it: dict, YAML file, CLI overrides."""
 
+import logging
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,13 +11,17 @@ from skyrl_train.config.allocation import AllocationModeError, apply_allocation_
 from skyrl_train.config.data import DataConfig
 from skyrl_train.config.docgen import dump_yaml
 from skyrl_train.config.environment import EnvironmentConfig
-from skyrl_train.config.errors import ConfigTypeError, ConfigValidationError
+from skyrl_train.config.errors import ConfigTypeError, ConfigValidationError, ConfigWarning
 from skyrl_train.config.generator import GeneratorConfig
 from skyrl_train.config.overrides import apply_overrides, parse_overrides, resolve_interpolations
 from skyrl_train.config.reward import RewardConfig
 from skyrl_train.config.trainer import TrainerConfig
 from skyrl_train.config.typecheck import build_dataclass, describe_value, to_plain_dict
+from skyrl_train.config.upstream import Translation, translate_mapping, translate_overrides
+from skyrl_train.config.upstream_meanings import dialect_warnings
 from skyrl_train.config.validation import validate_config
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,15 +48,34 @@ class SkyRLConfig:
     """Reward managers (user scoring functions) and the reward model, and how their scores combine."""
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], validate: bool = True) -> "SkyRLConfig":
-        """Build from a (possibly partial) nested dict; missing keys keep their defaults, unknown keys are rejected."""
+    def from_dict(
+        cls, data: Mapping[str, Any], validate: bool = True, translation: Translation | None = None
+    ) -> "SkyRLConfig":
+        """Build from a (possibly partial) nested dict; missing keys keep their defaults, unknown keys are rejected.
+
+        Keys and values in NovaSky-AI/SkyRL's spelling are translated to this project's first (`config/upstream.py`);
+        every unknown key and badly typed value is reported in one error. `translation` is the one an override
+        list already went through (its checks and warnings then apply too)."""
+        data, found = translate_mapping(data, cls)
+        found.raise_problems()
+        translation = _merge(translation, found)
         cfg = build_dataclass(cls, data)
         try:
             apply_allocation_mode(cfg)
         except AllocationModeError as exc:
             raise ConfigValidationError([str(exc)]) from exc
+        for note in translation.notes:
+            logger.info("config: %s", note)
         if validate:
-            cfg.validate()
+            deferred = translation.check_built(cfg)
+            try:
+                cfg.validate()
+            except ConfigValidationError as exc:
+                raise ConfigValidationError(deferred + exc.problems) from None
+            if deferred:
+                raise ConfigValidationError(deferred)
+            for message in dialect_warnings(cfg, translation):
+                warnings.warn(message, ConfigWarning, stacklevel=2)
         return cfg
 
     @classmethod
@@ -72,10 +97,14 @@ class SkyRLConfig:
     def from_cli_overrides(
         cls, overrides: Sequence[str], base: "SkyRLConfig | None" = None, validate: bool = True
     ) -> "SkyRLConfig":
-        """Apply `a.b.c=value` overrides (Hydra syntax, see `overrides.py`) to `base` (default: the defaults)."""
-        data = (base or cls()).to_dict()
-        data = apply_overrides(data, parse_overrides(overrides), cls)
-        return cls.from_dict(resolve_interpolations(data), validate=validate)
+        """Apply `a.b.c=value` overrides (Hydra syntax, see `overrides.py`) to `base` (default: the defaults).
+
+        Overrides in NovaSky-AI/SkyRL's spelling are translated first; every unknown key and bad value of the list
+        is reported in one error."""
+        translation = translate_overrides(parse_overrides(overrides), cls)
+        translation.raise_problems()
+        data = apply_overrides((base or cls()).to_dict(), translation.overrides, cls)
+        return cls.from_dict(resolve_interpolations(data), validate=validate, translation=translation)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict of every value; `from_dict(cfg.to_dict()) == cfg`."""
@@ -143,3 +172,13 @@ class SkyRLConfig:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _merge(first: Translation | None, second: Translation) -> Translation:
+    """One translation holding what both found (the second is the dict's, usually empty)."""
+    if first is None:
+        return second
+    first.applied.extend(second.applied)
+    first.deferred.extend(second.deferred)
+    first.legacy = first.legacy or second.legacy
+    return first

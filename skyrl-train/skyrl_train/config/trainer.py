@@ -101,7 +101,8 @@ class TrainerConfig:
     the weights of step k - 2 are served (two batches generate while a step trains; no token is more than one
     version old); `fully_async` keeps generating groups into a buffer and trains on whatever is ready, within
     `async_rl.max_staleness`. Both async modes update the engines' weights inside running rollouts (at
-    `async_rl.weight_update_boundary`). The two async modes need separate placement (`placement.colocate_all=false`); see docs/async.md."""
+    `async_rl.weight_update_boundary`). The two async modes need separate placement (`placement.colocate_all=false`);
+    see docs/async.md."""
 
     async_rl: AsyncRLConfig = field(default_factory=AsyncRLConfig)
     """Staleness bound of the async modes."""
@@ -152,12 +153,27 @@ class TrainerConfig:
     """Sequences per forward-only pass on each GPU (old, ref logprobs and values)."""
 
     max_tokens_per_microbatch: int = -1
-    """When > 0, micro-batches are packed by token count up to this many tokens instead of by sequence count."""
+    """When > 0, micro-batches are filled by token count up to this many tokens instead of by sequence count,
+    counting the tokens a forward runs: packed (`remove_microbatch_padding`), the rows' own tokens in batch order, a
+    prompt repeated within the micro-batch counted once with `share_prompt_forward`; padded, rows x (longest prompt +
+    longest response), longest rows first."""
+
+    remove_microbatch_padding: bool | Literal["auto"] = "auto"
+    """Sequence packing (SkyRL's key): each micro-batch runs as one sequence of its rows' tokens, without padding.
+    Position ids restart at every row and attention never crosses rows (flash-attention varlen on CUDA in bf16/fp16
+    when the `flash-attn` package is installed, else SDPA over buckets of similar rows); only tokens that predict a
+    response token run, and the LM head runs only where a log-prob is read. Log-probs, entropies, values and gradients
+    equal the padded forward's up to float summation order. It packs the policy, ref and critic of the fsdp2 workers
+    when the model routes its attention through transformers' AttentionInterface, without sliding-window layers.
+    `auto`: pack wherever that holds, else run padded (logged at start-up); `true`: pack, failing at start-up where it
+    cannot (refused with `strategy: megatron`); `false`: padded micro-batches (all-padding columns trimmed)."""
 
     share_prompt_forward: bool = True
-    """Policy and ref log-prob passes run each distinct prompt of a micro-batch once (a key/value cache expanded to
-    its rows) when rows repeat prompts, as the samples of a GRPO group do: same log-probs and gradients up to float
-    summation order, fewer FLOPs. The fsdp2 workers only; gradient checkpointing and Megatron run the full forward."""
+    """Log-prob passes run each distinct prompt of a micro-batch once when rows repeat prompts, as the samples of a
+    GRPO group do: same log-probs and gradients up to float summation order, fewer FLOPs. Packed
+    (`remove_microbatch_padding`), the prompt is packed once and each row's response attends to it (policy, ref and
+    critic, with or without gradient checkpointing); padded, it runs once with a key/value cache expanded to its rows
+    (policy and ref, fsdp2, without gradient checkpointing)."""
 
     ckpt_path: str = "~/ckpts/"
     """Directory (or fsspec URL) where training checkpoints are written."""

@@ -15,6 +15,7 @@ from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS, RESERVED_
 from skyrl_train.config.health import check_health
 from skyrl_train.config.mode_checks import check_async, check_lora, check_off_policy_correction
 from skyrl_train.config.unsupported import check_not_yet_supported
+from skyrl_train.config.upstream_meanings import warn_inert_overlong_buffer, warn_kl_in_reward_coefficient
 
 if TYPE_CHECKING:
     from skyrl_train.config.root import SkyRLConfig
@@ -236,7 +237,8 @@ def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
                 f"trainer.{role}_mini_batch_size * generator.n_samples_per_prompt = {mini} * {samples} = {sequences}"
                 f" sequences per mini-batch must be divisible by trainer.micro_train_batch_size_per_gpu * {role}"
                 f" data-parallel size = {micro} * {dp} = {micro * dp}: change the mini-batch size, the micro-batch"
-                f" size or the {role} GPU count"
+                f" size or the {role} GPU count (mini-batches that do not split evenly, which SkyRL pads with dummy"
+                " rows, are not supported here)"
             )
 
 
@@ -368,7 +370,8 @@ def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
                 yield (
                     f"trainer.placement.colocate_all=true needs the {role} on as many GPUs as the policy"
                     f" ({role_world_size(cfg, role)} vs {policy_workers}): set trainer.placement.{role}_num_nodes and"
-                    f" {role}_num_gpus_per_node like the policy's"
+                    f" {role}_num_gpus_per_node like the policy's (a colocated {role} on fewer GPUs than the policy, which"
+                    " SkyRL allows, is not supported here)"
                 )
     sync = engine.weight_sync_backend
     if sync in ("cuda_ipc", "shm") and not cfg.trainer.placement.colocate_all:
@@ -378,6 +381,55 @@ def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
         )
     if sync == "cuda_ipc" and cfg.trainer.device == "cpu":
         yield "generator.inference_engine.weight_sync_backend=cuda_ipc needs CUDA: use shm with trainer.device=cpu"
+    yield from check_gpu_weight_sync(cfg)
+
+
+def check_gpu_weight_sync(cfg: "SkyRLConfig") -> Iterator[str]:
+    """On a colocated GPU run, Ray shows each actor only its own bundle's GPU: `cuda_ipc` reaches only the engine on
+    policy rank 0's GPU, and `broadcast` cannot serve that engine (NCCL refuses two ranks of one group on one GPU).
+    `auto` gives each engine the transport that reaches it (`weight_sync.locations.plan_weight_sync`)."""
+    engine = cfg.generator.inference_engine
+    if not cfg.trainer.placement.colocate_all or engine.backend == "remote" or cfg.trainer.device == "cpu":
+        return
+    if cfg.trainer.device == "auto" and cfg.resolved_device() != "cuda":
+        return
+    policy_gpus = role_world_size(cfg, "policy")
+    if engine.weight_sync_backend == "cuda_ipc" and policy_gpus > 1:
+        yield (
+            f"generator.inference_engine.weight_sync_backend=cuda_ipc with {policy_gpus} colocated GPUs: only the"
+            " engine on policy rank 0's GPU can open its CUDA IPC handles (Ray shows each actor only its own GPU);"
+            " use weight_sync_backend=auto (cuda_ipc for that engine, an NCCL broadcast group for the others)"
+        )
+    if engine.weight_sync_backend == "broadcast":
+        yield (
+            "generator.inference_engine.weight_sync_backend=broadcast with trainer.placement.colocate_all=true on"
+            " GPUs puts engine 0 on policy rank 0's GPU, and NCCL refuses two ranks of one group on one GPU: use"
+            " weight_sync_backend=auto (cuda_ipc for that engine, broadcast for the others) or colocate_all=false"
+        )
+
+
+def check_engine_tensor_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
+    """An engine actor gets `tensor_parallel_size` GPUs only in a separate placement and only the sglang engine runs
+    its tensor-parallel workers in them (SGLang starts one process per GPU it sees); the vllm engine holds
+    `vllm.LLM` in its actor process, and vLLM puts a tensor-parallel engine inside a Ray placement group on Ray
+    workers of its own, which our weight updates do not reach."""
+    engine = cfg.generator.inference_engine
+    tp = engine.tensor_parallel_size
+    if tp <= 1:
+        return
+    if engine.backend == "vllm":
+        yield (
+            f"generator.inference_engine.tensor_parallel_size={tp} with backend=vllm: the vllm engine runs vllm.LLM in"
+            " its own Ray actor on one GPU, so tensor parallelism is not supported; use more engines with"
+            f" tensor_parallel_size=1 (num_engines={engine.num_engines * tp}), backend=sglang with"
+            " trainer.placement.colocate_all=false, or a `vllm serve -tp` server through backend=remote"
+        )
+    elif engine.backend == "sglang" and cfg.trainer.placement.colocate_all:
+        yield (
+            f"generator.inference_engine.tensor_parallel_size={tp} with trainer.placement.colocate_all=true: a"
+            " colocated engine shares one GPU with one policy rank, so its tensor-parallel workers would have no GPUs;"
+            f" set colocate_all=false (each sglang engine then gets {tp} GPUs) or tensor_parallel_size=1"
+        )
 
 
 def _is_function_spec(spec: str) -> bool:
@@ -456,7 +508,7 @@ def warn_unused_models(cfg: "SkyRLConfig") -> Iterator[str]:
 
 def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
     """With `trainer.strategy=megatron`: a CUDA device, only the roles the Megatron workers implement (policy and
-    ref, full fine-tuning), and parallel sizes that fit each role's workers."""
+    ref, full fine-tuning, padded micro-batches), and parallel sizes that fit each role's workers."""
     if cfg.trainer.strategy != "megatron":
         return
     if cfg.trainer.device == "cpu":
@@ -465,6 +517,11 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
         yield "trainer.strategy=megatron does not run a critic yet: unset trainer.critic.model.path or use fsdp2"
     if cfg.needs_reward_model:
         yield "trainer.strategy=megatron does not run a reward model yet: unset reward.model.path or use fsdp2"
+    if cfg.trainer.remove_microbatch_padding is True:
+        yield (
+            "trainer.remove_microbatch_padding=true: sequence packing is not supported by the megatron workers yet "
+            "(they run padded micro-batches); set it to auto (packs on fsdp2 only) or false, or use strategy fsdp2"
+        )
     for role in ("policy", "ref") if cfg.needs_ref_model else ("policy",):
         section = getattr(cfg.trainer, role)
         if section.model.lora.rank > 0:
@@ -494,7 +551,8 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
         elif (world // model_parallel) % sizes["expert_model_parallel_size"]:
             yield (
                 f"{prefix}.expert_model_parallel_size={sizes['expert_model_parallel_size']} must divide the {role}'s"
-                f" {world // model_parallel} data-parallel ranks"
+                f" {world // model_parallel} data-parallel ranks (experts spread over tensor-parallel ranks, which SkyRL"
+                " allows with expert tensor parallelism, are not supported here)"
             )
 
 
@@ -512,12 +570,13 @@ ERROR_CHECKS: list[Check] = [
     check_models,
     check_generator,
     check_placement,
+    check_engine_tensor_parallel,
     check_rewards,
     check_health,
 ]
 """Checks whose findings make `validate_config` raise; append your own to extend validation."""
 
-WARNING_CHECKS: list[Check] = [warn_unused_models]
+WARNING_CHECKS: list[Check] = [warn_unused_models, warn_inert_overlong_buffer, warn_kl_in_reward_coefficient]
 """Checks whose findings are emitted as `ConfigWarning`s."""
 
 

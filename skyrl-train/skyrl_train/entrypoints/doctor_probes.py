@@ -43,8 +43,8 @@ BACKEND_MODULES = {
 """The module each backend cannot work without (imported to probe it; backends not listed need only skyrl_train)."""
 
 INSTALL_HINTS = {
-    "vllm": "install it with `pip install vllm` (CUDA) or `bash scripts/setup_vllm.sh` (CPU build, own venv)",
-    "sglang": "install it on a CUDA machine with `pip install 'skyrl-train[sglang]'`",
+    "vllm": "install it with `bash scripts/setup.sh --gpu vllm` (CUDA) or `bash scripts/setup_vllm.sh` (CPU build, own venv)",
+    "sglang": "install it on a CUDA machine with `bash scripts/setup.sh --gpu sglang`",
 }
 """How to get a backend's missing package, where the project supports it."""
 

@@ -35,8 +35,7 @@ from skyrl_train.trainer import RayPPOTrainer, TrainResult, optimizer_steps_per_
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.plots import plot_curves
 from skyrl_train.utils.tracking import Tracker
-from skyrl_train.weight_sync.node_aware import connect_auto_weight_sync, describe_weight_sync
-from skyrl_train.weight_sync.strategy import make_weight_sync_strategy
+from skyrl_train.weight_sync.node_aware import connect_weight_sync, describe_weight_sync
 from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, RewardModelWorker
 from skyrl_train.workers.group import WorkerGroup
 
@@ -199,19 +198,15 @@ class BasePPOExp:
         return SkyRLGymGenerator(client, tokenizer, settings)
 
     async def get_weight_sync(self, policy: WorkerGroup, engines: list[Any]):
-        """The weight-sync strategy, connected between policy rank 0 and the engines. `auto` picks per engine from
-        where it runs (`connect_auto_weight_sync`): on a colocated run, engines on rank 0's node take shm / CUDA
-        IPC and engines on other nodes the broadcast group."""
+        """The weight-sync strategy, connected between policy rank 0 and the engines (`connect_weight_sync`). `auto`
+        picks per engine from where it runs: on a colocated run, engines on rank 0's node (CPU) or on rank 0's GPU
+        take shm / CUDA IPC and every other engine the broadcast group; a named backend serves every engine once it
+        was checked to reach them."""
         backend = self.cfg.generator.inference_engine.weight_sync_backend
         colocated, device = self.cfg.trainer.placement.colocate_all, self.cfg.resolved_device()
-        sender = policy.actors[0]
-        if backend == "auto":
-            strategy = await connect_auto_weight_sync(
-                sender, engines, colocated, device, compute_checksums=self.verify_weight_sync
-            )
-        else:
-            strategy = make_weight_sync_strategy(backend, compute_checksums=self.verify_weight_sync)
-            await strategy.init(sender=sender, engines=engines)
+        strategy = await connect_weight_sync(
+            backend, policy.actors[0], engines, colocated, device, compute_checksums=self.verify_weight_sync
+        )
         logger.info("weight sync: %s", describe_weight_sync(strategy))
         return strategy
 
@@ -373,12 +368,16 @@ def run_experiment(cfg: SkyRLConfig) -> TrainResult:
     return result
 
 
-def main(argv: Optional[list[str]] = None) -> None:
-    """Command-line entry: Hydra-style overrides; `--dry-run` prints the resolved config and exits."""
+def main(
+    argv: Optional[list[str]] = None, upstream_module: bool = False, extra_overrides: tuple[str, ...] = ()
+) -> None:
+    """Command-line entry: Hydra-style overrides; `--dry-run` prints the resolved config and exits.
+
+    `upstream_module` and `extra_overrides` are for NovaSky-AI/SkyRL's module paths (`upstream_modules.py`)."""
     from skyrl_train.config.cli import run_cli
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_cli(run_experiment, argv)
+    run_cli(run_experiment, argv, upstream_module=upstream_module, extra_overrides=extra_overrides)
 
 
 if __name__ == "__main__":

@@ -94,8 +94,8 @@ class EnvPool:
 
     def run_here(self, calls: list[Callable[[], Any]]) -> list[EnvCallResult]:
         """Run every call in the calling thread, in order (for envs that declare `nonblocking`: a call that never
-        blocks does not need a thread, and a batch of them finished ~0.3-0.6 ms sooner on the quickstart without the
-        hop). No time limit applies; the wall time counts in `seconds` as `call_all`'s does."""
+        blocks does not need a thread hop). No time limit applies; the wall time counts in `seconds` as `call_all`'s
+        does."""
         start = time.perf_counter()
         finished: list[Optional[EnvCallResult]] = [None] * len(calls)
         try:

@@ -39,6 +39,7 @@ from skyrl_train.utils.registry import Registry
 from skyrl_train.utils.threads import actor_threads
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSyncError
 from skyrl_train.weight_sync.chunks import dtype_name
+from skyrl_train.weight_sync.locations import this_location
 from skyrl_train.weight_sync.strategy import make_receiver
 
 logger = logging.getLogger(__name__)
@@ -252,12 +253,13 @@ class EngineActor:
         self._channel: Optional[ChannelServer] = None
 
     async def engine_info(self) -> dict[str, Any]:
-        """Node, process, dtype, device and served version (what weight-sync coordinators need to know)."""
+        """Node, visible GPUs, process, dtype, device and served version (what weight-sync coordinators need to
+        know: `locations.plan_weight_sync` picks each engine's transport from its node and GPUs)."""
         model = getattr(self.engine, "model", None)
         parameter = next(model.parameters(), None) if model is not None else None
         dtype = parameter.dtype if parameter is not None else resolve_dtype(self.settings.dtype)
         return {
-            "node_id": ray.get_runtime_context().get_node_id(),
+            **this_location().as_dict(),
             "node_ip": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "dtype": dtype_name(dtype),
@@ -407,8 +409,8 @@ class RayEngineProxy(InferenceEngine):
         (between two training steps the policy ranks are done and the engines idle), and that call then finds it
         installed (the actor installs a chunk once) and confirms the served version all the same. When the running
         loop's connection is open, the request is written before this returns: a task would send it only when the
-        caller next yields to its event loop, after the rest of its step (~1-2 ms later on the quickstart, with the
-        engines' installation then overlapping the next step's start)."""
+        caller next yields to its event loop, after the rest of its step, and the installation would then overlap
+        the next step's start."""
         self._pending_weights = chunk
         try:
             loop = asyncio.get_running_loop()
@@ -454,8 +456,8 @@ class RayEngineProxy(InferenceEngine):
 
     async def generate(self, request: InferenceEngineInput) -> InferenceEngineOutput:
         """Generate in the actor, installing the deferred chunk first when there is one. On the actor's machine the
-        call goes through its local channel (`utils.local_channel`: a Unix socket, ~1.5 ms a step less than a
-        Ray call on the quickstart); elsewhere, or once that channel failed, through Ray (request and output pickled:
+        call goes through its local channel (`utils.local_channel`: a Unix socket, cheaper than a Ray call);
+        elsewhere, or once that channel failed, through Ray (request and output pickled:
         `EngineActor.generate_pickled`)."""
         pending = self._pending_weights
         channel = await self._local_channel()
@@ -481,9 +483,12 @@ class RayEngineProxy(InferenceEngine):
             opener = getattr(self.handle, "open_channel", None)  # an actor class of its own may not serve one
             node = ray.get_runtime_context().get_node_id()
             path = None if opener is None else await opener.remote(node)
-            self._channel_state = "ray" if path is None else "open"
-            if path is not None:
-                self._channels = ChannelClients(path, f"engine actor {self.handle}")
+            # concurrent first calls (fully_async starts many at once) all asked; the first answer decides, so every
+            # caller shares one set of connections (a second set would be dropped with its reader tasks pending)
+            if self._channel_state == "untried":
+                self._channel_state = "ray" if path is None else "open"
+                if path is not None:
+                    self._channels = ChannelClients(path, f"engine actor {self.handle}")
         if self._channel_state != "open":
             return None
         return self._channels.for_running_loop()
@@ -549,8 +554,8 @@ def create_engine_actors(
 ) -> list[RayEngineProxy]:
     """Start `num_engines` engine actors serving `model_path` (settings from `cfg`) and wait until they loaded.
 
-    With a `placement_group`, engine i takes bundle `bundle_offset + i`. `num_gpus_per_engine` defaults to 1 on CUDA
-    and 0 on CPU; `num_threads` is each actor's torch thread count (default: `num_cpus_per_engine` rounded down, at
+    With a `placement_group`, engine i takes bundle `bundle_offset + i`. `num_gpus_per_engine` defaults to the
+    tensor-parallel size on CUDA (one GPU per tensor-parallel worker) and 0 on CPU; `num_threads` is each actor's torch thread count (default: `num_cpus_per_engine` rounded down, at
     least 1).
     """
     if num_engines < 1:
@@ -559,7 +564,7 @@ def create_engine_actors(
     settings = EngineSettings.from_config(cfg, model_path, tokenizer_path=tokenizer_path, num_threads=threads)
     check_engine_backend(settings)  # fail here, not in the actors
     if num_gpus_per_engine is None:
-        num_gpus_per_engine = 1 if torch.device(settings.device).type == "cuda" else 0
+        num_gpus_per_engine = settings.tensor_parallel_size if torch.device(settings.device).type == "cuda" else 0
     actor_class = ray.remote(EngineActor)
     handles = []
     if settings.backend == "remote" and len(settings.remote_urls) != num_engines:

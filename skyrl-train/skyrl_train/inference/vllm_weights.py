@@ -138,3 +138,16 @@ def unfuse(
         for part, piece in zip(parts_of[fused], torch.split(tensor, sizes, dim=0)):
             result[_join(prefix, part, parameter)] = piece
     return result
+
+
+VOCAB_ROW_PARAMETERS = ("embed_tokens.weight", "lm_head.weight")
+"""HF parameter names (suffixes) with one row per vocabulary entry, which vLLM pads."""
+
+
+def unpad_vocab_rows(served: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
+    """`served` with the embedding and LM-head rows beyond `vocab_size` cut off: vLLM pads those to a multiple of 64
+    rows (`vocab_parallel_embedding.pad_vocab_size`), which the trainer's tensors do not have."""
+    return {
+        name: tensor[:vocab_size] if name.endswith(VOCAB_ROW_PARAMETERS) and tensor.shape[0] > vocab_size else tensor
+        for name, tensor in served.items()
+    }

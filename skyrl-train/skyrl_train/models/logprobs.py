@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from skyrl_train.algorithms.entropy import entropy_from_logits
+from skyrl_train.models.packing import pack_rows, packed_response_logprobs
 
 MAX_SHARED_PROMPT_FRACTION = 0.5
 """Share prompts only when the distinct prompts are at most this fraction of the rows (below it the saving is small
@@ -83,13 +84,21 @@ def response_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     share_prompts: bool = False,
+    pack: bool = False,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Log-probs [B, R] of the response tokens (columns `prompt_width:`) under `log_softmax(logits / temperature)`,
     and optionally the entropy [B, R] of that distribution. Padding columns hold meaningless values: mask them.
 
     `share_prompts=True` runs each distinct prompt once when rows repeat prompts (`shared_prompts`); the model must
     accept `past_key_values`, `use_cache` and `logits_to_keep` as Hugging Face causal LMs do, and must not use
-    gradient checkpointing (which turns the cache off)."""
+    gradient checkpointing (which turns the cache off).
+
+    `pack=True` runs the rows as one packed sequence without padding (`models.packing`; the model must have been
+    switched with `enable_packed_attention`); there `share_prompts` packs each distinct prompt once, whatever the
+    share of repeated prompts and with or without gradient checkpointing. Padding columns then hold 0."""
+    if pack:
+        packed = pack_rows(input_ids, attention_mask, position_ids, prompt_width, share_prompts=share_prompts)
+        return packed_response_logprobs(model, packed, temperature=temperature, with_entropy=with_entropy)
     if temperature <= 0:
         temperature = 1.0  # greedy rollouts: the engine reports unscaled logprobs
     response_width = input_ids.shape[1] - prompt_width

@@ -253,6 +253,18 @@ def answer_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(predicted, labels[:, 1:].reshape(-1), ignore_index=-100)
 
 
+def train_step(model: PreTrainedModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor]) -> float:
+    """One supervised step on a `collate`d batch: answer loss, backward, gradient norm clipped at 1, optimizer step.
+    Returns the loss."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    loss = answer_loss(logits, batch["labels"])
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss.item()
+
+
 def batch_order(num_examples: int, steps: int, batch_size: int, seed: int) -> list[list[int]]:
     """Example indices for each step: passes over the data, each in a fresh seeded shuffle."""
     rng = random.Random(f"skyrl-train/warm-start/{seed}")
@@ -387,15 +399,8 @@ def warm_start(
         for steps, indices in enumerate(
             batch_order(len(examples), settings.max_steps, settings.batch_size, settings.seed), 1
         ):
-            batch = collate([examples[i] for i in indices], tokenizer.pad_token_id)
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            loss = answer_loss(logits, batch["labels"])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            losses.append(train_step(model, optimizer, collate([examples[i] for i in indices], tokenizer.pad_token_id)))
             schedule.step()
-            losses.append(loss.item())
             bar.update(1)
             if steps % settings.eval_every == 0 or steps == settings.max_steps:
                 accuracy = greedy_accuracy(model, tokenizer, held_out, settings.max_new_tokens)

@@ -133,16 +133,7 @@ class OpenAIServer:
         choices = await asyncio.to_thread(self.completion_choices, output, request.logprobs is not None)
         if request.stream:
             return self.stream_completion(response_id, created, choices, output)
-        return {
-            "id": response_id,
-            "object": "text_completion",
-            "created": created,
-            "model": self.model_name,
-            "choices": choices,
-            "usage": self.usage(prompt_ids, output),
-            "prompt_token_ids": prompt_ids,
-            "weight_version": output.weight_version,
-        }
+        return self.response("text_completion", response_id, created, choices, prompt_ids, output)
 
     def completion_choices(self, output: InferenceEngineOutput, logprobs: bool) -> list[dict[str, Any]]:
         """The `text_completion` choices of `output` (per-token work: run it off the event loop)."""
@@ -224,9 +215,22 @@ class OpenAIServer:
         choices = await asyncio.to_thread(self.chat_choices, output, request)
         if request.stream:
             return self.stream_chat(response_id, created, choices, output)
+        return self.response("chat.completion", response_id, created, choices, prompt_ids, output)
+
+    def response(
+        self,
+        kind: str,
+        response_id: str,
+        created: int,
+        choices: list[dict[str, Any]],
+        prompt_ids: list[int],
+        output: InferenceEngineOutput,
+    ) -> dict[str, Any]:
+        """A non-streamed response object of `kind` (`text_completion` or `chat.completion`), with the prompt's token
+        ids and the weight version that answered, which agent harnesses train on."""
         return {
             "id": response_id,
-            "object": "chat.completion",
+            "object": kind,
             "created": created,
             "model": self.model_name,
             "choices": choices,

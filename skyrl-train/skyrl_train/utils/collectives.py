@@ -15,3 +15,14 @@ def backend_for(device: torch.device) -> str:
             f"no collective backend for device type {device.type!r}; expected {list(BACKEND_BY_DEVICE_TYPE)}"
         )
     return BACKEND_BY_DEVICE_TYPE[device.type]
+
+
+def default_group_backend(device: torch.device, cpu_tensors: bool = False) -> str:
+    """The workers' default process group backend: `backend_for(device)`, plus gloo for CPU tensors on CUDA when
+    `cpu_tensors` (FSDP2's CPU offload keeps gradients on CPU, and clipping all-reduces their norms: NCCL has no CPU
+    tensors, so an NCCL-only group fails at the first optimizer step with "No backend type associated with device
+    type cpu")."""
+    backend = backend_for(device)
+    if device.type == "cuda" and cpu_tensors:
+        return f"cpu:{BACKEND_BY_DEVICE_TYPE['cpu']},cuda:{backend}"
+    return backend

@@ -1,7 +1,7 @@
 """A Unix-socket channel for an actor's hot calls from a process on the same machine.
 
-A Ray actor call costs about 3 ms of round trip on the quickstart's 2-core machine (submitting, scheduling, the
-reply's own trip), against ~0.1 ms for a request and its reply through a local socket. So the actors on the hot path
+A Ray actor call costs milliseconds of round trip (submitting, scheduling, the reply's own trip), a local socket a
+small fraction of that (docs/performance.md). So the actors on the hot path
 also serve a few calls on a Unix socket: `EngineActor` its `generate` in its own event loop (`ChannelServer`), the
 worker ranks their sharded calls (the policy update, log-prob forwards) from a thread of their own
 (`ThreadedChannelServer`). Their callers send those calls there when the actor runs on their machine (`ChannelClient`,

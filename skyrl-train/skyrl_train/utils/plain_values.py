@@ -1,4 +1,5 @@
-"""Turn configs and metric values into plain JSON-ready Python values (for state files and tracking backends)."""
+"""Turn configs and metric values into plain JSON-ready Python values (for state files and tracking backends), and
+back: a dataclass from a mapping of its fields."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import enum
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def to_jsonable(value: Any, where: str = "value") -> Any:
@@ -66,3 +69,12 @@ def format_number(value: float) -> str:
     if math.isnan(value) or math.isinf(value):
         return str(value)
     return f"{value + 0.0:.4g}"  # + 0.0 turns -0.0 into 0.0
+
+
+def dataclass_from_mapping(cls: type[T], values: Mapping[str, Any], what: str) -> T:
+    """Build dataclass `cls` from a mapping of its field names; unknown keys raise ValueError naming them and `what`."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"unknown {what} keys {sorted(unknown)}; expected some of {sorted(known)}")
+    return cls(**dict(values))

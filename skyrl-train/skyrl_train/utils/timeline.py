@@ -168,8 +168,8 @@ class RunTimeline:
         self.sources = list(sources)
 
     def add_phases(self, timer: Any, lane: str = "trainer") -> None:
-        """The driver's busy phases of a step (`PhaseTimer.spans`), waiting phases left out."""
-        self.writer.add(lane_spans(lane, [span for span in timer.spans if span[0] not in WAITING_PHASES]))
+        """The driver's busy phases of a step (taken from `PhaseTimer.spans`), waiting phases left out."""
+        self.writer.add(lane_spans(lane, [span for span in timer.spans.take() if span[0] not in WAITING_PHASES]))
 
     async def collect(self, step: int) -> None:
         """Take every source's spans and append everything queued to the file."""

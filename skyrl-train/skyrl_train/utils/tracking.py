@@ -40,7 +40,11 @@ class TrackingBackendError(RuntimeError):
 
 
 class TrackingBackend(ABC):
-    """One destination for metrics. Constructed with the run's identity, then `log` per step and `finish` once."""
+    """One destination for metrics. Constructed with the run's identity, then `log` per step and `finish` once.
+
+    A backend opens its destination in `start`, which takes the backend's own keyword options (the ones
+    `Tracker(backend_options={name: {...}})` gives); the run's identity is already on `self` then.
+    """
 
     def __init__(
         self, project: str, run_name: str, config: Mapping[str, Any] | None, log_dir: str, **options: Any
@@ -49,6 +53,10 @@ class TrackingBackend(ABC):
         self.run_name = run_name
         self.config = config
         self.log_dir = log_dir
+        self.start(**options)
+
+    def start(self) -> None:  # noqa: B027 (optional hook: a backend with nothing to open keeps this one)
+        """Open the destination; a backend with options declares them as keyword arguments here."""
 
     @abstractmethod
     def log(self, metrics: Mapping[str, float], step: int) -> None:
@@ -80,7 +88,7 @@ def require_package(module: str, backend: str, extra: str | None = None) -> Modu
     try:
         return importlib.import_module(module)
     except ImportError as error:
-        hint = f"pip install 'skyrl-train[{extra or backend}]'"
+        hint = f"pip install -e './skyrl-train[{extra or backend}]'"  # by path: PyPI's skyrl-train is another project
         raise TrackingBackendError(
             f"tracking backend {backend!r} needs the {module.split('.')[0]!r} package ({error}); install it with {hint}"
         ) from error

@@ -31,13 +31,14 @@ class JsonlBackend(TrackingBackend):
     """Metrics as JSON lines, `{"step": N, "<metric>": value, ...}`, one per `log` call, flushed at once (so a
     crashed or running job can be read); the config goes to `<run_name>.config.json` next to it."""
 
-    def __init__(self, project: str, run_name: str, config: Mapping[str, Any] | None, log_dir: str) -> None:
-        super().__init__(project, run_name, config, log_dir)
-        run_dir = Path(log_dir) / "jsonl" / project
+    def start(self) -> None:
+        """Create `log_dir/jsonl/<project>/`, write the config file and open the metrics file for appending."""
+        run_dir = Path(self.log_dir) / "jsonl" / self.project
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir / f"{run_name}.jsonl"
-        if config:
-            (run_dir / f"{run_name}.config.json").write_text(json.dumps(to_jsonable(config, "config"), indent=1))
+        self.path = run_dir / f"{self.run_name}.jsonl"
+        if self.config:
+            config_file = run_dir / f"{self.run_name}.config.json"
+            config_file.write_text(json.dumps(to_jsonable(self.config, "config"), indent=1))
         self.handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole run)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
@@ -58,18 +59,16 @@ class WandbBackend(TrackingBackend):
     Files go to `WANDB_DIR` when set, else to `log_dir`.
     """
 
-    def __init__(
-        self, project: str, run_name: str, config: Mapping[str, Any] | None, log_dir: str, **init_options: Any
-    ) -> None:
-        super().__init__(project, run_name, config, log_dir)
+    def start(self, **init_options: Any) -> None:
+        """Start the wandb run; `init_options` go to `wandb.init`."""
         wandb = require_package("wandb", "wandb")
-        run_dir = os.environ.get("WANDB_DIR") or log_dir
+        run_dir = os.environ.get("WANDB_DIR") or self.log_dir
         os.makedirs(run_dir, exist_ok=True)
         try:
             self.run = wandb.init(
-                project=project,
-                name=run_name,
-                config=to_jsonable(config or {}, "config"),
+                project=self.project,
+                name=self.run_name,
+                config=to_jsonable(self.config or {}, "config"),
                 dir=run_dir,
                 **init_options,
             )
@@ -92,21 +91,14 @@ class WandbBackend(TrackingBackend):
 class TensorboardBackend(TrackingBackend):
     """TensorBoard event files in `log_dir/tensorboard/<project>/<run_name>` (view with `tensorboard --logdir`)."""
 
-    def __init__(
-        self,
-        project: str,
-        run_name: str,
-        config: Mapping[str, Any] | None,
-        log_dir: str,
-        flush_secs: int = 30,
-    ) -> None:
-        super().__init__(project, run_name, config, log_dir)
+    def start(self, flush_secs: int = 30) -> None:
+        """Open the event file (written out every `flush_secs` seconds) and add the config as a text table."""
         require_package("tensorboard", "tensorboard")
         summary = require_package("torch.utils.tensorboard", "tensorboard")
-        self.run_dir = os.path.join(log_dir, "tensorboard", project, run_name)
+        self.run_dir = os.path.join(self.log_dir, "tensorboard", self.project, self.run_name)
         self.writer = summary.SummaryWriter(log_dir=self.run_dir, flush_secs=flush_secs)
-        if config:
-            rows = "\n".join(f"| {key} | {value} |" for key, value in flatten(config).items())
+        if self.config:
+            rows = "\n".join(f"| {key} | {value} |" for key, value in flatten(self.config).items())
             self.writer.add_text("config", "| key | value |\n|---|---|\n" + rows, global_step=0)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
@@ -132,31 +124,24 @@ class MlflowBackend(TrackingBackend):
     params and as the artifact `config.json`. Needs only `mlflow-skinny`.
     """
 
-    def __init__(
-        self,
-        project: str,
-        run_name: str,
-        config: Mapping[str, Any] | None,
-        log_dir: str,
-        tracking_uri: str | None = None,
-    ) -> None:
-        super().__init__(project, run_name, config, log_dir)
+    def start(self, tracking_uri: str | None = None) -> None:
+        """Create (or reuse) the experiment `project`, start the run and log the config."""
         require_package("mlflow", "mlflow")
         tracking = require_package("mlflow.tracking", "mlflow")
         entities = require_package("mlflow.entities", "mlflow")
         validation = require_package("mlflow.utils.validation", "mlflow")
         self._metric_cls = entities.Metric
         self._max_metrics = getattr(validation, "MAX_METRICS_PER_BATCH", 1000)
-        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or Path(log_dir, "mlruns").absolute().as_uri()
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or Path(self.log_dir, "mlruns").absolute().as_uri()
         if "://" not in uri or uri.startswith("file:"):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.tracking_uri = uri
         self.client = tracking.MlflowClient(tracking_uri=uri)
-        experiment = self.client.get_experiment_by_name(project)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(project)
-        self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
-        if config:
-            self._log_config(config, entities.Param, validation)
+        experiment = self.client.get_experiment_by_name(self.project)
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(self.project)
+        self.run_id = self.client.create_run(experiment_id, run_name=self.run_name).info.run_id
+        if self.config:
+            self._log_config(self.config, entities.Param, validation)
 
     def _log_config(self, config: Mapping[str, Any], param_cls: type, validation: Any) -> None:
         max_value = getattr(validation, "MAX_PARAM_VAL_LENGTH", 500)

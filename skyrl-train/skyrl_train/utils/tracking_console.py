@@ -13,7 +13,7 @@ import fnmatch
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from tqdm import tqdm
 
@@ -76,19 +76,15 @@ class ConsoleBackend(TrackingBackend):
     `progress_bar` (False for summary lines only), `stream` (default stdout).
     """
 
-    def __init__(
+    def start(
         self,
-        project: str,
-        run_name: str,
-        config: Mapping[str, Any] | None,
-        log_dir: str,
         total_steps: int | None = None,
         keys: Sequence[str] = DEFAULT_CONSOLE_KEYS,
         mininterval: float | None = None,
         progress_bar: bool = True,
         stream: TextIO | None = None,
     ) -> None:
-        super().__init__(project, run_name, config, log_dir)
+        """Open the progress bar (see the class docstring for the options)."""
         if isinstance(keys, str):
             raise TypeError(f"console option keys must be a list of metric name patterns, got the string {keys!r}")
         self.stream = stream if stream is not None else sys.stdout
@@ -99,7 +95,7 @@ class ConsoleBackend(TrackingBackend):
             mininterval = TERMINAL_MININTERVAL if self.interactive else LOG_FILE_MININTERVAL
         self.bar = tqdm(
             total=total_steps,
-            desc=run_name,
+            desc=self.run_name,
             unit="step",
             file=self.stream if self.interactive else _LineStream(self.stream),
             mininterval=mininterval,

@@ -2,8 +2,9 @@
 
 Built-in strategies: `broadcast` (torch.distributed group; gloo on CPU, NCCL on GPU), `shm` (shared memory, one
 machine, CPU), `cuda_ipc` (CUDA IPC, colocated GPUs) and `checkpoint` (safetensors files). Importing this package
-registers them all. `auto` is resolved per engine by `node_aware.connect_auto_weight_sync` (same node as the
-sender: the local transport; another node: `broadcast`), with `MixedStrategy` when one run needs both.
+registers them all. `auto` is resolved per engine by `node_aware.connect_weight_sync` from where each engine runs
+(`locations.plan_weight_sync`: on the sender's node (CPU) or GPU (CUDA) the local transport, elsewhere `broadcast`),
+with `MixedStrategy` when one run needs both.
 """
 
 from skyrl_train.weight_sync import broadcast, checkpoint, cuda_ipc, node_aware, shm  # noqa: F401 (registers them)
@@ -16,7 +17,8 @@ from skyrl_train.weight_sync.base import (
     WeightSyncError,
     WeightTarget,
 )
-from skyrl_train.weight_sync.node_aware import MixedStrategy, connect_auto_weight_sync, plan_by_node
+from skyrl_train.weight_sync.locations import Location, check_backend, plan_weight_sync
+from skyrl_train.weight_sync.node_aware import MixedStrategy, connect_auto_weight_sync, connect_weight_sync
 from skyrl_train.weight_sync.strategy import (
     WEIGHT_SYNC_STRATEGIES,
     WeightSenderHost,
@@ -29,9 +31,12 @@ from skyrl_train.weight_sync.strategy import (
 )
 
 __all__ = [
+    "Location",
     "MixedStrategy",
+    "check_backend",
     "connect_auto_weight_sync",
-    "plan_by_node",
+    "connect_weight_sync",
+    "plan_weight_sync",
     "SendResult",
     "VerifyReport",
     "WeightChunk",

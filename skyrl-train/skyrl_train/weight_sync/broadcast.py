@@ -7,21 +7,38 @@ one flat byte bucket, as SGLang's `update_weights_from_distributed` does). Works
 
 An engine takes `sync_ranks` consecutive ranks (its `engine_info`, default 1): engines whose tensor-parallel workers
 join the group themselves (SGLang) take one per worker; the sender is always rank 0.
+
+Each chunk's broadcast starts once every receiving rank said, through the coordinator's store, that it is about to
+join it (`process_group.mark_ready` / `wait_ready`): an SGLang engine joins only after its in-flight generate calls
+finished, and a broadcast started before that would sit on the GPU until NCCL's watchdog killed the sender.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import ray
 import torch
 
-from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSender, WeightTarget
+from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSender, WeightSyncError, WeightTarget
 from skyrl_train.weight_sync.chunks import dtype_from_name, pack, unpack
-from skyrl_train.weight_sync.process_group import backend_for_device, broadcast_from_rank0, host_store, join_group
+from skyrl_train.weight_sync.process_group import (
+    backend_for_device,
+    broadcast_from_rank0,
+    connect_store,
+    host_store,
+    join_group,
+    mark_ready,
+    wait_ready,
+)
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy, register_weight_sync_strategy
+
+READY_TIMEOUT_S = 3600.0
+"""How long the sender waits for every receiving rank to be ready for a chunk (an engine may first finish its
+in-flight generate calls); the collective itself is bounded by the strategy's `timeout_s`."""
 
 
 def rank_offsets(sync_ranks: list[int]) -> list[int]:
@@ -34,7 +51,7 @@ def rank_offsets(sync_ranks: list[int]) -> list[int]:
     return offsets
 
 
-def _join(init_info: dict[str, Any]) -> Any:
+def _join(init_info: dict[str, Any], store: Any) -> Any:
     return join_group(
         init_info["store_host"],
         init_info["store_port"],
@@ -43,23 +60,48 @@ def _join(init_info: dict[str, Any]) -> Any:
         init_info["world_size"],
         init_info["backend"],
         init_info["timeout_s"],
+        store=store,
     )
 
 
+def store_of(init_info: dict[str, Any]) -> Any:
+    """A client of the coordinator's store named in a `broadcast` init_info."""
+    return connect_store(init_info["store_host"], init_info["store_port"], init_info["timeout_s"])
+
+
+def mark_chunk_ready(store: Any, chunk: WeightChunk, ranks: int, init_info: dict[str, Any]) -> None:
+    """Tell the sender that `ranks` more receiving ranks are about to join `chunk`'s broadcast."""
+    mark_ready(store, chunk.payload["ready_key"], ranks, init_info["world_size"] - 1)
+
+
 class BroadcastSender(WeightSender):
-    """Rank 0 of the sync group: packs each chunk and broadcasts it."""
+    """Rank 0 of the sync group: packs each chunk, waits until every receiving rank is ready, broadcasts it."""
 
     def __init__(self, init_info: dict[str, Any]) -> None:
         super().__init__(init_info)
         self.transport_device = init_info["device"]
-        self.group = _join(init_info)
+        self.ready_timeout_s = float(init_info.get("ready_timeout_s", READY_TIMEOUT_S))
+        self.store = store_of(init_info)
+        self.group = _join(init_info, self.store)
 
     def send_chunk(self, tensors: list[torch.Tensor], chunk: WeightChunk) -> None:
-        """Tell the engines the chunk's layout, broadcast its bytes, wait for them to install it."""
+        """Tell the engines the chunk's layout, wait until they are ready, broadcast its bytes, wait for them to
+        install it."""
         buffer = pack(tensors)
+        key = f"{self.init_info['group_name']}/ready/{uuid.uuid4().hex}"
+        chunk = replace(chunk, payload={**chunk.payload, "ready_key": key})
         refs = self.notify_engines(chunk)
+        wait_ready(self.store, key, self.ready_timeout_s, lambda: self.raise_if_finished(refs, chunk))
         broadcast_from_rank0(self.group, buffer.view(torch.uint8))
         self.wait_engines(refs, chunk)
+
+    def raise_if_finished(self, refs: list[ray.ObjectRef], chunk: WeightChunk) -> None:
+        """While waiting for readiness: an engine whose call already returned failed before joining; raise its
+        error (naming the engine) instead of waiting on."""
+        finished, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if finished:
+            self.wait_engines([ref for ref in refs if ref in finished], chunk)
+            raise WeightSyncError(f"an engine acknowledged chunk {chunk.index} without joining its broadcast")
 
     def close(self) -> None:
         """Drop the group."""
@@ -72,12 +114,14 @@ class BroadcastReceiver(WeightReceiver):
     def __init__(self, init_info: dict[str, Any], engine: WeightTarget) -> None:
         super().__init__(init_info, engine)
         self.device = init_info["device"]
-        self.group = _join(init_info)
+        self.store = store_of(init_info)
+        self.group = _join(init_info, self.store)
 
     async def receive(self, chunk: WeightChunk) -> int:
         """Join the chunk's broadcast (in a thread, so the engine keeps serving) and install the result."""
         dtype = dtype_from_name(chunk.dtype)
         buffer = torch.empty(chunk.numel * dtype.itemsize, dtype=torch.uint8, device=self.device)
+        mark_chunk_ready(self.store, chunk, 1, self.init_info)
         await asyncio.to_thread(broadcast_from_rank0, self.group, buffer)
         return await self.install(chunk, unpack(buffer.view(dtype), chunk.names, chunk.shapes))
 

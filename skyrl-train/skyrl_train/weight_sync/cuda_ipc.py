@@ -1,16 +1,25 @@
-"""The `cuda_ipc` strategy (GPU only): engines on the sender's GPUs map each chunk's CUDA buffer through CUDA IPC.
+"""The `cuda_ipc` strategy (GPU only): engines on the sender's GPU map each chunk's CUDA buffer through CUDA IPC.
 
 The sender packs a chunk into one CUDA buffer and shares its bytes (a `uint8` view) with
 `torch.multiprocessing.reductions.reduce_tensor` (a rebuild function and its arguments, including the CUDA IPC memory
 handle); each engine rebuilds the tensor on its own view of the same GPU (found by device UUID, since
 `CUDA_VISIBLE_DEVICES` may number it differently), copies the tensors into its model and drops the mapping; the
-sender frees the buffer once every engine acknowledged. An engine whose model lives in another process (SGLang) may
-hand the handle on to that process unopened, as one flat byte bucket.
+sender frees the buffer once every engine acknowledged. An engine whose model lives in other processes (SGLang's
+tensor-parallel workers) hands the handles on to them unopened, as one flat byte bucket.
+
+Only a process that sees the sender's GPU can open its handles, and Ray shows each GPU actor only its own bundle's
+GPU: on a colocated run this reaches the engine in policy rank 0's bundle, not the engines on the other GPUs.
+`weight_sync_backend=auto` gives those `broadcast` (`locations.plan_weight_sync`); naming `cuda_ipc` for them is
+refused when the sender starts. Every consumer (an engine, or each tensor-parallel worker of one: its `sync_ranks`)
+gets a handle of its own: torch counts the opened mappings of one handle in one slot, which several consumers would
+drive below zero.
 `shm` is this strategy's CPU twin.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -19,6 +28,7 @@ from torch.multiprocessing.reductions import reduce_tensor
 
 from skyrl_train.weight_sync.base import WeightChunk, WeightReceiver, WeightSender, WeightSyncError
 from skyrl_train.weight_sync.chunks import dtype_from_name, pack, unpack
+from skyrl_train.weight_sync.locations import Location, check_backend, this_location
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy, register_weight_sync_strategy
 
 DEVICE_ARGUMENT = 6
@@ -36,34 +46,58 @@ def local_device_index(uuid: str) -> int:
         if device_uuid(torch.device("cuda", index)) == uuid:
             return index
     raise WeightSyncError(
-        f"cuda_ipc: this engine cannot see the sender's GPU {uuid}; colocate the engines with the policy or use "
-        "weight_sync_backend=broadcast"
+        f"cuda_ipc: this engine cannot see the sender's GPU {uuid}; only engines on policy rank 0's GPU can take "
+        "cuda_ipc: use weight_sync_backend=auto (broadcast for the others)"
     )
 
 
+def share_per_consumer(
+    buffer: torch.Tensor, consumers: list[int], reduce: Callable[[torch.Tensor], tuple] = reduce_tensor
+) -> list[list[tuple]]:
+    """`reduce(buffer)` once per consumer: for each engine, `consumers[engine]` `(rebuild, arguments)` pairs, each
+    with its own reference-count slot (one slot opened by several consumers would be released below zero)."""
+    return [[reduce(buffer) for _ in range(count)] for count in consumers]
+
+
 class CudaIpcSender(WeightSender):
-    """Shares each chunk's CUDA buffer by IPC handle."""
+    """Shares each chunk's CUDA buffer by IPC handle, one handle per consumer."""
 
     transport_device = "cuda"
 
     def __init__(self, init_info: dict[str, Any]) -> None:
         super().__init__(init_info)
+        self.consumers = [int(count) for count in init_info.get("engine_sync_ranks", [1] * len(self.engine_handles))]
+        engines = [Location.from_dict(where) for where in init_info.get("engine_locations", [])]
+        if engines:  # the engines must see this process's GPU (a coordinator checks it too; a direct user may not)
+            check_backend("cuda_ipc", this_location("cuda"), engines, "cuda")
         here = ray.get_runtime_context().get_node_id()
         elsewhere = [index for index, node in enumerate(init_info["engine_node_ids"]) if node != here]
         if elsewhere:
             raise WeightSyncError(f"cuda_ipc needs every engine on the sender's node; engines {elsewhere} are not")
 
     def send_chunk(self, tensors: list[torch.Tensor], chunk: WeightChunk) -> None:
-        """Pack on the GPU, publish the IPC handle, keep the buffer alive until every engine copied it."""
+        """Pack on the GPU, give every consumer its own IPC handle, keep the buffer alive until every engine copied
+        it."""
         buffer = pack(tensors)
         torch.cuda.current_stream(buffer.device).synchronize()  # the engines read it from other streams
-        rebuild, arguments = reduce_tensor(buffer.view(torch.uint8))
-        chunk.payload = {"rebuild": rebuild, "arguments": arguments, "device_uuid": device_uuid(buffer.device)}
+        shared = share_per_consumer(buffer.view(torch.uint8), self.consumers)
+        uuid = device_uuid(buffer.device)
         try:
-            self.wait_engines(self.notify_engines(chunk), chunk)
+            refs = [
+                handle.receive_weights.remote(replace(chunk, payload=ipc_payload(handles, uuid)))
+                for handle, handles in zip(self.engine_handles, shared)
+            ]
+            self.wait_engines(refs, chunk)
         finally:
-            del buffer
+            del buffer, shared
             torch.cuda.ipc_collect()
+
+
+def ipc_payload(handles: list[tuple], uuid: str) -> dict[str, Any]:
+    """One engine's chunk payload: its consumers' `(rebuild, arguments)` pairs (the first also as `rebuild` and
+    `arguments`, what a receiver with one consumer reads) and the GPU's UUID."""
+    rebuild, arguments = handles[0]
+    return {"rebuild": rebuild, "arguments": arguments, "handles": handles, "device_uuid": uuid}
 
 
 class CudaIpcReceiver(WeightReceiver):
@@ -92,7 +126,9 @@ class CudaIpcStrategy(WeightSyncStrategy):
     def build_init_infos(
         self, common: dict[str, Any], engine_infos: list[dict[str, Any]]
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Nothing beyond the shared fields; CUDA engines are required."""
+        """The shared fields, and for the sender each engine's consumer count (`sync_ranks`); CUDA engines are
+        required."""
         if torch.device(common["device"]).type != "cuda":
             raise WeightSyncError(f"cuda_ipc needs CUDA engines; these run on {common['device']} (use shm)")
-        return dict(common), [dict(common) for _ in engine_infos]
+        ranks = [int(info.get("sync_ranks", 1)) for info in engine_infos]
+        return {**common, "engine_sync_ranks": ranks}, [dict(common) for _ in engine_infos]

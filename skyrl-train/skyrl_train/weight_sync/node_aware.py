@@ -1,14 +1,15 @@
-"""Weight sync chosen per engine from where it runs: engines on the sender's node take the local transport (`shm`
-on CPU, `cuda_ipc` on GPU), engines on other nodes the `broadcast` group (gloo / NCCL), in one sync.
+"""Weight sync chosen per engine from where it runs (`locations.plan_weight_sync`), in one sync.
 
-`weight_sync_backend=auto` on a colocated run lands here. On one node every engine is local and the plain local
-strategy is used; when a colocated placement spans nodes (rank i and engine i share bundle i, and the bundles spread
-over the nodes), the engines on other nodes cannot open the sender's shared memory or CUDA IPC handles, so
+`weight_sync_backend=auto` lands here. Colocated on CPU, engines on the sender's node take `shm` and engines on other
+nodes the `broadcast` group (gloo). Colocated on GPUs, Ray shows each actor only its own bundle's GPU, so `cuda_ipc`
+reaches just the engines on policy rank 0's GPU, and every other engine (another GPU of the node, or another node)
+takes the NCCL `broadcast` group. Not colocated, every engine takes `broadcast`. When one run needs two transports,
 `MixedStrategy` drives one sub-strategy per group of engines behind one sender:
 
-    strategy = await connect_auto_weight_sync(sender=policy_rank0, engines=proxies, colocated=True, device="cpu")
-    # -> ShmStrategy, BroadcastStrategy, or MixedStrategy(shm for engines [0, 2], broadcast for [1, 3])
+    strategy = await connect_weight_sync("auto", sender=policy_rank0, engines=proxies, colocated=True, device="cuda")
+    # -> CudaIpcStrategy (one GPU), or MixedStrategy(cuda_ipc for engines [0], broadcast for [1, 2, 3])
 
+An explicitly named backend is used for every engine, after `locations.check_backend` made sure it reaches them.
 Versions, `confirm` and checksum `verify` work over every engine, whatever transport it got.
 """
 
@@ -17,10 +18,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional
 
-import ray
 import torch
 
 from skyrl_train.weight_sync.base import SendResult, WeightSender
+from skyrl_train.weight_sync.locations import Location, check_backend, plan_weight_sync, this_location
 from skyrl_train.weight_sync.strategy import (
     WeightSyncStrategy,
     engine_handle,
@@ -31,25 +32,6 @@ from skyrl_train.weight_sync.strategy import (
 
 MIXED = "mixed"
 """Strategy name the sender side of `MixedStrategy` is built under (not a `weight_sync_backend` choice)."""
-
-
-def local_strategy_name(device: str) -> str:
-    """The same-node transport for engines on `device`: `cuda_ipc` on GPUs, `shm` on CPU."""
-    return "cuda_ipc" if device == "cuda" else "shm"
-
-
-def plan_by_node(
-    sender_node: str, engine_nodes: list[str], colocated: bool, device: str
-) -> list[tuple[str, list[int]]]:
-    """`(strategy name, engine indices)` per transport for `auto`: not colocated -> `broadcast` for all (engines on
-    their own devices; it works across nodes); colocated -> the local transport for engines on `sender_node` and
-    `broadcast` for the rest. Groups are listed local first; empty groups are left out."""
-    everyone = list(range(len(engine_nodes)))
-    if not colocated:
-        return [("broadcast", everyone)]
-    local = [index for index, node in enumerate(engine_nodes) if node == sender_node]
-    remote = [index for index, node in enumerate(engine_nodes) if node != sender_node]
-    return [(name, group) for name, group in ((local_strategy_name(device), local), ("broadcast", remote)) if group]
 
 
 class MixedSender(WeightSender):
@@ -136,7 +118,11 @@ class MixedStrategy(WeightSyncStrategy):
         sender_parts, receivers = [], []
         for (name, indices), sub in zip(self.parts, self.substrategies):
             handles = [self.handles[index] for index in indices]
-            sub_common = {**common, "engine_node_ids": [common["engine_node_ids"][index] for index in indices]}
+            sub_common = {
+                **common,
+                "engine_node_ids": [common["engine_node_ids"][index] for index in indices],
+                "engine_locations": [common["engine_locations"][index] for index in indices],
+            }
             sub_sender, sub_receivers = sub.build_init_infos(sub_common, [engine_infos[index] for index in indices])
             sender_parts.append((name, {**sub_sender, "engine_handles": handles}))
             receivers += [
@@ -158,27 +144,47 @@ class MixedStrategy(WeightSyncStrategy):
             await sub.close()
 
 
-async def sender_node_id(sender: Any) -> str:
-    """The Ray node of the sender: this process when `sender` is None, else the actor's (`WeightSenderHost`)."""
+async def sender_location(sender: Any, device: str) -> Location:
+    """Where the sender runs: this process when `sender` is None, else the actor's (`WeightSenderHost`)."""
     if sender is None:
-        return ray.get_runtime_context().get_node_id()
-    return await sender.weight_sender_node_id.remote()
+        return this_location(device)
+    return Location.from_dict(await sender.weight_sender_location.remote(device))
 
 
-async def connect_auto_weight_sync(
-    sender: Any, engines: list[Any], colocated: bool, device: str, **options: Any
-) -> WeightSyncStrategy:
-    """The strategy `auto` picks for where `sender` and `engines` run (`plan_by_node`), initialised: one plain
-    strategy when a single transport serves every engine, else a `MixedStrategy`."""
+async def plan_for(
+    backend: str, sender: Any, engines: list[Any], colocated: bool, device: str
+) -> list[tuple[str, list[int]]]:
+    """The `(strategy name, engine indices)` parts a sync to `engines` takes: `auto` planned per engine from where
+    the sender and each engine run, or the named backend for all of them once `check_backend` accepted it."""
     handles = [engine_handle(engine, index) for index, engine in enumerate(engines)]
     infos = await asyncio.gather(*(handle.engine_info.remote() for handle in handles))
-    parts = plan_by_node(await sender_node_id(sender), [info["node_id"] for info in infos], colocated, device)
+    where = [Location.from_dict(info) for info in infos]
+    sender_at = await sender_location(sender, device)
+    if backend == "auto":
+        return plan_weight_sync(sender_at, where, colocated, device)
+    check_backend(backend, sender_at, where, device)
+    return [(backend, list(range(len(engines))))]
+
+
+async def connect_weight_sync(
+    backend: str, sender: Any, engines: list[Any], colocated: bool, device: str, **options: Any
+) -> WeightSyncStrategy:
+    """The initialised strategy between `sender` and `engines` for `weight_sync_backend=backend` (`plan_for`): one
+    plain strategy when a single transport serves every engine, else a `MixedStrategy`."""
+    parts = await plan_for(backend, sender, engines, colocated, device)
     if len(parts) == 1:
         strategy = make_weight_sync_strategy(parts[0][0], **options)
     else:
         strategy = MixedStrategy(parts, **options)
     await strategy.init(sender=sender, engines=engines)
     return strategy
+
+
+async def connect_auto_weight_sync(
+    sender: Any, engines: list[Any], colocated: bool, device: str, **options: Any
+) -> WeightSyncStrategy:
+    """`connect_weight_sync("auto", ...)`."""
+    return await connect_weight_sync("auto", sender, engines, colocated, device, **options)
 
 
 def describe_weight_sync(strategy: WeightSyncStrategy) -> str:

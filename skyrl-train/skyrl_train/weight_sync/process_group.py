@@ -10,11 +10,18 @@ The keys are laid out the way a process that creates the group through torch's o
 `init_weights_update_group` connects to the same store (`tcp://host:port`), wraps it in a `PrefixStore` named after
 the group, and builds the backend with `torch.distributed`'s `_new_process_group_helper`, which adds the group name
 and the device type. With the same nesting here, SGLang's tensor-parallel workers and our own ranks join one group.
+
+The store also carries a readiness count per chunk (`mark_ready`, `wait_ready`): the sender starts a chunk's
+collective only once every receiving rank is about to join it. A collective started early waits on the GPU, where
+NCCL's watchdog aborts it (and the policy rank with it) after the group's timeout; an SGLang engine joins only after
+its in-flight generate calls finished, which may take longer. Waiting on the store instead is bounded by its own,
+longer timeout, ends early when a receiver fails, and fails with a `WeightSyncError` naming what was not ready.
 """
 
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Callable
 
 import torch
@@ -22,6 +29,7 @@ import torch.distributed as dist
 
 from skyrl_train.utils.collectives import backend_for
 from skyrl_train.utils.registry import Registry
+from skyrl_train.weight_sync.base import WeightSyncError
 
 GROUP_BUILDERS = Registry("process-group backend", "GROUP_BUILDERS.add(name, fn)")
 """Backend name -> fn(store, rank, world_size, timeout) returning a process group."""
@@ -73,14 +81,27 @@ def group_store(store: dist.Store, group_name: str, backend: str) -> dist.Store:
     return dist.PrefixStore(f"{GROUP_DEVICES.get(backend, backend)}/", named)
 
 
+def connect_store(host: str, port: int, timeout_s: float) -> dist.TCPStore:
+    """A client of the coordinator's store (`host_store`)."""
+    return dist.TCPStore(host, port, is_master=False, timeout=datetime.timedelta(seconds=timeout_s))
+
+
 def join_group(
-    host: str, port: int, group_name: str, rank: int, world_size: int, backend: str, timeout_s: float
+    host: str,
+    port: int,
+    group_name: str,
+    rank: int,
+    world_size: int,
+    backend: str,
+    timeout_s: float,
+    store: dist.Store | None = None,
 ) -> dist.ProcessGroup:
-    """Join the stand-alone group `group_name` as `rank` of `world_size`; blocks until every rank joined."""
+    """Join the stand-alone group `group_name` as `rank` of `world_size` (through `store`, a client of the
+    coordinator's store, or a new one); blocks until every rank joined."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
+    store = store if store is not None else connect_store(host, port, timeout_s)
     builder: Callable[..., dist.ProcessGroup] = GROUP_BUILDERS.get(backend)
     group = builder(group_store(store, group_name, backend), rank, world_size, timeout)
     group._set_sequence_number_for_group()  # as torch's helper does after building a gloo or nccl backend
@@ -93,3 +114,31 @@ def broadcast_from_rank0(group: dist.ProcessGroup, tensor: torch.Tensor) -> None
     options.rootRank = 0
     options.rootTensor = 0
     group.broadcast([tensor], options).wait()
+
+
+def mark_ready(store: dist.Store, key: str, ranks: int, receivers: int) -> None:
+    """Count `ranks` more receiving ranks as ready to join the collective behind `key`; the one completing the count
+    of `receivers` sets `<key>/all`, what `wait_ready` waits for."""
+    if store.add(key, ranks) == receivers:
+        store.set(f"{key}/all", "1")
+
+
+def wait_ready(store: dist.Store, key: str, timeout_s: float, check: Callable[[], None], poll_s: float = 0.2) -> None:
+    """Block until every receiver marked `key` ready (`mark_ready`), then delete its keys. `check` runs between
+    waits and raises when a receiver failed instead (so a dead engine ends the wait at once); after `timeout_s` a
+    `WeightSyncError` says how many receiving ranks were ready."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            store.wait([f"{key}/all"], datetime.timedelta(seconds=min(poll_s, max(deadline - time.monotonic(), 0.001))))
+            break
+        except dist.DistStoreError:
+            check()
+            if time.monotonic() >= deadline:
+                ready = store.add(key, 0)
+                raise WeightSyncError(
+                    f"weight sync: only {ready} receiving rank(s) were ready to join the broadcast after {timeout_s:g} s "
+                    "(an engine still finishing its in-flight generate calls, or one that never got the chunk)"
+                ) from None
+    store.delete_key(f"{key}/all")
+    store.delete_key(key)

@@ -37,6 +37,7 @@ from skyrl_train.weight_sync.base import (
     WeightSyncError,
     WeightTarget,
 )
+from skyrl_train.weight_sync.locations import Location, this_location
 
 S = TypeVar("S", bound=type)
 
@@ -85,9 +86,10 @@ def make_weight_sync_strategy(name: str, **options: Any) -> WeightSyncStrategy:
 
 
 def resolve_strategy_name(backend: str, colocated: bool, device: str) -> str:
-    """`generator.inference_engine.weight_sync_backend` with `auto` resolved without looking at nodes: `cuda_ipc`
-    (GPU) or `shm` (CPU) when colocated, else `broadcast`. The trainer resolves `auto` per engine instead
-    (`node_aware.connect_auto_weight_sync`), so colocated engines on other nodes get `broadcast`."""
+    """`generator.inference_engine.weight_sync_backend` with `auto` resolved without looking at where the engines
+    run: `cuda_ipc` (GPU) or `shm` (CPU) when colocated, else `broadcast` (what a one-GPU or one-node run gets). The
+    trainer resolves `auto` per engine instead (`node_aware.connect_weight_sync`), so colocated engines on another
+    GPU or node get `broadcast`."""
     if backend != "auto":
         return backend
     if not colocated:
@@ -115,6 +117,11 @@ class WeightSenderHost:
     def weight_sender_node_id(self) -> str:
         """The Ray node this actor runs on (where the sender's local transports reach)."""
         return ray.get_runtime_context().get_node_id()
+
+    def weight_sender_location(self, device: str = "cpu") -> dict[str, Any]:
+        """Where this actor runs (`locations.Location` as plain data): node, visible GPUs, and on `cuda` the GPU its
+        tensors live on; the coordinator plans which transport reaches each engine from it."""
+        return this_location(device).as_dict()
 
     @property
     def weight_sender(self) -> WeightSender:
@@ -209,6 +216,7 @@ class WeightSyncStrategy(abc.ABC):
             "compute_checksums": self.compute_checksums,
             "start_version": self.version,
             "engine_node_ids": [info["node_id"] for info in engine_infos],
+            "engine_locations": [Location.from_dict(info).as_dict() for info in engine_infos],
         }
         return engine_infos, common
 

@@ -1,7 +1,7 @@
 """A worker rank's local channel: its methods served on a Unix socket, from a thread of its own.
 
-A Ray call to a rank costs the trainer a few milliseconds of submitting, scheduling and result handling on the
-quickstart's 2-core machine, several times what a local socket costs (`utils.local_channel`). `WorkerGroup`'s async
+A Ray call to a rank costs the trainer submitting, scheduling and result handling, several times what a local socket
+costs (`utils.local_channel`). `WorkerGroup`'s async
 sharded calls (the policy update, the log-prob forwards) therefore go through each rank's channel when every rank runs
 on the caller's machine; everything else stays with Ray.
 

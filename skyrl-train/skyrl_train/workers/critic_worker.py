@@ -10,12 +10,13 @@ from typing import Optional
 import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel
 
-from skyrl_train.algorithms.masked import masked_count, masked_mean, zero_masked
+from skyrl_train.algorithms.masked import masked_count, masked_mean
 from skyrl_train.algorithms.value_loss import value_loss
+from skyrl_train.models.packing import pack_rows, packed_token_scores
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import timed_compute
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
-from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
+from skyrl_train.workers.micro_batching import TrimmedMicroBatch
 from skyrl_train.workers.worker import BaseWorker
 
 
@@ -41,6 +42,7 @@ class CriticWorker(BaseWorker):
     """The value model: `forward(batch) -> values [B, R]`, `forward_backward(batch, returns, old_values)`."""
 
     trainable = True
+    packable = True
 
     def load_model(self, path: str) -> torch.nn.Module:
         """Backbone + scalar value head."""
@@ -52,6 +54,12 @@ class CriticWorker(BaseWorker):
     def _values(self, micro: TrimmedMicroBatch) -> torch.Tensor:
         """Value of the state before each response token: the head's output at the position preceding it."""
         batch = micro.batch
+        if self.packs_rows:
+            share = self.cfg.trainer.share_prompt_forward
+            packed = pack_rows(
+                batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share_prompts=share
+            )
+            return packed_token_scores(self.model, packed)
         scores = self.model(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
@@ -62,18 +70,9 @@ class CriticWorker(BaseWorker):
         return scores[:, start : start + micro.response_width, 0].float()
 
     @timed_compute("forward")
-    @torch.no_grad()
     def forward(self, batch: TrainingBatch) -> torch.Tensor:
         """Values [B, R] (float32, CPU); 0 outside `response_mask`."""
-        model = self._require_model()
-        model.eval()
-        output = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
-        for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
-            values = self._values(micro)
-            if indices:
-                values = zero_masked(values, micro.batch.response_mask).cpu()
-                output[indices] = pad_response_columns(values, batch.response_width)
-        return output
+        return self.score_rows(batch, self._values)
 
     @timed_compute("forward_backward")
     def forward_backward(

@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from skyrl_train.utils.collectives import backend_for
+from skyrl_train.utils.collectives import default_group_backend
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +66,11 @@ def init_process_group(
     device: torch.device,
     timeout: timedelta = DEFAULT_TIMEOUT,
     store: Optional[dist.Store] = None,
+    cpu_tensors: bool = False,
 ) -> None:
-    """Join the default process group (backend from `device`); a group that already exists must match the sizes.
-    Rank 0 may pass the `rendezvous_store` it listens on; the other ranks reach it at `master_addr:master_port`."""
+    """Join the default process group (backend from `device`, with gloo for CPU tensors too when `cpu_tensors`: see
+    `default_group_backend`); a group that already exists must match the sizes. Rank 0 may pass the
+    `rendezvous_store` it listens on; the other ranks reach it at `master_addr:master_port`."""
     if dist.is_initialized():
         if dist.get_world_size() != world_size or dist.get_rank() != rank:
             raise RuntimeError(
@@ -78,7 +80,7 @@ def init_process_group(
         return
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    backend = backend_for(device)
+    backend = default_group_backend(device, cpu_tensors)
     logger.info("rank %d/%d joining %s process group at %s:%d", rank, world_size, backend, master_addr, master_port)
     if store is not None:  # the same key prefix the tcp:// rendezvous of the other ranks uses
         dist.init_process_group(

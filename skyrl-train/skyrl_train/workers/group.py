@@ -183,10 +183,11 @@ class WorkerGroup:
         if self._channel_state == "untried":
             node = ray.get_runtime_context().get_node_id()
             paths = await asyncio.to_thread(self.run_all, "open_channel", node)
-            if all(paths):
-                names = [f"{self.role} rank {rank}" for rank in range(self.world_size)]
-                self._channels = [ChannelClients(path, name) for path, name in zip(paths, names)]
-            self._channel_state = "open" if all(paths) else "ray"
+            if self._channel_state == "untried":  # concurrent first calls share the first one's connections
+                if all(paths):
+                    names = [f"{self.role} rank {rank}" for rank in range(self.world_size)]
+                    self._channels = [ChannelClients(path, name) for path, name in zip(paths, names)]
+                self._channel_state = "open" if all(paths) else "ray"
         if self._channel_state != "open":
             return await asyncio.to_thread(self._call_each, method, per_actor)
         with integers_at_full_width():  # the tasks pickle their arguments with this context's copy

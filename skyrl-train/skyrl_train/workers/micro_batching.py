@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from skyrl_train.algorithms.masked import zero_masked
+from skyrl_train.models.packing import prompt_groups
 from skyrl_train.training_batch import TrainingBatch
 
 _RESPONSE_FIELDS = ("response_mask", "loss_mask", "token_rewards", "rollout_logprobs")
@@ -62,10 +64,59 @@ def token_budget_groups(prompt_lengths: list[int], response_lengths: list[int], 
     return groups
 
 
-def micro_batch_groups(batch: TrainingBatch, micro_batch_size: int, max_tokens_per_microbatch: int) -> list[list[int]]:
-    """Row indices of each micro-batch: by token budget when `max_tokens_per_microbatch > 0`, else by count."""
+def packed_token_groups(
+    prompt_lengths: list[int], response_lengths: list[int], prompt_keys: list[int], max_tokens: int
+) -> list[list[int]]:
+    """Consecutive rows in groups whose packed size fits `max_tokens`.
+
+    The packed size of a group is the tokens a packed forward runs (`models.packing`): each row's response but its
+    last token, plus its prompt unless an earlier row of the group has the same `prompt_keys` entry (the samples of
+    one GRPO group share their prompt). Rows keep their order, so a prompt's samples stay together; a row that alone
+    exceeds the budget gets a group of its own.
+    """
+    if max_tokens <= 0:
+        raise ValueError(f"max_tokens_per_microbatch must be > 0 to pack by tokens, got {max_tokens}")
+    if not len(prompt_lengths) == len(response_lengths) == len(prompt_keys):
+        raise ValueError(
+            f"{len(prompt_lengths)} prompt lengths, {len(response_lengths)} response lengths and "
+            f"{len(prompt_keys)} prompt keys: expected one of each per row"
+        )
+    groups: list[list[int]] = []
+    current: list[int] = []
+    seen: set[int] = set()
+    size = 0
+    for index, (prompt, response, key) in enumerate(zip(prompt_lengths, response_lengths, prompt_keys)):
+        own = max(response - 1, 0)
+        cost = own + (0 if key in seen else prompt)
+        if current and size + cost > max_tokens:
+            groups.append(current)
+            current, seen, size, cost = [], set(), 0, own + prompt
+        current.append(index)
+        seen.add(key)
+        size += cost
+    if current:
+        groups.append(current)
+    return groups
+
+
+def micro_batch_groups(
+    batch: TrainingBatch,
+    micro_batch_size: int,
+    max_tokens_per_microbatch: int,
+    packed: bool = False,
+    share_prompts: bool = False,
+) -> list[list[int]]:
+    """Row indices of each micro-batch: by token budget when `max_tokens_per_microbatch > 0`, else by count. The
+    budget counts the tokens the forward runs: packed (`packed`; with `share_prompts`, a prompt repeated within a
+    micro-batch counted once), or padded."""
     if max_tokens_per_microbatch > 0:
         prompt_lengths, response_lengths = row_lengths(batch)
+        if packed:
+            if share_prompts:
+                keys = prompt_groups(batch.input_ids, batch.attention_mask, batch.prompt_width).tolist()
+            else:
+                keys = list(range(len(batch)))
+            return packed_token_groups(prompt_lengths, response_lengths, keys, max_tokens_per_microbatch)
         return token_budget_groups(prompt_lengths, response_lengths, max_tokens_per_microbatch)
     return fixed_size_groups(len(batch), micro_batch_size)
 
@@ -108,6 +159,16 @@ def pad_response_columns(values: torch.Tensor, response_width: int, fill: float 
         return values
     padding = torch.full((values.shape[0], missing), fill, dtype=values.dtype, device=values.device)
     return torch.cat([values, padding], dim=1)
+
+
+def write_response_rows(
+    output: torch.Tensor, indices: list[int], scores: torch.Tensor, micro: TrimmedMicroBatch
+) -> None:
+    """Put a micro-batch's per-token scores (detached, float32, 0 outside `response_mask`) into rows `indices` of
+    `output` [B, R]; a padding micro-batch (no indices) writes nothing."""
+    if indices:
+        kept = zero_masked(scores.detach().float(), micro.batch.response_mask).cpu()
+        output[indices] = pad_response_columns(kept, output.shape[1])
 
 
 def balance_group_counts(groups: list[list[int]], target: int) -> list[list[int]]:

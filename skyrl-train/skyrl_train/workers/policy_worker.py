@@ -8,14 +8,14 @@ from typing import Any, Optional
 
 import torch
 
-from skyrl_train.algorithms.masked import masked_count, zero_masked
+from skyrl_train.algorithms.masked import masked_count
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import timed_compute
 from skyrl_train.weight_sync.base import SendResult
 from skyrl_train.weight_sync.strategy import WeightSenderHost
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
-from skyrl_train.workers.micro_batching import TrimmedMicroBatch, pad_response_columns
+from skyrl_train.workers.micro_batching import TrimmedMicroBatch, write_response_rows
 from skyrl_train.workers.policy_objective import ObjectiveSettings, policy_objective
 from skyrl_train.workers.shard_send import PresumedWrite, ShardedSend
 from skyrl_train.workers.worker import BaseWorker, MiniBatchResult
@@ -23,6 +23,8 @@ from skyrl_train.workers.worker import BaseWorker, MiniBatchResult
 
 class LogprobWorker(BaseWorker):
     """A causal-LM worker that scores response tokens: `forward(batch) -> log-probs [B, R]`."""
+
+    packable = True
 
     @property
     def temperature(self) -> float:
@@ -32,9 +34,12 @@ class LogprobWorker(BaseWorker):
 
     @property
     def shares_prompt_forward(self) -> bool:
-        """Whether log-prob passes run each distinct prompt once (`trainer.share_prompt_forward`): fsdp2 workers
-        without gradient checkpointing (which turns the key/value cache off)."""
+        """Whether log-prob passes run each distinct prompt once (`trainer.share_prompt_forward`): packed, whenever
+        the key is on; padded, on fsdp2 workers without gradient checkpointing (which turns the key/value cache
+        off)."""
         model = self._require_model()
+        if self.packs_rows:
+            return self.cfg.trainer.share_prompt_forward
         return (
             self.cfg.trainer.share_prompt_forward
             and self.cfg.trainer.strategy == "fsdp2"
@@ -52,27 +57,13 @@ class LogprobWorker(BaseWorker):
             temperature=self.temperature,
             with_entropy=with_entropy,
             share_prompts=self.shares_prompt_forward,
+            pack=self.packs_rows,
         )
 
     @timed_compute("forward")
-    @torch.no_grad()
     def forward(self, batch: TrainingBatch) -> torch.Tensor:
         """Log-probs [B, R] (float32, CPU) of the response tokens; 0 outside `response_mask`."""
-        model = self._require_model()
-        model.eval()
-        output = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
-        for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
-            logprobs, _ = self._logprobs(micro, with_entropy=False)
-            _write_rows(output, indices, logprobs, micro)
-        return output
-
-
-def _write_rows(output: torch.Tensor, indices: list[int], logprobs: torch.Tensor, micro: TrimmedMicroBatch) -> None:
-    """Put a micro-batch's log-probs (detached, float32, 0 outside `response_mask`) into rows `indices` of `output`
-    [B, R]; a padding micro-batch (no indices) writes nothing."""
-    if indices:
-        kept = zero_masked(logprobs.detach().float(), micro.batch.response_mask).cpu()
-        output[indices] = pad_response_columns(kept, output.shape[1])
+        return self.score_rows(batch, lambda micro: self._logprobs(micro, with_entropy=False)[0])
 
 
 class RefWorker(LogprobWorker):
@@ -244,7 +235,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
                 entropy = entropy.detach()
             loss_mask = micro.batch.loss_mask
             if logprobs_out is not None:
-                _write_rows(logprobs_out, indices, log_probs, micro)
+                write_response_rows(logprobs_out, indices, log_probs, micro)
             result = policy_objective(
                 settings,
                 log_probs,

@@ -19,6 +19,7 @@ from skyrl_train.algorithms.registry import import_user_registrations
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 from skyrl_train.models.lora import LoRASettings, apply_lora
+from skyrl_train.models.packing import describe_kernel, enable_packed_attention, packing_support
 from skyrl_train.training_batch import TrainingBatch, on_wire
 from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
 from skyrl_train.workers.accounting import reduction_denominator
@@ -29,6 +30,7 @@ from skyrl_train.workers.micro_batching import (
     balance_group_counts,
     micro_batch_groups,
     trim_padding_columns,
+    write_response_rows,
 )
 from skyrl_train.workers.strategy import strategy_class
 
@@ -87,6 +89,10 @@ class BaseWorker(ChannelHost):
 
     trainable: bool = False
     """Whether the role has an optimizer (policy, critic) or is forward-only (ref, reward)."""
+    packable: bool = False
+    """Whether the role's forwards can run packed (`trainer.remove_microbatch_padding`): policy, ref and critic."""
+    packs_rows: bool = False
+    """Whether this worker runs its micro-batches packed: decided by `init_model` (`_decide_packing`)."""
     _rendezvous: Optional[dist.Store] = None
     """Rank 0's rendezvous server when it chose its own port (see `rendezvous_store`)."""
 
@@ -135,7 +141,13 @@ class BaseWorker(ChannelHost):
         """Join the process group, load the model (every rank with the same seed) and shard it; trainable roles also
         get AdamW and the LR schedule (`num_training_steps` is needed by decaying schedules such as cosine)."""
         init_process_group(
-            self.rank, self.world_size, self.master_addr, self.master_port, self.device, store=self._rendezvous
+            self.rank,
+            self.world_size,
+            self.master_addr,
+            self.master_port,
+            self.device,
+            store=self._rendezvous,
+            cpu_tensors=self.keeps_tensors_on_cpu,
         )
         path = model_path or ROLE_MODEL_PATHS[self.role](self.cfg)
         if not path:
@@ -145,15 +157,59 @@ class BaseWorker(ChannelHost):
         model = self.load_model(path)
         if self.uses_lora:
             model = apply_lora(model, LoRASettings.from_config(self.section.model.lora))
+        self.packs_rows = self._decide_packing(model)
         strategy_cls = strategy_class(self.cfg.trainer.strategy)
+        seeded = {"seed": self.cfg.trainer.seed} if self.cfg.trainer.strategy == "megatron" else {}  # its RNG tracker
         self.strategy = strategy_cls.from_section(
             self.section,
             device=self.device,
             optimizer=self.section.optimizer if self.trainable else None,
             gradient_checkpointing=self.trainable and self.section.gradient_checkpointing,
+            **seeded,
         )
         self.model = self.strategy.prepare(model, num_training_steps)
         self.model_path = path
+        self.release_memory()  # what loading and sharding left cached is free for the engines that start next
+
+    @property
+    def keeps_tensors_on_cpu(self) -> bool:
+        """True when this role's FSDP2 model lives on CPU between uses on a CUDA worker (`fsdp.cpu_offload`): its
+        gradient norms are then reduced as CPU tensors, so the default group also needs gloo."""
+        fsdp = getattr(self.section, "fsdp", None)
+        return bool(
+            self.device.type == "cuda"
+            and self.cfg.trainer.strategy == "fsdp2"
+            and fsdp is not None
+            and fsdp.cpu_offload
+        )
+
+    def _decide_packing(self, model: torch.nn.Module) -> bool:
+        """Whether to pack (`trainer.remove_microbatch_padding`), switching `model`'s attention when so: `auto` packs
+        the policy, ref and critic of the fsdp2 workers when the model can pack (`packing_support`); `true` insists
+        and raises ValueError naming the key where it cannot."""
+        setting = self.cfg.trainer.remove_microbatch_padding
+        if not self.packable or setting is False:
+            return False
+        if self.cfg.trainer.strategy != "fsdp2":
+            if setting is True:
+                raise ValueError(
+                    f"trainer.remove_microbatch_padding=true: the {self.cfg.trainer.strategy} workers do not pack "
+                    "micro-batches; set it to auto or false"
+                )
+            return False
+        reason = packing_support(model)
+        if reason is not None:
+            if setting is True:
+                raise ValueError(
+                    f"trainer.remove_microbatch_padding=true cannot pack the {self.role} model: {reason}; set it to "
+                    "auto or false to run this model on padded micro-batches"
+                )
+            logger.info("%s runs padded micro-batches (remove_microbatch_padding=auto): %s", self.role, reason)
+            return False
+        enable_packed_attention(model)
+        dtype = resolve_dtype(self.section.fsdp.mixed_precision.param_dtype)
+        logger.info("%s packs its micro-batches (attention: %s)", self.role, describe_kernel(self.device, dtype))
+        return True
 
     @property
     def uses_lora(self) -> bool:
@@ -184,13 +240,20 @@ class BaseWorker(ChannelHost):
     def micro_batches(self, batch: TrainingBatch, micro_batch_size: int) -> list[tuple[list[int], TrimmedMicroBatch]]:
         """(row indices, trimmed micro-batch on this worker's device) pairs covering `batch`.
 
-        Rows are grouped by `trainer.max_tokens_per_microbatch` when > 0, else by `micro_batch_size`; all ranks then
-        agree on the largest count, and a rank with fewer rows runs dummy micro-batches (empty index list, row 0's
-        data) so every FSDP collective is matched.
+        Rows are grouped by `trainer.max_tokens_per_microbatch` when > 0 (counting packed tokens when this role
+        packs), else by `micro_batch_size`; all ranks then agree on the largest count, and a rank with fewer rows runs
+        dummy micro-batches (empty index list, row 0's data) so every FSDP collective is matched.
         """
         if len(batch) == 0:
             raise ValueError(f"{type(self).__name__} rank {self.rank} got an empty batch; every rank needs >= 1 row")
-        groups = micro_batch_groups(batch, micro_batch_size, self.cfg.trainer.max_tokens_per_microbatch)
+        trainer = self.cfg.trainer
+        groups = micro_batch_groups(
+            batch,
+            micro_batch_size,
+            trainer.max_tokens_per_microbatch,
+            packed=self.packs_rows,
+            share_prompts=trainer.share_prompt_forward,
+        )
         count = torch.tensor([len(groups)], device=self.device)
         if dist.is_initialized() and self.world_size > 1:
             dist.all_reduce(count, op=dist.ReduceOp.MAX)
@@ -200,6 +263,16 @@ class BaseWorker(ChannelHost):
             micro.batch = micro.batch.to(self.device)
             plan.append((indices, micro))
         return plan
+
+    @torch.no_grad()
+    def score_rows(self, batch: TrainingBatch, score: Callable[[TrimmedMicroBatch], torch.Tensor]) -> torch.Tensor:
+        """Per-token scores [B, R] (float32, CPU; 0 outside `response_mask`) of `score` over the forward micro-batches
+        of `batch`, the model in eval mode and no gradient: the body of every role's `forward`."""
+        self._require_model().eval()
+        output = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
+        for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
+            write_response_rows(output, indices, score(micro), micro)
+        return output
 
     def mini_batch_denominator(
         self, reduction: str, loss_mask: torch.Tensor, max_seq_len: Optional[int], given: Optional[float] = None
@@ -274,6 +347,19 @@ class BaseWorker(ChannelHost):
         if self.offloads_optimizer:
             self.strategy.offload_optimizer()
         return grad_norm
+
+    def release_memory(self) -> dict[str, int]:
+        """Return the accelerator memory this process's caching allocator holds but no tensor uses to the driver
+        (`torch.cuda.empty_cache()`), so that other processes on the GPU (the colocated inference engines waking up)
+        can have it: freed tensors (the offloaded optimizer state, gradients, activations) otherwise stay reserved
+        here. Returns the bytes still reserved and allocated afterwards (0 on CPU, where there is nothing to do)."""
+        if self.device.type != "cuda":
+            return {"reserved_bytes": 0, "allocated_bytes": 0}
+        torch.cuda.empty_cache()
+        return {
+            "reserved_bytes": int(torch.cuda.memory_reserved(self.device)),
+            "allocated_bytes": int(torch.cuda.memory_allocated(self.device)),
+        }
 
     @property
     def offloads_optimizer(self) -> bool:

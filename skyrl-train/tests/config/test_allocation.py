@@ -29,7 +29,7 @@ def test_colocated_quickstart_layout_passes_validation():
 
 
 def test_megatron_tensor_parallelism():
-    cfg = _cfg("trainer.placement.allocation_mode=vllm:d1t2+megatron:d2t2")
+    cfg = _cfg("trainer.placement.allocation_mode=sglang:d1t2+megatron:d2t2")
     assert cfg.generator.inference_engine.tensor_parallel_size == 2 and cfg.trainer.strategy == "megatron"
     assert cfg.trainer.placement.policy_num_gpus_per_node == 4
     assert cfg.trainer.policy.megatron.tensor_model_parallel_size == 2

@@ -60,6 +60,7 @@ def test_generator_script_check_mode_reports_current_files(tmp_path, monkeypatch
     monkeypatch.setattr(script, "DOCS_PATH", stale)
     monkeypatch.setattr(script, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(script, "YAML_PATH", tmp_path / "ppo_base_config.yaml")
+    monkeypatch.setattr(script, "UPSTREAM_KEYS_PATH", tmp_path / "skyrl-keys.md")
     assert script.main(["--check"]) == 1
     assert stale.read_text() == "old\n"  # --check never writes
     assert script.main([]) == 0

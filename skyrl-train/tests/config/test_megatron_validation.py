@@ -48,9 +48,10 @@ def test_expert_parallel_size_must_divide_the_data_parallel_ranks():
     (problem,) = _megatron_problems(
         "trainer.policy.megatron.tensor_model_parallel_size=2", "trainer.policy.megatron.expert_model_parallel_size=4"
     )
-    assert problem == (
+    assert problem.startswith(
         "trainer.policy.megatron.expert_model_parallel_size=4 must divide the policy's 2 data-parallel ranks"
     )
+    assert "expert tensor parallelism, are not supported here" in problem
     assert _megatron_problems("trainer.policy.megatron.expert_model_parallel_size=0") == [
         "trainer.policy.megatron.expert_model_parallel_size=0: parallel sizes must be at least 1"
     ]
@@ -78,3 +79,14 @@ def test_roles_the_megatron_workers_do_not_run_are_refused():
     assert "trainer.strategy=megatron does not run a critic yet" in problems[0]
     lora = _megatron_problems("trainer.policy.model.lora.rank=8")
     assert any("trainer.policy.model.lora.rank=8: LoRA is not wired into Megatron workers" in p for p in lora)
+
+
+def test_sequence_packing_is_refused_on_megatron_only_when_insisted_on():
+    assert _megatron_problems() == []  # remove_microbatch_padding=auto: Megatron runs padded micro-batches
+    assert _megatron_problems("trainer.remove_microbatch_padding=false") == []
+    (problem,) = _megatron_problems("trainer.remove_microbatch_padding=true")
+    assert problem.startswith(
+        "trainer.remove_microbatch_padding=true: sequence packing is not supported by the megatron"
+    )
+    fsdp2 = _config("trainer.strategy=fsdp2", "trainer.remove_microbatch_padding=true")
+    assert not [p for p in find_problems(fsdp2) if "remove_microbatch_padding" in p]

@@ -16,8 +16,12 @@ from pathlib import Path
 import pytest
 
 from skyrl_train.config import ConfigValidationError, SkyRLConfig
+from skyrl_train.config.errors import UnsupportedFeatureError
+from skyrl_train.config.overrides import Override
 from skyrl_train.config.typecheck import is_free_mapping, iter_fields
 from skyrl_train.config.unsupported import NOT_YET_SUPPORTED
+from skyrl_train.config.upstream import same_value, translate_overrides
+from skyrl_train.config.upstream_keys import RULES, VALUE_RULES, Fixed, Ignored, Refuse, Rename, Replace
 
 TESTS = Path(__file__).resolve().parents[1]
 DOCS = TESTS.parents[1] / "docs" / "reference" / "configuration.md"
@@ -269,6 +273,13 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     ),
     "trainer.max_tokens_per_microbatch": (
         "workers/test_micro_batching.py::test_micro_batch_groups_switches_on_token_budget",
+        "workers/test_micro_batching.py::test_micro_batch_groups_count_packed_tokens_when_packing",
+    ),
+    "trainer.remove_microbatch_padding": (
+        "workers/test_worker_packing.py::test_the_policy_runs_packed_sequences_with_the_padded_logprobs_loss_and_gradients",
+        "workers/test_worker_packing.py::test_the_ref_and_the_critic_pack_too",
+        "workers/test_worker_packing.py::test_a_model_that_cannot_pack_runs_padded_on_auto_and_fails_on_true",
+        "config/test_megatron_validation.py::test_sequence_packing_is_refused_on_megatron_only_when_insisted_on",
     ),
     "trainer.ckpt_path": (
         _RUN_KEYS,
@@ -599,3 +610,94 @@ def test_the_reference_docs_list_every_not_yet_supported_key():
     section = text.split("## Not supported yet", 1)[1].split("\n## ", 1)[0]
     for entry in NOT_YET_SUPPORTED:
         assert f"| `{entry.key}` |" in section, entry.key
+
+
+# ----- NovaSky-AI/SkyRL's spellings (config/upstream_keys.py): an accepted alias lands on a key the code reads, and a
+# key accepted as "what this project always does" refuses every other value by the feature it asks for.
+
+
+def _homed(key: str) -> bool:
+    unsupported = {entry.key for entry in NOT_YET_SUPPORTED}
+    return bool(_matches(EVIDENCE, key)) or bool(_matches(PENDING_EVIDENCE, key)) or key in unsupported
+
+
+def _leaves_under(key: str) -> list[str]:
+    return [leaf for leaf in leaf_keys() if leaf == key or leaf.startswith(f"{key}.")] or [
+        leaf for leaf in leaf_keys() if key.startswith(f"{leaf}.")  # a key inside a free-form mapping
+    ]
+
+
+_ALIASES = {key: rule for key, rule in RULES.items() if isinstance(rule, Rename)}
+
+
+@pytest.mark.parametrize("upstream", list(_ALIASES))
+def test_every_upstream_alias_lands_on_keys_the_code_reads(upstream):
+    rule = _ALIASES[upstream]
+    targets = [*rule.targets, *(key for key, _ in rule.implies)]
+    for target in targets:
+        if target in RULES:  # a legacy spelling of a current-layout key, which has its own rule
+            continue
+        leaves = _leaves_under(target)
+        assert leaves, f"{upstream} -> {target}: no such config key"
+        orphans = [leaf for leaf in leaves if not _homed(leaf)]
+        assert not orphans, f"{upstream} -> {target}: keys nothing reads or refuses: {orphans}"
+
+
+def test_every_translated_value_lands_on_a_key_the_code_reads():
+    for key, rules in VALUE_RULES.items():
+        for _, rule in rules:
+            if isinstance(rule, Replace):
+                assert all(_homed(leaf) for leaf in _leaves_under(key)), key
+
+
+_EXAMPLES = (True, False, None, 12345, "something-else", {"k": 1})
+
+
+def _refused_example(rule: Fixed):
+    """A value outside `rule.accepted`, of the accepted values' type when there is one; None when every value of a
+    boolean key is accepted."""
+    if {True, False} <= {value for value in rule.accepted if isinstance(value, bool)}:
+        return None
+    outside = [example for example in _EXAMPLES if not any(same_value(example, a) for a in rule.accepted)]
+    kinds = {type(value) for value in rule.accepted if value is not None}
+    return ([example for example in outside if type(example) in kinds] or outside)[0]
+
+
+_FIXED = {key: rule for key, rule in RULES.items() if isinstance(rule, Fixed)}
+
+
+@pytest.mark.parametrize("upstream", list(_FIXED))
+def test_fixed_keys_store_nothing_and_refuse_other_values_by_feature(upstream):
+    rule = _FIXED[upstream]
+    for value in rule.accepted:
+        translation = translate_overrides([Override(upstream, value, "set", f"{upstream}={value!r}")])
+        assert not translation.problems and not translation.overrides, (upstream, value)
+        assert translation.applied[0].note == rule.means
+    example = _refused_example(rule)
+    if example is None:
+        assert not rule.feature, f"{upstream} accepts every value, so it names no feature to refuse"
+        return
+    translation = translate_overrides([Override(upstream, example, "set", f"{upstream}={example!r}")])
+    [problem] = translation.problems
+    assert isinstance(problem, UnsupportedFeatureError) and rule.feature in str(problem)
+    assert "is not supported here" in str(problem)
+
+
+@pytest.mark.parametrize("upstream", [key for key, rule in RULES.items() if isinstance(rule, Ignored)])
+def test_ignored_settings_belong_to_a_feature_whose_switch_is_refused(upstream):
+    switch = RULES[upstream].switch
+    key, _, value = switch.partition("=")
+    if key in _FIXED:
+        assert _refused_example(_FIXED[key]) is not None, f"{upstream}: its switch {key} accepts every value"
+    elif key in VALUE_RULES:  # a value of a shared key, refused by name
+        assert any(isinstance(rule, Refuse) and given == value for given, rule in VALUE_RULES[key]), upstream
+    elif switch.endswith("lora.rank > 0 with trainer.strategy=megatron"):  # refused by the Megatron checks
+        role = upstream.split(".")[1]
+        with pytest.raises(ConfigValidationError, match=f"trainer.{role}.model.lora.rank=8: LoRA is not wired"):
+            SkyRLConfig.from_cli_overrides(
+                ["trainer.strategy=megatron", f"trainer.{role}.model.lora.rank=8", "trainer.algorithm.use_kl_loss=true"]
+            )
+    else:  # a registry name this project lacks, e.g. policy_loss_type=dppo
+        from skyrl_train.config.upstream_keys import UPSTREAM_NAMES
+
+        assert value in {name for _, name in UPSTREAM_NAMES}, f"{upstream}: switch {switch!r} is not refused"

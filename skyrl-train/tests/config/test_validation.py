@@ -282,7 +282,48 @@ CASES = {
         ["generator.inference_engine.tensor_parallel_size=2", "generator.inference_engine.num_engines=1"],
         "generator.inference_engine.tensor_parallel_size must be 1 with backend=hf",
     ),
+    "tensor parallelism with the vllm engine": (
+        [
+            "generator.inference_engine.backend=vllm",
+            "generator.inference_engine.tensor_parallel_size=2",
+            "generator.inference_engine.num_engines=1",
+        ],
+        "tensor_parallel_size=2 with backend=vllm: the vllm engine runs vllm.LLM in its own Ray actor on one GPU",
+    ),
+    "colocated sglang engines with tensor parallelism": (
+        [
+            "trainer.device=cuda",
+            "generator.inference_engine.backend=sglang",
+            "generator.inference_engine.tensor_parallel_size=2",
+            "generator.inference_engine.num_engines=1",
+        ],
+        "tensor_parallel_size=2 with trainer.placement.colocate_all=true: a colocated engine shares one GPU",
+    ),
+    "cuda_ipc to colocated engines on several GPUs": (
+        ["trainer.device=cuda", "generator.inference_engine.weight_sync_backend=cuda_ipc"],
+        "weight_sync_backend=cuda_ipc with 2 colocated GPUs: only the engine on policy rank 0's GPU",
+    ),
+    "broadcast to colocated engines on GPUs": (
+        ["trainer.device=cuda", "generator.inference_engine.weight_sync_backend=broadcast"],
+        "puts engine 0 on policy rank 0's GPU, and NCCL refuses two ranks of one group on one GPU",
+    ),
 }
+
+
+def test_gpu_weight_sync_backends_pass_where_they_reach_every_engine():
+    one_gpu = [
+        "trainer.placement.policy_num_gpus_per_node=1",
+        "trainer.placement.ref_num_gpus_per_node=1",
+        "trainer.placement.critic_num_gpus_per_node=1",
+        "generator.inference_engine.num_engines=1",
+    ]
+    assert problems_of("trainer.device=cuda", "generator.inference_engine.weight_sync_backend=cuda_ipc", *one_gpu) == []
+    assert problems_of("trainer.device=cuda", "generator.inference_engine.weight_sync_backend=auto") == []
+    assert problems_of("trainer.device=cpu", "generator.inference_engine.weight_sync_backend=broadcast") == []
+    separate = ["trainer.device=cuda", "trainer.placement.colocate_all=false"]
+    assert problems_of(*separate, "generator.inference_engine.weight_sync_backend=broadcast") == []
+    sglang_tp = ["generator.inference_engine.backend=sglang", "generator.inference_engine.tensor_parallel_size=2"]
+    assert problems_of(*separate, *sglang_tp) == []
 
 
 def test_vllm_only_sampling_kwargs_pass_validation_with_the_vllm_engine():

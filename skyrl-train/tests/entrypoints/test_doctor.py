@@ -81,7 +81,7 @@ def test_engine_backends_come_from_the_registry_and_the_config(report):
     assert any("needs CUDA" in reason for reason in sglang["reasons"])
     if importlib.util.find_spec("sglang") is None:
         assert any(
-            "No module named 'sglang'" in reason and "skyrl-train[sglang]" in reason for reason in sglang["reasons"]
+            "No module named 'sglang'" in reason and "setup.sh --gpu sglang" in reason for reason in sglang["reasons"]
         )
     vllm = engines["vllm"]
     if importlib.util.find_spec("vllm") is None:

@@ -250,7 +250,6 @@ def test_every_engine_key_reaches_the_engine_settings():
             "generator.inference_engine.backend=vllm",
             "generator.inference_engine.model_dtype=float16",
             "generator.inference_engine.max_num_seqs=7",
-            "generator.inference_engine.tensor_parallel_size=2",
             "generator.inference_engine.num_engines=2",
             "generator.inference_engine.gpu_memory_utilization=0.3",
             "generator.inference_engine.enable_prefix_caching=false",
@@ -275,7 +274,16 @@ def test_every_engine_key_reaches_the_engine_settings():
     )
     assert EngineSettings.from_config(remote, "/models/m").remote_urls == ("http://a:8000", "http://b:8000")
     assert (settings.backend, settings.dtype, settings.max_batch_size, settings.seed) == ("vllm", "float16", 7, 9)
-    assert (settings.tensor_parallel_size, settings.gpu_memory_utilization) == (2, 0.3)
+    assert settings.gpu_memory_utilization == 0.3
+    sglang = SkyRLConfig.from_cli_overrides(  # engine tensor parallelism: sglang only (vllm's actor has one GPU)
+        [
+            "trainer.policy.model.path=/models/m",
+            "generator.inference_engine.backend=sglang",
+            "generator.inference_engine.tensor_parallel_size=2",
+            "trainer.placement.colocate_all=false",
+        ]
+    )
+    assert EngineSettings.from_config(sglang, "/models/m").tensor_parallel_size == 2
     assert (settings.enable_prefix_caching, settings.enforce_eager) == (False, True)
     assert settings.engine_kwargs == {"quantization": "fp8"}
 

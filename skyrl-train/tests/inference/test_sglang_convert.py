@@ -25,6 +25,8 @@ from skyrl_train.inference.sglang_convert import (
     MAX_STOP_STRINGS,
     SGLANG_REQUIREMENT,
     byte_bucket_layout,
+    check_tensor_parallel_gpus,
+    check_weights_readable,
     engine_kwargs_from_settings,
     import_sglang,
     logprob_request,
@@ -103,7 +105,8 @@ def test_every_engine_key_reaches_the_sglang_engine_arguments():
         "max_running_requests": 7,
         "random_seed": 9,
         "disable_radix_cache": True,
-        "disable_cuda_graph": True,
+        "disable_prefill_cuda_graph": True,
+        "disable_decode_cuda_graph": True,
         "enable_memory_saver": True,
         "enable_weights_cpu_backup": False,  # engine_init_kwargs win
         "enable_deterministic_inference": True,
@@ -112,7 +115,8 @@ def test_every_engine_key_reaches_the_sglang_engine_arguments():
     }
     defaults = engine_kwargs_from_settings(EngineSettings.from_config(SkyRLConfig(), "/models/m"))
     assert defaults["tokenizer_path"] == "/models/m"
-    assert (defaults["disable_radix_cache"], defaults["disable_cuda_graph"]) == (False, False)
+    assert (defaults["disable_radix_cache"], defaults["disable_decode_cuda_graph"]) == (False, False)
+    assert "disable_cuda_graph" not in defaults  # SGLang's legacy switch (no CLI flag in 0.5.23)
     assert (defaults["enable_weights_cpu_backup"], defaults["dtype"]) == (True, "bfloat16")
 
 
@@ -315,12 +319,40 @@ def test_cuda_ipc_payload_pickles_as_a_rebuild_call_with_the_gpu_uuid():
     assert SharedCudaBytes(arguments).__reduce__()[1] == arguments
 
 
+def test_each_tensor_parallel_worker_opens_its_own_ipc_handle():
+    first = (torch.Tensor, torch.Size([4]), (1,), 0, "storage", torch.uint8, 0, b"handle", 4, 0, b"slot-1")
+    second = first[:-1] + (b"slot-2",)
+    payload = {"handles": [(None, first), (None, second)], "device_uuid": "GPU-9"}
+    chunk = WeightChunk(version=1, index=0, final=True, names=["w"], shapes=[(2,)], dtype="bfloat16", payload=payload)
+    opened = [bucket_payload(chunk, MetadataStandIn, rank)["flattened_tensor"].arguments for rank in range(2)]
+    assert [arguments[-1] for arguments in opened] == [b"slot-1", b"slot-2"]
+    assert {arguments[DEVICE_ARGUMENT] for arguments in opened} == {"GPU-9"}
+    with pytest.raises(ValueError, match="holds 2 handle\\(s\\), worker 2 has none"):
+        bucket_payload(chunk, MetadataStandIn, 2)
+
+
+def test_tensor_parallel_workers_need_as_many_gpus_in_the_actor():
+    check_tensor_parallel_gpus(2, ("4", "5"))
+    check_tensor_parallel_gpus(2, None)  # not restricted: every GPU of the node
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 but its actor sees 1 GPU\(s\) \(\['3'\]\)"):
+        check_tensor_parallel_gpus(2, ("3",))
+
+
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")
 def test_import_guard_says_how_to_install_sglang():
-    with pytest.raises(ImportError, match=r"backend=sglang needs the sglang package.*skyrl-train\[sglang\]"):
+    with pytest.raises(ImportError, match=r"backend=sglang needs the sglang package.*setup\.sh --gpu sglang"):
         import_sglang()
 
 
 def test_the_sglang_extra_installs_the_versions_the_engine_is_written_for():
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert pyproject["project"]["optional-dependencies"]["sglang"] == [SGLANG_REQUIREMENT]
+
+
+def test_checksum_read_back_is_refused_up_front_for_models_sglang_cannot_read():
+    check_weights_readable(["LlamaForCausalLM"])
+    check_weights_readable(["MistralForCausalLM"])  # inherits Llama's get_weights_by_name
+    with pytest.raises(NotImplementedError, match=r"cannot read back the weights of \['Qwen2ForCausalLM'\]"):
+        check_weights_readable(["Qwen2ForCausalLM"])
+    with pytest.raises(NotImplementedError, match="without verify_weight_sync"):
+        check_weights_readable(None)

@@ -2,7 +2,7 @@
 stopping, concurrent calls, refusals, weight updates with checksums, pause/sleep/wake, and the `cuda_ipc` and
 `broadcast` syncs into SGLang's own workers.
 
-GPU only (SGLang needs CUDA): skipped here, run by `bash scripts/gpu_smoke.sh sglang`. The model is a tiny Llama
+GPU only (SGLang needs CUDA): skipped here, run by `bash scripts/gpu_smoke.sh sglang_engine`. The model is a tiny Llama
 (SGLang reads parameters back with `get_weights_by_name` only for Llama-family classes); one engine is shared by the
 in-process tests, on one event loop for the module (SGLang's tokenizer manager binds its receive loop to the loop
 of the first call).

@@ -33,7 +33,9 @@ def engine(tmp_path_factory, tokenizer):
     directory = tmp_path_factory.mktemp("tiny")
     build_tiny_model(TinyModelSpec(size=2), seed=0).save_pretrained(directory)
     save_tokenizer(tokenizer, directory)
-    engine = VLLMInferenceEngine(str(directory), dtype="float32", enforce_eager=True, max_model_len=128)
+    # on a GPU box: vLLM's CUDA path, with its sleep mode on (the engine enables it for device="cuda")
+    gpu = {"device": "cuda", "gpu_memory_utilization": 0.3} if torch.cuda.is_available() else {}
+    engine = VLLMInferenceEngine(str(directory), dtype="float32", enforce_eager=True, max_model_len=128, **gpu)
     yield engine
     asyncio.run(engine.teardown())
 

@@ -9,6 +9,7 @@ from skyrl_train.inference.vllm_weights import (
     fused_split_sizes,
     module_groups,
     unfuse,
+    unpad_vocab_rows,
 )
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 
@@ -94,3 +95,19 @@ def test_unfuse_skips_repacked_parameters_and_rejects_wrong_sizes(model):
     assert list(unfuse(named, QWEN_PACKED_MODULES, sizes)) == ["m.norm.weight"]  # vLLM CPU kernels repack weights
     with pytest.raises(ValueError, match=r"'m.self_attn.qkv_proj.bias' has 5 rows, expected parts of sizes"):
         unfuse([("m.self_attn.qkv_proj.bias", torch.ones(5))], QWEN_PACKED_MODULES, sizes)
+
+
+def test_vocabulary_rows_vllm_pads_are_cut_before_checksums():
+    """vLLM pads embedding and LM-head rows to a multiple of 64; a vocabulary of 100 is served as 128 rows."""
+    served = {
+        "model.embed_tokens.weight": torch.ones(128, 4),
+        "lm_head.weight": torch.ones(128, 4),
+        "model.norm.weight": torch.ones(128),  # not a vocabulary parameter: left alone
+    }
+    trimmed = unpad_vocab_rows(served, vocab_size=100)
+    assert {name: tuple(tensor.shape) for name, tensor in trimmed.items()} == {
+        "model.embed_tokens.weight": (100, 4),
+        "lm_head.weight": (100, 4),
+        "model.norm.weight": (128,),
+    }
+    assert unpad_vocab_rows(served, vocab_size=128)["lm_head.weight"].shape[0] == 128

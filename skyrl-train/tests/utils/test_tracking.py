@@ -92,7 +92,9 @@ def test_finish_closes_every_backend_then_raises_first_error(recording_backends,
 
 def test_missing_optional_package_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "wandb", None)  # makes `import wandb` raise ImportError
-    with pytest.raises(TrackingBackendError, match=r"needs the 'wandb' package .*pip install 'skyrl-train\[wandb\]'"):
+    with pytest.raises(
+        TrackingBackendError, match=r"needs the 'wandb' package .*pip install -e './skyrl-train\[wandb\]'"
+    ):
         Tracker(["wandb"], "p", "r", log_dir=str(tmp_path))
 
 

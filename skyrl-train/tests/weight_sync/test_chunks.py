@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from skyrl_train.utils.registry import UnknownNameError
-from skyrl_train.weight_sync import WeightChunk, make_weight_sync_strategy, plan_by_node, resolve_strategy_name
+from skyrl_train.weight_sync import WeightChunk, make_weight_sync_strategy, resolve_strategy_name
 from skyrl_train.weight_sync.chunks import cast_tensors, dtype_from_name, dtype_name, pack, plan_chunks, unpack
 
 
@@ -69,12 +69,3 @@ def test_strategy_names_resolve_and_unknown_names_are_listed():
         make_weight_sync_strategy("brodcast")
     with pytest.raises(ValueError, match="chunk_bytes must be > 0"):
         make_weight_sync_strategy("shm", chunk_bytes=0)
-
-
-def test_auto_plans_the_transport_per_engine_from_its_node():
-    nodes = ["n0", "n1", "n0", "n1"]
-    assert plan_by_node("n0", nodes, colocated=True, device="cpu") == [("shm", [0, 2]), ("broadcast", [1, 3])]
-    assert plan_by_node("n0", nodes, colocated=True, device="cuda") == [("cuda_ipc", [0, 2]), ("broadcast", [1, 3])]
-    assert plan_by_node("n0", ["n0", "n0"], colocated=True, device="cpu") == [("shm", [0, 1])]
-    assert plan_by_node("n2", nodes, colocated=True, device="cpu") == [("broadcast", [0, 1, 2, 3])]
-    assert plan_by_node("n0", nodes, colocated=False, device="cpu") == [("broadcast", [0, 1, 2, 3])]

@@ -14,6 +14,7 @@ from skyrl_train.models.loading import load_causal_lm, load_tokenizer
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.weight_sync import WeightSyncError, make_weight_sync_strategy
+from skyrl_train.weight_sync.cuda_ipc import ipc_payload, share_per_consumer
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0)
 
@@ -66,3 +67,21 @@ async def test_cuda_ipc_sync_from_this_process_into_a_colocated_engine(tmp_path)
     finally:
         if started:
             ray.shutdown()
+
+
+def test_every_consumer_of_a_chunk_gets_a_handle_of_its_own():
+    """One `reduce_tensor` per consumer (an engine, or each tensor-parallel worker of one): torch counts the mappings of
+    one handle in one slot, which two consumers would release below zero. CUDA IPC cannot run here: `reduce` is a
+    stand-in numbering its calls."""
+    calls = []
+
+    def reduce(buffer):
+        calls.append(buffer)
+        return ("rebuild", ("args", len(calls)))
+
+    buffer = torch.zeros(4, dtype=torch.uint8)
+    shared = share_per_consumer(buffer, [1, 2], reduce)
+    assert [[arguments[1] for _, arguments in handles] for handles in shared] == [[1], [2, 3]]
+    assert all(seen is buffer for seen in calls)
+    payload = ipc_payload(shared[1], "GPU-1")
+    assert payload["arguments"] == ("args", 2) and len(payload["handles"]) == 2 and payload["device_uuid"] == "GPU-1"

@@ -36,3 +36,68 @@ def test_rendezvous_store_holds_its_port_and_forms_the_group():
             dist.destroy_process_group()
         rank_1.join(timeout=60)
     assert rank_1.exitcode == 0
+
+
+class _Stop(Exception):
+    """Raised by the stand-in of `dist.init_process_group` once it recorded its arguments."""
+
+
+def _backends_by_device(backend: str) -> dict[str, str]:
+    """torch's reading of a backend string: `cpu:gloo,cuda:nccl` per device, or one backend for the devices it
+    serves (NCCL: CUDA only; gloo: both)."""
+    if ":" in backend:
+        return dict(part.split(":") for part in backend.split(","))
+    return {"nccl": {"cuda": "nccl"}, "gloo": {"cpu": "gloo", "cuda": "gloo"}}[backend]
+
+
+@pytest.mark.parametrize("cpu_offload", [True, False])
+def test_a_cuda_worker_whose_fsdp_keeps_tensors_on_cpu_gets_a_group_for_cpu_tensors(
+    cpu_offload, tiny_model_dir, monkeypatch
+):
+    """M3: with `fsdp.cpu_offload=true` on CUDA the gradients are CPU tensors and clipping all-reduces their norm, so
+    the default group needs a CPU backend (else "No backend type associated with device type cpu" at the first
+    optimizer step). CUDA and NCCL cannot run here: the CUDA queries and the group's creation are stand-ins that
+    record what the worker asks for."""
+    from skyrl_train.config import SkyRLConfig
+    from skyrl_train.workers.policy_worker import PolicyWorker
+
+    recorded = {}
+
+    def record(**kwargs):
+        recorded.update(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(dist, "init_process_group", record)
+    cfg = SkyRLConfig.from_cli_overrides(
+        [
+            "trainer.device=cuda",
+            f"trainer.policy.model.path={tiny_model_dir}",
+            f"trainer.policy.fsdp.cpu_offload={str(cpu_offload).lower()}",
+        ],
+        validate=False,
+    )
+    worker = PolicyWorker("policy", 0, 1, None, None, cfg)
+    with pytest.raises(_Stop):
+        worker.init_model()
+    backends = _backends_by_device(recorded["backend"])
+    assert backends["cuda"] == "nccl"
+    assert ("cpu" in backends) is cpu_offload  # gloo only when CPU tensors are reduced: NCCL alone otherwise
+
+
+def test_fsdp_cpu_offload_keeps_the_optimizer_state_next_to_its_cpu_parameters():
+    """M3: with `fsdp.cpu_offload` on CUDA the parameters stay in CPU memory, so the optimizer state must too: moving
+    it to the GPU before a step would put AdamW's moments on another device than its parameters."""
+    from skyrl_train.config.roles import FSDPConfig, OptimizerConfig
+    from skyrl_train.workers.strategy.fsdp2 import FSDP2Strategy
+
+    strategy = FSDP2Strategy(FSDPConfig(cpu_offload=True), torch.device("cuda", 0), OptimizerConfig())
+    parameter = torch.nn.Parameter(torch.ones(3))
+    strategy.optimizer = torch.optim.AdamW([parameter])
+    parameter.grad = torch.ones(3)
+    strategy.optimizer.step()
+    assert strategy.offload_optimizer() == 0 and strategy.reload_optimizer() == 0  # nothing leaves CPU memory
+    assert {state["exp_avg"].device.type for state in strategy.optimizer.state.values()} == {"cpu"}
+    assert FSDP2Strategy(FSDPConfig(), torch.device("cuda", 0)).optimizer_state_device == torch.device("cuda", 0)

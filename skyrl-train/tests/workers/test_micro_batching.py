@@ -9,6 +9,7 @@ from skyrl_train.workers.micro_batching import (
     balance_group_counts,
     fixed_size_groups,
     micro_batch_groups,
+    packed_token_groups,
     pad_response_columns,
     row_lengths,
     token_budget_groups,
@@ -65,6 +66,36 @@ def test_micro_batch_groups_switches_on_token_budget(three_rows):
     # totals 5, 3, 2 (rows 1, 0, 2): row 1 opens a group; adding row 0 costs 2 * (3 + 2) = 10 > 8, so row 0 opens
     # the next; adding row 2 costs 2 * (2 + 1) = 6 <= 8, so it joins row 0.
     assert micro_batch_groups(three_rows, micro_batch_size=2, max_tokens_per_microbatch=8) == [[1], [0, 2]]
+
+
+def test_packed_token_groups_count_the_tokens_a_packed_forward_runs():
+    # (prompt, response, prompt key): a response costs all its tokens but the last, a prompt counts once per group.
+    # Row costs: 3 + 4 = 7; 0 + 1 (row 0's prompt) = 1; 4 + 0 = 4; 2 + 8 = 10.
+    rows = ([3, 3, 4, 2], [5, 2, 1, 9], [0, 0, 1, 2])
+    assert packed_token_groups(*rows, max_tokens=12) == [[0, 1, 2], [3]]  # 7 + 1 + 4 = 12 fits, + 10 does not
+    # With 7 tokens row 1 opens a group, where its prompt is no longer packed: it costs 3 + 1 there.
+    assert packed_token_groups(*rows, max_tokens=7) == [[0], [1], [2], [3]]
+    assert packed_token_groups(*rows, max_tokens=8) == [[0, 1], [2], [3]]
+    with pytest.raises(ValueError, match="max_tokens_per_microbatch must be > 0"):
+        packed_token_groups(*rows, max_tokens=0)
+    with pytest.raises(ValueError, match="expected one of each per row"):
+        packed_token_groups([1], [1, 2], [0], max_tokens=4)
+
+
+def test_micro_batch_groups_count_packed_tokens_when_packing():
+    def uid(name, prompt, response):
+        row = _traj(prompt, response)
+        row.uid = name
+        return row
+
+    # prompts (2, 3, 3 tokens; rows 1 and 2 share one), responses 6, 5, 5 tokens: padded, a group costs
+    # rows x (3 + 6); packed, row costs 2 + 5, 3 + 4 and (shared) 4, or 3 + 4 when prompts are not shared.
+    batch = TrainingBatch.from_trajectories(
+        [uid("a", [7, 8], [1] * 6), uid("b", [5, 6, 7], [2] * 5), uid("b", [5, 6, 7], [3] * 5)], 0
+    )
+    assert micro_batch_groups(batch, 1, max_tokens_per_microbatch=18) == [[0, 1], [2]]
+    assert micro_batch_groups(batch, 1, max_tokens_per_microbatch=18, packed=True) == [[0, 1], [2]]
+    assert micro_batch_groups(batch, 1, 18, packed=True, share_prompts=True) == [[0, 1, 2]]  # 7 + 7 + 4
 
 
 def test_balance_group_counts_splits_the_largest_then_adds_dummies():

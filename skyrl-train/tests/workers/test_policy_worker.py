@@ -159,13 +159,15 @@ def test_gradient_checkpointing_keeps_the_gradient(
     assert all(torch.allclose(gradients[1][name], grad, rtol=1e-5, atol=1e-8) for name, grad in gradients[0].items())
 
 
+@pytest.mark.parametrize("packing", ["false", "true"])
 def test_shared_prompt_forward_keeps_logprobs_and_gradient(
-    single_rank_group, worker_config, make_grouped_batch, grpo_advantages, full_gradients
+    single_rank_group, worker_config, make_grouped_batch, grpo_advantages, full_gradients, packing
 ):
     batch = make_grouped_batch(groups=3, samples=4, seed=5)
     logprobs, gradients = [], []
+    pack = f"trainer.remove_microbatch_padding={packing}"
     for share in ("false", "true"):
-        worker = _policy(worker_config(f"trainer.share_prompt_forward={share}"), single_rank_group)
+        worker = _policy(worker_config(f"trainer.share_prompt_forward={share}", pack), single_rank_group)
         assert worker.shares_prompt_forward == (share == "true")
         logprobs.append(worker.forward(batch))
         worker.forward_backward(batch, grpo_advantages(batch), None, on_policy=True)
@@ -175,10 +177,11 @@ def test_shared_prompt_forward_keeps_logprobs_and_gradient(
     for name, grad in gradients[0].items():
         assert (gradients[1][name] - grad).abs().max() <= 1e-4 * grad.abs().max() + 1e-8, name
     checkpointed = _policy(
-        worker_config("trainer.share_prompt_forward=true", "trainer.policy.gradient_checkpointing=true"),
+        worker_config("trainer.share_prompt_forward=true", "trainer.policy.gradient_checkpointing=true", pack),
         single_rank_group,
     )
-    assert not checkpointed.shares_prompt_forward  # checkpointing turns the key/value cache off
+    # Padded, checkpointing turns the key/value cache off; packed, the prompt is shared without one.
+    assert checkpointed.shares_prompt_forward == (packing == "true")
 
 
 def test_bf16_mixed_precision_trains_with_float32_master_weights(
@@ -298,3 +301,19 @@ def test_async_modes_correct_stale_data_by_default(
     for name, grad in corrected.items():
         assert torch.allclose(by_default[name], grad, rtol=1e-5, atol=1e-8), name
     assert any(not torch.allclose(uncorrected[name], grad, rtol=1e-3, atol=1e-6) for name, grad in corrected.items())
+
+
+def test_a_cuda_worker_empties_its_caching_allocator_and_a_cpu_worker_has_nothing_to_do(tiny_model_dir, monkeypatch):
+    """`BaseWorker.release_memory`: CUDA cannot run here, so the allocator calls are stand-ins that record them."""
+    from skyrl_train.config import SkyRLConfig
+    from skyrl_train.workers.policy_worker import PolicyWorker
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 7)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 5)
+    cfg = SkyRLConfig.from_cli_overrides(["trainer.device=cpu", f"trainer.policy.model.path={tiny_model_dir}"])
+    worker = PolicyWorker("policy", 0, 1, None, None, cfg)
+    assert worker.release_memory() == {"reserved_bytes": 0, "allocated_bytes": 0} and calls == []
+    worker.device = torch.device("cuda", 0)
+    assert worker.release_memory() == {"reserved_bytes": 7, "allocated_bytes": 5} and calls == ["empty_cache"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step
 from skyrl_gym.envs.code.extraction import extract_code_block
 from skyrl_gym.envs.code.ground_truth import CodeTest, parse_tests
 from skyrl_gym.envs.code.testing import NO_CODE_BLOCK, TestReport, run_tests
@@ -95,14 +95,10 @@ class CodeEnv(BaseTextEnv):
                 "detail": "no code block: the response has no ```python fenced block",
             }
             metadata["error"] = "no code block"
-            return BaseTextEnvStepOutput(
-                observations=[], reward=0.0, done=True, metadata=metadata, postprocessed_action=None
-            )
+            return final_step(0.0, metadata)
         self.report = self._run_tests(program)
         reward = self.report.reward(self.partial_credit)
-        return BaseTextEnvStepOutput(
-            observations=[], reward=reward, done=True, metadata=self.report.to_metadata(), postprocessed_action=None
-        )
+        return final_step(reward, self.report.to_metadata())
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `code_found`, `tests_passed`, `tests_total`, `pass_rate` and `all_passed`."""

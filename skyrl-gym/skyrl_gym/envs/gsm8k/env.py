@@ -12,12 +12,10 @@ GSM8K solution ending in "#### 72"), `format_reward` when a number was found but
 
 from __future__ import annotations
 
-import math
-import numbers
 from fractions import Fraction
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step
 from skyrl_gym.rewards.numbers import EXTRACTION_MODES, extract_gsm8k_answer, numbers_match, parse_ground_truth_number
 
 
@@ -29,23 +27,17 @@ def read_mode(env_config: dict[str, Any], default: str = "strict") -> str:
     return mode
 
 
-def read_reward(env_config: dict[str, Any], key: str, default: float) -> float:
-    """A finite numeric reward option from env_config (e.g. `format_reward`), validated."""
-    value = env_config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"env_config.{key} must be a finite number, got {value!r}")
-    return float(value)
-
-
 class GSM8KEnv(BaseTextEnv):
     """Single-turn GSM8K: the episode ends after one response, scored by its final number (see module docstring)."""
+
+    config_keys = ("mode", "format_reward")
 
     default_max_turns = 1
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.mode = read_mode(self.env_config)
-        self.format_reward = read_reward(self.env_config, "format_reward", 0.0)
+        self.format_reward = self.config_number("format_reward", 0.0)
         self._target: Optional[Fraction] = None
         self._pred: Optional[str] = None
         self._correct = False
@@ -64,13 +56,7 @@ class GSM8KEnv(BaseTextEnv):
         correct = numbers_match(pred, self._target)
         reward = 1.0 if correct else (self.format_reward if pred is not None else 0.0)
         self._pred, self._correct = pred, correct
-        return BaseTextEnvStepOutput(
-            observations=[],
-            reward=reward,
-            done=True,
-            metadata={"pred": pred, "found": pred is not None, "correct": correct},
-            postprocessed_action=None,
-        )
+        return final_step(reward, {"pred": pred, "found": pred is not None, "correct": correct})
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `correct` and `answer_found` for the episode."""

@@ -17,20 +17,22 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
-from skyrl_gym.envs.gsm8k.env import read_mode, read_reward
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step, reply_step
+from skyrl_gym.envs.gsm8k.env import read_mode
 from skyrl_gym.rewards.numbers import extract_gsm8k_answer, numbers_match, parse_ground_truth_number
 
 
 class GSM8KMultiTurnEnv(BaseTextEnv):
     """Multi-turn GSM8K with feedback messages and turn-level rewards (see module docstring)."""
 
+    config_keys = ("mode", "format_reward")
+
     default_max_turns = 5
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.mode = read_mode(self.env_config)
-        self.format_reward = read_reward(self.env_config, "format_reward", 0.2 / self.max_turns)
+        self.format_reward = self.config_number("format_reward", 0.2 / self.max_turns)
         self._target: Optional[Fraction] = None
         self._solved = False
 
@@ -57,15 +59,10 @@ class GSM8KMultiTurnEnv(BaseTextEnv):
         if numbers_match(pred, self._target):
             self._solved = True
             metadata["correct"] = True
-            return BaseTextEnvStepOutput(
-                observations=[], reward=1.0, done=True, metadata=metadata, postprocessed_action=None
-            )
+            return final_step(1.0, metadata)
         reward = self.format_reward if pred is not None else 0.0
         # On the last turn the base class ends the episode and drops this message.
-        feedback = [{"role": "user", "content": self._feedback(pred)}]
-        return BaseTextEnvStepOutput(
-            observations=feedback, reward=reward, done=False, metadata=metadata, postprocessed_action=None
-        )
+        return reply_step(self._feedback(pred), metadata, reward)
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `solved` and `turns_used` for the episode."""

@@ -22,11 +22,9 @@ Metadata of both: `pred` (the extracted answer or None) and `acc` (True when cor
 
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step
 from skyrl_gym.rewards.math_equivalence import (
     DEFAULT_TIMEOUT_S,
     grade_math_response,
@@ -35,16 +33,10 @@ from skyrl_gym.rewards.math_equivalence import (
 )
 
 
-def _read_number(env_config: dict[str, Any], key: str, default: float) -> float:
-    """A finite number option from env_config, validated (ValueError naming `env_config.<key>`)."""
-    value = env_config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"env_config.{key} must be a finite number, got {value!r}")
-    return float(value)
-
-
 class MathEnv(BaseTextEnv):
     """Single-turn math: reward 1.0 when the final answer is equivalent to the ground truth, else 0.0."""
+
+    config_keys = ("timeout_s", "correct_reward", "incorrect_reward")
 
     default_max_turns = 1
     default_correct_reward = 1.0
@@ -52,11 +44,11 @@ class MathEnv(BaseTextEnv):
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
-        self.timeout_s = _read_number(self.env_config, "timeout_s", DEFAULT_TIMEOUT_S)
+        self.timeout_s = self.config_number("timeout_s", DEFAULT_TIMEOUT_S)
         if self.timeout_s <= 0:
             raise ValueError(f"env_config.timeout_s must be a positive number of seconds, got {self.timeout_s!r}")
-        self.correct_reward = _read_number(self.env_config, "correct_reward", self.default_correct_reward)
-        self.incorrect_reward = _read_number(self.env_config, "incorrect_reward", self.default_incorrect_reward)
+        self.correct_reward = self.config_number("correct_reward", self.default_correct_reward)
+        self.incorrect_reward = self.config_number("incorrect_reward", self.default_incorrect_reward)
         self._answers: list[str] = []
         self._acc = False
         self._found = False
@@ -76,13 +68,8 @@ class MathEnv(BaseTextEnv):
     def _step(self, action: str) -> BaseTextEnvStepOutput:
         grade = grade_math_response(action, self._answers, self.timeout_s)
         self._acc, self._found = grade.correct, grade.pred is not None
-        return BaseTextEnvStepOutput(
-            observations=[],
-            reward=self.correct_reward if grade.correct else self.incorrect_reward,
-            done=True,
-            metadata={"pred": grade.pred, "acc": grade.correct},
-            postprocessed_action=None,
-        )
+        reward = self.correct_reward if grade.correct else self.incorrect_reward
+        return final_step(reward, {"pred": grade.pred, "acc": grade.correct})
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `acc` and `answer_found` for the episode."""

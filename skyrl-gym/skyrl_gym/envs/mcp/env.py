@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step, reply_step
 from skyrl_gym.envs.mcp.reward import parse_ground_truth, score_episode, tool_was_called
 from skyrl_gym.errors import ToolError
 from skyrl_gym.tools.mcp.config import parse_server_configs
@@ -125,13 +125,7 @@ class MCPEnv(BaseTextEnv):
         if not calls:
             if self.is_last_turn:
                 return self._finish(None, {"no_answer": True})
-            return BaseTextEnvStepOutput(
-                observations=[{"role": "user", "content": NO_ACTION_HINT}],
-                reward=0.0,
-                done=False,
-                metadata={"no_action": True, "tool_calls": [], "errors": []},
-                postprocessed_action=None,
-            )
+            return reply_step(NO_ACTION_HINT, {"no_action": True, "tool_calls": [], "errors": []})
         observations, records = [], []
         for call in calls[: self.max_tool_calls_per_turn]:
             message, record = self._run_call(call)
@@ -191,9 +185,7 @@ class MCPEnv(BaseTextEnv):
             "total_tool_calls": len(self.tool_calls),
             "total_tool_errors": self.tool_errors,
         }
-        return BaseTextEnvStepOutput(
-            observations=[], reward=reward, done=True, metadata=metadata, postprocessed_action=None
-        )
+        return final_step(reward, metadata)
 
     def close(self) -> None:
         """Close the toolbox and every server connection this env opened (also those a failed `init` left out of the

@@ -6,7 +6,7 @@ observation comes back as the next user message, the environment's reward is the
 ends the episode. A turn without a readable action gets a hint and no reward; a rejected action, the error text.
 
 env_config keys: `base_url` (required), `timeout` (30 s per message), `max_turns` (8). extras: `seed` (passed to
-reset, optional). Needs `pip install "skyrl-gym[openenv]"`.
+reset, optional). Needs `pip install -e "./skyrl-gym[openenv]"`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ NO_ACTION_HINT = "No action found: reply with one <action>{...}</action> holding
 
 class OpenEnvEnv(BaseTextEnv):
     """An OpenEnv environment, one session per episode (see the module docstring)."""
+
+    config_keys = ("base_url", "timeout")
 
     default_max_turns = 8
 

@@ -6,25 +6,18 @@ scored 1.0 when it equals a target after normalisation (lowercase, no punctuatio
 
 env_config keys: `search_url` ("http://127.0.0.1:8000"; the client POSTs to `{search_url}/retrieve`), `topk` (3),
 `timeout` (30 s per request), `max_attempts` (4), `backoff_base` (0.5 s, doubled after every failed attempt),
-`backoff_max` (8 s), `max_turns` (4). Ground truth: a string, a list of strings, or {"target": [strings]}.
+`backoff_max` (8 s), `log_requests` (false; true logs each query and its outcome), `max_turns` (4); any other key is
+refused. Ground truth: a string, a list of strings, or {"target": [strings]}.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, final_step, reply_step
 from skyrl_gym.rewards.exact_match import exact_match, parse_targets
 from skyrl_gym.tools.parsing import extract_tag
-from skyrl_gym.tools.search import (
-    DEFAULT_BACKOFF_BASE_S,
-    DEFAULT_BACKOFF_MAX_S,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_SEARCH_URL,
-    DEFAULT_TIMEOUT_S,
-    DEFAULT_TOPK,
-    SearchToolGroup,
-)
+from skyrl_gym.tools.search import SearchToolGroup
 
 NO_ACTION_HINT = (
     "No <search>...</search> query or <answer>...</answer> found. Search with <search>your query</search> or "
@@ -35,22 +28,14 @@ NO_ACTION_HINT = (
 class SearchEnv(BaseTextEnv):
     """Question answering with a search tool; reward 1.0 for a normalised exact match of the answer, else 0.0."""
 
+    config_keys = ("search_url", "topk", "timeout", "max_attempts", "backoff_base", "backoff_max", "log_requests")
+
     default_max_turns = 4
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.targets: list[str] = parse_targets(self.ground_truth())
-        config = self.env_config
-        self.toolbox.add_group(
-            SearchToolGroup(
-                search_url=config.get("search_url", DEFAULT_SEARCH_URL),
-                topk=config.get("topk", DEFAULT_TOPK),
-                timeout_s=config.get("timeout", DEFAULT_TIMEOUT_S),
-                max_attempts=config.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
-                backoff_base_s=config.get("backoff_base", DEFAULT_BACKOFF_BASE_S),
-                backoff_max_s=config.get("backoff_max", DEFAULT_BACKOFF_MAX_S),
-            )
-        )
+        self.toolbox.add_group(SearchToolGroup.from_env_config(self.env_config))
         self._reset_tallies()
 
     def _reset_tallies(self) -> None:
@@ -72,17 +57,9 @@ class SearchEnv(BaseTextEnv):
             reward = exact_match(answer, self.targets)
             self.correct = reward == 1.0
             metadata = {"answer": answer, "correct": self.correct}
-            return BaseTextEnvStepOutput(
-                observations=[], reward=reward, done=True, metadata=metadata, postprocessed_action=None
-            )
+            return final_step(reward, metadata)
         if self.is_last_turn:
-            return BaseTextEnvStepOutput(
-                observations=[],
-                reward=0.0,
-                done=True,
-                metadata={"truncated": True, "no_answer": True},
-                postprocessed_action=None,
-            )
+            return final_step(0.0, {"truncated": True, "no_answer": True})
         query = extract_tag(action, "search")
         metadata: dict[str, Any] = {}
         if query is None:
@@ -96,13 +73,7 @@ class SearchEnv(BaseTextEnv):
                 self.search_errors += 1
                 metadata["tool_error"] = result.error
             content = f"<information>{result.text}</information>"
-        return BaseTextEnvStepOutput(
-            observations=[{"role": "user", "content": content}],
-            reward=0.0,
-            done=False,
-            metadata=metadata,
-            postprocessed_action=None,
-        )
+        return reply_step(content, metadata)
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `searches`, `search_errors`, `answered` and `correct`."""

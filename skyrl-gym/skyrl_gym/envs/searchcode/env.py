@@ -27,7 +27,13 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import (
+    BaseTextEnv,
+    BaseTextEnvStepOutput,
+    ConversationType,
+    final_step,
+    reply_step,
+)
 from skyrl_gym.errors import ToolError
 from skyrl_gym.guard import failed_step
 from skyrl_gym.rewards.numbers import extract_gsm8k_answer, numbers_match, parse_ground_truth_number
@@ -36,15 +42,7 @@ from skyrl_gym.tools.core import ToolResult
 from skyrl_gym.tools.parsing import extract_tag
 from skyrl_gym.tools.python import DEFAULT_TIMEOUT_S as PYTHON_TIMEOUT_S
 from skyrl_gym.tools.python import PythonToolGroup
-from skyrl_gym.tools.search import (
-    DEFAULT_BACKOFF_BASE_S,
-    DEFAULT_BACKOFF_MAX_S,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_SEARCH_URL,
-    DEFAULT_TIMEOUT_S,
-    DEFAULT_TOPK,
-    SearchToolGroup,
-)
+from skyrl_gym.tools.search import SearchToolGroup
 from skyrl_gym.tools.toolbox import SEPARATOR
 
 ENV_KEYS = ("search_url", "topk", "timeout", "max_attempts", "backoff_base", "backoff_max", "sandbox", "max_turns")
@@ -94,16 +92,7 @@ class SearchCodeEnv(BaseTextEnv):
         limits = SandboxLimits.from_mapping(
             {"timeout_s": PYTHON_TIMEOUT_S, **sandbox}, where="SearchCodeEnv env_config 'sandbox'"
         )
-        self.toolbox.add_group(
-            SearchToolGroup(
-                search_url=config.get("search_url", DEFAULT_SEARCH_URL),
-                topk=config.get("topk", DEFAULT_TOPK),
-                timeout_s=config.get("timeout", DEFAULT_TIMEOUT_S),
-                max_attempts=config.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
-                backoff_base_s=config.get("backoff_base", DEFAULT_BACKOFF_BASE_S),
-                backoff_max_s=config.get("backoff_max", DEFAULT_BACKOFF_MAX_S),
-            )
-        )
+        self.toolbox.add_group(SearchToolGroup.from_env_config(config))
         self.toolbox.add_group(PythonToolGroup(limits))
         self._target: Optional[Fraction] = None
         self._reset_tallies()
@@ -128,13 +117,7 @@ class SearchCodeEnv(BaseTextEnv):
         pred = extract_gsm8k_answer("\n".join(self.responses), "strict")
         self.correct = numbers_match(pred, self._target)
         metadata.update(pred=pred, correct=self.correct)
-        return BaseTextEnvStepOutput(
-            observations=[],
-            reward=1.0 if self.correct else 0.0,
-            done=True,
-            metadata=metadata,
-            postprocessed_action=None,
-        )
+        return final_step(1.0 if self.correct else 0.0, metadata)
 
     def _call_tool(self, name: str, argument: str) -> tuple[ToolResult, str]:
         """Call a one-argument tool by bare or qualified name; return its result and qualified name. An unknown
@@ -171,13 +154,7 @@ class SearchCodeEnv(BaseTextEnv):
                 self.tool_errors += 1
                 metadata["tool_error"] = result.error
             content = result.text
-        return BaseTextEnvStepOutput(
-            observations=[{"role": "user", "content": content}],
-            reward=0.0,
-            done=False,
-            metadata=metadata,
-            postprocessed_action=None,
-        )
+        return reply_step(content, metadata)
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `searches`, `python_calls`, `tool_errors`, `answered` and `correct`."""

@@ -94,14 +94,8 @@ class ArithmeticEnv(SyntheticEnv):
     """Env `arithmetic`: one turn; the response (or its last `<answer>` tag) must be the exact integer result."""
 
     task_name = "arithmetic"
-
-    def parse_ground_truth(self, value: Any) -> int:
-        """See `parse_ground_truth` of this module."""
-        return parse_ground_truth(value)
-
-    def score(self, response: str, truth: int) -> Score:
-        """See `score_response` of this module."""
-        return score_response(response, truth)
+    parse_ground_truth = staticmethod(parse_ground_truth)
+    score_response = staticmethod(score_response)
 
 
 TASK = SyntheticTask(

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypedDict
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step
 from skyrl_gym.rewards.answer_extraction import END_OF_TURN_MARKERS
 from skyrl_gym.tools.parsing import extract_tag
 
@@ -93,25 +93,33 @@ class SyntheticEnv(BaseTextEnv):
     """Single-turn env base for the synthetic families: reads and checks the ground truth at `init`, scores the one
     response with the family's rule and ends the episode.
 
-    Subclasses set `task_name` and implement `parse_ground_truth` (raising ValueError for malformed ground truth) and
-    `score`.
+    Subclasses set `task_name` and the family module's `parse_ground_truth` and `score_response` (as staticmethods);
+    an env_config knob of the rule is read by `read_score_options` into `score_options`, the keyword arguments
+    `score_response` is called with.
     """
 
+    config_keys = ()
+
     task_name: ClassVar[str] = ""
+    parse_ground_truth: ClassVar[Callable[[Any], Any]]
+    """Check `reward_spec.ground_truth` and return it in the form `score_response` uses (ValueError if malformed)."""
+    score_response: ClassVar[Callable[..., Score]]
+    """`score_response(response, truth, **score_options)`: the family's scoring rule."""
     nonblocking = True  # parsing and scoring a short string: pure Python, microseconds a call
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
+        self.score_options: dict[str, Any] = self.read_score_options()
         self._truth: Any = None
         self._last_score: Optional[Score] = None
 
-    def parse_ground_truth(self, value: Any) -> Any:
-        """Check `reward_spec.ground_truth` and return it in the form `score` uses."""
-        raise NotImplementedError(f"{type(self).__name__} must implement parse_ground_truth")
+    def read_score_options(self) -> dict[str, Any]:
+        """The rule's keyword arguments from `env_config` (checked; ValueError naming the key); none by default."""
+        return {}
 
     def score(self, response: str, truth: Any) -> Score:
-        """Score one response against the parsed ground truth."""
-        raise NotImplementedError(f"{type(self).__name__} must implement score")
+        """Score one response against the parsed ground truth with the family's rule and this env's options."""
+        return self.score_response(response, truth, **self.score_options)
 
     def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
         """Start an episode; raises ValueError when the row's ground truth is missing or malformed."""
@@ -122,13 +130,7 @@ class SyntheticEnv(BaseTextEnv):
     def _step(self, action: str) -> BaseTextEnvStepOutput:
         result = self.score(action, self._truth)
         self._last_score = result
-        return BaseTextEnvStepOutput(
-            observations=[],
-            reward=result.reward,
-            done=True,
-            metadata=result.to_metadata(self.task_name),
-            postprocessed_action=None,
-        )
+        return final_step(result.reward, result.to_metadata(self.task_name))
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `correct` and `parse_error` (1 when the answer could not be read or was invalid)."""

@@ -280,22 +280,18 @@ class CountdownEnv(SyntheticEnv):
     env_config: `format_reward` (float in [0, 1), default 0.0) is the reward for a valid expression with a wrong value.
     """
 
-    task_name = "countdown"
+    config_keys = ("format_reward",)
 
-    def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
-        super().__init__(env_config, extras)
+    task_name = "countdown"
+    parse_ground_truth = staticmethod(parse_ground_truth)
+    score_response = staticmethod(score_response)
+
+    def read_score_options(self) -> dict[str, Any]:
+        """`format_reward`: a number in [0, 1)."""
         format_reward = self.env_config.get("format_reward", 0.0)
         if isinstance(format_reward, bool) or not isinstance(format_reward, (int, float)) or not 0 <= format_reward < 1:
             raise ValueError(f"countdown: env_config.format_reward must be a number in [0, 1); got {format_reward!r}")
-        self.format_reward = float(format_reward)
-
-    def parse_ground_truth(self, value: Any) -> CountdownTruth:
-        """See `parse_ground_truth` of this module."""
-        return parse_ground_truth(value)
-
-    def score(self, response: str, truth: CountdownTruth) -> Score:
-        """See `score_response` of this module."""
-        return score_response(response, truth, self.format_reward)
+        return {"format_reward": float(format_reward)}
 
 
 TASK = SyntheticTask(

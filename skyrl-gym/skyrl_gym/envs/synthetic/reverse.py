@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import string
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from skyrl_gym.envs.synthetic.base import (
     Problem,
@@ -95,22 +95,18 @@ class ReverseEnv(SyntheticEnv):
     env_config: `partial_credit` (bool, default False) rewards a wrong answer with the fraction of positions right.
     """
 
-    task_name = "reverse"
+    config_keys = ("partial_credit",)
 
-    def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
-        super().__init__(env_config, extras)
+    task_name = "reverse"
+    parse_ground_truth = staticmethod(parse_ground_truth)
+    score_response = staticmethod(score_response)
+
+    def read_score_options(self) -> dict[str, Any]:
+        """`partial_credit`: true or false."""
         partial_credit = self.env_config.get("partial_credit", False)
         if not isinstance(partial_credit, bool):
             raise ValueError(f"reverse: env_config.partial_credit must be true or false; got {partial_credit!r}")
-        self.partial_credit = partial_credit
-
-    def parse_ground_truth(self, value: Any) -> str:
-        """See `parse_ground_truth` of this module."""
-        return parse_ground_truth(value)
-
-    def score(self, response: str, truth: str) -> Score:
-        """See `score_response` of this module."""
-        return score_response(response, truth, self.partial_credit)
+        return {"partial_credit": partial_credit}
 
 
 TASK = SyntheticTask(

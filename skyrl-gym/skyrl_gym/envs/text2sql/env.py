@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, final_step, reply_step
 from skyrl_gym.envs.text2sql.scoring import (
     DEFAULT_SCORE_MAX_RESULT_BYTES,
     DEFAULT_SCORE_MAX_ROWS,
@@ -62,6 +62,21 @@ def _positive(config: dict[str, Any], key: str, default: float) -> float:
 
 class Text2SQLEnv(BaseTextEnv):
     """Text-to-SQL with a read-only SQLite tool; reward 1.0 when the solution's result set matches the gold SQL's."""
+
+    config_keys = (
+        "db_path",
+        "order_matters",
+        "format_penalty",
+        "score_timeout_s",
+        "score_max_rows",
+        "query_timeout_s",
+        "max_rows",
+        "max_cell_chars",
+        "max_result_bytes",
+        "max_value_bytes",
+        "max_sql_bytes",
+        "score_max_result_bytes",
+    )
 
     default_max_turns = 5
 
@@ -143,14 +158,9 @@ class Text2SQLEnv(BaseTextEnv):
             )
             self.solved = reward == 1.0
             metadata = {"solution": solution, "correct": self.solved, **details}
-            return BaseTextEnvStepOutput(
-                observations=[], reward=reward, done=True, metadata=metadata, postprocessed_action=None
-            )
+            return final_step(reward, metadata)
         if self.is_last_turn:
-            metadata = {"truncated": True, "no_solution": True}
-            return BaseTextEnvStepOutput(
-                observations=[], reward=self.format_penalty, done=True, metadata=metadata, postprocessed_action=None
-            )
+            return final_step(self.format_penalty, {"truncated": True, "no_solution": True})
         query = strip_code_fence(extract_tag(action, "sql"))
         metadata: dict[str, Any] = {}
         if query is None:
@@ -164,13 +174,7 @@ class Text2SQLEnv(BaseTextEnv):
                 self.sql_errors += 1
                 metadata["tool_error"] = result.error
         content = f"<observation>\n{body}\n{self._turns_left_note()}\n</observation>"
-        return BaseTextEnvStepOutput(
-            observations=[{"role": "user", "content": content}],
-            reward=0.0,
-            done=False,
-            metadata=metadata,
-            postprocessed_action=None,
-        )
+        return reply_step(content, metadata)
 
     def get_metrics(self) -> dict[str, Any]:
         """Base metrics plus `sql_calls`, `sql_errors`, `gave_solution` and `solved`."""

@@ -34,7 +34,7 @@ def _require_sdk() -> Any:
         import mcp
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(
-            "the MCP tools need the official MCP Python SDK; install it with `pip install skyrl-gym[mcp]`"
+            "the MCP tools need the official MCP Python SDK; install it with `pip install -e './skyrl-gym[mcp]'` from the SkyRL checkout"
         ) from exc
     return mcp
 

@@ -15,11 +15,6 @@ def _problems(seed, difficulty, n=300):
     return [make_problem(rng, difficulty) for _ in range(n)]
 
 
-def test_same_seed_same_problems_and_different_seed_differs():
-    assert _problems(4, 2) == _problems(4, 2)
-    assert _problems(4, 2) != _problems(5, 2)
-
-
 def test_operands_have_difficulty_digits_and_answer_is_their_sum():
     for difficulty in (1, 2, 3):
         for problem in _problems(0, difficulty):

@@ -15,11 +15,6 @@ def _problems(seed, difficulty, n=200):
     return [make_problem(rng, difficulty) for _ in range(n)]
 
 
-def test_same_seed_same_problems_and_different_seed_differs():
-    assert _problems(1, 3) == _problems(1, 3)
-    assert _problems(1, 3) != _problems(2, 3)
-
-
 def test_levels_grow_one_dimension_at_a_time():
     assert arithmetic_level(1) == arithmetic.ArithmeticLevel(2, 1, "+-")
     assert arithmetic_level(2) == arithmetic.ArithmeticLevel(2, 2, "+-")

@@ -1,4 +1,6 @@
-"""Answer extraction, difficulty checks and the task table shared by the synthetic families."""
+"""Answer extraction, difficulty checks, seeding and the task table shared by the synthetic families."""
+
+import random
 
 import pytest
 
@@ -31,6 +33,16 @@ def test_extract_answer(response, expected):
 def test_check_difficulty_rejects_bad_values(bad):
     with pytest.raises(ValueError, match="difficulty must be an integer"):
         check_difficulty(bad)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_a_seed_fixes_the_problems_and_another_seed_changes_them(name):
+    def draw(seed):
+        rng = random.Random(seed)
+        return [TASKS[name].make_problem(rng, 3) for _ in range(200)]
+
+    assert draw(1) == draw(1)
+    assert draw(1) != draw(2)
 
 
 def test_task_table_matches_registered_env_ids():

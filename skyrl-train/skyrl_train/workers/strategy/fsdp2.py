@@ -203,17 +203,30 @@ class FSDP2Strategy:
         """Accumulate gradients of `loss` (FSDP reduce-scatters them across ranks)."""
         loss.backward()
 
+    @property
+    def params_on_cpu(self) -> bool:
+        """True when FSDP2 keeps the sharded parameters, gradients and optimizer state in CPU memory while computing
+        on CUDA (`fsdp.cpu_offload`)."""
+        return self.fsdp.cpu_offload and self.device.type != "cpu"
+
+    @property
+    def optimizer_state_device(self) -> torch.device:
+        """Where the optimizer state must be when the optimizer steps: next to the sharded parameters (CPU with
+        `fsdp.cpu_offload`, else the training device)."""
+        return torch.device("cpu") if self.params_on_cpu else self.device
+
     def offload_optimizer(self) -> int:
         """Move the optimizer state (AdamW moments) to CPU to free accelerator memory between steps; returns the
-        bytes moved (0 when the state already lives on CPU, e.g. `trainer.device=cpu`). `optimizer_step` brings
-        it back first."""
+        bytes moved (0 when the state already lives on CPU, e.g. `trainer.device=cpu` or `fsdp.cpu_offload`).
+        `optimizer_step` brings it back first."""
         moved = move_optimizer_state(self._require_optimizer(), torch.device("cpu"))
         self.optimizer_offloaded = True
         return moved
 
     def reload_optimizer(self) -> int:
-        """Bring an offloaded optimizer state back to the training device; returns the bytes moved."""
-        moved = move_optimizer_state(self._require_optimizer(), self.device)
+        """Bring an offloaded optimizer state back next to the parameters (`optimizer_state_device`); returns the
+        bytes moved."""
+        moved = move_optimizer_state(self._require_optimizer(), self.optimizer_state_device)
         self.optimizer_offloaded = False
         return moved
 
@@ -224,6 +237,8 @@ class FSDP2Strategy:
         if self.optimizer_offloaded:
             self.reload_optimizer()
         max_norm = self.optimizer_config.max_grad_norm if self.optimizer_config.max_grad_norm > 0 else float("inf")
+        # With fsdp.cpu_offload the gradients are CPU DTensors: their norm is all-reduced over the default group's
+        # gloo backend, which the worker adds for that case (`utils.collectives.default_group_backend`).
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         if np.isfinite(grad_norm):
@@ -249,8 +264,7 @@ class FSDP2Strategy:
 
         The state is the same object from one sync to the next while its tensors still view the model's live
         parameters and buffers (checked by address and shape, `storage_marks`; the optimizer updates them in place),
-        so the sync can keep what it derived from it. `model.state_dict()` cost ~1 ms a sync on the quickstart's
-        2-core machine; the check costs a third of that."""
+        so the sync can keep what it derived from it; the check costs less than building `model.state_dict()`."""
         live = storage_marks(
             itertools.chain(
                 self.model.named_parameters(remove_duplicate=False), self.model.named_buffers(remove_duplicate=False)

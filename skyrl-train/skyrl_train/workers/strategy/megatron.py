@@ -51,6 +51,11 @@ logger = logging.getLogger(__name__)
 EXTRA_STATE_FILE = "megatron_extra_state_rank{rank}.json"
 """Per-rank JSON file of a Megatron checkpoint: LR schedule, RNG states and caller extras."""
 
+OPTIMIZER_CHECKPOINT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+"""How the distributed optimizer's state is laid out in a checkpoint: `dp_reshardable` saves and loads in parallel
+without gathers (resharding only across data-parallel ranks). megatron-core's default when none is named,
+`fully_sharded_model_space`, is listed as deprecated there."""
+
 
 def megatron_optimizer_kwargs(config: OptimizerConfig, params_dtype: torch.dtype) -> dict[str, Any]:
     """Keyword arguments of megatron-core's `OptimizerConfig` from a role's `optimizer` section (distributed Adam)."""
@@ -115,10 +120,16 @@ class MegatronStrategy:
 
     @classmethod
     def from_section(
-        cls, section: Any, device: torch.device, optimizer: Optional[OptimizerConfig], gradient_checkpointing: bool
+        cls,
+        section: Any,
+        device: torch.device,
+        optimizer: Optional[OptimizerConfig],
+        gradient_checkpointing: bool,
+        seed: int = 42,
     ) -> MegatronStrategy:
-        """The strategy for a role's config section (`trainer.<role>`: its `megatron` settings)."""
-        return cls(section.megatron, device, optimizer, gradient_checkpointing)
+        """The strategy for a role's config section (`trainer.<role>`: its `megatron` settings); `seed` is the run's
+        `trainer.seed`, which seeds megatron's model-parallel RNG tracker."""
+        return cls(section.megatron, device, optimizer, gradient_checkpointing, seed=seed)
 
     @property
     def rank(self) -> int:
@@ -146,7 +157,9 @@ class MegatronStrategy:
         check_tensor_parallel(self.arch, tp)
         if ep > 1 and not self.arch.is_moe:
             raise ValueError(f"megatron.expert_model_parallel_size={ep} needs a mixture-of-experts model")
-        config, gpt = build_gpt_model(self.arch, self.params_dtype, tp, ep, recompute=self.gradient_checkpointing)
+        config, gpt = build_gpt_model(
+            self.arch, self.params_dtype, tp, expert_parallel_size=ep, recompute=self.gradient_checkpointing
+        )
         full = hf_to_megatron({k: v.float() for k, v in model.state_dict().items()}, self.arch, tp)
         local = shard_state(
             full,
@@ -259,7 +272,9 @@ class MegatronStrategy:
         model_state = self._gpt().sharded_state_dict()
         state: dict[str, Any] = {"model": model_state}
         if self.optimizer is not None:
-            state["optimizer"] = self.optimizer.sharded_state_dict(model_state, is_loading=is_loading)
+            state["optimizer"] = self.optimizer.sharded_state_dict(
+                model_state, is_loading=is_loading, metadata=OPTIMIZER_CHECKPOINT_METADATA
+            )
         return state
 
     def save_checkpoint(self, directory: str | os.PathLike[str], extra: Optional[dict[str, Any]] = None) -> None:

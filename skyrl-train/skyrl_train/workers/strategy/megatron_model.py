@@ -20,7 +20,7 @@ def require_megatron_runtime(device: torch.device) -> None:
     """Raise RuntimeError when the Megatron strategy cannot run here: megatron-core missing, or no CUDA device."""
     if importlib.util.find_spec("megatron") is None or importlib.util.find_spec("megatron.core") is None:
         raise RuntimeError(
-            "trainer.strategy=megatron needs megatron-core: pip install 'skyrl-train[megatron]' "
+            "trainer.strategy=megatron needs megatron-core: pip install -e './skyrl-train[megatron]' "
             "(megatron-core 0.16.x), or use trainer.strategy=fsdp2"
         )
     if device.type != "cuda" or not torch.cuda.is_available():
@@ -91,25 +91,17 @@ def transformer_config_kwargs(
 
 
 def build_gpt_model(
-    arch: GPTArch,
-    params_dtype: torch.dtype,
-    tensor_parallel_size: int = 1,
-    expert_parallel_size: int = 1,
-    use_cpu_initialization: bool = False,
-    recompute: bool = False,
+    arch: GPTArch, params_dtype: torch.dtype, tensor_parallel_size: int = 1, **config_options: Any
 ) -> tuple[Any, Any]:
     """(TransformerConfig, GPTModel) for `arch` on the current model-parallel groups (`initialize_model_parallel`
-    must have run). The output layer gathers the logits over TP ranks (`parallel_output=False`); the vocabulary is
+    must have run); `config_options` are `transformer_config_kwargs`'s (expert parallelism, CPU initialization,
+    recompute). The output layer gathers the logits over TP ranks (`parallel_output=False`); the vocabulary is
     padded to a multiple of the TP size."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
 
-    config = TransformerConfig(
-        **transformer_config_kwargs(
-            arch, params_dtype, tensor_parallel_size, expert_parallel_size, use_cpu_initialization, recompute
-        )
-    )
+    config = TransformerConfig(**transformer_config_kwargs(arch, params_dtype, tensor_parallel_size, **config_options))
     spec = get_gpt_layer_local_spec(
         num_experts=arch.num_experts or None, moe_grouped_gemm=False, qk_layernorm=arch.qk_layernorm
     )
@@ -137,6 +129,27 @@ def megatron_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return ~allowed[:, None]
 
 
+def check_rope_positions(position_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    """Refuse positions Megatron would not honour: megatron-core 0.16's `GPTModel` ignores `position_ids` and
+    rotates query i by position i of the row, which gives the same attention as the caller's positions only when
+    each row's real tokens (mask 1) are one run with consecutive positions (left or right padding): RoPE scores
+    depend on the distance between positions. Rows that restart their positions (packed sequences) or leave padding
+    between real tokens would be scored as one sequence."""
+    mask = attention_mask.bool()
+    offset = position_ids - torch.arange(position_ids.shape[-1], device=position_ids.device)
+    big = torch.iinfo(offset.dtype).max
+    highest = offset.masked_fill(~mask, -big).max(dim=-1).values
+    lowest = offset.masked_fill(~mask, big).min(dim=-1).values
+    broken = (highest != lowest) & mask.any(dim=-1)
+    if bool(broken.any()):
+        rows = broken.nonzero().flatten().tolist()
+        raise ValueError(
+            f"rows {rows[:8]} have real tokens whose positions are not one consecutive run: the Megatron model numbers "
+            "positions 0..S-1 along each row (megatron-core ignores position_ids), so packed sequences or padding "
+            "between real tokens are not supported with trainer.strategy=megatron"
+        )
+
+
 class MegatronCausalLM(torch.nn.Module):
     """A (possibly DDP-wrapped) `GPTModel` called with Hugging Face arguments: `forward(input_ids, attention_mask,
     position_ids)` returns an object with `.logits` [B, S, vocab] (vocab padding removed), so the workers' log-prob
@@ -159,6 +172,7 @@ class MegatronCausalLM(torch.nn.Module):
             attention_mask = torch.ones_like(input_ids)
         if position_ids is None:
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        check_rope_positions(position_ids, attention_mask)
         logits = self.module(
             input_ids=input_ids, position_ids=position_ids, attention_mask=megatron_attention_mask(attention_mask)
         )

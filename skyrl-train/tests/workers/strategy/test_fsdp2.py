@@ -142,6 +142,10 @@ def test_offload_after_step_frees_accelerator_memory(single_rank_group):
     before = torch.cuda.memory_allocated()
     moved = strategy.offload_optimizer()
     assert moved > 0 and torch.cuda.memory_allocated() <= before - moved // 2
+    # what another process (a waking engine) can use: only after the caching allocator returned the blocks
+    reserved, free = torch.cuda.memory_reserved(), torch.cuda.mem_get_info()[0]
+    torch.cuda.empty_cache()  # what BaseWorker.release_memory does before the engines wake
+    assert torch.cuda.memory_reserved() <= reserved - moved // 2 and torch.cuda.mem_get_info()[0] >= free + moved // 2
     _train_step_on()
     strategy.optimizer_step()  # reloads first, then steps
     assert all(s["exp_avg"].device.type == "cuda" for s in strategy.optimizer.state.values())
@@ -204,3 +208,42 @@ def test_the_writable_state_is_kept_while_it_views_the_live_parameters(single_ra
     assert fresh is not state
     assert torch.equal(fresh["model.norm.weight"].to_local(), replaced.to_local())
     assert strategy.shard_writable_state() is fresh
+
+
+CPU_OFFLOAD_STEP = """
+import datetime, torch, torch.distributed as dist
+from skyrl_train.config.roles import FSDPConfig, OptimizerConfig
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.utils.collectives import default_group_backend
+from skyrl_train.workers.distributed import free_port
+from skyrl_train.workers.strategy.fsdp2 import FSDP2Strategy
+
+device = torch.device("cuda", 0)
+torch.cuda.set_device(device)
+backend = default_group_backend(device, cpu_tensors=True)
+dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
+                        timeout=datetime.timedelta(seconds=60))
+strategy = FSDP2Strategy(FSDPConfig(cpu_offload=True), device, optimizer=OptimizerConfig(lr=0.1, max_grad_norm=1.0))
+model = strategy.prepare(build_tiny_model(TinyModelSpec(size=2), seed=0))
+before = {name: p.detach().full_tensor().clone() for name, p in model.named_parameters()}
+strategy.backward(model(torch.tensor([[5, 6, 7]], device=device)).logits.float().sum())
+norm = strategy.optimizer_step()
+strategy.offload_optimizer(); strategy.reload_optimizer()
+after = {name: p.detach().full_tensor() for name, p in model.named_parameters()}
+assert norm > 0 and any(not torch.equal(before[n], after[n]) for n in before), "no update"
+assert {s["exp_avg"].device.type for s in strategy.optimizer.state.values()} == {"cpu"}
+print("ok", backend, norm)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fsdp.cpu_offload only offloads from a CUDA device")
+def test_cpu_offload_on_cuda_clips_and_steps_over_the_mixed_group():
+    """M3 on a GPU: the sharded gradients live on CPU and clipping reduces their norm over the default group's gloo
+    part (`cpu:gloo,cuda:nccl`); in its own process, which owns its default group."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CPU_OFFLOAD_STEP], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.startswith("ok cpu:gloo,cuda:nccl"), done.stderr[-3000:]

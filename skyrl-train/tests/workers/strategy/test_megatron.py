@@ -16,12 +16,16 @@ from skyrl_train.models.megatron_convert import arch_from_hf_config, gather_stat
 from skyrl_train.models.tiny import build_tiny_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.workers.strategy import MegatronStrategy, strategy_class
-from skyrl_train.workers.strategy.megatron_model import megatron_attention_mask, require_megatron_runtime
+from skyrl_train.workers.strategy.megatron_model import (
+    check_rope_positions,
+    megatron_attention_mask,
+    require_megatron_runtime,
+)
 
 
 def test_without_megatron_core_the_start_up_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "megatron", None)  # what importlib reports when the package is absent
-    with pytest.raises(RuntimeError, match=r"needs megatron-core: pip install 'skyrl-train\[megatron\]'"):
+    with pytest.raises(RuntimeError, match=r"needs megatron-core: pip install -e './skyrl-train\[megatron\]'"):
         require_megatron_runtime(torch.device("cuda"))
 
 
@@ -62,6 +66,39 @@ def test_attention_mask_is_causal_and_masks_padding_keys():
     assert allowed[1].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
     # row 0 starts with a padding token: no real query attends to it; the pad query keeps its diagonal
     assert allowed[0].tolist() == [[True, False, False], [False, True, False], [False, True, True]]
+
+
+def test_positions_megatron_cannot_honour_are_refused():
+    """megatron-core numbers positions 0..S-1 along a row: fine for one sequence per row with left or right padding,
+    wrong for rows that restart their positions (packed sequences) or have padding between real tokens."""
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0], [0, 0, 0, 0, 0]])
+    check_rope_positions((mask.cumsum(-1) - 1).clamp(min=0), mask)  # what the workers pass: one run per row
+    packed = torch.tensor([[0, 1, 2, 0, 1]])
+    with pytest.raises(ValueError, match=r"rows \[0\] have real tokens whose positions are not one consecutive run"):
+        check_rope_positions(packed, torch.ones(1, 5, dtype=torch.long))
+    gap = torch.tensor([[1, 0, 1, 1, 1]])
+    with pytest.raises(ValueError, match="packed sequences or padding between real tokens"):
+        check_rope_positions((gap.cumsum(-1) - 1).clamp(min=0), gap)
+
+
+def test_the_run_seed_reaches_the_model_parallel_rng_and_checkpoints_use_a_current_format(monkeypatch):
+    """`trainer.seed` seeds megatron's RNG tracker (it was always 42); the optimizer checkpoint names a sharding
+    type megatron-core's distributed optimizer implements and does not list as deprecated."""
+    import inspect
+
+    pytest.importorskip("megatron.core")
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    from skyrl_train.workers.strategy import megatron as megatron_strategy
+
+    monkeypatch.setattr(megatron_strategy, "require_megatron_runtime", lambda device: None)  # no CUDA here
+    section = SkyRLConfig.from_cli_overrides(["trainer.strategy=megatron"], validate=False).trainer.policy
+    assert MegatronStrategy.from_section(section, torch.device("cpu"), None, False, seed=1234).seed == 1234
+    chosen = megatron_strategy.OPTIMIZER_CHECKPOINT_METADATA["distrib_optim_sharding_type"]
+    doc = inspect.getdoc(DistributedOptimizer.sharded_state_dict)
+    current, deprecated = doc.split("Deprecated sharding formats:")
+    assert f"'{chosen}'" in current and f"'{chosen}'" not in deprecated
+    assert f"sharding_type == '{chosen}'" in inspect.getsource(DistributedOptimizer.sharded_state_dict)
 
 
 # ----- real GPTModel on CPU -------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def nccl_world_of_one():
-    pytest.importorskip("megatron.core", reason="needs megatron-core (pip install 'skyrl-train[megatron]')")
+    pytest.importorskip("megatron.core", reason="needs megatron-core (pip install -e './skyrl-train[megatron]')")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -1,0 +1,11 @@
+"""NovaSky-AI/SkyRL's example entrypoint at this module path, so SkyRL's run scripts start unchanged here.
+
+    python -m examples.flash_rl.main_dapo_flashrl <overrides> [--dry-run]
+
+Refused here by name: see `skyrl_train.entrypoints.upstream_modules` and docs/migrating-from-skyrl.md.
+"""
+
+from skyrl_train.entrypoints.upstream_modules import run_upstream_module
+
+if __name__ == "__main__":
+    run_upstream_module("examples.flash_rl.main_dapo_flashrl")

@@ -1,0 +1,81 @@
+"""Fixtures shared by the gym tests: a real BM25 retrieval server and the example MCP server on 127.0.0.1, and a URL
+nothing listens on."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from skyrl_gym.tools.retrieval_server import RetrievalServer
+
+
+@pytest.fixture(scope="module")
+def server(request, tmp_path_factory):
+    """A retrieval server over the requesting test module's `CORPUS` (a list of {id, title, text} rows)."""
+    corpus = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(row) for row in request.module.CORPUS), encoding="utf-8")
+    with RetrievalServer(corpus) as running:
+        yield running
+
+
+@pytest.fixture
+def closing():
+    """`closing(env)` returns `env` and closes it after the test, so no connection outlives the test."""
+    opened = []
+
+    def track(env):
+        opened.append(env)
+        return env
+
+    yield track
+    for env in reversed(opened):
+        env.close()
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    """An http URL on 127.0.0.1 whose port was just free: nothing listens there."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}"
+
+
+MCP_SERVER_SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "mcp" / "calculator_server.py"
+
+
+@pytest.fixture(scope="module")
+def mcp_http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Run the example MCP server (with its debug tools) over streamable HTTP on a free local port for the module;
+    yield its MCP URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = (tmp_path_factory.mktemp("mcp") / "server.log").open("w")
+    command = [sys.executable, str(MCP_SERVER_SCRIPT), "--transport", "http", "--port", str(port), "--debug-tools"]
+    process = subprocess.Popen(command, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, f"the HTTP MCP server exited early; see {log.name}"
+            assert time.monotonic() < deadline, "the HTTP MCP server did not start listening within 30 s"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()

@@ -1,0 +1,121 @@
+"""NovaSky-AI/SkyRL's entrypoint modules, run by this project: what each one means here, or which feature it needs.
+
+Upstream's run scripts start training with `python -m <module> <overrides>`: `skyrl_train.entrypoints.main_base`
+(legacy layout, this project's own module), `skyrl.train.entrypoints.main_base` (current layout) and example
+entrypoints such as `examples.algorithms.dapo.main_dapo`. This project ships those module paths (the `skyrl`
+namespace in skyrl-train, thin files under the repo's `examples/`) and each calls `run_upstream_module(name)`,
+which runs this project's `main_base` with the settings the upstream module implies (the async trainers are
+`trainer.mode` here), or refuses the run before anything starts, naming the feature this project lacks.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class UpstreamModule:
+    """What one upstream entrypoint module is here."""
+
+    overrides: tuple[str, ...] = ()
+    """Settings the upstream module implies, applied before the command line's."""
+    unsupported: str = ""
+    """The feature the module needs that this project does not have (the run is refused)."""
+    instead: str = ""
+    """What does that job here, if anything."""
+
+
+_DAPO = UpstreamModule()  # DAPO's soft overlong penalty: its `overlong_buffer.len` key switches it on (upstream_keys)
+_ONE_STEP_OFF = UpstreamModule(("trainer.mode=one_step_off",))
+_FULLY_ASYNC = UpstreamModule(("trainer.mode=fully_async",))
+_FLASH_RL = UpstreamModule(unsupported="FlashRL (int8/fp8 rollouts through a patched vLLM)")
+_MINI_SWE = UpstreamModule(
+    unsupported="SkyRL's mini-swe-agent integration (SWE-Gym tasks in docker)",
+    instead="skyrl-agent's mini_swe task trains on generated repositories in the subprocess sandbox (docs/skyrl-agent.md)",
+)
+_HARBOR = UpstreamModule(unsupported="the Harbor integration (Terminal-Bench, CodeContests)")
+_JUDGE = UpstreamModule(
+    unsupported="SkyRL's LLM-as-a-judge example environment",
+    instead="a reward.function can call a judge model (docs/rewards.md)",
+)
+_MULTIPLY = UpstreamModule(
+    unsupported="SkyRL's multiply example environment",
+    instead="the built-in arithmetic environment, or your own (docs/custom-env-training.md)",
+)
+_DISTILL = UpstreamModule(unsupported="on-policy distillation (a teacher model's log-probs as the reward)")
+_GENERATE = UpstreamModule(unsupported="generation-only runs (evaluation without training)")
+_CUSTOM = UpstreamModule()  # the example files register their estimator / loss with this project's registries
+
+UPSTREAM_MODULES: dict[str, UpstreamModule] = {
+    "skyrl.train.entrypoints.main_base": UpstreamModule(),
+    "skyrl.train.entrypoints.main_generate": _GENERATE,
+    "skyrl_train.entrypoints.main_generate": _GENERATE,
+    **{
+        f"examples.{layout}{path}": module
+        for layout in ("", "train.")
+        for path, module in (
+            ("algorithms.dapo.main_dapo", _DAPO),
+            ("tis_correction.main_tis_dapo", _DAPO),
+            ("async.main_async", _ONE_STEP_OFF),
+            ("fully_async.main_fully_async", _FULLY_ASYNC),
+            ("mini_swe_agent.main_mini_swe", _MINI_SWE),
+            ("llm_as_a_judge.main_llm_judge", _JUDGE),
+            ("multiply.main_multiply", _MULTIPLY),
+            ("on_policy_distillation.main_on_policy_distill", _DISTILL),
+        )
+    },
+    "examples.flash_rl.main_dapo_flashrl": _FLASH_RL,
+    "examples.harbor.entrypoints.main_harbor": _HARBOR,
+    "examples.harbor.entrypoints.main_harbor_generate": _HARBOR,
+    "examples.algorithm.custom_advantage_estimator.main_custom_adv_est": _CUSTOM,
+    "examples.algorithm.custom_policy_loss.main_custom_policy_loss": _CUSTOM,
+    "examples.train.algorithms.custom_advantage_estimator.main_custom_adv_est": _CUSTOM,
+    "examples.train.algorithms.custom_policy_loss.main_custom_policy_loss": _CUSTOM,
+    "examples.train.algorithms.dapo.main_dapo_fully_async": _FULLY_ASYNC,
+    "examples.train.fully_async.main_fully_async_sim": UpstreamModule(
+        unsupported="simulated training (SkyRL's generation benchmark)"
+    ),
+    "examples.train.rlm.main_rlm": UpstreamModule(unsupported="SkyRL's recursive-LM (RLM) environments"),
+}
+"""Every upstream entrypoint module an upstream run script calls, by module path."""
+
+
+def refusal(name: str, module: UpstreamModule) -> str:
+    """The message refusing a run of `name`, naming the feature it needs."""
+    message = f"config error: {name} needs {module.unsupported}, which is not supported here"
+    return message + (f"; {module.instead}" if module.instead else "")
+
+
+def run_upstream_module(name: str, argv: Optional[Sequence[str]] = None) -> None:
+    """Run upstream module `name` here on the command line `argv` (default: the process arguments)."""
+    from skyrl_train.config.cli import CONFIG_ERROR_EXIT_CODE
+    from skyrl_train.entrypoints.main_base import main
+
+    module = UPSTREAM_MODULES[name]
+    if module.unsupported:
+        print(refusal(name, module), file=sys.stderr)
+        raise SystemExit(CONFIG_ERROR_EXIT_CODE)
+    main(argv, upstream_module=True, extra_overrides=module.overrides)
+
+
+def render_modules_markdown() -> str:
+    """The module-path section of `docs/reference/skyrl-keys.md` (rendered by `scripts/gen_config_docs.py`)."""
+    lines = [
+        "## Entrypoint modules",
+        "",
+        "Run from this repo's root (the `examples.*` paths are files under `examples/`).",
+        "",
+        "| SkyRL module | here |",
+        "|---|---|",
+        "| `skyrl_train.entrypoints.main_base` | this project's `main_base` |",
+    ]
+    for name, module in UPSTREAM_MODULES.items():
+        if module.unsupported:
+            here = f"refused: needs {module.unsupported}" + (f"; {module.instead}" if module.instead else "")
+        else:
+            here = "`main_base`" + (f" with `{' '.join(module.overrides)}`" if module.overrides else "")
+        lines.append(f"| `{name}` | {here.replace('|', chr(92) + '|')} |")
+    return "\n".join(lines) + "\n"

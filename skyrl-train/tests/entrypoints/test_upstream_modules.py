@@ -1,0 +1,157 @@
+"""NovaSky-AI/SkyRL's entrypoint module paths run this project: `skyrl.train.entrypoints.main_base` (the `skyrl`
+namespace skyrl-train ships), `skyrl_train.entrypoints.main_base`, and the example entrypoints under the repo's
+`examples/` (run from the repo root, as upstream's scripts are); modules needing a feature this project lacks refuse
+by name before anything starts."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from skyrl_train.entrypoints.upstream_modules import UPSTREAM_MODULES, run_upstream_module
+
+REPO = Path(__file__).resolve().parents[3]
+UPSTREAM_SCRIPT = [  # overrides as SkyRL's current gsm8k script writes them, shrunk to one CPU worker
+    "trainer.strategy=fsdp",
+    "trainer.max_prompt_length=256",
+    "trainer.policy.optimizer_config.lr=2.0e-6",
+    "trainer.resume_mode=null",
+    "generator.inference_engine.run_engines_locally=true",
+    "generator.inference_engine.weight_sync_backend=nccl",
+    "trainer.train_batch_size=8",
+    "trainer.policy_mini_batch_size=8",
+]
+
+
+def dry_run(module: str, *args: str, capsys) -> tuple[int, str, str]:
+    code = 0
+    try:
+        run_upstream_module(module, [*args, "--dry-run"])
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_every_upstream_module_path_exists_and_runs_its_own_entry():
+    sys.path.insert(0, str(REPO))
+    try:
+        for name in UPSTREAM_MODULES:
+            spec = importlib.util.find_spec(name)
+            assert spec is not None and spec.origin, name
+            assert f'run_upstream_module("{name}")' in Path(spec.origin).read_text(), name
+    finally:
+        sys.path.remove(str(REPO))
+
+
+def test_the_async_example_entrypoints_set_the_trainer_mode(capsys):
+    for module, mode in (
+        ("examples.async.main_async", "one_step_off"),
+        ("examples.train.fully_async.main_fully_async", "fully_async"),
+    ):
+        code, out, err = dry_run(module, "trainer.placement.colocate_all=false", capsys=capsys)
+        assert code == 0, err
+        assert f'mode: "{mode}"' in out
+
+
+def test_dapo_entrypoint_with_the_legacy_buffer_keys_turns_the_penalty_on(capsys):
+    code, out, err = dry_run(
+        "examples.algorithms.dapo.main_dapo",
+        "+trainer.algorithm.overlong_buffer.len=512",
+        "+trainer.algorithm.overlong_buffer.penalty_factor=1.0",
+        capsys=capsys,
+    )
+    assert code == 0, err
+    buffer = OmegaConf.create(out.split("# resolved SkyRL config\n", 1)[1]).trainer.algorithm.overlong_buffer
+    assert buffer.enabled is True and buffer.length == 512
+
+
+@pytest.mark.parametrize("module", [name for name, module in UPSTREAM_MODULES.items() if module.unsupported])
+def test_modules_needing_a_missing_feature_refuse_by_name(module, capsys):
+    code, out, err = dry_run(module, "trainer.seed=1", capsys=capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"config error: {module} needs ") and "which is not supported here" in err
+
+
+@pytest.mark.integration
+def test_python_m_skyrl_train_main_base_runs_ours_and_says_what_it_translated(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "skyrl.train.entrypoints.main_base", *UPSTREAM_SCRIPT, "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("config note: trainer.strategy=fsdp: runs FSDP2") == 1
+    assert "config warning: trainer.hf_save_interval=-1" in result.stderr
+    header, resolved = result.stdout.split("# resolved SkyRL config\n", 1)
+    assert "#   trainer.max_prompt_length=256 -> data.max_prompt_length=256" in header
+    assert "#   trainer.policy.optimizer_config.lr=2.0e-6 -> trainer.policy.optimizer.lr=2.0e-6" in header
+    cfg = OmegaConf.create(resolved)
+    assert cfg.trainer.strategy == "fsdp2" and cfg.trainer.resume_mode == "none"
+    assert cfg.data.max_prompt_length == 256 and cfg.trainer.policy.optimizer.lr == 2.0e-6
+    assert cfg.generator.inference_engine.weight_sync_backend == "auto"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.integration
+def test_an_example_module_path_runs_from_the_repo_root_and_a_missing_feature_exits_2():
+    ok = subprocess.run(
+        [sys.executable, "-m", "examples.train.algorithms.dapo.main_dapo", *UPSTREAM_SCRIPT, "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    refused = subprocess.run(
+        [sys.executable, "-m", "examples.flash_rl.main_dapo_flashrl", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        check=False,
+    )
+    assert refused.returncode == 2 and "FlashRL" in refused.stderr and "not supported here" in refused.stderr
+
+
+def test_the_custom_estimator_and_loss_examples_register_what_their_scripts_select(capsys):
+    sys.path.insert(0, str(REPO))
+    try:
+        from examples.algorithm.custom_advantage_estimator.main_custom_adv_est import simple_baseline
+        from examples.algorithm.custom_policy_loss.main_custom_policy_loss import reinforce_loss
+    finally:
+        sys.path.remove(str(REPO))
+    rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    advantages, _ = simple_baseline(token_level_rewards=rewards, response_mask=mask)
+    # scores 1, 0, 3 -> mean 4/3 -> -1/3, -4/3, 5/3 on the valid tokens
+    expected = torch.tensor([[-1 / 3, -1 / 3, 0.0], [-4 / 3] * 3, [5 / 3] * 3])
+    assert torch.allclose(advantages, expected)
+    log_probs = torch.tensor([[-1.0, -2.0, -9.0]], requires_grad=True)
+    loss, _ = reinforce_loss(
+        log_probs=log_probs,
+        old_log_probs=None,
+        advantages=torch.tensor([[2.0, 2.0, 2.0]]),
+        loss_mask=torch.tensor([[1.0, 1.0, 0.0]]),
+        config={"loss_reduction": "token_mean"},
+    )
+    assert loss.item() == pytest.approx(3.0)  # -(-1 * 2 + -2 * 2) / 2 valid tokens
+    for module, key, name in (
+        (
+            "examples.train.algorithms.custom_advantage_estimator.main_custom_adv_est",
+            "advantage_estimator",
+            "simple_baseline",
+        ),
+        ("examples.algorithm.custom_policy_loss.main_custom_policy_loss", "policy_loss_type", "reinforce"),
+    ):
+        code, out, err = dry_run(module, f"trainer.algorithm.{key}={name}", capsys=capsys)
+        assert code == 0, err
+        assert f'{key}: "{name}"' in out

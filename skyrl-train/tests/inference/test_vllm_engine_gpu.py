@@ -1,0 +1,79 @@
+"""The vllm engine's GPU-only parts: which CUDA device it accepts (checked anywhere, before vLLM is imported), and
+vLLM's sleep mode on CUDA at both levels with a weight sync after waking (GPU and vLLM's CUDA build only)."""
+
+import asyncio
+import importlib.util
+
+import pytest
+import torch
+
+from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
+from skyrl_train.inference.vllm_engine import VLLMInferenceEngine, check_vllm_device, memory_problem
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+
+
+def test_only_the_first_visible_gpu_is_accepted_since_vllm_takes_no_device():
+    check_vllm_device("cpu")
+    check_vllm_device("cuda")
+    check_vllm_device("cuda:0")
+    with pytest.raises(ValueError, match="cannot run on cuda:1.*CUDA_VISIBLE_DEVICES=1 and use device=cuda"):
+        check_vllm_device("cuda:1")
+    with pytest.raises(ValueError, match="cannot run on cuda:2"):
+        VLLMInferenceEngine("/no/model", device="cuda:2")  # refused before vLLM is imported or a model read
+
+
+def test_an_engine_that_would_not_fit_next_to_the_colocated_workers_names_the_keys_to_change():
+    gib = 1024**3
+    assert memory_problem(free=70 * gib, total=80 * gib, utilization=0.8) is None
+    problem = memory_problem(free=50 * gib, total=80 * gib, utilization=0.8)
+    assert "asks vLLM for 64.0 GiB of this GPU's 80.0 GiB, but 50.0 GiB is free" in problem
+    assert "gpu_memory_utilization to at most 0.6," in problem and "fsdp.cpu_offload=true" in problem
+
+
+GREEDY = SamplingParams(max_tokens=8, temperature=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="vLLM's sleep mode needs a CUDA GPU")
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+@pytest.mark.parametrize("level", [1, 2])
+def test_sleep_frees_gpu_memory_and_a_sync_after_waking_serves_the_new_weights(tmp_path, level):
+    tokenizer = build_char_tokenizer()
+    old, new = build_tiny_model(TinyModelSpec(size=2), seed=0), build_tiny_model(TinyModelSpec(size=2), seed=1)
+    with torch.no_grad():
+        for parameter in new.parameters():
+            parameter.mul_(3.0)  # a clearly different greedy continuation
+    old.save_pretrained(tmp_path)
+    save_tokenizer(tokenizer, tmp_path)
+    engine = VLLMInferenceEngine(str(tmp_path), dtype="float32", device="cuda", gpu_memory_utilization=0.3)
+    prompt = [list(tokenizer("12+34=")["input_ids"])]
+    request = InferenceEngineInput(prompt_token_ids=prompt, sampling_params=GREEDY)
+
+    async def scenario():
+        before = (await engine.generate(request)).response_ids
+        free_awake = torch.cuda.mem_get_info()[0]
+        await engine.sleep(level=level)
+        free_asleep = torch.cuda.mem_get_info()[0]
+        await engine.wake_up()
+        await engine.update_weights(new.state_dict().items(), version=1)
+        after = await engine.generate(request)
+        return before, free_awake, free_asleep, after
+
+    try:
+        before, free_awake, free_asleep, after = asyncio.run(scenario())
+    finally:
+        asyncio.run(engine.teardown())
+    assert free_asleep - free_awake > 0.2 * torch.cuda.mem_get_info()[1]  # the KV cache (and weights) left the GPU
+    assert after.weight_version == 1
+    assert _is_greedy(old, prompt[0], before[0]) and _is_greedy(new, prompt[0], after.response_ids[0])
+
+
+def _is_greedy(model, prompt, response, tolerance=1e-4):
+    """Every response token is (up to ties) the most likely next token under `model` (fp32 forward on CPU)."""
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], dim=-1)
+    chosen = logprobs.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
+    return bool((chosen >= logprobs.max(dim=-1).values - tolerance).all())
