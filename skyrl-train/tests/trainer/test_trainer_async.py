@@ -125,8 +125,14 @@ def test_one_step_off_trains_on_data_at_most_one_version_old(ray_cluster, make_c
 def test_a_killed_fully_async_run_resumes_without_losing_or_repeating_prompts(
     ray_cluster, make_config, addition, tmp_path
 ):
-    steps = ("trainer.mode=fully_async", "trainer.async_rl.max_staleness=1", "trainer.ckpt_interval=1")
+    steps = (
+        "trainer.mode=fully_async",
+        "trainer.async_rl.max_staleness=1",
+        "trainer.async_rl.weight_update_boundary=token",  # partial rollouts: syncs land inside running rollouts
+        "trainer.ckpt_interval=1",
+    )
     first = BasePPOExp(_config(make_config, addition, tmp_path / "a", *steps, "trainer.max_training_steps=3"))
+    assert first.cfg.in_flight_weight_updates()
     first.run()
     # "killed after step 2": the step-2 checkpoint holds the prompts drawn but not trained at that moment
     shutil.rmtree(tmp_path / "a" / "ckpts" / "global_step_3")
