@@ -488,7 +488,13 @@ def main() -> None:
     print("\n".join(curve_table(rows, args.window)))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        record = {"benchmark": "async_vs_sync", "steps": args.steps, "delay_ms": args.delay_ms, "window": args.window}
+        delays = sorted({CONFIGS[config].delay_ms or args.delay_ms for config in args.configs})
+        record = {
+            "benchmark": "async_vs_sync",
+            "steps": args.steps,
+            "delay_ms": ", ".join(delays),
+            "window": args.window,
+        }
         record["repeats"] = args.repeats
         record["overrides"] = args.overrides
         record["arguments"] = sys.argv[1:]

@@ -337,7 +337,9 @@ def render_async_vs_sync(data: dict, name: str) -> str:
     load = data.get("load_average_1min")
     loads = f", 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end" if load else ""
     arguments = data.get("arguments")
-    command = f"python benchmarks/async_vs_sync.py {' '.join(arguments)}" if arguments else "benchmarks/async_vs_sync.py"
+    command = (
+        f"python benchmarks/async_vs_sync.py {' '.join(arguments)}" if arguments else "benchmarks/async_vs_sync.py"
+    )
     lines.append(
         f"{data['steps']} steps, {runs_note}, API wait {data['delay_ms']} ms{overrides_note(data)}. Measured on "
         f"{data.get('machine', 'a 2-CPU machine')}, {data.get('date', 'a date the file does not record')}{loads} "
@@ -419,7 +421,7 @@ def render_async_timeline(data: dict) -> str:
         "",
         f"![timeline]({data['image']})",
         "",
-        f"Seconds {low:g}-{high:g} of `{data['run']}`, from the run's own `timeline.jsonl` "
+        f"Seconds {low:.0f}-{high:.0f} of `{data['run']}`, from the run's own `timeline.jsonl` "
         f"(`trainer.record_timeline=true`; drawn by `scripts/plot_timeline.py`). Measured on {data['machine']}, "
         f"{data['date']}.",
     ]

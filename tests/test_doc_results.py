@@ -231,7 +231,9 @@ def test_renders_any_async_vs_sync_file_with_ratios_to_sync(tmp_path):
     text = renderer.rendered_page(page, tmp_path)
     assert "| sync | 11.0 | 1.00x | 0.100±0.000 / 0.200±0.000 / 0.300±0.000 / 0.400±0.000 | 0.400±0.100 |" in text
     assert "| fully_async | 25.0 | 2.27x | 0.100 / 0.200 / 0.300 / 0.400 | 0.300 |" in text
-    assert "load average 1.0 at the start and 2.0 at the end (`benchmarks/results/async_vs_sync_new_config.json`, " in text
+    assert (
+        "load average 1.0 at the start and 2.0 at the end (`benchmarks/results/async_vs_sync_new_config.json`, " in text
+    )
     assert "`python benchmarks/async_vs_sync.py --steps 4`)." in text
     for key in ("arguments", "load_average_1min", "repeats", "machine", "date"):  # older files lack these
         del data[key]
@@ -268,7 +270,7 @@ def test_renders_the_off_policy_corrections_and_the_timeline(tmp_path):
         in text
     )
     assert "| tis | `tis_ratio_type=token` | " in text and "| 0.0012 | 0.50 % |" in text
-    assert "| engine 0 | 90 % |" in text and "![timeline](x.png)" in text and "Seconds 0-30.5 of `a run`" in text
+    assert "| engine 0 | 90 % |" in text and "![timeline](x.png)" in text and "Seconds 0-30 of `a run`" in text
 
 
 def test_renders_the_quickstart_modes_with_each_seeds_gap_to_sync(tmp_path):
