@@ -388,16 +388,16 @@ def render_off_policy_corrections(data: dict) -> str:
     """benchmarks/off_policy_corrections.py: per correction, reward after each quarter of the steps and held-out
     accuracy (mean ± standard error), and the mismatch KL and clip/mask fractions the runs logged."""
     lines = [
-        "| run | overrides | reward after 25 / 50 / 75 / 100 % of the steps | held-out | mismatch KL | clipped / masked |",
+        "| run | overrides | reward after 25 / 50 / 75 / 100 % of the steps | held-out | mismatch KL | tokens clipped / masked |",
         "|---|---|---|---|---|---|",
     ]
     for name, row in data["summary"].items():
-        overrides = ", ".join(f"`{o.rsplit('.', 1)[1]}`" for o in data["corrections"][name]) or "(sync)"
+        overrides = ", ".join(f"`{o.split('off_policy_correction.', 1)[-1]}`" for o in data["corrections"][name])
+        overrides = overrides or "(sync)"
         quarters = " / ".join(f"{mean:.3f} ± {error:.3f}" for mean, error in row["quarters"])
         kl = f"{row['mismatch_kl']:.4f}" if "mismatch_kl" in row else "–"
-        shares = [
-            f"{100 * row[key]:.2f} %" for key in ("tis_clip_frac", "token_mask_frac", "geo_mask_frac") if key in row
-        ]
+        labels = {"tis_clip_frac": "TIS-clipped", "token_mask_frac": "token-masked", "geo_mask_frac": "sequence-masked"}
+        shares = [f"{label} {100 * row[key]:.2f} %" for key, label in labels.items() if key in row]
         accuracy = f"{row['accuracy'][0]:.3f} ± {row['accuracy'][1]:.3f}"
         lines.append(f"| {name} | {overrides} | {quarters} | {accuracy} | {kl} | {' / '.join(shares) or '–'} |")
     load = data["load_average_1min"]

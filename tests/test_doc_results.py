@@ -269,7 +269,7 @@ def test_renders_the_off_policy_corrections_and_the_timeline(tmp_path):
         "| sync | (sync) | 0.100 ± 0.010 / 0.100 ± 0.010 / 0.100 ± 0.010 / 0.100 ± 0.010 | 0.500 ± 0.020 | – | – |"
         in text
     )
-    assert "| tis | `tis_ratio_type=token` | " in text and "| 0.0012 | 0.50 % |" in text
+    assert "| tis | `tis_ratio_type=token` | " in text and "| 0.0012 | TIS-clipped 0.50 % |" in text
     assert "| engine 0 | 90 % |" in text and "![timeline](x.png)" in text and "Seconds 0-30 of `a run`" in text
 
 
