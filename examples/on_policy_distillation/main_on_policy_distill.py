@@ -2,7 +2,7 @@
 
     python -m examples.on_policy_distillation.main_on_policy_distill <overrides> [--dry-run]
 
-Refused here by name: see `skyrl_train.entrypoints.upstream_modules` and docs/migrating-from-skyrl.md.
+Runs this project's main_base: see `skyrl_train.entrypoints.upstream_modules` and docs/migrating-from-skyrl.md.
 """
 
 from skyrl_train.entrypoints.upstream_modules import run_upstream_module

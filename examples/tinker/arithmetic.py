@@ -3,6 +3,7 @@ through a tinker SamplingClient. Shared by `sl_loop.py` and `rl_loop.py`."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import tempfile
@@ -44,6 +45,18 @@ def held_out_accuracy(sampler: tinker.SamplingClient, tokenizer: Any, rows: list
     futures = [sampler.sample(types.ModelInput.from_ints(prompt_tokens(tokenizer, row)), 1, greedy) for row in rows]
     answers = [tokenizer.decode(f.result().sequences[0].tokens, skip_special_tokens=True) for f in futures]
     return sum(reward(row, answer) for row, answer in zip(rows, answers)) / len(rows)
+
+
+def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options both loops take: which server (`--base-url`, `--api-key`), the held-out size and the seed."""
+    parser.add_argument("--base-url", default=None, help="a running server (default: TINKER_BASE_URL, else start one)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("TINKER_API_KEY", "tml-local"),
+        help="X-API-Key (default $TINKER_API_KEY); a server this script starts accepts it",
+    )
+    parser.add_argument("--eval-size", type=int, default=256, help="held-out problems, at most 256")
+    parser.add_argument("--seed", type=int, default=0)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
 import sys
 import time
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from arithmetic import (  # noqa: E402  (the shared task helpers next to this file)
     BASE_MODEL,
     MAX_TOKENS,
+    add_shared_arguments,
     held_out_accuracy,
     load_problems,
     prompt_tokens,
@@ -40,12 +40,7 @@ from arithmetic import (  # noqa: E402  (the shared task helpers next to this fi
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     """Run length, batch shape, loss, learning rate, evaluation."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base-url", default=None, help="a running server (default: TINKER_BASE_URL, else start one)")
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("TINKER_API_KEY", "tml-local"),
-        help="X-API-Key (default $TINKER_API_KEY); a server this script starts accepts it",
-    )
+    add_shared_arguments(parser)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--prompts", type=int, default=32, help="prompts per step")
     parser.add_argument("--group", type=int, default=8, help="answers per prompt")
@@ -56,9 +51,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument(
         "--train-unembed", action="store_true", help="also put LoRA on the unembedding (Tinker's default; off here)"
     )
-    parser.add_argument("--eval-size", type=int, default=256, help="held-out problems, at most 256")
     parser.add_argument("--eval-every", type=int, default=50, help="steps between evaluations (0: first and last)")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if min(args.steps, args.prompts, args.group, args.rank) < 1 or not 1 <= args.eval_size <= 256:
         parser.error("--steps, --prompts, --group and --rank must be >= 1 and --eval-size in [1, 256]")

@@ -12,7 +12,6 @@ weights for the held-out evaluation. The last line is `sl_loop: held-out accurac
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import time
@@ -23,24 +22,24 @@ import tinker
 from tinker import types
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arithmetic import BASE_MODEL, held_out_accuracy, load_problems, prompt_tokens, server_url  # noqa: E402
+from arithmetic import (  # noqa: E402  (the shared task helpers next to this file)
+    BASE_MODEL,
+    add_shared_arguments,
+    held_out_accuracy,
+    load_problems,
+    prompt_tokens,
+    server_url,
+)
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     """Run length, batch size, learning rate, evaluation."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base-url", default=None, help="a running server (default: TINKER_BASE_URL, else start one)")
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("TINKER_API_KEY", "tml-local"),
-        help="X-API-Key (default $TINKER_API_KEY); a server this script starts accepts it",
-    )
+    add_shared_arguments(parser)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch", type=int, default=64, help="examples per step")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank")
-    parser.add_argument("--eval-size", type=int, default=256, help="held-out problems, at most 256")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if min(args.steps, args.batch, args.rank) < 1 or not 1 <= args.eval_size <= 256:
         parser.error("--steps, --batch and --rank must be >= 1 and --eval-size in [1, 256]")

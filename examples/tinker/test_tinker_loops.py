@@ -19,12 +19,15 @@ def _load(name: str):
     return module
 
 
+# Both loops train for real through a local server: minutes on a loaded 2-core machine, past the suite's 300 s default.
+@pytest.mark.timeout(900)
 def test_sl_loop_learns_the_answers(monkeypatch):
     monkeypatch.delenv("TINKER_BASE_URL", raising=False)
     before, after = _load("sl_loop").main(["--steps", "40", "--eval-size", "128"])
     assert after >= before + 0.1, (before, after)
 
 
+@pytest.mark.timeout(900)
 def test_rl_loop_raises_held_out_accuracy(monkeypatch):
     monkeypatch.delenv("TINKER_BASE_URL", raising=False)
     # 80 steps (the cosine schedule ends with them) of the default 300. The embedded model is warm-started on the

@@ -1,6 +1,6 @@
 """`RayPPOTrainer`: the RL loop, every `trainer.mode`. One step reads top to bottom:
 
-    rollouts -> old/ref log-probs and values -> KL in reward -> advantages -> critic and policy updates -> publish
+    rollouts -> old/ref log-probs and values -> KL in reward (or distillation) -> advantages -> updates -> publish
 
 Each arrow is one call into one room: the mode's rollout source (`rollouts.sources`: generation, reward shaping,
 dynamic sampling), the role clients (`workers.roles`: FSDP2 ranks on Ray), the algorithm library (KL, advantages)
@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from skyrl_train.algorithms import compute_advantages, kl_estimate, kl_in_reward, make_kl_controller
+from skyrl_train.algorithms import (
+    compute_advantages,
+    distillation_rewards,
+    kl_estimate,
+    kl_in_reward,
+    make_kl_controller,
+)
 from skyrl_train.algorithms.masked import masked_mean, masked_whiten
 from skyrl_train.config.run_plan import RunPlan
 from skyrl_train.evaluation import evaluate
@@ -43,6 +49,7 @@ from skyrl_train.rollouts import (
 )
 from skyrl_train.trainer_checkpoints import TrainerCheckpoints
 from skyrl_train.training_batch import TrainingBatch
+from skyrl_train.utils.batch_dump import BatchDump
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.timeline import RunTimeline, timeline_sources
 from skyrl_train.utils.timer import PhaseTimer
@@ -117,6 +124,7 @@ class RayPPOTrainer:
             ctrl = self.algorithm.kl_ctrl
             self.kl_controller = make_kl_controller(ctrl.type, ctrl.kl_coef, ctrl.kl_target, ctrl.horizon)
         self.checkpoints = TrainerCheckpoints(cfg, policy, critic, train_loader)
+        self.batch_dump = BatchDump.from_config(cfg)  # trainer.dump_data_batch
         self.prompts = PromptSource(train_loader, cfg.trainer.epochs, cfg.trainer.train_batch_size)
         self.source = self.make_rollout_source()
         self.health = HealthMonitor.from_config(cfg)
@@ -234,8 +242,13 @@ class RayPPOTrainer:
                 old_logprobs, ref_logprobs, values = await self.forward_passes(batch)
             if self.kl_controller is not None:
                 metrics.update(self.apply_kl_in_reward(batch, old_logprobs, ref_logprobs))
+            if self.algorithm.on_policy_distillation:
+                metrics.update(self.apply_distillation_reward(batch, old_logprobs, ref_logprobs))
             with timer("advantages"):
                 advantages, returns = self.advantages(batch, values)
+            self.batch_dump.write(
+                self.global_step, batch, timer, advantages, returns, old_logprobs, ref_logprobs, values
+            )
             if self.critic is not None:
                 with timer("train_critic"):
                     metrics.update(await self.critic.update(batch, returns, values))
@@ -350,6 +363,14 @@ class RayPPOTrainer:
             "reward/kl_sequence_sum": float(kl["kl"]),
             "reward/kl_token_mean": float(kl["kl_token_mean"]),
         }
+
+    def apply_distillation_reward(
+        self, batch: TrainingBatch, old_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor
+    ) -> dict[str, float]:
+        """On-policy distillation: the rewards become log p_teacher - log p_policy per generated token (the env's
+        rewards, already logged, are dropped; `algorithms.kl.distillation_rewards`)."""
+        batch.token_rewards, gap = distillation_rewards(old_logprobs, teacher_logprobs, batch.valid_response_mask)
+        return {f"distillation/teacher_{name}": float(value) for name, value in gap.items()}
 
     def advantages(self, batch: TrainingBatch, values: Optional[torch.Tensor]):
         """Advantages and returns from the configured estimator (`trainer.algorithm.advantage_estimator`), over the

@@ -34,6 +34,105 @@ def _build_tiny_reward_model(directory, tokenizer=None, seed: int = 0, scale: fl
     return str(directory)
 
 
+@pytest.fixture
+def make_trajectory():
+    """`make_trajectory(uid, reward, length=2, **fields)`: a single-turn trajectory of `length` generated tokens,
+    all in the loss, with `reward` on the last one; `fields` set any other `Trajectory` field (e.g. `env_error`)."""
+    from skyrl_train.generators.types import Trajectory
+
+    def make(uid: str, reward: float, length: int = 2, **fields) -> Trajectory:
+        settings = dict(
+            uid=uid,
+            env_class="t",
+            prompt_token_ids=[1],
+            response_ids=[5] * length,
+            loss_mask=[1] * length,
+            token_rewards=[0.0] * (length - 1) + [reward],
+            rollout_logprobs=None,
+            stop_reason="stop",
+            num_turns=1,
+            weight_version=0,
+        )
+        return Trajectory(**{**settings, **fields})
+
+    return make
+
+
+def _varied_tiny_model(seed: int = 0):
+    from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+
+    model = build_tiny_model(TinyModelSpec(size=2), seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    return model
+
+
+def _save_varied_tiny_model(directory, seed: int = 0) -> str:
+    from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+
+    _varied_tiny_model(seed).save_pretrained(directory)
+    save_tokenizer(build_char_tokenizer(), directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def varied_tiny_model():
+    """`varied_tiny_model(seed)`: a size-2 tiny model with N(0, 0.5) weights drawn from `seed`. Default-initialised
+    tiny models all repeat one token greedily, so tests that need outputs (or weights) to differ use this one."""
+    return _varied_tiny_model
+
+
+@pytest.fixture(scope="session")
+def save_varied_tiny_model():
+    """`save_varied_tiny_model(directory, seed)`: that model and the char tokenizer saved in `directory`; its path."""
+    return _save_varied_tiny_model
+
+
+def _tiny_hf_config(model_type: str, **overrides):
+    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3MoeConfig
+
+    shared = dict(num_hidden_layers=2, num_key_value_heads=2, tie_word_embeddings=False)
+    moe = dict(shared, vocab_size=64, hidden_size=32, num_attention_heads=4, max_position_embeddings=64)
+    # an odd vocabulary exercises the vocabulary padding for tp=2
+    dense = dict(
+        shared, vocab_size=101, hidden_size=64, intermediate_size=96, num_attention_heads=8, max_position_embeddings=128
+    )
+    settings = {
+        "llama": dense,
+        "qwen2": dense,
+        "qwen3_moe": dict(
+            moe, intermediate_size=48, moe_intermediate_size=16, head_dim=8, num_experts=4, num_experts_per_tok=2
+        ),
+        "qwen2_moe": dict(
+            moe,
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            num_experts=4,
+            num_experts_per_tok=2,
+            shared_expert_intermediate_size=24,
+        ),
+        "mixtral": dict(moe, intermediate_size=16, num_local_experts=4, num_experts_per_tok=2),
+    }[model_type]
+    classes = {
+        "llama": LlamaConfig,
+        "qwen2": Qwen2Config,
+        "qwen3_moe": Qwen3MoeConfig,
+        "qwen2_moe": Qwen2MoeConfig,
+        "mixtral": MixtralConfig,
+    }
+    return classes[model_type](**dict(settings, **overrides))
+
+
+@pytest.fixture
+def tiny_hf_config():
+    """`tiny_hf_config(model_type, **overrides)`: a 2-layer HF config of `llama`, `qwen2` (dense, the same sizes),
+    `qwen3_moe`, `qwen2_moe` or `mixtral` (4 experts, top-2), for tests that need an architecture other than the
+    tiny model's: small enough that its weights convert to Megatron and back in milliseconds."""
+    return _tiny_hf_config
+
+
 @pytest.fixture(scope="session")
 def build_reward_model():
     """`build_reward_model(directory, tokenizer=None, seed=0, scale=0.3) -> path`: save a tiny reward model."""

@@ -2,7 +2,7 @@
 
     python -m examples.train.llm_as_a_judge.main_llm_judge <overrides> [--dry-run]
 
-Refused here by name: see `skyrl_train.entrypoints.upstream_modules` and docs/migrating-from-skyrl.md.
+Runs this project's main_base: see `skyrl_train.entrypoints.upstream_modules` and docs/migrating-from-skyrl.md.
 """
 
 from skyrl_train.entrypoints.upstream_modules import run_upstream_module

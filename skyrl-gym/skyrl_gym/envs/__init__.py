@@ -19,6 +19,8 @@ BUILTIN_ENVS: dict[str, str] = {
     "searchcode": "skyrl_gym.envs.searchcode.env:SearchCodeEnv",
     "mcp": "skyrl_gym.envs.mcp.env:MCPEnv",
     "openenv": "skyrl_gym.envs.openenv.env:OpenEnvEnv",
+    "multiply": "skyrl_gym.envs.multiply.env:MultiplyEnv",
+    "llm_as_a_judge": "skyrl_gym.envs.llm_judge.env:LLMJudgeEnv",
 }
 
 for _env_id, _entry_point in BUILTIN_ENVS.items():

@@ -7,10 +7,11 @@ import logging
 import os
 import secrets
 import shutil
-import stat
 import tempfile
 from collections.abc import Mapping
 from typing import Optional
+
+from skyrl_gym.sandbox.child.kernel import first_blocked_ancestor
 
 logger = logging.getLogger("skyrl_gym.sandbox")
 
@@ -31,27 +32,16 @@ def choose_identity(drop_privileges: bool, sandbox_uid: Optional[int]) -> tuple[
     return uid, uid
 
 
-def _traversable_by(path: str, uid: int, gid: int) -> bool:
-    info = os.stat(path)
-    if info.st_uid == uid:
-        return bool(info.st_mode & stat.S_IXUSR)
-    if info.st_gid == gid:
-        return bool(info.st_mode & stat.S_IXGRP)
-    return bool(info.st_mode & stat.S_IXOTH)
-
-
 def create_workdir(base_dir: Optional[str], uid: Optional[int], gid: Optional[int]) -> str:
     """Create a private (0700) directory for one run, owned by the run's uid when it differs from ours."""
     base = os.path.realpath(base_dir or tempfile.gettempdir())
     if uid is not None:
-        current = "/"
-        for part in base.strip("/").split("/"):
-            current = os.path.join(current, part) if part else current
-            if not _traversable_by(current, uid, gid):
-                raise ValueError(
-                    f"sandbox base_dir {base} is not reachable by the sandbox uid {uid} ({current} is closed); "
-                    "choose a base_dir under a world-traversable directory such as /tmp"
-                )
+        blocked = first_blocked_ancestor(base, uid, gid)
+        if blocked is not None:
+            raise ValueError(
+                f"sandbox base_dir {base} is not reachable by the sandbox uid {uid} ({blocked} is closed); "
+                "choose a base_dir under a world-traversable directory such as /tmp"
+            )
     path = tempfile.mkdtemp(prefix="skyrl-sandbox-", dir=base)
     if uid is not None:
         os.chown(path, uid, gid)

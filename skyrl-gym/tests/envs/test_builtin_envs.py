@@ -8,6 +8,7 @@ import pytest
 import skyrl_gym
 from skyrl_gym import EnvStateError
 from skyrl_gym.envs import BUILTIN_ENVS
+from skyrl_gym.envs.llm_judge.demo_judge import DemoJudge
 
 ADD_TESTS = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}]
 LCB_FUNCTIONAL = '[{"input": "3", "output": "9", "testtype": "functional", "metadata": {"func_name": "square"}}]'
@@ -41,6 +42,15 @@ SINGLE_TURN = {
     ),
 }
 SANDBOXED = {"code", "lcb"}
+JUDGE_URL = "<the demo judge's URL>"
+SINGLE_TURN["llm_as_a_judge"] = ({"base_url": JUDGE_URL}, rule("72"), [("#### 72", 1.0), ("#### 71", 0.0)])
+
+
+@pytest.fixture(scope="module")
+def judge_url():
+    """A rule-grading judge on 127.0.0.1 for the `llm_as_a_judge` env."""
+    with DemoJudge() as judge:
+        yield judge.base_url
 
 
 def multi_turn_rows(tmp_path):
@@ -54,6 +64,7 @@ def multi_turn_rows(tmp_path):
         "mcp": ({"servers": {"calc": {"transport": "http", "url": "http://127.0.0.1:9/mcp"}}}, rule({"answer": "4"})),
         "searchcode": ({"search_url": "http://127.0.0.1:9"}, rule("42")),
         "openenv": ({"base_url": "http://127.0.0.1:9"}, {}),  # the client connects on first use only
+        "multiply": ({}, rule("1443")),
     }
 
 
@@ -66,8 +77,10 @@ def test_every_builtin_env_is_covered_here(tmp_path):
     "env_id",
     [pytest.param(i, marks=pytest.mark.integration) if i in SANDBOXED else i for i in sorted(SINGLE_TURN)],
 )
-def test_single_turn_env_steps_without_init(env_id):
+def test_single_turn_env_steps_without_init(env_id, request):
     env_config, extras, cases = SINGLE_TURN[env_id]
+    if env_config.get("base_url") == JUDGE_URL:
+        env_config = {**env_config, "base_url": request.getfixturevalue("judge_url")}
     implicit = skyrl_gym.make(env_id, env_config=env_config, extras=extras)
     assert implicit.max_turns == 1
     for action, reward in cases:  # one env object, one implicit episode per step (SkyRL's usage)

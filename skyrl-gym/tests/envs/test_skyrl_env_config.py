@@ -34,6 +34,8 @@ def rows(tmp_path):
         "mcp": ({"servers": {"calc": {"transport": "http", "url": "http://127.0.0.1:9/mcp"}}}, rule({"answer": "4"})),
         "searchcode": ({"search_url": "http://127.0.0.1:9"}, rule("42")),
         "openenv": ({"base_url": "http://127.0.0.1:9"}, {}),
+        "multiply": ({}, rule("1443")),
+        "llm_as_a_judge": ({"model": "judge", "base_url": "http://127.0.0.1:9/v1"}, rule("72")),
     }
 
 

@@ -8,13 +8,13 @@ this package registers every built-in estimator, loss, reduction and KL estimato
 |---|---|
 | registry | the four algorithm registries (each a `skyrl_train.utils.registry.Registry`), decorators, user-entry export |
 | masked, groups, rewards | masked statistics; per-group statistics; token-level rewards and returns-to-go |
-| advantages | gae, grpo, rloo, reinforce++, reinforce++_baseline, remax |
+| advantages | gae, grpo, rloo, maxrl, reinforce++, reinforce++_baseline, remax, no_op |
 | policy_losses | regular, dual_clip, gspo, cispo, sapo, importance_sampling, cross_entropy |
 | covariance_losses | clip_cov, kl_cov |
 | policy_loss_config | `PolicyLossConfig`, the knobs the policy losses read |
 | value_loss | clipped critic loss |
 | reductions | token_mean, sequence_mean, seq_mean_token_sum_norm, token_sum |
-| kl | k1/k2/k3/abs estimators, KL loss and KL-in-reward, fixed/adaptive controllers |
+| kl | k1/k2/k3/abs estimators, KL loss and KL-in-reward, fixed/adaptive controllers, distillation rewards |
 | entropy | entropy from logits, entropy bonus |
 | off_policy | truncated IS (token/sequence), sequence and token (IcePop-style) masks against rollout log-probs |
 | dapo | zero-variance groups, dynamic sampling buffer, overlong filter and soft punishment |
@@ -45,6 +45,7 @@ from skyrl_train.algorithms.groups import GroupIndex, GroupStats, group_ids, gro
 from skyrl_train.algorithms.kl import (
     AdaptiveKLController,
     FixedKLController,
+    distillation_rewards,
     kl_estimate,
     kl_in_reward,
     kl_penalty_loss,
@@ -119,6 +120,7 @@ __all__ = [
     "compute_policy_loss",
     "cross_entropy_loss",
     "discounted_returns",
+    "distillation_rewards",
     "dual_clip_policy_loss",
     "entropy_bonus",
     "entropy_from_logits",

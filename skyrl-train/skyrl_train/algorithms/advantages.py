@@ -1,4 +1,4 @@
-"""Advantage estimators (gae, grpo, rloo, reinforce++, reinforce++_baseline, remax), registered by name.
+"""Advantage estimators (gae, grpo, rloo, maxrl, reinforce++, reinforce++_baseline, remax, no_op), registered by name.
 
 Every estimator is called with keyword arguments only and returns `(advantages, returns)`, both [B, T] and zero on
 tokens where `response_mask` is 0:
@@ -169,6 +169,39 @@ def rloo_advantages(
     return advantages, advantages.clone()
 
 
+@ADVANTAGE_ESTIMATORS.register("maxrl", builtin=True)
+@torch.no_grad()
+def maxrl_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Optional[GroupIndex] = None,
+    mean_epsilon: float = 1e-6,
+    **_unused: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MaxRL (SkyRL's maximum-likelihood RL estimator): (score - group mean) / (group mean + mean_epsilon), on every
+    valid token.
+
+    With success rewards in [0, 1] the group mean estimates the prompt's pass rate p, and dividing by it turns GRPO's
+    centred reward into an estimate of the gradient of log p instead of p: prompts the policy rarely solves weigh
+    more. Scores must be non-negative (a negative mean would flip the sign); a ValueError names the first bad one.
+    A group of one sample gets advantage 0, as in grpo and rloo (SkyRL passes its raw reward through). returns
+    equal advantages.
+    """
+    scores, gids, stats = _grouped_scores("maxrl", token_level_rewards, response_mask, index)
+    negative = (scores < 0).nonzero()
+    if len(negative):
+        row = int(negative[0])
+        raise ValueError(
+            f"advantage estimator 'maxrl' needs non-negative (success) rewards; sample {row} scored "
+            f"{float(scores[row])}"
+        )
+    mean = stats.mean[gids]
+    per_sample = torch.where(stats.count[gids] > 1, (scores - mean) / (mean + mean_epsilon), torch.zeros_like(scores))
+    advantages = _broadcast(per_sample, response_mask)
+    return advantages, advantages.clone()
+
+
 @ADVANTAGE_ESTIMATORS.register("reinforce++", builtin=True)
 @torch.no_grad()
 def reinforce_plus_plus_advantages(
@@ -203,6 +236,21 @@ def reinforce_plus_plus_baseline_advantages(
     shifted = token_level_rewards.float() - scalar_rewards_to_token_level(stats.mean[gids], response_mask)
     returns = discounted_returns(shifted, response_mask, gamma)
     return masked_whiten(returns, response_mask), returns
+
+
+@ADVANTAGE_ESTIMATORS.register("no_op", builtin=True)
+@torch.no_grad()
+def no_op_advantages(
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    **_unused: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token rewards themselves, as advantages and returns (0 on masked tokens): for dense per-token rewards that
+    are already advantages, such as on-policy distillation's teacher log-prob gaps."""
+    _check_rewards(token_level_rewards, response_mask)
+    advantages = zero_masked(token_level_rewards.float(), response_mask)
+    return advantages, advantages.clone()
 
 
 @ADVANTAGE_ESTIMATORS.register("remax", builtin=True)

@@ -1,4 +1,5 @@
-"""KL to the reference policy: per-token estimators (k1, k2, k3, abs), KL as loss or reward penalty, controllers.
+"""KL to the reference policy: per-token estimators (k1, k2, k3, abs), KL as loss or reward penalty, controllers, and
+on-policy distillation's rewards (the reference is then a teacher).
 
 With d_t = log_probs_t - ref_log_probs_t on tokens sampled from the current policy (Schulman, "Approximating KL
 divergence"), every estimator estimates KL(current || ref):
@@ -104,6 +105,25 @@ def kl_in_reward(
         "kl": per_sequence.mean() if per_sequence.numel() else per_sequence.sum(),
         "kl_token_mean": masked_mean(kl, response_mask),
         "kl_coef": torch.tensor(float(kl_coef)),
+    }
+    return rewards, metrics
+
+
+@torch.no_grad()
+def distillation_rewards(
+    log_probs: torch.Tensor, teacher_log_probs: torch.Tensor, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """On-policy distillation's token rewards: log p_teacher - log p_policy on valid tokens (0 elsewhere), the
+    negative k1 estimate of KL(policy || teacher) on the policy's own samples; and metrics.
+
+    Metrics: `gap_token_mean` (mean reward per valid token) and `gap_sequence_sum` (mean over sequences of the summed
+    rewards); both are minus the reverse KL estimate the training drives towards 0.
+    """
+    rewards = -kl_estimate(log_probs, teacher_log_probs, "k1", response_mask)
+    per_sequence = masked_sum(rewards, response_mask, dim=-1)
+    metrics = {
+        "gap_token_mean": masked_mean(rewards, response_mask),
+        "gap_sequence_sum": per_sequence.mean() if per_sequence.numel() else per_sequence.sum(),
     }
     return rewards, metrics
 

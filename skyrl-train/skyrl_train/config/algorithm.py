@@ -163,8 +163,9 @@ class AlgorithmConfig:
     """The RL algorithm: how advantages are estimated and which loss the policy minimises."""
 
     advantage_estimator: str = "grpo"
-    """Advantage estimator by registry name: `grpo`, `gae` (needs a critic), `rloo`, `reinforce++`,
-    `reinforce++_baseline`, `remax`, or your own."""
+    """Advantage estimator by registry name: `grpo`, `gae` (needs a critic), `rloo`, `maxrl` (SkyRL's MaxRL:
+    group-centred rewards divided by the group mean), `reinforce++`, `reinforce++_baseline`, `remax`, `no_op` (the
+    token rewards as they are, e.g. for on-policy distillation), or your own."""
 
     policy_loss_type: str = "regular"
     """Policy loss by registry name: `regular` (clipped PPO), `dual_clip`, `gspo`, `cispo`, `sapo`, `clip_cov`,
@@ -181,6 +182,15 @@ class AlgorithmConfig:
     """Subtract a KL penalty from the reward instead: on each generated token, `kl_ctrl`'s coefficient times the
     `kl_estimator_type` estimate of KL(policy || ref) from the old and reference logprobs, before advantages are
     computed. Exclusive with `use_kl_loss`."""
+
+    on_policy_distillation: bool = False
+    """On-policy distillation (SkyRL's example, after Thinking Machines' recipe): the reference model
+    (`trainer.ref.model.path`, which must be set and share the policy's tokenizer) is a teacher, and each generated
+    token's reward is log p_teacher - log p_policy, the policy's log-prob taken before the update: the negative k1
+    estimate of KL(policy || teacher) on the policy's own samples. It replaces the environment's rewards, which are
+    still logged (`reward/*`); the gaps are logged as `distillation/*`. Pair it with `advantage_estimator: no_op`
+    (the token rewards are the advantages) and `policy_loss_type: importance_sampling`, as SkyRL does. Exclusive
+    with `use_kl_in_reward`."""
 
     kl_loss_coef: float = 0.001
     """Coefficient of the KL loss term."""

@@ -147,13 +147,15 @@ def run_cli(
     argv: Sequence[str] | None = None,
     upstream_module: bool = False,
     extra_overrides: Sequence[str] = (),
+    trains: bool = True,
 ) -> None:
     """Run `task` on the config built from command-line overrides; with `--dry-run` (or no task) print it instead.
 
     `argv` defaults to `sys.argv[1:]`. Invalid configs exit with status 2 and a message naming every key to change.
     `extra_overrides` go before the command line's (an entrypoint's fixed settings, e.g. `trainer.mode=fully_async`);
     `upstream_module` says the run was started through one of NovaSky-AI/SkyRL's module paths. Notes about translated
-    SkyRL keys and warnings where a key means something else here go to stderr once, before the run.
+    SkyRL keys and warnings where a key means something else here go to stderr once, before the run; `trains=False`
+    (a run that does not train, e.g. generation only) leaves out the warnings about training keys.
     """
     args = list(extra_overrides) + list(sys.argv[1:] if argv is None else argv)
     dry_run = DRY_RUN_FLAG in args or task is None
@@ -179,7 +181,8 @@ def run_cli(
         problems += registered_name_problems(cfg)
         if problems:  # every cross-field problem, registry name and checked SkyRL key at once
             _fail(str(ConfigValidationError(problems)))
-        messages = [str(warning.message) for warning in caught] + dialect_warnings(cfg, translation)
+        messages = [str(warning.message) for warning in caught]
+        messages += dialect_warnings(cfg, translation) if trains else []
         for message in messages:
             print(f"config warning: {message}", file=sys.stderr)
         if dry_run:

@@ -11,6 +11,35 @@ with that reason)."""
 
 
 @dataclass
+class DeltaWeightSyncConfig:
+    """The `delta` weight sync (`weight_sync_backend: delta`, SkyRL's delta weight sync): each version goes through
+    storage both sides reach as compressed XOR deltas against the previous one (the first version of a run whole)."""
+
+    sync_dir: Optional[str] = None
+    """Folder or fsspec URL the trainer publishes versions into and every engine reads: a local path on one machine,
+    a shared mount (NFS) across machines, or a bucket (`gs://...`, `s3://...`; install gcsfs or s3fs). Use one per
+    run. Null: a temporary folder on the trainer's machine, removed at the end (one machine only)."""
+
+    local_checkpoint_dir: Optional[str] = None
+    """Where each engine keeps its copy of the version it serves, a safetensors file under `<dir>/engine-<i>` (emptied
+    at start, on the engine's machine). Null: a temporary folder per engine."""
+
+    publish_staging_dir: Optional[str] = None
+    """Local folder the trainer writes each file of a remote `sync_dir` into before uploading it. Null or empty: files
+    are uploaded from memory."""
+
+    max_file_size_in_gb: float = 1.0
+    """Largest payload file in GiB: the compressed deltas of a version are packed into files up to this size (a
+    larger single tensor gets a file of its own)."""
+
+    cloud_download_workers: int = 4
+    """Payload files an engine downloads at once."""
+
+    publish_num_workers: Optional[int] = None
+    """Threads of the trainer that compute and compress the deltas; null: min(8, CPUs)."""
+
+
+@dataclass
 class InferenceEngineConfig:
     """The inference engines that generate rollouts, and how new policy weights reach them."""
 
@@ -43,9 +72,13 @@ class InferenceEngineConfig:
     weight_sync_backend: str = "auto"
     """How trained weights reach the engines, by registry name (`WEIGHT_SYNC_STRATEGIES`): `broadcast`
     (torch.distributed, NCCL on GPU / gloo on CPU), `cuda_ipc` (the engine on policy rank 0's GPU), `shm` (colocated
-    CPU), `checkpoint` (through files), or one you register. `auto` picks per engine when colocated: `cuda_ipc` for
-    the engine on rank 0's GPU (`shm` for engines on rank 0's node on CPU) and `broadcast` for the others; not
-    colocated, `broadcast`."""
+    CPU), `checkpoint` (through files), `delta` (compressed version deltas through shared or cloud storage,
+    `delta_weight_sync`), or one you register. `auto` picks per engine when colocated: `cuda_ipc` for the engine on
+    rank 0's GPU (`shm` for engines on rank 0's node on CPU) and `broadcast` for the others; not colocated,
+    `broadcast`."""
+
+    delta_weight_sync: DeltaWeightSyncConfig = field(default_factory=DeltaWeightSyncConfig)
+    """Settings of `weight_sync_backend: delta`."""
 
     remote_urls: list[str] = field(default_factory=list)
     """Base URLs of the servers when `backend: remote`, e.g. `[http://10.0.0.1:8000]`: one engine per URL
@@ -225,6 +258,12 @@ class GeneratorConfig:
 
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra variables for the chat template, e.g. `{enable_thinking: false}` for Qwen3."""
+
+    use_conversation_multi_turn: bool = True
+    """Multi-turn rollouts: each env observation is a new chat message (templated, followed by the next generation
+    prompt). false: the whole episode is one assistant message, the model's turns and the observations' raw text one
+    after the other (a turn's closing eos is dropped when the episode goes on); observation tokens are in the context
+    and out of the loss either way. SkyRL's key; false needs `step_wise_trajectories: false`."""
 
     step_wise_trajectories: bool = False
     """Train on each turn as its own sample (prompt = history so far) instead of one sample per trajectory; needs

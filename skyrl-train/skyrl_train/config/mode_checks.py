@@ -56,23 +56,37 @@ def check_async(cfg: "SkyRLConfig") -> Iterator[str]:
 _LORA_ONLY_KEYS = ("alpha", "dropout", "target_modules", "exclude_modules", "merge_on_export")
 
 
-def check_lora(cfg: "SkyRLConfig") -> Iterator[str]:
-    """Policy LoRA: the other `lora.*` keys only matter with rank > 0, alpha is positive, dropout is in [0, 1), and
-    the engine backend can take adapter-only weight syncs."""
-    lora = cfg.trainer.policy.model.lora
+def _check_role_lora(cfg: "SkyRLConfig", role: str) -> Iterator[str]:
+    """The other `lora.*` keys of `role` only matter with rank > 0; alpha is positive and dropout in [0, 1)."""
+    lora = getattr(cfg.trainer, role).model.lora
     defaults = type(lora)()
     if lora.rank == 0:
         for name in _LORA_ONLY_KEYS:
             if getattr(lora, name) != getattr(defaults, name):
                 yield (
-                    f"trainer.policy.model.lora.{name}={getattr(lora, name)!r} has no effect with lora.rank=0 (full"
+                    f"trainer.{role}.model.lora.{name}={getattr(lora, name)!r} has no effect with lora.rank=0 (full"
                     " fine-tuning): set lora.rank > 0 to train LoRA adapters, or drop the override"
                 )
         return
     if lora.alpha <= 0:
-        yield f"trainer.policy.model.lora.alpha must be positive, got {lora.alpha}"
+        yield f"trainer.{role}.model.lora.alpha must be positive, got {lora.alpha}"
     if not 0.0 <= lora.dropout < 1.0:
-        yield f"trainer.policy.model.lora.dropout must be in [0, 1), got {lora.dropout}"
+        yield f"trainer.{role}.model.lora.dropout must be in [0, 1), got {lora.dropout}"
+
+
+def check_lora(cfg: "SkyRLConfig") -> Iterator[str]:
+    """Policy and critic LoRA keys (`_check_role_lora`), and an engine backend that can take the policy's
+    adapter-only weight syncs."""
+    critic_rank = cfg.trainer.critic.model.lora.rank
+    if critic_rank > 0 and not cfg.needs_critic:
+        yield (
+            f"trainer.critic.model.lora.rank={critic_rank} has no effect without a critic: set"
+            " trainer.critic.model.path (or drop the override)"
+        )
+    yield from _check_role_lora(cfg, "critic")
+    yield from _check_role_lora(cfg, "policy")
+    if cfg.trainer.policy.model.lora.rank == 0:
+        return
     backend = cfg.generator.inference_engine.backend
     if backend == "sglang":
         yield (

@@ -9,7 +9,8 @@ Dtype = Literal["float32", "bfloat16", "float16"]
 
 @dataclass
 class LoraConfig:
-    """LoRA adapters (PEFT); a rank of 0 trains the full model instead."""
+    """LoRA adapters (PEFT); a rank of 0 trains the full model instead. On the critic, the value head trains whole
+    next to the adapters."""
 
     rank: int = 0
     """Rank of the LoRA matrices; 0 disables LoRA and trains every weight."""

@@ -121,9 +121,10 @@ class SkyRLConfig:
 
     @property
     def needs_ref_model(self) -> bool:
-        """True when a reference model is built: KL is used as a loss or as a reward penalty."""
+        """True when a reference model is built: KL is used as a loss or as a reward penalty, or the reference is
+        on-policy distillation's teacher."""
         algorithm = self.trainer.algorithm
-        return algorithm.use_kl_loss or algorithm.use_kl_in_reward
+        return algorithm.use_kl_loss or algorithm.use_kl_in_reward or algorithm.on_policy_distillation
 
     @property
     def ref_is_policy_base(self) -> bool:

@@ -11,7 +11,7 @@ changes is how many round trips it takes. Every such choice is made here, once, 
 - the engines install that send's last chunk at their next generate call (saving their acknowledgement round
   trip) when the send is in the update, no checksum verification follows and the backend can defer;
 - the policy's old log-probs come from a forward of their own before the advantages only when KL in the reward
-  needs them; otherwise from the update's own forward when it takes exactly one optimizer step (the old policy is
+  (or on-policy distillation's reward) needs them; otherwise from the update's own forward when it takes exactly one optimizer step (the old policy is
   then the current one), else from the update's call before its first optimizer step;
 - the reference log-probs come from the ref workers, or from the LoRA policy with its adapters off.
 """
@@ -45,6 +45,7 @@ class RunPlan:
         """The plan of a run of `cfg`; `can_defer_install` is the weight-sync backend's (`--dry-run` assumes it)."""
         engines_sleep = cfg.trainer.placement.colocate_all and cfg.resolved_device() == "cuda"
         sync_in_update = cfg.trainer.mode == "sync" and not engines_sleep and not cfg.generator.http_endpoint.enabled
+        algorithm = cfg.trainer.algorithm
         reference = None
         if cfg.needs_ref_model:
             reference = "policy_base" if cfg.ref_is_policy_base else "ref_workers"
@@ -53,7 +54,7 @@ class RunPlan:
             engines_sleep=engines_sleep,
             sync_in_update=sync_in_update,
             defer_install=sync_in_update and not verify_weight_sync and can_defer_install,
-            old_logprobs_before_update=cfg.trainer.algorithm.use_kl_in_reward,
+            old_logprobs_before_update=algorithm.use_kl_in_reward or algorithm.on_policy_distillation,
             one_optimizer_pass=cfg.trainer.update_epochs_per_batch == 1,
             reference=reference,
         )
@@ -73,7 +74,7 @@ class RunPlan:
         """The plan as `--dry-run` prints it."""
         reference = {"ref_workers": "the ref workers", "policy_base": "the policy with its LoRA adapters off"}
         old = (
-            "a forward of their own before the advantages (KL in the reward needs them)"
+            "a forward of their own before the advantages (KL in the reward or distillation needs them)"
             if self.old_logprobs_before_update
             else (
                 "the update's own forward when a step takes one optimizer step (one mini-batch), else the update's "

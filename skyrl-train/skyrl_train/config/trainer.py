@@ -196,7 +196,12 @@ class TrainerConfig:
     final model is always exported at the end of a run)."""
 
     export_path: str = "~/exports/"
-    """Directory for Hugging Face exports and dumped evaluation results."""
+    """Directory for Hugging Face exports, dumped evaluation results and dumped training batches."""
+
+    dump_data_batch: bool = False
+    """Write each step's training batch (token ids, masks, rewards, advantages, log-probs, values) to
+    `<export_path>/dumped_data/global_step_<N>_training_input.safetensors` before the updates, for debugging; read it
+    with `skyrl_train.utils.batch_dump.load_batch_dump`."""
 
     logger: str | list[str] = field(default_factory=lambda: ["console"])
     """Tracking backends by registry name (`TRACKING_BACKENDS`): any of `console`, `jsonl` (metrics file under

@@ -16,7 +16,7 @@ the keys under it that have no rule of their own):
 
 `VALUE_RULES` does the same for upstream values of keys spelled alike (`trainer.strategy=fsdp`,
 `trainer.resume_mode=null`, ...), and `UPSTREAM_NAMES` names upstream registry entries this project lacks, so an
-unregistered `maxrl` estimator is refused as SkyRL's MaxRL instead of as a typo. `docs/migrating-from-skyrl.md` is the
+unregistered `dppo` loss is refused as SkyRL's DPPO instead of as a typo. `docs/migrating-from-skyrl.md` is the
 user-facing list.
 """
 
@@ -355,7 +355,6 @@ RULES: dict[str, Rule] = {
         (True,), "one full-batch forward for the old log-probs", "old log-probs follow the training mini-batches"
     ),
     "trainer.use_sample_packing": Rename("trainer.remove_microbatch_padding"),
-    "trainer.dump_data_batch": Fixed(_OFF, "dumping training batches to files", "off"),
     "trainer.dump_eval_results": Fixed(
         (True,), "turning evaluation dumps off", "evaluation results are written under trainer.export_path"
     ),
@@ -465,11 +464,6 @@ RULES: dict[str, Rule] = {
         _OFF, "re-tokenizing the chat history each turn", "token-in/token-out: the model's own tokens are kept"
     ),
     # ----- generator (current layout)
-    "generator.use_conversation_multi_turn": Fixed(
-        (True,),
-        "appending observations inside the assistant turn (use_conversation_multi_turn=false)",
-        "each observation is a new chat message",
-    ),
     "generator.append_eos_token_after_stop_str_in_multi_turn": Fixed(
         (True,),
         "continuing a turn without an eos after a stop string",
@@ -494,8 +488,13 @@ RULES: dict[str, Rule] = {
     f"{_ENGINE}.weight_transfer_threshold_cuda_ipc_GB": Fixed(
         (1.0,), "choosing the CUDA-IPC bucket size", "weights go in the strategies' fixed-size chunks"
     ),
-    f"{_ENGINE}.delta_weight_sync": Ignored(
-        "delta weight sync (checkpoint deltas through shared or cloud storage)", f"{_ENGINE}.weight_sync_backend=delta"
+    f"{_ENGINE}.delta_weight_sync.checkpoint_load_format": Fixed(
+        ("vllm_multi_thread_safetensors", "vllm_fastsafetensors"),
+        "",
+        "each engine installs the patched weights from its local copy itself (no vLLM checkpoint reload)",
+    ),
+    f"{_ENGINE}.delta_weight_sync.multi_thread_safetensors_max_workers": Fixed(
+        (8,), "choosing vLLM's checkpoint reload threads", "no vLLM checkpoint reload"
     ),
     f"{_ENGINE}.vllm_v1_disable_multiproc": Fixed(
         (True, False), "", "inert, as upstream documents it: the engine actor runs vLLM either way"
@@ -582,13 +581,6 @@ VALUE_RULES: dict[str, tuple[tuple[Any, Replace | Refuse], ...]] = {
                 " nccl does",
             ),
         ),
-        (
-            "delta",
-            Refuse(
-                "delta weight sync (checkpoint deltas through shared or cloud storage)",
-                f"{_ENGINE}.weight_sync_backend=checkpoint syncs through files",
-            ),
-        ),
     ),
     "generator.sampling_params.additional_kwargs": ((None, Replace({})),),
     "generator.eval_sampling_params.additional_kwargs": ((None, Replace({})),),
@@ -598,8 +590,6 @@ VALUE_RULES: dict[str, tuple[tuple[Any, Replace | Refuse], ...]] = {
 here."""
 
 UPSTREAM_NAMES: dict[tuple[str, str], str] = {
-    ("advantage estimator", "maxrl"): "SkyRL's MaxRL advantage estimator",
-    ("advantage estimator", "no_op"): "SkyRL's no-op estimator (its on-policy distillation example)",
     ("policy loss", "rollout_is"): "SkyRL's rollout importance-sampling loss",
     ("policy loss", "dppo"): "SkyRL's DPPO loss",
     ("loss reduction", "token_mean_legacy"): (
@@ -607,8 +597,6 @@ UPSTREAM_NAMES: dict[tuple[str, str], str] = {
         " token_mean)"
     ),
     ("loss reduction", "prompt_mean"): "SkyRL's per-prompt mean reduction",
-    ("environment", "llm_as_a_judge"): "SkyRL's LLM-as-a-judge example environment",
-    ("environment", "multiply"): "SkyRL's multiply example environment",
     ("environment", "geometry3k"): "SkyRL's vision-language geometry environment",
     ("environment", "visgym"): "SkyRL's vision-language environment",
     ("environment", "openreward"): "SkyRL's OpenReward environment",

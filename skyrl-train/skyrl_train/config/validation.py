@@ -213,32 +213,19 @@ def check_sampling(cfg: "SkyRLConfig") -> Iterator[str]:
 
 
 def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
-    """Mini-batches divide the training batch, and each mini-batch splits evenly into micro-batches on every rank."""
+    """Mini-batches divide the training batch. A mini-batch need not split evenly over the data-parallel ranks and
+    their micro-batches: the ranks' shards are evened out with loss-masked copies of a row, and the last micro-batch
+    of a shard may be smaller (`workers.dispatch`, `workers.micro_batching`); the loss is normalised over the whole
+    unpadded mini-batch, so the gradient is the one of the rows as they are."""
     trainer = cfg.trainer
-    samples = cfg.generator.n_samples_per_prompt
-    micro = trainer.micro_train_batch_size_per_gpu
-    if min(trainer.train_batch_size, samples, micro) < 1:
+    if min(trainer.train_batch_size, cfg.generator.n_samples_per_prompt) < 1:
         return  # reported by check_ranges
     for role in _trained_roles(cfg):
         mini = getattr(trainer, f"{role}_mini_batch_size")
-        if mini < 1:
-            continue
-        if trainer.train_batch_size % mini:
+        if mini >= 1 and trainer.train_batch_size % mini:
             yield (
                 f"trainer.train_batch_size ({trainer.train_batch_size}) must be divisible by"
                 f" trainer.{role}_mini_batch_size ({mini}): set the mini-batch size to a divisor of the batch size"
-            )
-        if getattr(trainer, role).sequence_parallel_size < 1 or role_world_size(cfg, role) < 1:
-            continue  # reported by check_ranges
-        dp = role_data_parallel_size(cfg, role)
-        sequences = mini * samples
-        if dp >= 1 and sequences % (micro * dp):
-            yield (
-                f"trainer.{role}_mini_batch_size * generator.n_samples_per_prompt = {mini} * {samples} = {sequences}"
-                f" sequences per mini-batch must be divisible by trainer.micro_train_batch_size_per_gpu * {role}"
-                f" data-parallel size = {micro} * {dp} = {micro * dp}: change the mini-batch size, the micro-batch"
-                f" size or the {role} GPU count (mini-batches that do not split evenly, which SkyRL pads with dummy"
-                " rows, are not supported here)"
             )
 
 
@@ -258,7 +245,8 @@ def check_sequence_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
 
 
 def check_models(cfg: "SkyRLConfig") -> Iterator[str]:
-    """The policy has a model; `gae` has a critic; KL is added in one place only; Dr. GRPO has its normaliser."""
+    """The policy has a model; `gae` has a critic; KL is added in one place only; distillation has a teacher; Dr.
+    GRPO has its normaliser."""
     algorithm = cfg.trainer.algorithm
     if not cfg.trainer.policy.model.path:
         yield "trainer.policy.model.path is empty: set it to a Hugging Face model id or a local model directory"
@@ -266,6 +254,16 @@ def check_models(cfg: "SkyRLConfig") -> Iterator[str]:
         yield (
             "trainer.algorithm.use_kl_loss and trainer.algorithm.use_kl_in_reward are both true: KL is applied either"
             " as a loss or as a reward penalty, set one of them to false"
+        )
+    if algorithm.on_policy_distillation and algorithm.use_kl_in_reward:
+        yield (
+            "trainer.algorithm.on_policy_distillation and use_kl_in_reward are both true: distillation's reward is"
+            " the teacher's KL term itself, set use_kl_in_reward=false"
+        )
+    if algorithm.on_policy_distillation and not cfg.trainer.ref.model.path:
+        yield (
+            "trainer.algorithm.on_policy_distillation=true needs a teacher: set trainer.ref.model.path to a model"
+            " with the policy's tokenizer"
         )
     if algorithm.advantage_estimator == "gae" and not cfg.needs_critic:
         yield (
@@ -318,6 +316,16 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
         )
     if generator.batched and generator.step_wise_trajectories:
         yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
+    if not generator.use_conversation_multi_turn and generator.step_wise_trajectories:
+        yield (
+            "generator.use_conversation_multi_turn=false does not work with generator.step_wise_trajectories=true (a"
+            " step's prompt is the conversation so far as chat messages): set one of them back"
+        )
+    if not generator.use_conversation_multi_turn and generator.workflow not in (None, "env"):
+        yield (
+            f"generator.use_conversation_multi_turn=false has no effect with generator.workflow={generator.workflow}:"
+            " the workflow builds each episode's tokens itself; remove it"
+        )
     engine = generator.inference_engine
     if engine.backend == "remote":
         if not engine.remote_urls:
@@ -381,7 +389,25 @@ def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
         )
     if sync == "cuda_ipc" and cfg.trainer.device == "cpu":
         yield "generator.inference_engine.weight_sync_backend=cuda_ipc needs CUDA: use shm with trainer.device=cpu"
+    if sync == "delta":
+        yield from _check_delta(engine.delta_weight_sync)
     yield from check_gpu_weight_sync(cfg)
+
+
+def _check_delta(delta: object) -> Iterator[str]:
+    """The `delta` weight sync's folder is one the engines' processes can read, and its sizes are positive."""
+    prefix = "generator.inference_engine.delta_weight_sync"
+    if delta.sync_dir is not None and str(delta.sync_dir).startswith("memory://"):
+        yield (
+            f"{prefix}.sync_dir={delta.sync_dir}: a memory:// folder lives in one process, and the engines run in"
+            " others: use a folder (shared across machines) or a bucket URL"
+        )
+    if not delta.max_file_size_in_gb > 0:
+        yield f"{prefix}.max_file_size_in_gb must be positive, got {delta.max_file_size_in_gb}"
+    if delta.cloud_download_workers < 1:
+        yield f"{prefix}.cloud_download_workers must be at least 1, got {delta.cloud_download_workers}"
+    if delta.publish_num_workers is not None and delta.publish_num_workers < 1:
+        yield f"{prefix}.publish_num_workers must be null (min(8, CPUs)) or at least 1, got {delta.publish_num_workers}"
 
 
 def check_gpu_weight_sync(cfg: "SkyRLConfig") -> Iterator[str]:
@@ -494,8 +520,8 @@ def warn_unused_models(cfg: "SkyRLConfig") -> Iterator[str]:
         )
     if cfg.trainer.ref.model.path and not cfg.needs_ref_model:
         yield (
-            "trainer.ref.model.path is set but KL is off (use_kl_loss and use_kl_in_reward are false): no reference"
-            " model is built"
+            "trainer.ref.model.path is set but KL is off (use_kl_loss, use_kl_in_reward and on_policy_distillation"
+            " are false): no reference model is built"
         )
     penalty = cfg.generator.sampling_params.repetition_penalty
     if penalty != 1.0:

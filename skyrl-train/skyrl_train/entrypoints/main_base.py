@@ -36,6 +36,7 @@ from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.plots import plot_curves
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_sync.node_aware import connect_weight_sync, describe_weight_sync
+from skyrl_train.weight_sync.strategy import WEIGHT_SYNC_STRATEGIES
 from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, RewardModelWorker
 from skyrl_train.workers.group import WorkerGroup
 
@@ -204,8 +205,10 @@ class BasePPOExp:
         was checked to reach them."""
         backend = self.cfg.generator.inference_engine.weight_sync_backend
         colocated, device = self.cfg.trainer.placement.colocate_all, self.cfg.resolved_device()
+        # a named backend's own settings (e.g. `delta_weight_sync`); `auto` picks built-ins that need none
+        options = {} if backend == "auto" else WEIGHT_SYNC_STRATEGIES.get(backend).options_from_config(self.cfg)
         strategy = await connect_weight_sync(
-            backend, policy.actors[0], engines, colocated, device, compute_checksums=self.verify_weight_sync
+            backend, policy.actors[0], engines, colocated, device, compute_checksums=self.verify_weight_sync, **options
         )
         logger.info("weight sync: %s", describe_weight_sync(strategy))
         return strategy

@@ -4,12 +4,15 @@ Upstream's run scripts start training with `python -m <module> <overrides>`: `sk
 (legacy layout, this project's own module), `skyrl.train.entrypoints.main_base` (current layout) and example
 entrypoints such as `examples.algorithms.dapo.main_dapo`. This project ships those module paths (the `skyrl`
 namespace in skyrl-train, thin files under the repo's `examples/`) and each calls `run_upstream_module(name)`,
-which runs this project's `main_base` with the settings the upstream module implies (the async trainers are
-`trainer.mode` here), or refuses the run before anything starts, naming the feature this project lacks.
+which runs this project's `main_base` (`main_generate` for generation-only runs) with the settings the upstream
+module implies (the async trainers are `trainer.mode` here; the on-policy distillation trainer turns SkyRL's
+`use_kl_in_reward=true` into `on_policy_distillation=true`), or refuses the run before anything starts, naming the
+feature this project lacks.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +29,20 @@ class UpstreamModule:
     """The feature the module needs that this project does not have (the run is refused)."""
     instead: str = ""
     """What does that job here, if anything."""
+    entry: str = "skyrl_train.entrypoints.main_base"
+    """This project's entrypoint module whose `main` runs it."""
+    reads: tuple[tuple[str, str], ...] = ()
+    """`(override, override here)`: a command-line override the upstream module reads differently (its value
+    compared without case, a leading `+` ignored), replaced before the config is built."""
+
+    def translate(self, arg: str) -> str:
+        """`arg` as this project spells what the module makes of it."""
+        key, sep, value = arg.lstrip("+").partition("=")
+        for given, here in self.reads:
+            given_key, _, given_value = given.partition("=")
+            if sep and key == given_key and value.strip().lower() == given_value:
+                return here
+        return arg
 
 
 _DAPO = UpstreamModule()  # DAPO's soft overlong penalty: its `overlong_buffer.len` key switches it on (upstream_keys)
@@ -37,22 +54,18 @@ _MINI_SWE = UpstreamModule(
     instead="skyrl-agent's mini_swe task trains on generated repositories in the subprocess sandbox (docs/skyrl-agent.md)",
 )
 _HARBOR = UpstreamModule(unsupported="the Harbor integration (Terminal-Bench, CodeContests)")
-_JUDGE = UpstreamModule(
-    unsupported="SkyRL's LLM-as-a-judge example environment",
-    instead="a reward.function can call a judge model (docs/rewards.md)",
-)
-_MULTIPLY = UpstreamModule(
-    unsupported="SkyRL's multiply example environment",
-    instead="the built-in arithmetic environment, or your own (docs/custom-env-training.md)",
-)
-_DISTILL = UpstreamModule(unsupported="on-policy distillation (a teacher model's log-probs as the reward)")
-_GENERATE = UpstreamModule(unsupported="generation-only runs (evaluation without training)")
+_BUILTIN_ENV = UpstreamModule()  # the example registers an env skyrl-gym has built in (llm_as_a_judge, multiply)
+_DISTILL_READS = (("trainer.algorithm.use_kl_in_reward=true", "trainer.algorithm.on_policy_distillation=true"),)
+# SkyRL's distillation trainer makes KL-in-reward the whole reward (teacher = the ref model, coefficient 1, k1)
+_DISTILL = UpstreamModule(reads=_DISTILL_READS)
+# its legacy example also registered an importance-sampling loss reduced as seq_mean_token_sum_norm
+_DISTILL_LEGACY = UpstreamModule(("trainer.algorithm.loss_reduction=seq_mean_token_sum_norm",), reads=_DISTILL_READS)
+_GENERATE = UpstreamModule(entry="skyrl_train.entrypoints.main_generate")
 _CUSTOM = UpstreamModule()  # the example files register their estimator / loss with this project's registries
 
 UPSTREAM_MODULES: dict[str, UpstreamModule] = {
     "skyrl.train.entrypoints.main_base": UpstreamModule(),
     "skyrl.train.entrypoints.main_generate": _GENERATE,
-    "skyrl_train.entrypoints.main_generate": _GENERATE,
     **{
         f"examples.{layout}{path}": module
         for layout in ("", "train.")
@@ -62,11 +75,12 @@ UPSTREAM_MODULES: dict[str, UpstreamModule] = {
             ("async.main_async", _ONE_STEP_OFF),
             ("fully_async.main_fully_async", _FULLY_ASYNC),
             ("mini_swe_agent.main_mini_swe", _MINI_SWE),
-            ("llm_as_a_judge.main_llm_judge", _JUDGE),
-            ("multiply.main_multiply", _MULTIPLY),
-            ("on_policy_distillation.main_on_policy_distill", _DISTILL),
+            ("llm_as_a_judge.main_llm_judge", _BUILTIN_ENV),
+            ("multiply.main_multiply", _BUILTIN_ENV),
         )
     },
+    "examples.on_policy_distillation.main_on_policy_distill": _DISTILL_LEGACY,
+    "examples.train.on_policy_distillation.main_on_policy_distill": _DISTILL,
     "examples.flash_rl.main_dapo_flashrl": _FLASH_RL,
     "examples.harbor.entrypoints.main_harbor": _HARBOR,
     "examples.harbor.entrypoints.main_harbor_generate": _HARBOR,
@@ -92,13 +106,13 @@ def refusal(name: str, module: UpstreamModule) -> str:
 def run_upstream_module(name: str, argv: Optional[Sequence[str]] = None) -> None:
     """Run upstream module `name` here on the command line `argv` (default: the process arguments)."""
     from skyrl_train.config.cli import CONFIG_ERROR_EXIT_CODE
-    from skyrl_train.entrypoints.main_base import main
 
     module = UPSTREAM_MODULES[name]
     if module.unsupported:
         print(refusal(name, module), file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_EXIT_CODE)
-    main(argv, upstream_module=True, extra_overrides=module.overrides)
+    args = [module.translate(arg) for arg in (sys.argv[1:] if argv is None else argv)]
+    importlib.import_module(module.entry).main(args, upstream_module=True, extra_overrides=module.overrides)
 
 
 def render_modules_markdown() -> str:
@@ -111,11 +125,14 @@ def render_modules_markdown() -> str:
         "| SkyRL module | here |",
         "|---|---|",
         "| `skyrl_train.entrypoints.main_base` | this project's `main_base` |",
+        "| `skyrl_train.entrypoints.main_generate` | this project's `main_generate` (generation only) |",
     ]
     for name, module in UPSTREAM_MODULES.items():
         if module.unsupported:
             here = f"refused: needs {module.unsupported}" + (f"; {module.instead}" if module.instead else "")
         else:
-            here = "`main_base`" + (f" with `{' '.join(module.overrides)}`" if module.overrides else "")
+            here = f"`{module.entry.rsplit('.', 1)[1]}`"
+            here += f" with `{' '.join(module.overrides)}`" if module.overrides else ""
+            here += "".join(f"; `{given}` means `{means}`" for given, means in module.reads)
         lines.append(f"| `{name}` | {here.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"

@@ -52,4 +52,5 @@ def generator_settings_from_config(cfg: Any) -> GeneratorSettings:
         zero_reward_on_non_stop=generator.zero_reward_on_non_stop,
         apply_overlong_filtering=generator.apply_overlong_filtering,
         chat_template_kwargs=dict(generator.chat_template_kwargs),
+        use_conversation_multi_turn=generator.use_conversation_multi_turn,
     )

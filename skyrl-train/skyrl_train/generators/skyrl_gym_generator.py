@@ -66,6 +66,10 @@ class GeneratorSettings:
     """Zero the loss mask of trajectories that hit the length limit (DAPO overlong filtering)."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for `apply_chat_template`."""
+    use_conversation_multi_turn: bool = True
+    """Each observation is a new chat message (templated, followed by the next generation prompt). False: the episode
+    is one assistant message, the model's turns and the observations' raw text one after the other (SkyRL's
+    `use_conversation_multi_turn=false`); a turn's closing eos leaves the context when the episode goes on."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -74,6 +78,11 @@ class GeneratorSettings:
             raise ValueError("GeneratorSettings.batched=True needs max_turns == 1 (batched mode is single-turn)")
         if self.batched and self.step_wise_trajectories:
             raise ValueError("GeneratorSettings.batched and step_wise_trajectories cannot both be on")
+        if self.step_wise_trajectories and not self.use_conversation_multi_turn:
+            raise ValueError(
+                "GeneratorSettings.step_wise_trajectories needs use_conversation_multi_turn=True (a step's prompt is"
+                " the conversation so far as chat messages)"
+            )
 
 
 @dataclass
@@ -108,6 +117,16 @@ def _run(call) -> EnvCallResult:
         return EnvCallResult(error=exc)
 
 
+def _drop_closing_eos(token_rewards: list[float], *per_token: list[Any]) -> None:
+    """Remove a turn's last token (its eos) from the trajectory's per-token lists: the episode goes on inside the
+    same assistant message, so the eos never reaches the next turn's context. Its reward moves to the token before."""
+    reward = token_rewards.pop()
+    for values in per_token:
+        values.pop()
+    if token_rewards:
+        token_rewards[-1] += reward
+
+
 def _finish_episode(env, text: str) -> _Finished:
     """In a pool thread: step the env with the model's answer, read its metrics and close it. Each part's failure is
     kept for the caller (a failed step still closes the env); metrics are read only after a step that returned."""
@@ -132,9 +151,8 @@ class SkyRLGymGenerator(GeneratorInterface):
         self.client = client
         self.tokenizer = tokenizer
         self.settings = settings
-        self.renderer = (
-            ObservationRenderer(tokenizer, settings.chat_template_kwargs) if settings.max_turns > 1 else None
-        )
+        as_messages = settings.max_turns > 1 and settings.use_conversation_multi_turn
+        self.renderer = ObservationRenderer(tokenizer, settings.chat_template_kwargs) if as_messages else None
         self.env_pool = EnvPool(settings.max_env_workers, settings.env_step_timeout_s)
         self.prompt_ids = PromptIdsCache()  # single-turn prompts seen again are not templated again
         self._llm_seconds = 0.0
@@ -284,6 +302,8 @@ class SkyRLGymGenerator(GeneratorInterface):
             env_error = step["metadata"].get("env_error")
             if step["done"] or env_error or stop_reason != "stop":
                 break
+            if not self.settings.use_conversation_multi_turn and ids and ids[-1] == self.tokenizer.eos_token_id:
+                _drop_closing_eos(token_rewards, response_ids, loss_mask, versions, logprobs, tops)
             continuation = self._continuation(ids, step["observations"])
             response_ids += continuation
             loss_mask += [0] * len(continuation)
@@ -315,7 +335,13 @@ class SkyRLGymGenerator(GeneratorInterface):
 
     def _continuation(self, generated: list[int], observations) -> list[int]:
         """Tokens between this model turn and the next: eos if the model stopped on a stop string, then the
-        template's rendering of the observations and the next generation prompt."""
+        template's rendering of the observations and the next generation prompt. With
+        `use_conversation_multi_turn=False`, the observations' text alone (each message's content, a string the step
+        check guarantees, tokenized as it is with no template around it), inside the assistant message the model
+        goes on writing."""
+        if not self.settings.use_conversation_multi_turn:
+            encode = self.tokenizer.encode
+            return [token for message in observations for token in encode(message["content"], add_special_tokens=False)]
         prefix = [] if generated and generated[-1] == self.renderer.eos_token_id else [self.renderer.eos_token_id]
         return prefix + self.renderer.continuation_ids(observations)
 

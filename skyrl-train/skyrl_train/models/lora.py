@@ -37,8 +37,14 @@ class LoRASettings:
         return self.rank > 0
 
 
-def apply_lora(model: PreTrainedModel, settings: LoRASettings) -> PeftModel:
-    """Wrap `model` with LoRA adapters; only the adapter weights stay trainable."""
+def apply_lora(
+    model: PreTrainedModel,
+    settings: LoRASettings,
+    task_type: str = "CAUSAL_LM",
+    modules_to_save: Optional[list[str]] = None,
+) -> PeftModel:
+    """Wrap `model` with LoRA adapters; only the adapter weights stay trainable, plus the modules named in
+    `modules_to_save`, which train whole (a critic's freshly initialised value head: `TOKEN_CLS`, `["score"]`)."""
     if not settings.enabled:
         raise ValueError(f"LoRA rank must be > 0 to apply adapters, got {settings.rank}")
     if settings.dropout < 0 or settings.dropout >= 1:
@@ -49,7 +55,8 @@ def apply_lora(model: PreTrainedModel, settings: LoRASettings) -> PeftModel:
         lora_dropout=settings.dropout,
         target_modules=settings.target_modules,
         exclude_modules=settings.exclude_modules,
-        task_type="CAUSAL_LM",
+        task_type=task_type,
+        modules_to_save=modules_to_save,
     )
     return get_peft_model(model, config)
 

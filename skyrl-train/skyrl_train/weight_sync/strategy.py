@@ -172,6 +172,11 @@ class WeightSyncStrategy(abc.ABC):
         self._local_sender: Optional[WeightSender] = None
         self._remote_sender: Any = None
 
+    @classmethod
+    def options_from_config(cls, cfg: Any) -> dict[str, Any]:
+        """Constructor options this strategy reads from the run config (`SkyRLConfig`); none by default."""
+        return {}
+
     @abc.abstractmethod
     def build_init_infos(
         self, common: dict[str, Any], engine_infos: list[dict[str, Any]]

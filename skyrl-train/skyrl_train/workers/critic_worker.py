@@ -43,6 +43,8 @@ class CriticWorker(BaseWorker):
 
     trainable = True
     packable = True
+    lora_options = {"task_type": "TOKEN_CLS", "modules_to_save": ["score"]}
+    """With `trainer.critic.model.lora`, the adapters train and so does the whole value head (it starts random)."""
 
     def load_model(self, path: str) -> torch.nn.Module:
         """Backbone + scalar value head."""

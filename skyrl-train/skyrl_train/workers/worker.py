@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Optional
+from typing import Any, ClassVar, NamedTuple, Optional
 
 import torch
 import torch.distributed as dist
@@ -156,7 +156,7 @@ class BaseWorker(ChannelHost):
         torch.manual_seed(self.cfg.trainer.seed)  # identical freshly initialised weights (e.g. value heads) per rank
         model = self.load_model(path)
         if self.uses_lora:
-            model = apply_lora(model, LoRASettings.from_config(self.section.model.lora))
+            model = apply_lora(model, LoRASettings.from_config(self.section.model.lora), **self.lora_options)
         self.packs_rows = self._decide_packing(model)
         strategy_cls = strategy_class(self.cfg.trainer.strategy)
         seeded = {"seed": self.cfg.trainer.seed} if self.cfg.trainer.strategy == "megatron" else {}  # its RNG tracker
@@ -217,12 +217,15 @@ class BaseWorker(ChannelHost):
         lora = getattr(getattr(self.section, "model", None), "lora", None)
         return lora is not None and lora.rank > 0
 
+    lora_options: ClassVar[dict[str, Any]] = {}
+    """Extra `apply_lora` arguments of this role (the critic's value head trains whole)."""
+
     def _check_supported(self) -> None:
         """Reject settings of the role's section that these workers do not implement yet, naming the field."""
-        if self.uses_lora and self.role != "policy":
+        if self.uses_lora and self.role not in ("policy", "critic"):
             raise NotImplementedError(
-                f"trainer.{self.role}.model.lora.rank={self.section.model.lora.rank}: LoRA is supported for the "
-                "policy only; set it to 0"
+                f"trainer.{self.role}.model.lora.rank={self.section.model.lora.rank}: LoRA is supported for the policy "
+                "and the critic only; set it to 0"
             )
         if self.section.sequence_parallel_size != 1:
             raise NotImplementedError(

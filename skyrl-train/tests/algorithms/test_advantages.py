@@ -59,6 +59,38 @@ def test_rloo_uses_the_leave_one_out_mean():
     assert torch.allclose(advantages, expected)
 
 
+def test_maxrl_divides_the_centred_reward_by_the_group_mean():
+    mask = torch.tensor(GROUP_MASK, dtype=torch.float32)
+    advantages, returns = compute_advantages(
+        "maxrl", token_level_rewards=outcome(GROUP_REWARDS, GROUP_MASK), response_mask=mask, index=GROUP_INDEX
+    )
+    # group a [1, 0, 0]: mean 1/3 -> (1 - 1/3) / (1/3 + 1e-6) = 1.999994 ; (0 - 1/3) / (1/3 + 1e-6) = -0.999997
+    # group b [1, 1]: mean 1 -> 0 ; group c: singleton -> 0
+    per_sample = torch.tensor([1.999994, -0.999997, -0.999997, 0.0, 0.0, 0.0])
+    assert torch.allclose(advantages, per_sample[:, None] * mask, atol=1e-5)
+    assert torch.equal(returns, advantages)
+    # a group that never succeeds has mean 0: (0 - 0) / 1e-6 = 0, no blow-up
+    zeros, _ = compute_advantages(
+        "maxrl", token_level_rewards=torch.zeros(2, 2), response_mask=torch.ones(2, 2), index=[0, 0]
+    )
+    assert torch.equal(zeros, torch.zeros(2, 2))
+
+
+def test_maxrl_refuses_negative_rewards_by_sample():
+    with pytest.raises(ValueError, match=r"'maxrl' needs non-negative \(success\) rewards; sample 1 scored -1.0"):
+        compute_advantages(
+            "maxrl", token_level_rewards=outcome([1.0, -1.0], [[1], [1]]), response_mask=torch.ones(2, 1), index=[0, 0]
+        )
+
+
+def test_no_op_passes_token_rewards_through():
+    rewards = torch.tensor([[0.5, -0.25, 7.0], [1.0, NAN, NAN]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    advantages, returns = compute_advantages("no_op", token_level_rewards=rewards, response_mask=mask)
+    assert torch.equal(advantages, torch.tensor([[0.5, -0.25, 0.0], [1.0, 0.0, 0.0]]))
+    assert torch.equal(returns, advantages)
+
+
 def test_gae_skips_masked_tokens_and_returns_advantage_plus_value():
     # row 0: valid tokens at 0, 2, 3 (token 1 is an observation, garbage in reward and value)
     # row 1: right padding after 2 tokens (NaN values on padding)
@@ -141,7 +173,9 @@ def test_group_estimators_reject_missing_or_mismatched_index():
         compute_advantages("rloo", token_level_rewards=rewards, response_mask=mask, index=[0, 0, 1])
 
 
-@pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce++", "reinforce++_baseline", "remax"])
+@pytest.mark.parametrize(
+    "name", ["gae", "grpo", "rloo", "maxrl", "reinforce++", "reinforce++_baseline", "remax", "no_op"]
+)
 def test_padding_columns_with_garbage_do_not_change_advantages(name):
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]])
     rewards = outcome([1.0, 0.0, 0.5, 2.0], mask.tolist())

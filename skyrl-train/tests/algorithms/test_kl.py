@@ -1,4 +1,4 @@
-"""KL estimators, KL loss, KL-in-reward and the KL controllers, by hand."""
+"""KL estimators, KL loss, KL-in-reward, the KL controllers and distillation rewards, by hand."""
 
 import math
 
@@ -8,6 +8,7 @@ import torch
 from skyrl_train.algorithms import (
     AdaptiveKLController,
     FixedKLController,
+    distillation_rewards,
     kl_estimate,
     kl_in_reward,
     kl_penalty_loss,
@@ -83,3 +84,14 @@ def test_fixed_controller_and_factory():
     with pytest.raises(ValueError, match="kl_ctrl.type must be one of"):
         make_kl_controller("pid", 0.05)
     assert math.isclose(adaptive.value, 0.05)
+
+
+def test_distillation_rewards_are_the_teacher_log_prob_gap_on_valid_tokens():
+    policy = torch.tensor([[-1.0, -2.0, -0.5], [-3.0, -1.0, NAN]])
+    teacher = torch.tensor([[-0.5, -2.5, -0.5], [-1.0, -1.5, NAN]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    rewards, metrics = distillation_rewards(policy, teacher, mask)
+    # teacher - policy: row 0 [0.5, -0.5, 0] ; row 1 [2.0, -0.5, 0 (padding)]
+    assert torch.equal(rewards, torch.tensor([[0.5, -0.5, 0.0], [2.0, -0.5, 0.0]]))
+    assert metrics["gap_token_mean"].item() == pytest.approx(1.5 / 5)  # 0.5 - 0.5 + 0 + 2 - 0.5 over 5 tokens
+    assert metrics["gap_sequence_sum"].item() == pytest.approx((0.0 + 1.5) / 2)

@@ -31,7 +31,16 @@ def test_unknown_name_lists_close_matches_and_registered_names():
 
 
 def test_builtins_are_registered_and_not_exported():
-    assert ADVANTAGE_ESTIMATORS.names() == ["gae", "grpo", "reinforce++", "reinforce++_baseline", "remax", "rloo"]
+    assert ADVANTAGE_ESTIMATORS.names() == [
+        "gae",
+        "grpo",
+        "maxrl",
+        "no_op",
+        "reinforce++",
+        "reinforce++_baseline",
+        "remax",
+        "rloo",
+    ]
     assert POLICY_LOSSES.names() == [
         "cispo",
         "clip_cov",

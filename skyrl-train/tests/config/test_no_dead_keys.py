@@ -53,6 +53,7 @@ _LORA_ONLY_ADAPTERS = "workers/test_lora_worker.py::test_lora_trains_only_the_ad
 _LORA_KEYS = "workers/test_lora_worker.py::test_lora_keys_reach_the_adapters"
 _LORA_EXPORT = "workers/test_lora_worker.py::test_lora_export_writes_the_adapter_and_the_merged_model"
 _NAMES = "config/test_registered_names.py::test_each_unregistered_name_is_named_with_its_close_matches"
+_DELTA_KEYS = "weight_sync/test_delta.py::test_skyrls_delta_keys_reach_the_strategy_and_are_checked"
 _GENERATOR = "generators/test_skyrl_gym_generator.py"
 _HF = "inference/test_hf_engine.py"
 _SAMPLING = "inference/test_sampling.py"
@@ -129,6 +130,16 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.policy.model.lora.target_modules": (_LORA_KEYS,),
     "trainer.policy.model.lora.exclude_modules": (_LORA_KEYS,),
     "trainer.policy.model.lora.merge_on_export": (_LORA_EXPORT,),
+    "trainer.critic.model.lora.rank": (
+        "workers/test_critic_worker.py::test_critic_lora_trains_the_adapters_and_the_value_head_only",
+        "workers/test_critic_worker.py::test_critic_lora_checkpoint_resumes_exactly",
+    ),
+    **{
+        f"trainer.critic.model.lora.{name}": (
+            "workers/test_critic_worker.py::test_critic_lora_keys_reach_the_adapters",
+        )
+        for name in ("alpha", "dropout", "target_modules", "exclude_modules")
+    },
     "trainer.ref.model.path": ("config/test_root.py::test_derived_lengths_and_paths",),
     "trainer.critic.model.path": (
         "config/test_root.py::test_needs_critic_follows_the_critic_model_path",
@@ -300,6 +311,16 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.resume_path": ("utils/test_checkpoint_io.py::test_resolve_resume_modes",),
     "trainer.hf_save_interval": (_RUN_KEYS,),
     "trainer.export_path": (_RUN_KEYS,),
+    "generator.use_conversation_multi_turn": (
+        _GENERATOR_KEYS,
+        "generators/test_single_message_turns.py::test_turns_and_observations_share_one_assistant_message",
+        "generators/test_single_message_turns.py::test_the_default_renders_each_observation_as_a_chat_message",
+    ),
+    "trainer.dump_data_batch": (
+        "utils/test_batch_dump.py::test_the_dumped_file_holds_the_batch_and_its_step_tensors",
+        "utils/test_batch_dump.py::test_nothing_is_written_when_the_key_is_off",
+        "trainer/test_trainer_runs.py::test_one_step_per_estimator_trains_and_syncs",
+    ),
     "trainer.logger": (_RUN_KEYS, _NAMES),
     "trainer.project_name": (_RUN_KEYS,),
     "trainer.run_name": (_RUN_KEYS,),
@@ -345,6 +366,12 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         _NAMES,
         "weight_sync/test_chunks.py::test_strategy_names_resolve_and_unknown_names_are_listed",
         "trainer/test_trainer_runs.py::test_separate_placement_with_broadcast_sync",
+    ),
+    "generator.inference_engine.delta_weight_sync.*": (
+        _DELTA_KEYS,
+        "weight_sync/test_delta.py::test_a_full_version_then_xor_deltas_reach_the_engine_bit_for_bit",
+        "weight_sync/test_delta.py::test_file_size_staging_and_a_new_layout",
+        "weight_sync/test_strategies.py::test_the_run_config_builds_the_delta_strategy_with_its_folder",
     ),
     "generator.inference_engine.model_dtype": (_ENGINE_KEYS, _HF_BUILDER),
     "generator.inference_engine.max_num_seqs": (_ENGINE_KEYS, _HF_BUILDER),
@@ -501,6 +528,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.algorithm.use_kl_in_reward": (
         "trainer/test_step_contracts.py::test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums",
         "trainer/test_trainer_resume.py::test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before",
+    ),
+    "trainer.algorithm.on_policy_distillation": (
+        "trainer/test_trainer_phases.py::test_on_policy_distillation_replaces_the_env_reward_with_the_teacher_gap",
+        "trainer/test_trainer_runs.py::test_on_policy_distillation_trains_on_the_teacher_gap_from_the_ref_workers",
     ),
     "trainer.algorithm.kl_ctrl.*": (
         "trainer/test_step_contracts.py::test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums",

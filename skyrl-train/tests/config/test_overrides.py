@@ -161,36 +161,44 @@ def test_unknown_key_names_the_full_path_and_a_close_match():
         build("trainer.policy.optimzer.lr=1")
 
 
-def test_unknown_key_in_the_wrong_section_points_to_where_it_lives():
-    with pytest.raises(
-        UnknownConfigKeyError, match=r"'trainer\.n_samples_per_prompt'.*'generator\.n_samples_per_prompt'"
-    ):
-        build("trainer.n_samples_per_prompt=8")
-
-
-def test_unknown_key_without_a_close_match_lists_the_valid_keys():
-    with pytest.raises(UnknownConfigKeyError, match=r"Valid keys here: train_data, val_data, max_prompt_length"):
-        build("data.zzzz=1")
-
-
-def test_a_key_named_as_other_frameworks_name_it_points_to_ours():
-    with pytest.raises(UnknownConfigKeyError, match=r"'generator\.type'.*generator\.workflow=skyrl_agent"):
-        build("generator.type=skyrl_agent")
-
-
-def test_unknown_top_level_section():
-    with pytest.raises(UnknownConfigKeyError, match=r"'generater'.*the top level.*Did you mean 'generator'"):
-        build("generater.max_turns=2")
-
-
-def test_added_unknown_key_is_rejected_with_a_suggestion_too():
-    with pytest.raises(UnknownConfigKeyError, match=r"'trainer\.epoch'.*Did you mean 'trainer\.epochs'"):
-        build("+trainer.epoch=3")
-
-
-def test_a_key_below_a_scalar_is_rejected():
-    with pytest.raises(UnknownConfigKeyError, match=r"'trainer\.seed\.x'.*'trainer\.seed' holds int"):
-        build("trainer.seed.x=1")
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        pytest.param(
+            "trainer.n_samples_per_prompt=8",
+            r"'trainer\.n_samples_per_prompt'.*'generator\.n_samples_per_prompt'",
+            id="in-the-wrong-section-points-to-where-it-lives",
+        ),
+        pytest.param(
+            "data.zzzz=1",
+            r"Valid keys here: train_data, val_data, max_prompt_length",
+            id="without-a-close-match-lists-the-valid-keys",
+        ),
+        pytest.param(
+            "generator.type=skyrl_agent",
+            r"'generator\.type'.*generator\.workflow=skyrl_agent",
+            id="named-as-other-frameworks-name-it-points-to-ours",
+        ),
+        pytest.param(
+            "generater.max_turns=2",
+            r"'generater'.*the top level.*Did you mean 'generator'",
+            id="top-level-section",
+        ),
+        pytest.param(
+            "+trainer.epoch=3",
+            r"'trainer\.epoch'.*Did you mean 'trainer\.epochs'",
+            id="added-with-plus-gets-a-suggestion-too",
+        ),
+        pytest.param(
+            "trainer.seed.x=1",
+            r"'trainer\.seed\.x'.*'trainer\.seed' holds int",
+            id="below-a-scalar",
+        ),
+    ],
+)
+def test_an_unknown_key_is_refused_with_a_pointer_to_the_right_one(override, message):
+    with pytest.raises(UnknownConfigKeyError, match=message):
+        build(override)
 
 
 @pytest.mark.parametrize(

@@ -92,8 +92,10 @@ ACCEPTED = [
             },
         },
     ),
-    (["generator.use_conversation_multi_turn=true"], {}),
-    (["trainer.dump_data_batch=false"], {}),
+    (["generator.use_conversation_multi_turn=true"], {"generator.use_conversation_multi_turn": True}),
+    (["generator.use_conversation_multi_turn=false"], {"generator.use_conversation_multi_turn": False}),
+    (["trainer.dump_data_batch=false"], {"trainer.dump_data_batch": False}),
+    (["trainer.dump_data_batch=true"], {"trainer.dump_data_batch": True}),
     (
         [
             "trainer.policy.fsdp_config.cpu_offload=true",
@@ -246,6 +248,20 @@ ACCEPTED = [
         ],
         {"trainer.mode": "fully_async", "trainer.async_rl.max_staleness": 3},
     ),
+    (
+        [
+            f"{ENGINE}.weight_sync_backend=delta",
+            f"{ENGINE}.delta_weight_sync.sync_dir=gs://bucket/run",
+            f"{ENGINE}.delta_weight_sync.publish_staging_dir=",
+            f"{ENGINE}.delta_weight_sync.checkpoint_load_format=vllm_fastsafetensors",
+            f"{ENGINE}.delta_weight_sync.multi_thread_safetensors_max_workers=8",
+        ],
+        {
+            f"{ENGINE}.weight_sync_backend": "delta",
+            f"{ENGINE}.delta_weight_sync.sync_dir": "gs://bucket/run",
+            f"{ENGINE}.delta_weight_sync.publish_staging_dir": "",
+        },
+    ),
     (["data.dataloader.num_workers=null", "data.dataloader.persistent_workers=false"], {"data.num_workers": 0}),
     (["trainer.bf16=false"], {"trainer.policy.fsdp.mixed_precision.param_dtype": "float32"}),
 ]
@@ -267,15 +283,12 @@ def test_upstream_keys_are_accepted_with_upstream_meaning(overrides, expected):
 
 # (upstream override, words the refusal must contain): refused as not supported here, naming the feature
 REFUSED = [
-    ("generator.use_conversation_multi_turn=false", "appending observations inside the assistant turn"),
-    ("trainer.dump_data_batch=true", "dumping training batches"),
     ("trainer.policy.model.lora.init_method=gaussian", "LoRA initialisations other than kaiming"),
     ("trainer.policy.torch_profiler_config.enable=true", "the torch profiler"),
     ("generator.append_eos_token_after_stop_str_in_multi_turn=false", "without an eos after a stop string"),
     (f"{ENGINE}.data_parallel_size=2", "data parallelism inside one inference engine"),
     (f"{ENGINE}.expert_parallel_size=4", "expert parallelism inside an inference engine"),
     (f"{ENGINE}.enable_pd=true", "prefill/decode (PD) disaggregation"),
-    (f"{ENGINE}.weight_sync_backend=delta", "delta weight sync"),
     (f"{ENGINE}.enable_return_routed_experts=true", "routed-expert replay (R3)"),
     ("trainer.policy.megatron_config.moe_enable_routing_replay=true", "routed-expert replay (R3)"),
     ("trainer.policy.megatron_config.expert_tensor_parallel_size=2", "expert tensor parallelism (ETP)"),
@@ -424,9 +437,9 @@ def test_the_command_line_lists_cross_field_problems_and_registry_names_together
     from skyrl_train.config.cli import run_cli
 
     with pytest.raises(SystemExit) as info:
-        run_cli(None, ["trainer.algorithm.advantage_estimator=maxrl", "trainer.train_batch_size=100", "--dry-run"])
+        run_cli(None, ["trainer.algorithm.policy_loss_type=dppo", "trainer.train_batch_size=100", "--dry-run"])
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "invalid config (2 problem(s))" in err
     assert "must be divisible by trainer.policy_mini_batch_size" in err
-    assert "'maxrl' is SkyRL's MaxRL advantage estimator, which is not supported here" in err
+    assert "'dppo' is SkyRL's DPPO loss, which is not supported here" in err

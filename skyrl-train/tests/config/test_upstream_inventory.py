@@ -48,7 +48,10 @@ SKYRL_KEYS = {
         "tensor_parallel_size use_expandable_segments vllm_v1_disable_multiproc "
         "weight_sync_backend weight_transfer_threshold_cuda_ipc_GB"
     ),
-    "generator.inference_engine.delta_weight_sync": "sync_dir",
+    "generator.inference_engine.delta_weight_sync": (
+        "checkpoint_load_format cloud_download_workers local_checkpoint_dir max_file_size_in_gb "
+        "multi_thread_safetensors_max_workers publish_num_workers publish_staging_dir sync_dir"
+    ),
     "generator.rate_limit": "enabled max_concurrency trajectories_per_second",
     "generator.sampling_params": (
         "additional_kwargs logprobs max_generate_length min_p repetition_penalty " "stop temperature top_k top_p"

@@ -30,6 +30,19 @@ def test_the_base_setup_is_valid():
     assert problems_of("trainer.placement.colocate_all=false") == []
 
 
+def test_mini_batches_that_do_not_split_evenly_over_ranks_and_micro_batches_are_accepted():
+    # SkyRL pads them, as the sharding here does (loss-masked rows; tests/workers/test_data_parallel_loss.py shows
+    # the gradient is unchanged): 8 * 4 = 32 sequences over micro 3 * DP 2, and over 3 critic ranks
+    assert problems_of("trainer.micro_train_batch_size_per_gpu=3") == []
+    critic = ["trainer.critic.model.path=critic", "trainer.algorithm.advantage_estimator=gae"]
+    separate = ["trainer.placement.colocate_all=false", "trainer.placement.critic_num_gpus_per_node=3"]
+    assert problems_of(*critic, *separate) == []
+    # SkyRL's livecodebench layout: 4 prompts x 5 samples = 20 sequences over 8 ranks with micro-batches of 2
+    eight = [f"trainer.placement.{role}_num_gpus_per_node=8" for role in ("policy", "ref")]
+    lcb = ["trainer.train_batch_size=16", "trainer.policy_mini_batch_size=4", "generator.n_samples_per_prompt=5"]
+    assert problems_of(*eight, "generator.inference_engine.num_engines=8", *lcb) == []
+
+
 CASES = {
     "train batch not divisible by policy mini-batch": (
         ["trainer.policy_mini_batch_size=6"],
@@ -43,25 +56,22 @@ CASES = {
         ],
         "trainer.train_batch_size (16) must be divisible by trainer.critic_mini_batch_size (5)",
     ),
-    "mini-batch sequences not divisible by micro-batch times DP": (
-        # 8 prompts * 4 samples = 32 sequences; micro 3 * DP 2 = 6 does not divide 32
-        ["trainer.micro_train_batch_size_per_gpu=3"],
-        "8 * 4 = 32 sequences per mini-batch must be divisible by trainer.micro_train_batch_size_per_gpu * policy"
-        " data-parallel size = 3 * 2 = 6",
-    ),
-    "critic mini-batch sequences not divisible": (
-        # critic: 8 * 4 = 32 sequences; 3 critic GPUs * micro 1 = 3
-        [
-            "trainer.critic.model.path=critic",
-            "trainer.algorithm.advantage_estimator=gae",
-            "trainer.placement.colocate_all=false",
-            "trainer.placement.critic_num_gpus_per_node=3",
-        ],
-        "trainer.critic_mini_batch_size * generator.n_samples_per_prompt = 8 * 4 = 32",
-    ),
     "KL loss and KL reward together": (
         ["trainer.algorithm.use_kl_in_reward=true"],
         "trainer.algorithm.use_kl_loss and trainer.algorithm.use_kl_in_reward are both true",
+    ),
+    "distillation without a teacher": (
+        ["trainer.algorithm.on_policy_distillation=true"],
+        "trainer.algorithm.on_policy_distillation=true needs a teacher: set trainer.ref.model.path",
+    ),
+    "distillation with KL in the reward": (
+        [
+            "trainer.algorithm.on_policy_distillation=true",
+            "trainer.ref.model.path=teacher",
+            "trainer.algorithm.use_kl_loss=false",
+            "trainer.algorithm.use_kl_in_reward=true",
+        ],
+        "trainer.algorithm.on_policy_distillation and use_kl_in_reward are both true",
     ),
     "gae without a critic": (
         ["trainer.algorithm.advantage_estimator=gae"],

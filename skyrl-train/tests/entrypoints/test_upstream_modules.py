@@ -37,6 +37,13 @@ def dry_run(module: str, *args: str, capsys) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def _python_m(*command: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m <command>` in a fresh interpreter started in `cwd`, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", *command], capture_output=True, text=True, timeout=300, cwd=cwd, check=False
+    )
+
+
 def test_every_upstream_module_path_exists_and_runs_its_own_entry():
     sys.path.insert(0, str(REPO))
     try:
@@ -70,6 +77,51 @@ def test_dapo_entrypoint_with_the_legacy_buffer_keys_turns_the_penalty_on(capsys
     assert buffer.enabled is True and buffer.length == 512
 
 
+def test_the_judge_and_multiply_examples_run_their_built_in_envs_with_skyrls_env_section(capsys):
+    def environment(module, *args):
+        code, out, err = dry_run(module, *args, capsys=capsys)
+        assert code == 0, err
+        return OmegaConf.create(out.split("# resolved SkyRL config\n", 1)[1]).environment
+
+    judge = environment(
+        "examples.llm_as_a_judge.main_llm_judge",
+        "environment.env_class=llm_as_a_judge",
+        "environment.skyrl_gym.llm_as_a_judge.model=judge",
+    )
+    assert judge.env_class == "llm_as_a_judge" and judge.env_configs == {"llm_as_a_judge": {"model": "judge"}}
+    assert (
+        environment("examples.train.multiply.main_multiply", "environment.env_class=multiply").env_class == "multiply"
+    )
+
+
+def test_the_distillation_modules_read_kl_in_reward_as_the_teacher_reward(capsys):
+    def algorithm(module, *args):
+        code, out, err = dry_run(
+            module, "trainer.ref.model.path=teacher", "trainer.algorithm.use_kl_loss=false", *args, capsys=capsys
+        )
+        assert code == 0, err
+        return OmegaConf.create(out.split("# resolved SkyRL config\n", 1)[1]).trainer.algorithm
+
+    current = algorithm(
+        "examples.train.on_policy_distillation.main_on_policy_distill", "trainer.algorithm.use_kl_in_reward=True"
+    )
+    assert current.on_policy_distillation is True and current.use_kl_in_reward is False
+    assert current.loss_reduction == "token_mean"
+    # SkyRL's legacy example also reduced its importance-sampling loss as Dr. GRPO does; its scripts' legacy keys
+    # (generator.backend) imply the legacy layout's normaliser
+    legacy = algorithm(
+        "examples.on_policy_distillation.main_on_policy_distill",
+        "+trainer.algorithm.use_kl_in_reward=true",
+        "generator.backend=vllm",
+    )
+    assert legacy.on_policy_distillation is True and legacy.loss_reduction == "seq_mean_token_sum_norm"
+    assert legacy.max_seq_len > 0
+    # without KL in the reward SkyRL's distillation trainer never replaces the rewards: neither does this one
+    module = UPSTREAM_MODULES["examples.train.on_policy_distillation.main_on_policy_distill"]
+    for arg in ("trainer.algorithm.use_kl_in_reward=false", "trainer.algorithm.use_kl_loss=true"):
+        assert module.translate(arg) == arg
+
+
 @pytest.mark.parametrize("module", [name for name, module in UPSTREAM_MODULES.items() if module.unsupported])
 def test_modules_needing_a_missing_feature_refuse_by_name(module, capsys):
     code, out, err = dry_run(module, "trainer.seed=1", capsys=capsys)
@@ -79,14 +131,7 @@ def test_modules_needing_a_missing_feature_refuse_by_name(module, capsys):
 
 @pytest.mark.integration
 def test_python_m_skyrl_train_main_base_runs_ours_and_says_what_it_translated(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "skyrl.train.entrypoints.main_base", *UPSTREAM_SCRIPT, "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        check=False,
-    )
+    result = _python_m("skyrl.train.entrypoints.main_base", *UPSTREAM_SCRIPT, "--dry-run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("config note: trainer.strategy=fsdp: runs FSDP2") == 1
     assert "config warning: trainer.hf_save_interval=-1" in result.stderr
@@ -102,23 +147,9 @@ def test_python_m_skyrl_train_main_base_runs_ours_and_says_what_it_translated(tm
 
 @pytest.mark.integration
 def test_an_example_module_path_runs_from_the_repo_root_and_a_missing_feature_exits_2():
-    ok = subprocess.run(
-        [sys.executable, "-m", "examples.train.algorithms.dapo.main_dapo", *UPSTREAM_SCRIPT, "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        check=False,
-    )
+    ok = _python_m("examples.train.algorithms.dapo.main_dapo", *UPSTREAM_SCRIPT, "--dry-run", cwd=REPO)
     assert ok.returncode == 0, ok.stderr
-    refused = subprocess.run(
-        [sys.executable, "-m", "examples.flash_rl.main_dapo_flashrl", "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        check=False,
-    )
+    refused = _python_m("examples.flash_rl.main_dapo_flashrl", "--dry-run", cwd=REPO)
     assert refused.returncode == 2 and "FlashRL" in refused.stderr and "not supported here" in refused.stderr
 
 

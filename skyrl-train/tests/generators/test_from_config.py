@@ -68,7 +68,9 @@ def test_every_generator_and_environment_key_reaches_the_generator_settings():
     assert (settings.max_env_workers, settings.env_step_timeout_s) == (3, 7.5)
     assert settings.env_configs == {"search": {"topk": 5}}
     batched = generator_settings_from_config(SkyRLConfig.from_cli_overrides(["generator.batched=true"]))
-    assert batched.batched is True
+    assert batched.batched is True and batched.use_conversation_multi_turn is True
+    one_message = SkyRLConfig.from_cli_overrides(["generator.use_conversation_multi_turn=false"])
+    assert generator_settings_from_config(one_message).use_conversation_multi_turn is False
     # null max_input_length falls back to data.max_prompt_length
     fallback = SkyRLConfig.from_cli_overrides(["data.max_prompt_length=300"])
     assert generator_settings_from_config(fallback).max_input_length == 300

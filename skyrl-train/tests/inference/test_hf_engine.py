@@ -320,26 +320,14 @@ def test_top_logprobs_equal_topk_of_a_plain_forward(tokenizer, model):
     assert plain.response_top_logprobs is None
 
 
-def test_repetition_penalty_follows_the_rule_on_prompt_and_generated_tokens(tokenizer, model):
+def test_repetition_penalty_follows_the_rule_on_prompt_and_generated_tokens(tokenizer, model, penalised_greedy):
     prompt = _ids(_prompts(tokenizer, 1)[0])
     engine = HFInferenceEngine(model, tokenizer)
     penalty = 3.0  # the tiny model favours token 6 (logit 1.37, in the prompt) over the next (0.58): 3 flips it
     params = SamplingParams(max_tokens=12, temperature=0, repetition_penalty=penalty, ignore_eos=True)
     out = _run(engine, prompt_token_ids=[prompt], sampling_params=params)
     response, logprobs = out.response_ids[0], out.response_logprobs[0]
-    # Reference by hand: full forward passes, penalise every token of prompt + response so far, take the argmax.
-    context = list(prompt)
-    expected_ids, expected_logprobs = [], []
-    for _ in range(12):
-        with torch.no_grad():
-            logits = model(torch.tensor([context])).logits[0, -1].float()
-        seen = torch.zeros_like(logits, dtype=torch.bool)
-        seen[torch.tensor(sorted(set(context)))] = True
-        penalised = torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
-        token = int(penalised.argmax())
-        expected_ids.append(token)
-        expected_logprobs.append(float(torch.log_softmax(penalised, -1)[token]))
-        context.append(token)
+    expected_ids, expected_logprobs = penalised_greedy(model, prompt, penalty, 12)
     assert response == expected_ids
     assert max(abs(a - b) for a, b in zip(logprobs, expected_logprobs)) < LOGPROB_TOLERANCE
     unpenalised = _run(

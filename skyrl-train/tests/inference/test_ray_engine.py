@@ -40,16 +40,6 @@ GREEDY = SamplingParams(max_tokens=8, temperature=0)
 LOGPROB_TOLERANCE = 1e-6  # same model, same code, same thread count: only the process differs
 
 
-def _varied_model():
-    """A tiny model with N(0, 0.5) weights (default-initialised tiny models repeat one token greedily)."""
-    model = build_tiny_model(TinyModelSpec(size=2), seed=0)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
-    return model
-
-
 def _prompts(count=4):
     tokenizer = build_char_tokenizer()
     rendered = [
@@ -64,13 +54,11 @@ def _local_engine(path):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, save_varied_tiny_model):
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    path = str(tmp_path_factory.mktemp("ray_engine") / "model")
-    _varied_model().save_pretrained(path)
-    save_tokenizer(build_char_tokenizer(), path)
+    path = save_varied_tiny_model(tmp_path_factory.mktemp("ray_engine") / "model")
     group = placement_group([{"CPU": 1}] * 2)
     ray.get(group.ready())
     engines = create_engine_actors(2, path, CFG, placement_group=group)

@@ -102,28 +102,13 @@ async def _run(engine, **kwargs):
     return await engine.generate(InferenceEngineInput(**kwargs))
 
 
-def _forward_logprobs(model, prompt, response, temperature=1.0):
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
-    scaled = torch.log_softmax(logits / temperature, dim=-1)
-    return scaled.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
-
-
-def _max_logprob_error(model, prompts, output, n, temperature):
-    errors = []
-    for index, (ids, logprobs) in enumerate(zip(output.response_ids, output.response_logprobs)):
-        expected = _forward_logprobs(model, prompts[index // n], ids, temperature)
-        errors.append((expected - torch.tensor(logprobs)).abs().max().item())
-    return max(errors)
-
-
 @pytest.mark.parametrize("temperature", [0.0, 1.0, 0.7])
-async def test_logprobs_match_the_hf_forward_pass(engine, served, tokenizer, temperature):
+async def test_logprobs_match_the_hf_forward_pass(engine, served, tokenizer, temperature, max_logprob_error):
     prompts = _prompts(tokenizer)
     params = SamplingParams(max_tokens=12, temperature=temperature, n=2, seed=3, ignore_eos=True)
     output = await _run(engine, prompt_token_ids=prompts, sampling_params=params)
     assert len(output) == 6 and all(len(ids) == 12 for ids in output.response_ids)
-    assert _max_logprob_error(served, prompts, output, 2, temperature or 1.0) < LOGPROB_TOLERANCE
+    assert max_logprob_error(served, prompts, output, 2, temperature or 1.0) < LOGPROB_TOLERANCE
     if temperature == 0:
         reference = served.generate(torch.tensor([prompts[0]]), max_new_tokens=12, do_sample=False, pad_token_id=0)
         assert output.response_ids[0] == reference[0, len(prompts[0]) :].tolist()
@@ -188,7 +173,7 @@ async def test_what_sglang_cannot_do_is_refused_before_it_runs(engine, served, t
     assert (await _run(engine, prompt_token_ids=prompt, sampling_params=penalised)).response_ids != base.response_ids
 
 
-async def test_chunked_updates_then_checksums(engine, served, tokenizer):
+async def test_chunked_updates_then_checksums(engine, served, tokenizer, max_logprob_error):
     prompts = _prompts(tokenizer)
     other = _tiny_llama(99)
     items = list(other.state_dict().items())
@@ -199,8 +184,8 @@ async def test_chunked_updates_then_checksums(engine, served, tokenizer):
     params = SamplingParams(max_tokens=10, seed=2, ignore_eos=True)
     output = await _run(engine, prompt_token_ids=prompts, sampling_params=params)
     assert output.weight_version == start_version + 1 == engine.weight_version
-    assert _max_logprob_error(other, prompts, output, 1, 1.0) < LOGPROB_TOLERANCE
-    assert _max_logprob_error(served, prompts, output, 1, 1.0) > 0.01  # the old weights would not fit
+    assert max_logprob_error(other, prompts, output, 1, 1.0) < LOGPROB_TOLERANCE
+    assert max_logprob_error(served, prompts, output, 1, 1.0) > 0.01  # the old weights would not fit
     checksums = await engine.weights_checksum()
     state = other.state_dict()
     assert set(checksums) == set(state)

@@ -56,28 +56,13 @@ def _run(engine, **kwargs):
     return asyncio.run(engine.generate(InferenceEngineInput(**kwargs)))
 
 
-def _forward_logprobs(model, prompt, response, temperature=1.0):
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
-    scaled = torch.log_softmax(logits / temperature, dim=-1)
-    return scaled.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
-
-
-def _max_logprob_error(model, prompts, output, n, temperature):
-    errors = []
-    for index, (ids, logprobs) in enumerate(zip(output.response_ids, output.response_logprobs)):
-        expected = _forward_logprobs(model, prompts[index // n], ids, temperature)
-        errors.append((expected - torch.tensor(logprobs)).abs().max().item())
-    return max(errors)
-
-
 @pytest.mark.parametrize("temperature", [0.0, 1.0, 0.7])
-def test_logprobs_match_the_hf_forward_pass(engine, served, tokenizer, temperature):
+def test_logprobs_match_the_hf_forward_pass(engine, served, tokenizer, temperature, max_logprob_error):
     prompts = _prompts(tokenizer)
     params = SamplingParams(max_tokens=12, temperature=temperature, n=2, seed=3)
     output = _run(engine, prompt_token_ids=prompts, sampling_params=params)
     assert len(output) == 6 and all(len(ids) == 12 for ids in output.response_ids)
-    assert _max_logprob_error(served, prompts, output, 2, temperature or 1.0) < LOGPROB_TOLERANCE
+    assert max_logprob_error(served, prompts, output, 2, temperature or 1.0) < LOGPROB_TOLERANCE
     if temperature == 0:
         reference = served.generate(torch.tensor([prompts[0]]), max_new_tokens=12, do_sample=False, pad_token_id=0)
         assert output.response_ids[0] == reference[0, len(prompts[0]) :].tolist()
@@ -131,7 +116,7 @@ def test_concurrent_calls_and_message_prompts(engine, served, tokenizer):
     assert [o.response_ids[0] for o in outputs] == together.response_ids
 
 
-def test_chunked_update_splitting_fused_groups_then_checksums(engine, served, tokenizer):
+def test_chunked_update_splitting_fused_groups_then_checksums(engine, served, tokenizer, max_logprob_error):
     prompts = _prompts(tokenizer)
     params = SamplingParams(max_tokens=10, temperature=1.0, seed=2)
     other = build_tiny_model(TinyModelSpec(size=2), seed=99)
@@ -144,8 +129,8 @@ def test_chunked_update_splitting_fused_groups_then_checksums(engine, served, to
     asyncio.run(sync())
     output = _run(engine, prompt_token_ids=prompts, sampling_params=params)
     assert output.weight_version == 7 and engine.weight_version == 7
-    assert _max_logprob_error(other, prompts, output, 1, 1.0) < LOGPROB_TOLERANCE
-    assert _max_logprob_error(served, prompts, output, 1, 1.0) > 0.01  # the old weights would not fit
+    assert max_logprob_error(other, prompts, output, 1, 1.0) < LOGPROB_TOLERANCE
+    assert max_logprob_error(served, prompts, output, 1, 1.0) > 0.01  # the old weights would not fit
 
     checksums = asyncio.run(engine.weights_checksum())
     state = other.state_dict()
@@ -253,22 +238,12 @@ def test_top_logprobs_equal_topk_of_the_hf_forward_pass(engine, served, tokenize
     assert plain.response_top_logprobs is None
 
 
-def test_repetition_penalty_follows_the_rule_like_the_hf_engine(engine, served, tokenizer):
+def test_repetition_penalty_follows_the_rule_like_the_hf_engine(engine, served, tokenizer, penalised_greedy):
     prompt = _prompts(tokenizer, 1)[0]
     penalty, steps = 3.0, 10
     params = SamplingParams(max_tokens=steps, temperature=0, repetition_penalty=penalty, ignore_eos=True)
     output = _run(engine, prompt_token_ids=[prompt], sampling_params=params)
-    context, expected_ids, expected_logprobs = list(prompt), [], []
-    for _ in range(steps):  # by hand: penalise every token of prompt + output so far, take the argmax
-        with torch.no_grad():
-            logits = served(torch.tensor([context])).logits[0, -1].float()
-        seen = torch.zeros_like(logits, dtype=torch.bool)
-        seen[torch.tensor(sorted(set(context)))] = True
-        penalised = torch.where(seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits)
-        token = int(penalised.argmax())
-        expected_ids.append(token)
-        expected_logprobs.append(float(torch.log_softmax(penalised, -1)[token]))
-        context.append(token)
+    expected_ids, expected_logprobs = penalised_greedy(served, prompt, penalty, steps)  # by hand, full forwards
     assert output.response_ids[0] == expected_ids
     assert max(abs(a - b) for a, b in zip(output.response_logprobs[0], expected_logprobs)) < LOGPROB_TOLERANCE
 

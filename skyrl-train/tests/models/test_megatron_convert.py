@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3MoeConfig
+from transformers import LlamaForCausalLM
 
 from skyrl_train.models.megatron_convert import (
     arch_from_hf_config,
@@ -20,21 +20,6 @@ from skyrl_train.models.megatron_convert import (
 )
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
-
-
-def _llama_config(**overrides):
-    settings = dict(
-        vocab_size=101,  # odd: exercises the vocabulary padding for tp=2
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-    )
-    settings.update(overrides)
-    return LlamaConfig(**settings)
 
 
 def _random_state(config, seed=0):
@@ -70,8 +55,8 @@ def test_embedded_model_round_trips_bit_exactly(architecture):
     _assert_same(megatron_to_hf(megatron_state, arch), hf_state)
 
 
-def test_llama_round_trips_with_untied_head_and_vocab_padding():
-    config = _llama_config()
+def test_llama_round_trips_with_untied_head_and_vocab_padding(tiny_hf_config):
+    config = tiny_hf_config("llama")
     hf_state = _random_state(config)
     arch = arch_from_hf_config(config)
     megatron_state = hf_to_megatron(hf_state, arch, tensor_parallel_size=2)
@@ -84,8 +69,8 @@ def test_llama_round_trips_with_untied_head_and_vocab_padding():
     LlamaForCausalLM(config).load_state_dict(megatron_to_hf(megatron_state, arch), strict=True)
 
 
-def test_qkv_fusion_groups_query_heads_with_their_key_value_head():
-    config = _llama_config(hidden_size=8, num_attention_heads=4, num_key_value_heads=2, head_dim=2)
+def test_qkv_fusion_groups_query_heads_with_their_key_value_head(tiny_hf_config):
+    config = tiny_hf_config("llama", hidden_size=8, num_attention_heads=4, num_key_value_heads=2, head_dim=2)
     arch = arch_from_hf_config(config)  # 2 groups of 2 query heads, head_dim 2
     q = torch.arange(8.0)[:, None]  # rows: head0 = 0,1; head1 = 2,3; head2 = 4,5; head3 = 6,7
     k = 100 + torch.arange(4.0)[:, None]
@@ -96,8 +81,8 @@ def test_qkv_fusion_groups_query_heads_with_their_key_value_head():
     assert [t[:, 0].tolist() for t in split_qkv(fused, arch)] == [q[:, 0].tolist(), k[:, 0].tolist(), v[:, 0].tolist()]
 
 
-def test_gate_and_up_are_fused_gate_first():
-    config = _llama_config()
+def test_gate_and_up_are_fused_gate_first(tiny_hf_config):
+    config = tiny_hf_config("llama")
     hf_state = _random_state(config)
     megatron_state = hf_to_megatron(hf_state, arch_from_hf_config(config))
     fc1 = megatron_state["decoder.layers.1.mlp.linear_fc1.weight"]
@@ -105,8 +90,8 @@ def test_gate_and_up_are_fused_gate_first():
     assert torch.equal(fc1[96:], hf_state["model.layers.1.mlp.up_proj.weight"])
 
 
-def test_split_kinds_per_parameter():
-    kinds = {name: tp_split_kind(name) for name in name_map(arch_from_hf_config(_llama_config()))}
+def test_split_kinds_per_parameter(tiny_hf_config):
+    kinds = {name: tp_split_kind(name) for name in name_map(arch_from_hf_config(tiny_hf_config("llama")))}
     assert kinds["embedding.word_embeddings.weight"] == "column"
     assert kinds["output_layer.weight"] == "column"
     assert kinds["decoder.layers.0.self_attention.linear_qkv.weight"] == "column"
@@ -117,23 +102,8 @@ def test_split_kinds_per_parameter():
     assert kinds["decoder.final_layernorm.weight"] == "replicated"
 
 
-def test_tp2_shards_have_megatron_partition_shapes_and_gather_back():
-    settings = _llama_config().to_dict()
-    config = Qwen2Config(
-        **{
-            k: settings[k]
-            for k in (
-                "vocab_size",
-                "hidden_size",
-                "intermediate_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "num_key_value_heads",
-                "max_position_embeddings",
-                "tie_word_embeddings",
-            )
-        }
-    )
+def test_tp2_shards_have_megatron_partition_shapes_and_gather_back(tiny_hf_config):
+    config = tiny_hf_config("qwen2")
     arch = arch_from_hf_config(config)
     full = hf_to_megatron(_random_state(config), arch, tensor_parallel_size=2)
     shards = [shard_state(full, 2, rank) for rank in range(2)]
@@ -159,27 +129,27 @@ def test_shard_then_gather_is_identity_for_four_ranks(kind_name):
     assert torch.equal(gather_tensor(kind_name, [shard_tensor(kind_name, tensor, 4, r) for r in range(4)]), tensor)
 
 
-def test_tensor_parallel_size_must_divide_heads_naming_the_key():
-    arch = arch_from_hf_config(_llama_config())
+def test_tensor_parallel_size_must_divide_heads_naming_the_key(tiny_hf_config):
+    arch = arch_from_hf_config(tiny_hf_config("llama"))
     check_tensor_parallel(arch, 2)
     with pytest.raises(ValueError, match=r"tensor_model_parallel_size=4 does not divide the model's num_key_value"):
         check_tensor_parallel(arch, 4)
 
 
-def test_llama_biases_outside_qkv_are_refused():
+def test_llama_biases_outside_qkv_are_refused(tiny_hf_config):
     with pytest.raises(ValueError, match="attention_bias/mlp_bias"):
-        arch_from_hf_config(_llama_config(attention_bias=True))
+        arch_from_hf_config(tiny_hf_config("llama", attention_bias=True))
 
 
-def test_unsupported_model_type_is_refused_by_name():
-    config = _llama_config()
+def test_unsupported_model_type_is_refused_by_name(tiny_hf_config):
+    config = tiny_hf_config("llama")
     config.model_type = "gpt2"
     with pytest.raises(ValueError, match="model_type='gpt2' has no Megatron weight mapping"):
         arch_from_hf_config(config)
 
 
-def test_missing_and_unexpected_tensors_are_named():
-    config = _llama_config()
+def test_missing_and_unexpected_tensors_are_named(tiny_hf_config):
+    config = tiny_hf_config("llama")
     arch = arch_from_hf_config(config)
     state = _random_state(config)
     extra = dict(state, **{"model.layers.0.mlp.extra.weight": torch.zeros(1)})
@@ -190,57 +160,16 @@ def test_missing_and_unexpected_tensors_are_named():
         hf_to_megatron(state, arch)
 
 
-MOE_CONFIGS = {
-    "qwen3_moe": lambda: Qwen3MoeConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        moe_intermediate_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    ),
-    "qwen2_moe": lambda: Qwen2MoeConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        moe_intermediate_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_experts=4,
-        num_experts_per_tok=2,
-        shared_expert_intermediate_size=24,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    ),
-    "mixtral": lambda: MixtralConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-    ),
-}
+MOE_TYPES = ["mixtral", "qwen2_moe", "qwen3_moe"]
 
 
-def _moe_state(model_type):
-    config = MOE_CONFIGS[model_type]()
+def _moe_state(config):
     return arch_from_hf_config(config), _random_state(config)
 
 
-@pytest.mark.parametrize("model_type", sorted(MOE_CONFIGS))
-def test_moe_round_trips_and_shards_over_experts(model_type):
-    arch, hf_state = _moe_state(model_type)
+@pytest.mark.parametrize("model_type", MOE_TYPES)
+def test_moe_round_trips_and_shards_over_experts(model_type, tiny_hf_config):
+    arch, hf_state = _moe_state(tiny_hf_config(model_type))
     assert arch.num_experts == 4 and arch.moe_router_topk == 2
     full = hf_to_megatron(hf_state, arch)
     assert full["decoder.layers.0.mlp.router.weight"].shape == (4, 32)

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
+from transformers import Qwen2ForCausalLM, Qwen2ForTokenClassification
 
 from skyrl_train.generators.types import Trajectory
 from skyrl_train.models.logprobs import response_logprobs
@@ -183,7 +183,7 @@ class _NoLogitsToKeep(Qwen2ForCausalLM):
         return super().forward(input_ids, attention_mask, position_ids, use_cache=use_cache)
 
 
-def test_models_that_cannot_pack_are_refused_with_the_reason():
+def test_models_that_cannot_pack_are_refused_with_the_reason(tiny_hf_config):
     custom = _NoLogitsToKeep(tiny_model_config(TinyModelSpec(size=1)))
     assert "takes no logits_to_keep" in packing_support(custom)
     capped = tiny()
@@ -192,17 +192,7 @@ def test_models_that_cannot_pack_are_refused_with_the_reason():
     sunk = tiny()
     sunk.model.layers[0].self_attn.sinks = torch.nn.Parameter(torch.zeros(2))  # as gpt-oss attention holds them
     assert "has attention sinks" in packing_support(sunk)
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        use_sliding_window=True,
-        sliding_window=8,
-        max_window_layers=0,
-    )
+    config = tiny_hf_config("qwen2", use_sliding_window=True, sliding_window=8, max_window_layers=0)
     model = Qwen2ForCausalLM(config)
     assert "sliding-window" in packing_support(model)
     with pytest.raises(ValueError, match="sequence packing: Qwen2ForCausalLM has sliding-window"):

@@ -11,32 +11,15 @@ import pytest
 
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.generators.base import GeneratorInterface
-from skyrl_train.generators.types import GeneratorInput, GeneratorOutput, Trajectory
+from skyrl_train.generators.types import GeneratorInput, GeneratorOutput
 from skyrl_train.rollouts import DynamicSampling, DynamicSamplingError, RolloutCollector, apply_overlong_punishment
 
 
-def _trajectory(uid, reward, length=2, env_error=None):
-    rewards = [0.0] * (length - 1) + [reward]
-    return Trajectory(
-        uid=uid,
-        env_class="t",
-        prompt_token_ids=[1],
-        response_ids=[5] * length,
-        loss_mask=[1] * length,
-        token_rewards=rewards,
-        rollout_logprobs=None,
-        stop_reason="stop",
-        num_turns=1,
-        weight_version=0,
-        env_error=env_error,
-    )
-
-
-def test_soft_overlong_punishment_is_added_on_the_last_generated_token():
+def test_soft_overlong_punishment_is_added_on_the_last_generated_token(make_trajectory):
     # max 8 tokens, buffer 4: no penalty up to 4 tokens, then (4 - length) / 4, reaching -1 at 8 tokens
-    batch = [_trajectory("a", 1.0, length) for length in (3, 5, 8)]
+    batch = [make_trajectory("a", 1.0, length) for length in (3, 5, 8)]
     batch[1].loss_mask = [1, 1, 1, 1, 0]  # an observation token does not count as generated (4 generated: no penalty)
-    batch.append(_trajectory("b", 1.0, 6, env_error={"kind": "exception"}))  # failed trajectories are left alone
+    batch.append(make_trajectory("b", 1.0, 6, env_error={"kind": "exception"}))  # failed trajectories are left alone
     metrics = apply_overlong_punishment(batch, max_response_len=8, buffer_len=4, penalty_factor=0.5)
     assert [t.reward for t in batch] == pytest.approx([1.0, 1.0, 0.5, 1.0])
     assert batch[2].token_rewards == pytest.approx([0.0] * 7 + [0.5])
@@ -47,7 +30,8 @@ def test_soft_overlong_punishment_is_added_on_the_last_generated_token():
 class _ScriptedGenerator(GeneratorInterface):
     """Each prompt's content names its samples' rewards, e.g. "0,1" (mixed) or "1,1" (all right)."""
 
-    def __init__(self):
+    def __init__(self, make_trajectory):
+        self.make_trajectory = make_trajectory
         self.calls: list[GeneratorInput] = []
 
     async def generate(self, generator_input: GeneratorInput) -> GeneratorOutput:
@@ -58,17 +42,24 @@ class _ScriptedGenerator(GeneratorInterface):
             rewards = [float(x) for x in prompt[0]["content"].split(",")]
             index = seen.get(uid, 0)
             seen[uid] = index + 1
-            trajectories.append(_trajectory(uid, rewards[index % len(rewards)], length=3))
+            trajectories.append(self.make_trajectory(uid, rewards[index % len(rewards)], length=3))
         return GeneratorOutput(trajectories, {"generate/reward_mean": 0.0})
 
 
-def _collector(batches, *overrides):
+@pytest.fixture
+def scripted_collector(make_trajectory):
+    """`scripted_collector(batches, *overrides)`: `(collect, generator)`, a collector over a `_ScriptedGenerator` that
+    draws each further batch of items from `batches[1:]`."""
+    return lambda batches, *overrides: _collector(make_trajectory, batches, *overrides)
+
+
+def _collector(make_trajectory, batches, *overrides):
     cfg = SkyRLConfig.from_cli_overrides(
         ["trainer.train_batch_size=2", "generator.n_samples_per_prompt=2", "trainer.policy_mini_batch_size=2"]
         + list(overrides),
         validate=False,
     )
-    generator = _ScriptedGenerator()
+    generator = _ScriptedGenerator(make_trajectory)
     queue = list(batches[1:])
 
     def make_input(items, round_index):
@@ -92,9 +83,9 @@ def _items(*rewards):
     return [{"uid": str(i), "rewards": r} for i, r in enumerate(rewards)]
 
 
-def test_filter_generates_until_the_batch_is_full_of_informative_groups():
+def test_filter_generates_until_the_batch_is_full_of_informative_groups(scripted_collector):
     batches = [_items("1,1", "0,1"), _items("0,0", "0,0"), _items("1,0", "0,1")]
-    collect, generator = _collector(batches, "trainer.algorithm.dynamic_sampling.type=filter")
+    collect, generator = scripted_collector(batches, "trainer.algorithm.dynamic_sampling.type=filter")
     rollouts = collect(batches[0])
     assert len(generator.calls) == 3 and rollouts.rounds == 3 and rollouts.sampled_groups == 6
     # kept: round 0's mixed group, then round 2's first mixed group; round 2's second group is surplus
@@ -104,9 +95,9 @@ def test_filter_generates_until_the_batch_is_full_of_informative_groups():
     assert metrics["dynamic_sampling/sampled_groups"] == 6.0
 
 
-def test_filter_stops_with_a_clear_error_after_max_sample_batches():
+def test_filter_stops_with_a_clear_error_after_max_sample_batches(scripted_collector):
     batches = [_items("1,1", "0,0")] * 3
-    collect, _ = _collector(
+    collect, _ = scripted_collector(
         batches,
         "trainer.algorithm.dynamic_sampling.type=filter",
         "trainer.algorithm.dynamic_sampling.max_sample_batches=2",
@@ -115,16 +106,16 @@ def test_filter_stops_with_a_clear_error_after_max_sample_batches():
         collect(batches[0])
 
 
-def test_filter_trains_on_what_it_has_when_the_data_runs_out():
+def test_filter_trains_on_what_it_has_when_the_data_runs_out(scripted_collector):
     batches = [_items("1,1", "0,1")]
-    collect, _ = _collector(batches, "trainer.algorithm.dynamic_sampling.type=filter")
+    collect, _ = scripted_collector(batches, "trainer.algorithm.dynamic_sampling.type=filter")
     rollouts = collect(batches[0])
     assert [t.uid for t in rollouts.output.trajectories] == ["0/1", "0/1"]
 
 
-def test_replace_samples_another_batch_when_too_few_groups_are_informative():
+def test_replace_samples_another_batch_when_too_few_groups_are_informative(scripted_collector):
     batches = [_items("1,1", "0,0"), _items("0,1", "1,1")]
-    collect, generator = _collector(
+    collect, generator = scripted_collector(
         batches,
         "trainer.algorithm.dynamic_sampling.type=replace",
         "trainer.algorithm.dynamic_sampling.min_replace_ratio=0.3",
@@ -135,9 +126,9 @@ def test_replace_samples_another_batch_when_too_few_groups_are_informative():
     assert rollouts.output.metrics["dynamic_sampling/replaced_groups"] == 1.0
 
 
-def test_no_dynamic_sampling_generates_once_and_shapes_rewards():
+def test_no_dynamic_sampling_generates_once_and_shapes_rewards(scripted_collector):
     batches = [_items("1,1", "0,0")]
-    collect, generator = _collector(
+    collect, generator = scripted_collector(
         batches,
         "trainer.algorithm.overlong_buffer.enabled=true",
         "trainer.algorithm.overlong_buffer.length=2",
@@ -150,9 +141,9 @@ def test_no_dynamic_sampling_generates_once_and_shapes_rewards():
     assert rollouts.output.metrics["reward/overlong_penalized"] == 4.0  # shaping metrics reach the step's metrics
 
 
-def test_replace_trains_on_the_last_batch_as_it_is_when_the_data_runs_out():
+def test_replace_trains_on_the_last_batch_as_it_is_when_the_data_runs_out(scripted_collector):
     batches = [_items("1,1", "0,0")]
-    collect, generator = _collector(batches, "trainer.algorithm.dynamic_sampling.type=replace")
+    collect, generator = scripted_collector(batches, "trainer.algorithm.dynamic_sampling.type=replace")
     rollouts = collect(batches[0])
     assert len(generator.calls) == 1 and [t.reward for t in rollouts.output.trajectories] == [1.0, 1.0, 0.0, 0.0]
     assert rollouts.output.metrics["dynamic_sampling/replaced_groups"] == 0.0

@@ -4,43 +4,26 @@ import random
 
 import pytest
 
-from skyrl_train.generators.types import Trajectory
 from skyrl_train.rollouts import informative_groups, replace_uninformative_groups, select_groups
 
 
-def _trajectory(uid, reward, env_error=None):
-    return Trajectory(
-        uid=uid,
-        env_class="t",
-        prompt_token_ids=[1],
-        response_ids=[5, 5],
-        loss_mask=[1, 1],
-        token_rewards=[0.0, reward],
-        rollout_logprobs=None,
-        stop_reason="stop",
-        num_turns=1,
-        weight_version=0,
-        env_error=env_error,
-    )
+def _batch(make_trajectory, *groups):
+    return [make_trajectory(uid, reward) for uid, rewards in groups for reward in rewards]
 
 
-def _batch(*groups):
-    return [_trajectory(uid, reward) for uid, rewards in groups for reward in rewards]
-
-
-def test_informative_groups_ignore_failed_samples():
+def test_informative_groups_ignore_failed_samples(make_trajectory):
     batch = [
-        _trajectory("a", 1.0),
-        _trajectory("a", 0.0, env_error={"kind": "timeout"}),  # the only different sample of "a" failed
-        _trajectory("b", 0.0),
-        _trajectory("b", 1.0),
-        _trajectory("c", 0.5),
+        make_trajectory("a", 1.0),
+        make_trajectory("a", 0.0, env_error={"kind": "timeout"}),  # the only different sample of "a" failed
+        make_trajectory("b", 0.0),
+        make_trajectory("b", 1.0),
+        make_trajectory("c", 0.5),
     ]
     assert informative_groups(batch) == (["b"], ["a", "c"])
 
 
-def test_replace_copies_informative_groups_only_when_enough_of_them():
-    batch = _batch(("a", (0, 1)), ("b", (1, 1)), ("c", (0, 0)))
+def test_replace_copies_informative_groups_only_when_enough_of_them(make_trajectory):
+    batch = _batch(make_trajectory, ("a", (0, 1)), ("b", (1, 1)), ("c", (0, 0)))
     assert replace_uninformative_groups(batch, min_replace_ratio=0.5, rng=random.Random(0)) is None  # 1/3 <= 0.5
     trajectories, replaced = replace_uninformative_groups(batch, min_replace_ratio=0.3, rng=random.Random(0))
     assert replaced == 2 and len(trajectories) == 6
@@ -50,17 +33,17 @@ def test_replace_copies_informative_groups_only_when_enough_of_them():
     assert batch[1].token_rewards[-1] == 1.0
 
 
-def test_filter_keeps_the_valid_samples_of_informative_groups_in_order():
-    batch = _batch(("a", (1, 1)), ("b", (0, 1)), ("c", (1, 0)))
-    batch.insert(3, _trajectory("b", 1.0, env_error={"kind": "exception"}))
+def test_filter_keeps_the_valid_samples_of_informative_groups_in_order(make_trajectory):
+    batch = _batch(make_trajectory, ("a", (1, 1)), ("b", (0, 1)), ("c", (1, 0)))
+    batch.insert(3, make_trajectory("b", 1.0, env_error={"kind": "exception"}))
     selection = select_groups(batch, "filter", 0.0, random.Random(0))
     assert [t.uid for t in selection.trajectories] == ["b", "b", "c", "c"]
     assert (selection.groups, selection.replaced) == (2, 0)
-    assert select_groups(_batch(("a", (1, 1))), "filter", 0.0, random.Random(0)).groups == 0
+    assert select_groups(_batch(make_trajectory, ("a", (1, 1))), "filter", 0.0, random.Random(0)).groups == 0
 
 
-def test_replace_selection_counts_its_copies_or_asks_for_another_batch():
-    batch = _batch(("a", (0, 1)), ("b", (1, 1)))
+def test_replace_selection_counts_its_copies_or_asks_for_another_batch(make_trajectory):
+    batch = _batch(make_trajectory, ("a", (0, 1)), ("b", (1, 1)))
     selection = select_groups(batch, "replace", 0.3, random.Random(0))
     assert [t.uid for t in selection.trajectories] == ["a", "a", "a#copy1", "a#copy1"]
     assert (selection.groups, selection.replaced) == (2, 1)

@@ -129,21 +129,25 @@ def test_one_step_off_keeps_two_batches_generating_each_seeded_by_the_step_befor
     assert prompts.used_uids == [["0", "1"]]
 
 
+def _one_fully_async_step(source, version):
+    """Start `source` for one step, take step 1's rollouts with the policy at `version`, report them trained, stop."""
+
+    async def run():
+        await source.start(0, 1)
+        taken = await source.next(1, version)
+        metrics = await source.done(taken, version)
+        await source.stop()
+        return taken, metrics
+
+    return asyncio.run(run())
+
+
 def test_fully_async_groups_are_seeded_by_their_key_and_stale_ones_generated_again():
     # the first group comes back 2 versions old at version 2 (max_staleness 1): it is dropped, to be generated again
     cfg, prompts, collector, generator, sampling = _parts(
         "fully_async", ["a", "b", "c", "d"], "trainer.async_rl.max_staleness=1", versions=[0, 2, 2, 2]
     )
-    source = FullyAsyncSource(cfg, prompts, collector, sampling)
-
-    async def run():
-        await source.start(0, 1)
-        taken = await source.next(1, 2)
-        metrics = await source.done(taken, 2)
-        await source.stop()
-        return taken, metrics
-
-    taken, metrics = asyncio.run(run())
+    taken, metrics = _one_fully_async_step(FullyAsyncSource(cfg, prompts, collector, sampling), version=2)
     key_of = {call.uids[0]: call for call in generator.calls}
     assert key_of["g0/0"].seeds == row_seeds(3, FULLY_ASYNC_SEED_KEY, 0, 2)
     assert metrics["async/dropped_stale_groups"] == 1.0 and metrics["async/staleness_max"] == 0.0
@@ -156,16 +160,7 @@ def test_fully_async_filter_leaves_out_groups_without_reward_variance():
     cfg, prompts, collector, generator, sampling = _parts(
         "fully_async", ["flat", "b", "c", "d"], "trainer.algorithm.dynamic_sampling.type=filter"
     )
-    source = FullyAsyncSource(cfg, prompts, collector, sampling)
-
-    async def run():
-        await source.start(0, 1)
-        taken = await source.next(1, 0)
-        metrics = await source.done(taken, 0)
-        await source.stop()
-        return taken, metrics
-
-    taken, metrics = asyncio.run(run())
+    taken, metrics = _one_fully_async_step(FullyAsyncSource(cfg, prompts, collector, sampling), version=0)
     assert "g0/0" not in {t.uid for t in taken.rollouts.output.trajectories}
     assert metrics["dynamic_sampling/kept_groups"] == 2.0 and metrics["dynamic_sampling/sampled_groups"] == 3.0
     assert prompts.used_uids[0][0] == "0"  # the left-out prompt is used up by this step

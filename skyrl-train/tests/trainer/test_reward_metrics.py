@@ -4,29 +4,14 @@ out by hand (and torch's sample standard deviation)."""
 import pytest
 import torch
 
-from skyrl_train.generators.types import GeneratorOutput, Trajectory
+from skyrl_train.generators.types import GeneratorOutput
 from skyrl_train.trainer import reward_metrics
 
 
-def _trajectory(uid: str, reward: float) -> Trajectory:
-    return Trajectory(
-        uid=uid,
-        env_class="e",
-        prompt_token_ids=[1],
-        response_ids=[2, 3],
-        loss_mask=[1, 1],
-        token_rewards=[0.0, reward],
-        rollout_logprobs=None,
-        stop_reason="stop",
-        num_turns=1,
-        weight_version=0,
-    )
-
-
-def test_reward_metrics_mean_sample_std_pass_at_n_and_groups_with_signal():
+def test_reward_metrics_mean_sample_std_pass_at_n_and_groups_with_signal(make_trajectory):
     # group a: one sample solved (mixed); group b: none solved (all 0); group c: both at 0.5 (no signal, not passed)
     rewards = {"a": [1.0, 0.0], "b": [0.0, 0.0], "c": [0.5, 0.5]}
-    trajectories = [_trajectory(uid, r) for uid, values in rewards.items() for r in values]
+    trajectories = [make_trajectory(uid, r) for uid, values in rewards.items() for r in values]
     metrics = reward_metrics(GeneratorOutput(trajectories, {"generate/reward_mean": 0.25}), n_samples=2)
     flat = torch.tensor([r for values in rewards.values() for r in values], dtype=torch.float64)
     assert metrics["reward/mean"] == pytest.approx(2.0 / 6)
@@ -36,8 +21,8 @@ def test_reward_metrics_mean_sample_std_pass_at_n_and_groups_with_signal():
     assert metrics["generate/reward_mean"] == 0.25  # the generator's own metrics pass through
 
 
-def test_reward_metrics_of_a_single_trajectory_have_zero_std():
-    metrics = reward_metrics(GeneratorOutput([_trajectory("a", 1.0)]), n_samples=1)
+def test_reward_metrics_of_a_single_trajectory_have_zero_std(make_trajectory):
+    metrics = reward_metrics(GeneratorOutput([make_trajectory("a", 1.0)]), n_samples=1)
     assert metrics == {
         "reward/mean": 1.0,
         "reward/std": 0.0,

@@ -2,14 +2,11 @@
 see, KL in the reward and what the KL controller is fed, batch-normalised advantages, the mini-batch loss
 denominator, and the driver state a checkpoint keeps."""
 
-from dataclasses import replace
-
 import pytest
 import torch
 
 from skyrl_train.algorithms import AdaptiveKLController, kl_estimate
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.generators.types import Trajectory
 from skyrl_train.trainer import RayPPOTrainer
 from skyrl_train.training_batch import TrainingBatch
 
@@ -22,29 +19,13 @@ def _trainer(*overrides: str) -> RayPPOTrainer:
     return RayPPOTrainer(cfg, eval_items=[], **parts)
 
 
-def _trajectory(uid, reward, length=2, **changes):
-    t = Trajectory(
-        uid=uid,
-        env_class="t",
-        prompt_token_ids=[1, 2],
-        response_ids=[5] * length,
-        loss_mask=[1] * length,
-        token_rewards=[0.0] * (length - 1) + [reward],
-        rollout_logprobs=None,
-        stop_reason="stop",
-        num_turns=1,
-        weight_version=0,
-    )
-    return replace(t, **changes)
-
-
-def test_group_statistics_count_filtered_rows_and_skip_failed_ones():
+def test_group_statistics_count_filtered_rows_and_skip_failed_ones(make_trajectory):
     trainer = _trainer("trainer.algorithm.advantage_estimator=grpo", "trainer.algorithm.grpo_norm_by_std=false")
     batch = TrainingBatch.from_trajectories(
         [
-            _trajectory("g", 1.0, filtered="overlong"),  # truncated: not trained on, but its reward is real
-            _trajectory("g", 0.0),
-            _trajectory("g", 0.0, env_error={"kind": "exception", "reason": "grader crashed"}),  # no real reward
+            make_trajectory("g", 1.0, filtered="overlong"),  # truncated: not trained on, but its reward is real
+            make_trajectory("g", 0.0),
+            make_trajectory("g", 0.0, env_error={"kind": "exception", "reason": "grader crashed"}),  # no real reward
         ],
         pad_token_id=0,
     )
@@ -55,8 +36,13 @@ def test_group_statistics_count_filtered_rows_and_skip_failed_ones():
     assert advantages[2].tolist() == [0.0, 0.0]
 
 
-def test_batch_normalised_advantages_are_z_scored_over_trained_tokens():
-    trajectories = [_trajectory("a", 1.0), _trajectory("a", 0.0, 3), _trajectory("b", 1.0), _trajectory("b", 1.0)]
+def test_batch_normalised_advantages_are_z_scored_over_trained_tokens(make_trajectory):
+    trajectories = [
+        make_trajectory("a", 1.0),
+        make_trajectory("a", 0.0, 3),
+        make_trajectory("b", 1.0),
+        make_trajectory("b", 1.0),
+    ]
     plain, _ = _trainer().advantages(TrainingBatch.from_trajectories(trajectories, 0), None)
     batch = TrainingBatch.from_trajectories(trajectories, 0)
     normalised, _ = _trainer("trainer.algorithm.advantage_batch_normalize=true").advantages(batch, None)
@@ -66,7 +52,7 @@ def test_batch_normalised_advantages_are_z_scored_over_trained_tokens():
     assert not torch.allclose(plain, normalised)
 
 
-def test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums():
+def test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums(make_trajectory):
     trainer = _trainer(
         "trainer.algorithm.use_kl_loss=false",
         "trainer.algorithm.use_kl_in_reward=true",
@@ -76,7 +62,9 @@ def test_kl_in_reward_penalises_tokens_and_feeds_the_controller_sequence_sums():
         "trainer.algorithm.kl_ctrl.horizon=10",
         "trainer.algorithm.kl_estimator_type=k1",
     )
-    batch = TrainingBatch.from_trajectories([_trajectory("a", 1.0, 2), _trajectory("a", 0.0, 4)], pad_token_id=0)
+    batch = TrainingBatch.from_trajectories(
+        [make_trajectory("a", 1.0, 2), make_trajectory("a", 0.0, 4)], pad_token_id=0
+    )
     old = torch.tensor([[-1.0, -1.0, 0.0, 0.0], [-1.0, -1.0, -1.0, -1.0]])
     ref = old - 0.1 * batch.response_mask  # k1 = 0.1 on every generated token
     metrics = trainer.apply_kl_in_reward(batch, old, ref)

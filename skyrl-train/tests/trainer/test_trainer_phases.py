@@ -4,6 +4,7 @@ input (n_samples_per_prompt, the sampling seed) and the mini-batches (policy/cri
 A real `RayPPOTrainer` is built without workers or engines: these phases use none of them.
 """
 
+import pytest
 import torch
 
 from skyrl_train.config import SkyRLConfig
@@ -85,3 +86,22 @@ def test_mini_batches_follow_the_role_mini_batch_sizes():
     batch = _batch()
     assert trainer.policy.mini_batches(batch) == [[0, 1, 2, 3]]  # 2 prompts x 2 samples
     assert TrainedRole(None, "critic", trainer.cfg).mini_batches(batch) == [[0, 1], [2, 3]]
+
+
+def test_on_policy_distillation_replaces_the_env_reward_with_the_teacher_gap():
+    distill = ["trainer.algorithm.on_policy_distillation=true", "trainer.ref.model.path=teacher"]
+    trainer = _trainer(*distill, "trainer.algorithm.use_kl_loss=false", "trainer.algorithm.advantage_estimator=no_op")
+    assert trainer.plan.old_logprobs_before_update and trainer.plan.reference == "ref_workers"
+    batch = _batch()
+    old = torch.tensor([[-1.0, -2.0, -3.0]] * 4)
+    teacher = torch.tensor([[-0.5, -2.0, -4.0]] * 4)
+    metrics = trainer.apply_distillation_reward(batch, old, teacher)
+    # teacher - policy per token, on every row whatever its env reward (row 0 earned 1.0 from the env)
+    assert torch.equal(batch.token_rewards, torch.tensor([[0.5, 0.0, -1.0]] * 4))
+    assert metrics == pytest.approx(
+        {"distillation/teacher_gap_token_mean": -0.5 / 3, "distillation/teacher_gap_sequence_sum": -0.5}
+    )
+    advantages, _ = trainer.advantages(batch, None)
+    assert torch.equal(advantages, batch.token_rewards)  # no_op: the gaps are the advantages
+    plain = _trainer()
+    assert not plain.plan.old_logprobs_before_update and plain.plan.reference == "ref_workers"  # KL loss (default)

@@ -1,5 +1,5 @@
 """RayPPOTrainer on local Ray with the tiny model and 2 FSDP2 ranks: one step per estimator, both placements,
-verified weight sync, and trainer/engine logprob agreement."""
+verified weight sync, trainer/engine logprob agreement, and on-policy distillation from a second tiny model."""
 
 import gc
 import math
@@ -11,7 +11,10 @@ from safetensors.torch import load_file
 
 from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.inference.ray_engine import RayEngineProxy
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer
 from skyrl_train.trainer import DRIVER_TORCH_THREADS, LOOP_GC_GEN0_THRESHOLD, RayPPOTrainer
+from skyrl_train.utils.batch_dump import load_batch_dump
 from skyrl_train.workers.group import WorkerGroup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -42,7 +45,7 @@ class RecordingExp(BasePPOExp):
         ("grpo", []),
         ("rloo", ["trainer.policy_mini_batch_size=4"]),  # one optimizer step: no separate old-logprob forward
         ("reinforce++", ["trainer.placement.num_threads_per_worker=2", "generator.inference_engine.num_threads=2"]),
-        ("gae", ["trainer.critic.model.path=${trainer.policy.model.path}"]),
+        ("gae", ["trainer.critic.model.path=${trainer.policy.model.path}", "trainer.dump_data_batch=true"]),
     ],
 )
 def test_one_step_per_estimator_trains_and_syncs(
@@ -69,8 +72,16 @@ def test_one_step_per_estimator_trains_and_syncs(
     assert ("policy/rollout_train_logprob_abs_diff_max" in history) != one_update  # only a separate forward has it
     exported = experiment.trainer.checkpoints.exported_paths[-1]
     assert _changed(_weights(tiny_model_dir), _weights(exported)), "the policy's weights did not change"
+    dumped = sorted((tmp_path / "exports" / "dumped_data").glob("*")) if estimator == "gae" else []
+    assert [path.name for path in dumped] == (["global_step_1_training_input.safetensors"] if dumped else [])
+    assert (tmp_path / "exports" / "dumped_data").exists() == (estimator == "gae")  # off by default
     if estimator == "gae":
         assert math.isfinite(history["critic/value_loss"][-1][1])
+        tensors, metadata = load_batch_dump(dumped[0])  # the step's 4 prompts x 4 samples, as trained
+        assert tensors["input_ids"].shape[0] == 16 and len(set(metadata["uids"])) == 4
+        assert float(tensors["token_rewards"].sum(1).mean()) == pytest.approx(history["reward/mean"][-1][1])
+        assert tensors["values"].shape == tensors["advantages"].shape == tensors["loss_mask"].shape
+        assert torch.isfinite(tensors["advantages"]).all() and tensors["advantages"].abs().sum() > 0
 
 
 def test_separate_placement_with_broadcast_sync(
@@ -174,3 +185,34 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
     # the update's call computed the old log-probs before its first optimizer step and put them back in row order
     assert history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
     assert history["policy/rollout_train_logprob_abs_diff_max"][-1][1] < 100 * LOGPROB_AGREEMENT
+
+
+def test_on_policy_distillation_trains_on_the_teacher_gap_from_the_ref_workers(
+    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+):
+    teacher = tmp_path / "teacher"  # the student's architecture and tokenizer, other weights
+    model = build_tiny_model(TinyModelSpec(size=1), seed=1)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0, 0.3, generator=torch.Generator().manual_seed(1))
+    model.save_pretrained(teacher)
+    build_char_tokenizer().save_pretrained(str(teacher))
+    cfg = make_config(
+        tiny_model_dir,
+        data_dir,
+        tmp_path,
+        "trainer.algorithm.on_policy_distillation=true",
+        f"trainer.ref.model.path={teacher}",
+        "trainer.algorithm.advantage_estimator=no_op",
+        "trainer.algorithm.policy_loss_type=importance_sampling",
+    )
+    experiment = BasePPOExp(cfg)
+    result = experiment.run()
+    history = result.history
+    # two unrelated models: the student's samples are far less likely under the teacher
+    assert history["distillation/teacher_gap_token_mean"][-1][1] < -0.5
+    assert history["policy/old_logprobs_from_update"][-1][1] == 0.0  # given: the forward before the rewards
+    assert "reward/mean" in history  # the env's rewards are still computed and logged
+    exported = experiment.trainer.checkpoints.exported_paths[-1]
+    assert _changed(_weights(tiny_model_dir), _weights(exported)), "the policy's weights did not change"

@@ -11,8 +11,6 @@ from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.ray_engine import create_engine_actors
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.weight_sync import WeightSyncError, make_weight_sync_strategy
 from skyrl_train.weight_sync.cuda_ipc import ipc_payload, share_per_consumer
 
@@ -26,26 +24,15 @@ def test_colocated_strategies_refuse_engines_on_the_other_device(name, device):
         strategy.build_init_infos({"device": device}, [{}])
 
 
-def _save_varied_model(directory, seed):
-    model = build_tiny_model(TinyModelSpec(size=2), seed=seed)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
-    model.save_pretrained(directory)
-    save_tokenizer(build_char_tokenizer(), directory)
-    return str(directory)
-
-
 @pytest.mark.gpu
 @pytest.mark.integration
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="cuda_ipc needs a CUDA GPU")
-async def test_cuda_ipc_sync_from_this_process_into_a_colocated_engine(tmp_path):
+async def test_cuda_ipc_sync_from_this_process_into_a_colocated_engine(tmp_path, save_varied_tiny_model):
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
-        path_a, path_b = _save_varied_model(tmp_path / "a", 0), _save_varied_model(tmp_path / "b", 1)
+        path_a, path_b = save_varied_tiny_model(tmp_path / "a", 0), save_varied_tiny_model(tmp_path / "b", 1)
         cfg = {"generator": {"inference_engine": {"backend": "hf", "model_dtype": "float32"}}}
         engines = create_engine_actors(1, path_a, {**cfg, "trainer": {"device": "cuda"}}, num_gpus_per_engine=0.5)
         prompts = [[3, 20, 30, 40, 4, 3]]

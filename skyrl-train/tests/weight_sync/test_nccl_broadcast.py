@@ -12,8 +12,6 @@ from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.ray_engine import create_engine_actors
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.weight_sync import WeightSenderHost, connect_weight_sync
 
 pytestmark = [
@@ -36,23 +34,12 @@ class GpuSender(WeightSenderHost):
         return self.weight_sender.send(self.model.state_dict().items()).report()
 
 
-def _save(directory, seed):
-    model = build_tiny_model(TinyModelSpec(size=2), seed=seed)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
-    model.save_pretrained(directory)
-    save_tokenizer(build_char_tokenizer(), directory)
-    return str(directory)
-
-
-async def test_nccl_broadcast_into_an_engine_on_another_gpu(tmp_path):
+async def test_nccl_broadcast_into_an_engine_on_another_gpu(tmp_path, save_varied_tiny_model):
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        path_a, path_b = _save(tmp_path / "a", 0), _save(tmp_path / "b", 1)
+        path_a, path_b = save_varied_tiny_model(tmp_path / "a", 0), save_varied_tiny_model(tmp_path / "b", 1)
         cfg = {
             "generator": {"inference_engine": {"backend": "hf", "model_dtype": "float32"}},
             "trainer": {"device": "cuda"},

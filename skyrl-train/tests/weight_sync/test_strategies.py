@@ -19,8 +19,7 @@ from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.ray_engine import RayEngineProxy, create_engine_actors
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+from skyrl_train.models.tokenizer import build_char_tokenizer
 from skyrl_train.weight_sync import (
     MixedStrategy,
     WeightSenderHost,
@@ -65,22 +64,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _varied_model(seed):
-    """A tiny model with N(0, 0.5) weights: default-initialised tiny models all repeat one token greedily."""
-    model = build_tiny_model(TinyModelSpec(size=2), seed=seed)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
-    return model
-
-
-def _save_model(directory, seed):
-    _varied_model(seed).save_pretrained(directory)
-    save_tokenizer(build_char_tokenizer(), directory)
-    return str(directory)
-
-
 def _prompts(tokenizer):
     rendered = [
         tokenizer.apply_chat_template([{"role": "user", "content": f"{i}*{i + 3}="}], add_generation_prompt=True)
@@ -96,12 +79,12 @@ def _greedy(model_path, prompts):
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, save_varied_tiny_model):
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     root = tmp_path_factory.mktemp("weight_sync")
-    path_a, path_b = _save_model(root / "a", seed=0), _save_model(root / "b", seed=1)
+    path_a, path_b = save_varied_tiny_model(root / "a", seed=0), save_varied_tiny_model(root / "b", seed=1)
     prompts = _prompts(build_char_tokenizer())
     port = _free_port()
     policy_class = ray.remote(num_cpus=1)(PolicyStandIn)
@@ -159,7 +142,7 @@ def _strategy(name):
     return make_weight_sync_strategy(name, **options)
 
 
-@pytest.mark.parametrize("strategy_name", ["broadcast", "shm", "checkpoint", "mixed"])
+@pytest.mark.parametrize("strategy_name", ["broadcast", "shm", "checkpoint", "delta", "mixed"])
 async def test_remote_sender_sync_installs_new_model_and_verify_names_corruption(setup, strategy_name, monkeypatch):
     assert setup["expected_a"] != setup["expected_b"]  # otherwise the test could not tell the models apart
     engines, sender = setup["engines"], setup["policy"][0]
@@ -196,13 +179,13 @@ async def test_remote_sender_sync_installs_new_model_and_verify_names_corruption
     assert sums == [(3.0, 2), (3.0, 2)]  # 1 + 2 over the 2-rank default group
 
 
-async def test_local_sender_sync_from_this_process(setup, monkeypatch):
+async def test_local_sender_sync_from_this_process(setup, monkeypatch, varied_tiny_model):
     engines = setup["engines"]
     start_version = await _reset_to_model_a(setup)
     strategy = make_weight_sync_strategy("broadcast", chunk_bytes=CHUNK_BYTES, compute_checksums=True, timeout_s=60)
     await strategy.init(None, engines)
     try:
-        model_b = _varied_model(seed=1)
+        model_b = varied_tiny_model(seed=1)
         asked = _count_version_requests(monkeypatch)
         result = await strategy.sync(model_b.state_dict().items())
         assert asked == []  # confirmed from the engines' acknowledgements
@@ -237,14 +220,14 @@ async def test_auto_on_one_node_takes_the_local_transport_for_every_engine(setup
         await separate.close()
 
 
-async def test_shm_sender_keeps_one_block_grows_it_and_unlinks_it_on_close(setup):
+async def test_shm_sender_keeps_one_block_grows_it_and_unlinks_it_on_close(setup, varied_tiny_model):
     engines = setup["engines"]
     start_version = await _reset_to_model_a(setup)
     strategy = make_weight_sync_strategy("shm", chunk_bytes=CHUNK_BYTES, timeout_s=60)
     await strategy.init(None, engines)
     closed = False
     try:
-        state_b = list(_varied_model(seed=1).state_dict().items())
+        state_b = list(varied_tiny_model(seed=1).state_dict().items())
         first = await strategy.sync(state_b)
         sender = strategy._local_sender
         kept = sender.block.name
@@ -264,3 +247,30 @@ async def test_shm_sender_keeps_one_block_grows_it_and_unlinks_it_on_close(setup
     finally:
         if not closed:
             await strategy.close()
+
+
+async def test_the_run_config_builds_the_delta_strategy_with_its_folder(setup, tmp_path):
+    from types import SimpleNamespace
+
+    from skyrl_train.config import SkyRLConfig
+    from skyrl_train.entrypoints.main_base import BasePPOExp
+
+    engines = setup["engines"]
+    start_version = await _reset_to_model_a(setup)
+    cfg = SkyRLConfig.from_cli_overrides(
+        [
+            "generator.inference_engine.weight_sync_backend=delta",
+            f"generator.inference_engine.delta_weight_sync.sync_dir={tmp_path / 'sync'}",
+            f"generator.inference_engine.delta_weight_sync.local_checkpoint_dir={tmp_path / 'copies'}",
+        ]
+    )
+    strategy = await BasePPOExp(cfg).get_weight_sync(SimpleNamespace(actors=[setup["policy"][0]]), engines)
+    try:
+        result = await setup["policy"][0].push_weights.remote()
+        await strategy.confirm(result.version, result.served_versions)
+        version = f"delta-{start_version + 1:08d}"
+        assert (tmp_path / "sync" / version / "manifest.json").is_file()
+        assert sorted(p.name for p in (tmp_path / "copies").iterdir()) == ["engine-0", "engine-1"]
+        assert await _generations(engines, setup["prompts"]) == [(setup["expected_b"], result.version)] * 2
+    finally:
+        await strategy.close()

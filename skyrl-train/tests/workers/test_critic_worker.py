@@ -79,3 +79,70 @@ def test_the_critic_builds_from_its_own_section(single_rank_group, worker_config
         single_rank_group,
     )
     assert constant.get_lr() == 0.25  # the critic's schedule name: `constant` has no warm-up
+
+
+CRITIC_LORA = (
+    "trainer.critic.model.lora.rank=4",
+    "trainer.critic.model.lora.alpha=8",
+    "trainer.critic.optimizer.lr=1e-2",
+    "trainer.algorithm.value_clip=10.0",
+)
+
+
+def test_critic_lora_trains_the_adapters_and_the_value_head_only(single_rank_group, worker_config, make_batch):
+    batch = make_batch(rows=4, seed=3)
+    worker = _critic(worker_config(*CRITIC_LORA), single_rank_group)
+    trainable = {name for name, param in worker.model.named_parameters() if param.requires_grad}
+    adapters = {name for name in trainable if ".lora_A." in name or ".lora_B." in name}
+    assert adapters and trainable - adapters and all("score" in name for name in trainable - adapters)
+    before = {name: param.detach().clone() for name, param in worker.model.named_parameters()}
+    returns = torch.full((4, batch.response_width), 1.0)
+    mask = batch.loss_mask
+    values = worker.forward(batch)
+    first_error = float((((values - returns) ** 2) * mask).sum() / mask.sum())
+    for _ in range(5):
+        worker.forward_backward(batch, returns=returns, old_values=values)
+        worker.optim_step()
+        values = worker.forward(batch)
+    after = dict(worker.model.named_parameters())
+    changed = {name for name, tensor in before.items() if not torch.equal(tensor, after[name].detach())}
+    assert changed and changed <= trainable and changed & adapters  # the frozen backbone did not move
+    assert float((((values - returns) ** 2) * mask).sum() / mask.sum()) < 0.5 * first_error
+
+
+def test_critic_lora_checkpoint_resumes_exactly(single_rank_group, worker_config, make_batch, tmp_path):
+    batch = make_batch(rows=4, seed=6)
+    returns = torch.full((4, batch.response_width), 0.5)
+
+    def train(worker, steps):
+        for _ in range(steps):
+            worker.forward_backward(batch, returns=returns, old_values=worker.forward(batch))
+            worker.optim_step()
+
+    uninterrupted = _critic(worker_config(*CRITIC_LORA), single_rank_group)
+    train(uninterrupted, 2)
+    uninterrupted.save_checkpoint(str(tmp_path / "ckpt"))
+    train(uninterrupted, 2)
+    resumed = _critic(worker_config(*CRITIC_LORA), single_rank_group)
+    resumed.load_checkpoint(str(tmp_path / "ckpt"))
+    train(resumed, 2)
+    assert torch.allclose(resumed.forward(batch), uninterrupted.forward(batch), atol=1e-6)
+
+
+def test_critic_lora_keys_reach_the_adapters(single_rank_group, worker_config):
+    worker = _critic(
+        worker_config(
+            *CRITIC_LORA,
+            "trainer.critic.model.lora.dropout=0.25",
+            "trainer.critic.model.lora.target_modules=[q_proj,v_proj,down_proj]",
+            "trainer.critic.model.lora.exclude_modules=[down_proj]",
+        ),
+        single_rank_group,
+    )
+    trainable = {name for name, param in worker.model.named_parameters() if param.requires_grad}
+    adapted = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in trainable if ".lora_" in name}
+    assert adapted == {"q_proj", "v_proj"}  # down_proj is targeted but excluded
+    config = worker.model.peft_config["default"]
+    assert (config.r, config.lora_alpha, config.lora_dropout) == (4, 8, 0.25)
+    dropouts = [m.p for name, m in worker.model.named_modules() if name.endswith("lora_dropout.default")]
+    assert dropouts and set(dropouts) == {0.25}

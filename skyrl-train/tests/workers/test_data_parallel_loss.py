@@ -16,11 +16,11 @@ from skyrl_train.workers.accounting import reduction_denominator
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _uneven_batch() -> TrainingBatch:
-    """8 rows: the first 4 (rank 0's shard of 2) have 12-token responses, the last 4 (rank 1's) 1-2 tokens."""
+def _uneven_batch(rows: int = 8) -> TrainingBatch:
+    """`rows` rows (default 8): the first 4 (rank 0's shard of 2) have 12-token responses, the rest 1-2 tokens."""
     rng = random.Random(7)
     trajectories = []
-    for row in range(8):
+    for row in range(rows):
         length = 12 if row < 4 else rng.randint(1, 2)
         trajectories.append(
             Trajectory(
@@ -56,6 +56,10 @@ def groups(ray_cluster, tiny_model_dir):
         "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
         "trainer.policy.gradient_checkpointing=false",
         "trainer.algorithm.use_kl_loss=false",
+        # an entropy bonus: a term that does not vanish with the advantages (padding rows get advantage 0), so only
+        # their loss mask keeps them out
+        "trainer.algorithm.use_entropy_loss=true",
+        "trainer.algorithm.entropy_loss_coef=0.1",
         "trainer.algorithm.max_seq_len=16",
         "trainer.micro_train_batch_size_per_gpu=2",
     ]
@@ -91,6 +95,25 @@ def test_one_and_two_ranks_give_the_same_gradient(groups, grpo_advantages, reduc
     one, loss_one = _gradient(groups[1], reduction, batch, advantages, pass_denominator)
     two, loss_two = _gradient(groups[2], reduction, batch, advantages, pass_denominator)
     # float32 sums in another order (and gloo's reduce-scatter): agreement to ~1e-6 relative
+    assert loss_two == pytest.approx(loss_one, rel=1e-4)
+    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in one.values()))
+    assert norm > 0
+    for name, grad in one.items():
+        assert torch.allclose(two[name], grad, rtol=1e-3, atol=1e-6 * float(norm)), name
+
+
+@pytest.mark.parametrize("reduction", ["token_mean", "sequence_mean", "seq_mean_token_sum_norm"])
+def test_a_mini_batch_that_does_not_split_evenly_is_padded_without_changing_the_gradient(
+    groups, grpo_advantages, reduction
+):
+    """5 rows over 2 ranks with micro-batches of 2, as SkyRL pads them: the shards are evened out to 3 + 3 rows with
+    a loss-masked copy, so rank 1's second micro-batch is that padding row alone. The gradient and loss equal one
+    rank's over the 5 rows as they are (no padding row), with the denominator of the unpadded mini-batch, which is
+    what the trainer passes (`TrainedRole.train`)."""
+    batch = _uneven_batch(rows=5)
+    advantages = grpo_advantages(batch, seed=5)
+    one, loss_one = _gradient(groups[1], reduction, batch, advantages, pass_denominator=True)
+    two, loss_two = _gradient(groups[2], reduction, batch, advantages, pass_denominator=True)
     assert loss_two == pytest.approx(loss_one, rel=1e-4)
     norm = torch.sqrt(sum((g.double() ** 2).sum() for g in one.values()))
     assert norm > 0

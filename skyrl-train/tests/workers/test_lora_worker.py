@@ -107,11 +107,13 @@ def test_lora_export_writes_the_adapter_and_the_merged_model(
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("trainer.critic.model.lora.rank=4", "trainer.critic.model.lora.rank"),
+        ("trainer.ref.model.lora.rank=4", "trainer.ref.model.lora.rank=4 is not supported yet"),
+        ("trainer.critic.model.lora.rank=4", "trainer.critic.model.lora.rank=4 has no effect without a critic"),
+        ("trainer.critic.model.lora.alpha=32", "trainer.critic.model.lora.alpha=32 has no effect with lora.rank=0"),
         ("trainer.policy.model.lora.alpha=32", "has no effect with lora.rank=0"),
     ],
 )
-def test_lora_settings_outside_the_policy_are_refused(override, message):
+def test_lora_settings_that_would_do_nothing_are_refused(override, message):
     from skyrl_train.config import ConfigValidationError, SkyRLConfig
 
     with pytest.raises(ConfigValidationError, match=message):

@@ -3,7 +3,7 @@ their micro-batches as one packed sequence, with the padded path's log-probs, va
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
 from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker
 
@@ -82,18 +82,10 @@ def test_the_ref_and_the_critic_pack_too(single_rank_group, worker_config, make_
     _close_gradients(packed[3], padded[3])
 
 
-def test_a_model_that_cannot_pack_runs_padded_on_auto_and_fails_on_true(single_rank_group, worker_config, tmp_path):
-    config = Qwen2Config(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        use_sliding_window=True,
-        sliding_window=16,
-        max_window_layers=0,
-    )
+def test_a_model_that_cannot_pack_runs_padded_on_auto_and_fails_on_true(
+    single_rank_group, worker_config, tmp_path, tiny_hf_config
+):
+    config = tiny_hf_config("qwen2", use_sliding_window=True, sliding_window=8, max_window_layers=0)
     Qwen2ForCausalLM(config).save_pretrained(tmp_path)
     path = f"trainer.policy.model.path={tmp_path}"
     with pytest.raises(ValueError, match=r"remove_microbatch_padding=true cannot pack the policy model: .*sliding"):

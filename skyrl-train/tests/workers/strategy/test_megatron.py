@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-from transformers import LlamaConfig, Qwen3MoeConfig
 
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.config.roles import MegatronConfig
@@ -104,33 +103,8 @@ def test_the_run_seed_reaches_the_model_parallel_rng_and_checkpoints_use_a_curre
 # ----- real GPTModel on CPU -------------------------------------------------------------------------------------
 
 
-def _configs():
-    llama = LlamaConfig(
-        vocab_size=101,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-    )
-    moe = Qwen3MoeConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=48,
-        moe_intermediate_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    spec = WarmStartSettings().model_spec
-    return {"embedded": build_tiny_model(spec, seed=1).config, "llama": llama, "qwen3_moe": moe}
+def _embedded_config():
+    return build_tiny_model(WarmStartSettings().model_spec, seed=1).config
 
 
 def _hf_state(config):
@@ -178,9 +152,9 @@ def _free_port():
 # Two cases keep CI short (each is a subprocess of 20-35 s): tensor parallel on the embedded model, and MoE. The
 # round trips of every architecture at every size are checked without megatron in tests/models/test_megatron_convert.py.
 @pytest.mark.parametrize(("name", "tp"), [("embedded", 2), ("qwen3_moe", 1)])
-def test_converted_weights_load_into_megatron_gpt_model(name, tp, tmp_path):
+def test_converted_weights_load_into_megatron_gpt_model(name, tp, tmp_path, tiny_hf_config):
     pytest.importorskip("megatron.core")
-    config = _configs()[name]
+    config = _embedded_config() if name == "embedded" else tiny_hf_config(name)
     hf_state = _hf_state(config)
     config.save_pretrained(tmp_path)
     torch.save(hf_state, tmp_path / "hf.pt")
@@ -266,7 +240,7 @@ def test_a_megatron_checkpoint_passes_the_pickle_guard_and_a_planted_metadata_do
     # check_pickled_checkpoint before dist_checkpointing.load. The strategy itself needs CUDA, so this checks the
     # guard on a real megatron-core checkpoint of a GPTModel built on CPU.
     pytest.importorskip("megatron.core")
-    _configs()["embedded"].save_pretrained(tmp_path)
+    _embedded_config().save_pretrained(tmp_path)
     script = tmp_path / "checkpoint.py"
     script.write_text(CHECKPOINT_SCRIPT, encoding="utf-8")
     completed = subprocess.run(
