@@ -151,7 +151,7 @@ def test_half_sent_fused_group_fails_generate_by_name(engine, served, tokenizer)
 
 
 def test_an_update_between_two_steps_lands_in_running_requests_and_each_token_keeps_its_version(
-    engine, served, tokenizer, monkeypatch
+    engine, served, tokenizer, monkeypatch, forward_logprobs
 ):
     """In-flight weight update: it runs between two engine steps of requests still decoding; vLLM recomputes their
     cache with the new weights, and each token reports the version that sampled it, with that version's logprob."""
@@ -187,7 +187,7 @@ def test_an_update_between_two_steps_lands_in_running_requests_and_each_token_ke
     ):
         assert versions == [0] * 3 + [1] * 13  # three tokens (steps) before the update, the rest after
         for version, model in ((0, served), (1, new_model)):  # each token against a fresh forward of its version
-            expected = _forward_logprobs(model, prompts[row // 2], ids)
+            expected = forward_logprobs(model, prompts[row // 2], ids, 1.0)
             for position, token_version in enumerate(versions):
                 if token_version == version:
                     assert abs(logprobs[position] - float(expected[position])) < LOGPROB_TOLERANCE
