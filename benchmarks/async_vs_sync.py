@@ -11,6 +11,9 @@ model with the same settings (fully_async twice: `max_staleness` 1, the default,
   what episodes wait on. The model is warm-started on episodes of as many turns (`model_for`; the quickstart
   model has never seen a second question).
 - **tool-wait-4**: the same over four turns (four API calls per episode), closer to an agent's long rollouts.
+- **latency-bound**: an agent's episode: four turns, each answer looked up by an API that waits 200-1000 ms (its own
+  server, whatever `--delay-ms` says), so an episode waits about 2.4 s on tools and its decoding is a small part of it
+  (the model of tool-wait-4).
 - **grader-wait**: the single-turn quickstart task whose reward comes back from a remote grader: the env posts the
   answer to the same API (same wait) before scoring it.
 - **plain**: the quickstart task as it is (single turn, nothing to wait for): generation and training both need the
@@ -44,6 +47,7 @@ import logging
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,7 +57,7 @@ import time
 import urllib.parse
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import skyrl_gym
 from skyrl_gym.envs.synthetic.addition import AdditionEnv, make_problem
@@ -112,6 +116,7 @@ class CheckedAdditionEnv(AdditionEnv):
     the row's question; each correct answer earns 1 / `max_turns`, so the episode's reward is the fraction right."""
 
     default_max_turns = 2
+    nonblocking = False  # each step waits on an HTTP call: it needs an env thread (AdditionEnv's never block)
 
     def init(self, prompt):
         """Start the episode; the later questions are fixed by the row (same row, same episode)."""
@@ -137,6 +142,8 @@ class CheckedAdditionEnv(AdditionEnv):
 
 class GradedAdditionEnv(AdditionEnv):
     """The single-turn addition task whose answer goes to a grading API (a real HTTP call) before it is scored."""
+
+    nonblocking = False  # each step waits on an HTTP call: it needs an env thread (AdditionEnv's never block)
 
     def _step(self, action: str):
         post_json(f"{os.environ[SEARCH_URL_ENV]}/retrieve", {"query": action.strip() or "none", "topk": 1})
@@ -171,15 +178,18 @@ class TimedExp(BasePPOExp):
 
 
 class Config(NamedTuple):
-    """A benchmark config: its env class and the turns of an episode (a lookup after each; 0: single turn)."""
+    """A benchmark config: its env class, the turns of an episode (a lookup after each; 0: single turn) and the API's
+    wait per call (None: `--delay-ms`)."""
 
     env_class: str
     turns: int
+    delay_ms: Optional[str] = None
 
 
 CONFIGS = {
     "tool-wait": Config("checked_addition", 2),
     "tool-wait-4": Config("checked_addition", 4),
+    "latency-bound": Config("checked_addition", 4, "200-1000"),
     "grader-wait": Config("graded_addition", 0),
     "plain": Config("addition", 0),
 }
@@ -195,7 +205,7 @@ def model_for(config: Config) -> WarmStartSettings:
 
 def overrides(model_dir: str, data_dir: Path, out_dir: Path, config: Config, steps: int) -> list[str]:
     """The shared config of every run (multi-turn when `config.turns` > 0)."""
-    env_class, turns = config
+    env_class, turns, _ = config
     waits = env_class != "addition"
     return [
         "trainer.device=cpu",
@@ -265,13 +275,24 @@ def run_config(
 
 
 def run(
-    model_dir: str, data_dir: Path, config: Config, mode: str, steps: int, extra: list[str] = ()
+    model_dir: str,
+    data_dir: Path,
+    config: Config,
+    mode: str,
+    steps: int,
+    extra: list[str] = (),
+    timeline: Optional[Path] = None,
 ) -> dict[str, float]:
-    """One training run; its samples/s, reward over the first and last third, and held-out accuracy."""
+    """One training run; its samples/s, reward over the first and last third, and held-out accuracy. With
+    `timeline`, the run records its timeline (`trainer.record_timeline`) and it is copied there."""
     with tempfile.TemporaryDirectory() as out:
-        cfg = run_config(model_dir, data_dir, Path(out), config, mode, steps, list(extra))
+        record = ["trainer.record_timeline=true"] if timeline is not None else []
+        cfg = run_config(model_dir, data_dir, Path(out), config, mode, steps, [*record, *extra])
         experiment = TimedExp(cfg)
         result = experiment.run()
+        if timeline is not None:
+            timeline.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(Path(out) / "logs" / "timeline.jsonl", timeline)
     points = sorted(result.history["reward/mean"])
     rewards = [value for _, value in points]
     third = max(1, len(rewards) // 3)
@@ -406,32 +427,43 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=1, help="runs of each (config, mode); tables then show mean ± standard error"
     )
-    parser.add_argument("--out", type=Path, default=None, help="write async_vs_sync.json and async_vs_sync.png here")
+    parser.add_argument("--out", type=Path, default=None, help="write <name>.json and <name>.png here")
+    parser.add_argument("--name", default="async_vs_sync", help="file name of the results (async_vs_sync*)")
+    parser.add_argument(
+        "--timeline",
+        type=Path,
+        default=None,
+        help="record each run's timeline (trainer.record_timeline) into DIR/<config>_<mode>_<repeat>.jsonl",
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides for every run, key=value")
     args = parser.parse_args()
     if "sync" not in args.modes:
         parser.error("--modes must include sync (the ratios are against it)")
     check_overrides(parser, args)
+    if not args.name.startswith("async_vs_sync"):
+        parser.error("--name must start with async_vs_sync (scripts/render_doc_results.py renders such files)")
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    load_before = os.getloadavg()[0]
     skyrl_gym.register("checked_addition", CheckedAdditionEnv)
     skyrl_gym.register("graded_addition", GradedAdditionEnv)
     rows = []
     with tempfile.TemporaryDirectory() as data:
-        search = start_search_server(Path(data), args.delay_ms)
         for config in args.configs:
+            search = start_search_server(Path(data), CONFIGS[config].delay_ms or args.delay_ms)
             data_dir = dataset_for(CONFIGS[config].env_class, Path(data) / config)
             model_dir = str(get_embedded_model(model_for(CONFIGS[config])))
             for repeat in range(args.repeats):  # modes interleaved, so a drift of the machine hits each alike
                 for mode in args.modes:
                     print(f"== {config} / {mode} (run {repeat + 1} of {args.repeats})", flush=True)
-                    metrics = run(model_dir, data_dir, CONFIGS[config], mode, args.steps, args.overrides)
+                    timeline = None if args.timeline is None else args.timeline / f"{config}_{mode}_{repeat}.jsonl"
+                    metrics = run(model_dir, data_dir, CONFIGS[config], mode, args.steps, args.overrides, timeline)
                     rows.append((config, mode, {**metrics, "repeat": repeat}))
-        search.terminate()
+            search.terminate()
     print(
         f"\n{args.steps} steps of 16 prompts x 8 samples each; tool-wait(-N): 2 (N) turns, a search API call after "
-        f"each turn waiting {args.delay_ms} ms; grader-wait: one turn, graded by a call to that API; 1 policy rank + "
-        "1 separate hf engine on this machine"
+        f"each turn waiting {args.delay_ms} ms; latency-bound: 4 turns, 200-1000 ms per call; grader-wait: one turn, "
+        "graded by a call to that API; 1 policy rank + 1 separate hf engine on this machine"
     )
     header = f"{'config':>11} | {'mode':>14} | {'samples/s':>9} | {'vs sync':>7} | {'reward first→last third':>24}"
     print(header + f" | {'held-out acc':>12} | {'max staleness':>13}")
@@ -456,15 +488,23 @@ def main() -> None:
     print("\n".join(curve_table(rows, args.window)))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        record = {"benchmark": "async_vs_sync", "steps": args.steps, "delay_ms": args.delay_ms, "window": args.window}
+        delays = sorted({CONFIGS[config].delay_ms or args.delay_ms for config in args.configs})
+        record = {
+            "benchmark": "async_vs_sync",
+            "steps": args.steps,
+            "delay_ms": ", ".join(delays),
+            "window": args.window,
+        }
         record["repeats"] = args.repeats
         record["overrides"] = args.overrides
+        record["arguments"] = sys.argv[1:]
         record["date"] = datetime.date.today().isoformat()
         record["machine"] = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
+        record["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         record["runs"] = [{"config": config, "mode": mode, **metrics} for config, mode, metrics in rows]
-        (args.out / "async_vs_sync.json").write_text(json.dumps(record, indent=1))
-        plot(rows, args.window, args.out / "async_vs_sync.png")
-        print(f"results: {args.out / 'async_vs_sync.json'}, reward curves: {args.out / 'async_vs_sync.png'}")
+        (args.out / f"{args.name}.json").write_text(json.dumps(record, indent=1))
+        plot(rows, args.window, args.out / f"{args.name}.png")
+        print(f"results: {args.out / f'{args.name}.json'}, reward curves: {args.out / f'{args.name}.png'}")
 
 
 if __name__ == "__main__":

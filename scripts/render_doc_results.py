@@ -388,13 +388,97 @@ def render_async_vs_sync(data: dict, name: str) -> str:
         lines.append("")
     repeats = data.get("repeats", 1)
     runs_note = f"{repeats} runs of each mode (mean±standard error)" if repeats > 1 else "one run of each mode"
+    load = data.get("load_average_1min")
+    loads = f", 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end" if load else ""
+    arguments = data.get("arguments")
+    command = (
+        f"python benchmarks/async_vs_sync.py {' '.join(arguments)}" if arguments else "benchmarks/async_vs_sync.py"
+    )
     lines.append(
         f"{data['steps']} steps, {runs_note}, API wait {data['delay_ms']} ms{overrides_note(data)}. Measured on "
-        f"{data.get('machine', 'a 2-CPU machine')}, {data.get('date', 'a date the file does not record')} "
-        f"(`benchmarks/results/{name}.json`, `benchmarks/async_vs_sync.py`)."
+        f"{data.get('machine', 'a 2-CPU machine')}, {data.get('date', 'a date the file does not record')}{loads} "
+        f"(`benchmarks/results/{name}.json`, `{command}`)."
     )
     return "\n".join(lines) + "\n"
 
+    return "\n".join(lines) + "\n"
+
+
+def render_quickstart_modes(data: dict) -> str:
+    """benchmarks/quickstart_seeds.py --modes ...: per seed, held-out accuracy after the quickstart in each mode and
+    each mode's gap to sync, then the verdict against the parity goal."""
+    modes = list(data["modes"])
+    by_seed: dict[int, dict[str, dict]] = {}
+    for run in data["runs"]:
+        by_seed.setdefault(run["seed"], {})[run["mode"]] = run
+    header = " | ".join(f"{mode}: before -> after (s/step)" for mode in modes)
+    others = [mode for mode in modes if mode != "sync"]
+    lines = [
+        f"| seed | {header} | " + " | ".join(f"{mode} − sync" for mode in others) + " |",
+        "|---|" + "---|" * (len(modes) + len(others)),
+    ]
+    gaps = []
+    for seed, runs in by_seed.items():
+        cells = [
+            f"{runs[m]['accuracy_before']:.3f} -> {runs[m]['accuracy_after']:.3f} ({runs[m]['mean_step_seconds']:.3f})"
+            for m in modes
+        ]
+        differences = [runs[m]["accuracy_after"] - runs["sync"]["accuracy_after"] for m in others]
+        gaps += [abs(d) for d in differences]
+        lines.append(f"| {seed} | " + " | ".join(cells + [f"{d:+.3f}" for d in differences]) + " |")
+    verdict = "on every seed" if max(gaps) <= data["parity"] else "not on every seed"
+    load = data["load_average_1min"]
+    lines += [
+        "",
+        f"Goal: held-out accuracy within {data['parity']} of sync on each seed; reached {verdict} (largest gap "
+        f"{max(gaps):.3f}). Each seed's runs back to back, same warm start. Measured on {data['machine']}, "
+        f"{data['date']}, 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end "
+        f"(`python benchmarks/quickstart_seeds.py --modes {' '.join(modes)}`, `benchmarks/results/quickstart_modes.json`).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_off_policy_corrections(data: dict) -> str:
+    """benchmarks/off_policy_corrections.py: per correction, reward after each quarter of the steps and held-out
+    accuracy (mean ± standard error), and the mismatch KL and clip/mask fractions the runs logged."""
+    lines = [
+        "| run | overrides | reward after 25 / 50 / 75 / 100 % of the steps | held-out | mismatch KL | tokens clipped / masked |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in data["summary"].items():
+        overrides = ", ".join(f"`{o.split('off_policy_correction.', 1)[-1]}`" for o in data["corrections"][name])
+        overrides = overrides or "(sync)"
+        quarters = " / ".join(f"{mean:.3f} ± {error:.3f}" for mean, error in row["quarters"])
+        kl = f"{row['mismatch_kl']:.4f}" if "mismatch_kl" in row else "–"
+        labels = {"tis_clip_frac": "TIS-clipped", "token_mask_frac": "token-masked", "geo_mask_frac": "sequence-masked"}
+        shares = [f"{label} {100 * row[key]:.2f} %" for key, label in labels.items() if key in row]
+        accuracy = f"{row['accuracy'][0]:.3f} ± {row['accuracy'][1]:.3f}"
+        lines.append(f"| {name} | {overrides} | {quarters} | {accuracy} | {kl} | {' / '.join(shares) or '–'} |")
+    load = data["load_average_1min"]
+    lines += [
+        "",
+        f"fully_async on the `{data['config']}` config with `max_staleness={data['max_staleness']}`, lr "
+        f"{data['lr']}, {data['steps']} steps, {data['repeats']} runs each (mean ± standard error; reward: "
+        f"{data['window']}-step trailing mean); sync is the on-policy reference. Measured on {data['machine']}, "
+        f"{data['date']}, 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end "
+        "(`benchmarks/off_policy_corrections.py`, `benchmarks/results/off_policy_corrections.json`).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_async_timeline(data: dict) -> str:
+    """scripts/plot_timeline.py --results: each lane's busy share of the drawn window, and the plot."""
+    lines = ["| lane | busy |", "|---|---|"]
+    lines += [f"| {lane} | {100 * share:.0f} % |" for lane, share in data["busy"].items()]
+    low, high = data["window"]
+    lines += [
+        "",
+        f"![timeline]({data['image']})",
+        "",
+        f"Seconds {low:.0f}-{high:.0f} of `{data['run']}`, from the run's own `timeline.jsonl` "
+        f"(`trainer.record_timeline=true`; drawn by `scripts/plot_timeline.py`). Measured on {data['machine']}, "
+        f"{data['date']}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -413,11 +497,22 @@ RENDERERS = {
     "tx_abuse": render_tx_abuse,
     "vs_trl": render_vs_trl,
     "vs_trl_long": render_vs_trl,
-    **{
-        path.stem: functools.partial(render_async_vs_sync, name=path.stem)
-        for path in sorted(RESULTS_DIR.glob("async_vs_sync*.json"))
-    },
+    "quickstart_modes": render_quickstart_modes,
+    "off_policy_corrections": render_off_policy_corrections,
 }
+PREFIX_RENDERERS = {"async_vs_sync": render_async_vs_sync, "async_timeline": render_async_timeline}
+"""Results files named `<prefix>...` (one benchmark, several measured configs); called with `name` too when they
+take it."""
+
+
+def renderer_for(name: str):  # noqa: ANN201 - a render function
+    """The renderer of results file `name`: by exact name, else by prefix; None when there is none."""
+    if name in RENDERERS:
+        return RENDERERS[name]
+    for prefix, render_data in PREFIX_RENDERERS.items():
+        if name.startswith(prefix):
+            return functools.partial(render_data, name=name) if render_data is render_async_vs_sync else render_data
+    return None
 
 
 def render(name: str, results_dir: Path = RESULTS_DIR) -> str:
@@ -429,11 +524,12 @@ def render(name: str, results_dir: Path = RESULTS_DIR) -> str:
     path = results_dir / f"{name}.json"
     if not path.exists():
         return f"*No measured results yet: run the benchmark to write `benchmarks/results/{name}.json`.*\n"
-    if name not in RENDERERS:
+    render_data = renderer_for(name)
+    if render_data is None:
         raise KeyError(f"results block {name!r}: {path} exists but has no renderer; known: {sorted(RENDERERS)}")
     data = json.loads(path.read_text())
     try:
-        return RENDERERS[name](data)
+        return render_data(data)
     except KeyError as error:
         raise KeyError(f"{path}: missing key {error} that the {name!r} renderer needs") from error
 

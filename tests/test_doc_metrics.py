@@ -42,6 +42,8 @@ NOT_IN_SHORT_RUN = {
     "reward/model_": "only with a reward model (reward.model.path): tests/trainer/test_trainer_rewards.py",
     "reward/rule_score": "only with a reward manager or model: tests/rewards/test_scorer.py",
     "eval/reward/": "only with a reward manager or model: skyrl-train/tests/test_evaluation.py",
+    "policy/off_policy/": "only with an off-policy correction on (auto: the async modes); logged by "
+    "skyrl_train/algorithms/off_policy.py: skyrl-train/tests/algorithms/test_off_policy.py",
     "timing/trainer_idle": "only with trainer.mode one_step_off / fully_async: tests/trainer/test_trainer_async.py",
     "timing/wait_generation": "only with trainer.mode=one_step_off: skyrl_train/rollouts/sources.py",
     "timing/weight_sync": "only when the sync is a call of its own (async modes, an OpenAI endpoint, engines that "

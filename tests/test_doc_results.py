@@ -286,3 +286,81 @@ def test_renders_the_thread_counts_shape(tmp_path):
     text = renderer.rendered_page("<!-- results: thread_counts -->\n<!-- /results -->\n", tmp_path)
     assert "| defaults | 1.000 | 1.500 | 1.50 |" in text
     assert "steps 4-12" in text and "Measured on 2 CPUs, x86_64, 3.11.7, 2026-11-23" in text
+
+
+def _async_run(mode: str, speed: float, accuracy: float) -> dict:
+    curve = [{"samples": 128 * (i + 1), "seconds": float(i), "reward": 0.1 * (i + 1)} for i in range(4)]
+    return {"config": "latency-bound", "mode": mode, "samples_per_s": speed, "accuracy": accuracy, "curve": curve}
+
+
+def test_renders_any_async_vs_sync_file_with_ratios_to_sync(tmp_path):
+    runs = [_async_run("sync", 10.0, 0.3), _async_run("fully_async", 25.0, 0.3), _async_run("sync", 12.0, 0.5)]
+    data = {"steps": 4, "repeats": 2, "window": 1, "machine": "2 CPUs", "date": "2026-11-29", "runs": runs}
+    data.update(arguments=["--steps", "4"], load_average_1min=[1.0, 2.0], delay_ms="200-1000")
+    (tmp_path / "async_vs_sync_new_config.json").write_text(json.dumps(data))
+    page = "<!-- results: async_vs_sync_new_config -->\n<!-- /results -->\n"
+    text = renderer.rendered_page(page, tmp_path)
+    assert "| sync | 11.0 | 1.00x | 0.100±0.000 / 0.200±0.000 / 0.300±0.000 / 0.400±0.000 | 0.400±0.100 |" in text
+    assert "| fully_async | 25.0 | 2.27x | 0.100 / 0.200 / 0.300 / 0.400 | 0.300 |" in text
+    assert (
+        "load average 1.0 at the start and 2.0 at the end (`benchmarks/results/async_vs_sync_new_config.json`, " in text
+    )
+    assert "`python benchmarks/async_vs_sync.py --steps 4`)." in text
+    for key in ("arguments", "load_average_1min", "repeats", "machine", "date"):  # older files lack these
+        del data[key]
+    (tmp_path / "async_vs_sync_new_config.json").write_text(json.dumps(data))
+    text = renderer.rendered_page(page, tmp_path)
+    assert "4 steps, one run of each mode, API wait 200-1000 ms. Measured on a 2-CPU machine, a date" in text
+
+
+def test_renders_the_off_policy_corrections_and_the_timeline(tmp_path):
+    row = {"quarters": [[0.1, 0.01]] * 4, "accuracy": [0.5, 0.02]}
+    corrections = {
+        "date": "2026-11-29",
+        "machine": "2 CPUs",
+        "load_average_1min": [1.0, 2.0],
+        "config": "plain",
+        "max_staleness": 2,
+        "lr": "2e-4",
+        "steps": 100,
+        "repeats": 2,
+        "window": 10,
+        "corrections": {"sync": [], "tis": ["trainer.algorithm.off_policy_correction.tis_ratio_type=token"]},
+        "summary": {"sync": row, "tis": dict(row, mismatch_kl=0.00123, tis_clip_frac=0.005)},
+    }
+    (tmp_path / "off_policy_corrections.json").write_text(json.dumps(corrections))
+    timeline = {"busy": {"trainer": 0.5, "engine 0": 0.904}, "window": [0, 30.5], "image": "x.png", "run": "a run"}
+    timeline.update(machine="2 CPUs", date="2026-11-29")
+    (tmp_path / "async_timeline_latency_bound.json").write_text(json.dumps(timeline))
+    page = "<!-- results: off_policy_corrections -->\n<!-- /results -->\n"
+    text = renderer.rendered_page(
+        page + page.replace("off_policy_corrections", "async_timeline_latency_bound"), tmp_path
+    )
+    assert (
+        "| sync | (sync) | 0.100 ± 0.010 / 0.100 ± 0.010 / 0.100 ± 0.010 / 0.100 ± 0.010 | 0.500 ± 0.020 | – | – |"
+        in text
+    )
+    assert "| tis | `tis_ratio_type=token` | " in text and "| 0.0012 | TIS-clipped 0.50 % |" in text
+    assert "| engine 0 | 90 % |" in text and "![timeline](x.png)" in text and "Seconds 0-30 of `a run`" in text
+
+
+def test_renders_the_quickstart_modes_with_each_seeds_gap_to_sync(tmp_path):
+    run = {key: QUICKSTART[key] for key in ("accuracy_before", "accuracy_after", "wall_seconds", "mean_step_seconds")}
+    data = {
+        "date": "2026-11-29",
+        "machine": "2 CPUs",
+        "load_average_1min": [1.0, 2.0],
+        "parity": 0.03,
+        "modes": {"sync": [], "fully_async": ["trainer.mode=fully_async"]},
+        "runs": [
+            dict(run, seed=0, mode="sync"),
+            dict(run, seed=0, mode="fully_async", accuracy_after=0.55),
+            dict(run, seed=1, mode="sync"),
+            dict(run, seed=1, mode="fully_async", accuracy_after=0.62),
+        ],
+    }
+    (tmp_path / "quickstart_modes.json").write_text(json.dumps(data))
+    text = renderer.rendered_page("<!-- results: quickstart_modes -->\n<!-- /results -->\n", tmp_path)
+    assert "| 0 | 0.250 -> 0.600 (0.900) | 0.250 -> 0.550 (0.900) | -0.050 |" in text
+    assert "| 1 | 0.250 -> 0.600 (0.900) | 0.250 -> 0.620 (0.900) | +0.020 |" in text
+    assert "reached not on every seed (largest gap 0.050)" in text

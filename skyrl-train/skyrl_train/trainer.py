@@ -52,6 +52,7 @@ from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.batch_dump import BatchDump
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 from skyrl_train.utils.memory import MemoryMonitor
+from skyrl_train.utils.timeline import RunTimeline, timeline_sources
 from skyrl_train.utils.timer import PhaseTimer
 from skyrl_train.utils.tracking import Tracker
 from skyrl_train.weight_publisher import WeightPublisher
@@ -129,6 +130,7 @@ class RayPPOTrainer:
         self.prompts = PromptSource(train_loader, cfg.trainer.epochs, cfg.trainer.train_batch_size)
         self.source = self.make_rollout_source()
         self.health = HealthMonitor.from_config(cfg)
+        self.timeline = self.make_timeline(policy, critic, ref) if cfg.trainer.record_timeline else None
         self.global_step = 0
         self.initial_eval: dict[str, float] = {}
         self.sampled_groups_total = 0
@@ -148,6 +150,15 @@ class RayPPOTrainer:
         if mode == "fully_async":
             return FullyAsyncSource(self.cfg, self.prompts, collector, sampling)
         raise ValueError(f"trainer.mode must be sync, one_step_off or fully_async, got {mode!r}")
+
+    def make_timeline(
+        self, policy: WorkerGroup, critic: Optional[WorkerGroup], ref: Optional[WorkerGroup]
+    ) -> RunTimeline:
+        """The run's timeline recorder (`trainer.record_timeline`): the driver's phases, every rank and engine."""
+        groups = {"policy": policy, "critic": critic, "ref": ref}
+        groups = {role: group for role, group in groups.items() if group is not None}
+        path = Path(os.path.expanduser(self.cfg.trainer.log_path)) / "timeline.jsonl"
+        return RunTimeline(path, timeline_sources(groups, self.client.engines, self.weights.pauses))
 
     @property
     def used_uids(self) -> list[list[str]]:
@@ -264,6 +275,8 @@ class RayPPOTrainer:
         if self.memory is not None:
             metrics.update(await self.memory.sample())
         self.tracker.log(metrics, step=self.global_step)
+        if self.timeline is not None:
+            await self.timeline.collect(self.global_step)
         self.health.raise_if_stopping()  # after logging, so the alerting step reaches the tracker
         self.checkpoints.after_step(self.global_step, self.state(), last=self.global_step >= max_steps)
 
@@ -305,6 +318,8 @@ class RayPPOTrainer:
     def step_metrics(self, metrics: dict[str, float], timer: PhaseTimer, generated: float) -> dict[str, float]:
         """Add the phase timings, throughput, step number and health observations to a step's metrics."""
         metrics.update(timer.metrics())
+        if self.timeline is not None:
+            self.timeline.add_phases(timer)
         metrics["trainer/tokens_per_second"] = generated / max(timer.seconds["step"], 1e-9)
         metrics["trainer/global_step"] = float(self.global_step)
         metrics.update(self.health.observe(self.global_step, metrics))

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Optional
 
 from skyrl_train.config.run_plan import RunPlan
 from skyrl_train.inference.gate import WeightGate
+from skyrl_train.utils.timeline import SpanLog
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy
 from skyrl_train.workers.roles import PolicyClient, SyncRequest
 from skyrl_train.workers.shard_send import PresumedWrite, update_send
@@ -38,11 +40,14 @@ class WeightPublisher:
         memory back before the engines wake."""
         self.version = 0
         self.gate = WeightGate()
+        self.pauses = SpanLog()
+        """When the engines were paused for a sync (wall clock), for the run's timeline."""
 
     async def publish(self) -> dict[str, float]:
         """Send the policy's weights to every engine as the next version (a call of its own); optionally verify
         them by checksum. Endpoint requests wait meanwhile; async modes also pause the engines (running rollouts go
         on with the new weights afterwards)."""
+        paused_at = time.time()
         if self.plan.pause_engines_to_sync:
             await self.client.pause()
         try:
@@ -57,6 +62,7 @@ class WeightPublisher:
         finally:
             if self.plan.pause_engines_to_sync:
                 await self.client.resume()
+                self.pauses.add("paused", paused_at, time.time())
 
     async def in_update(self) -> SyncRequest:
         """The request a policy update carries to send its weights as the next version."""

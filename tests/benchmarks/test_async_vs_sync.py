@@ -77,3 +77,11 @@ def test_overrides_reach_every_run_and_a_bad_one_stops_the_benchmark_before_it_s
     with pytest.raises(SystemExit):
         async_vs_sync.check_overrides(parser, args)
     assert "has no field 'optimizr'" in capsys.readouterr().err
+
+
+def test_the_latency_bound_config_is_four_turns_on_its_own_slower_api_with_the_four_turn_model():
+    config = async_vs_sync.CONFIGS["latency-bound"]
+    assert (config.env_class, config.turns, config.delay_ms) == ("checked_addition", 4, "200-1000")
+    assert async_vs_sync.model_for(config) == async_vs_sync.model_for(async_vs_sync.CONFIGS["tool-wait-4"])
+    # each step waits on an HTTP call, so the episodes must run on env threads, not one after another
+    assert not async_vs_sync.CheckedAdditionEnv.nonblocking and not async_vs_sync.GradedAdditionEnv.nonblocking

@@ -16,7 +16,7 @@ this package registers every built-in estimator, loss, reduction and KL estimato
 | reductions | token_mean, sequence_mean, seq_mean_token_sum_norm, token_sum |
 | kl | k1/k2/k3/abs estimators, KL loss and KL-in-reward, fixed/adaptive controllers, distillation rewards |
 | entropy | entropy from logits, entropy bonus |
-| off_policy | truncated IS (token/sequence) and sequence masks against rollout log-probs |
+| off_policy | truncated IS (token/sequence), sequence and token (IcePop-style) masks against rollout log-probs |
 | dapo | zero-variance groups, dynamic sampling buffer, overlong filter and soft punishment |
 """
 
@@ -63,9 +63,11 @@ from skyrl_train.algorithms.masked import (
 from skyrl_train.algorithms.off_policy import (
     OffPolicyConfig,
     geometric_sequence_mask,
+    mismatch_metrics,
     off_policy_correction,
     product_sequence_mask,
     sequence_tis_weights,
+    token_band_mask,
     token_tis_weights,
 )
 from skyrl_train.algorithms.policy_loss_config import PolicyLossConfig, as_policy_loss_config
@@ -141,6 +143,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "mismatch_metrics",
     "off_policy_correction",
     "product_sequence_mask",
     "reduce_loss",
@@ -159,6 +162,7 @@ __all__ = [
     "select_top_tokens",
     "sequence_scores",
     "sequence_tis_weights",
+    "token_band_mask",
     "soft_overlong_punishment",
     "token_covariance",
     "token_tis_weights",

@@ -8,6 +8,12 @@ The inference engine that sampled a rollout and the trainer that scores it compu
 - sequence TIS: weight = min(prod_t rho_t, cap) = min(exp(sum_t log rho_t), cap) on every token of the sequence.
 - geometric mask: keep a sequence iff low <= exp(mean_t log rho_t) <= high.
 - product mask: keep a sequence iff low <= exp(sum_t log rho_t) <= high.
+- token mask (IcePop-style): keep token t iff low <= rho_t <= high; with token TIS capped at `high` on top, the
+  weight is rho_t inside the band and 0 outside (IcePop's masked importance weight).
+
+Whenever a correction is on, the metrics also carry the mismatch between the two policies on the sampled tokens:
+`mismatch_kl` = mean_t (rho_t - 1 - log rho_t), the k3 estimate of KL(sampler || trainer), and `mismatch_k1` =
+mean_t (-log rho_t), its plain (k1) estimate.
 
 Sums and means run over valid tokens; log-ratios are clamped to [-20, 20] before `exp`. Every function returns a
 detached [B, T] weight tensor (0 on masked-out tokens) and a dict of detached scalar metrics. A policy loss multiplies
@@ -58,6 +64,12 @@ class OffPolicyConfig:
     """Upper bound of the product ratio kept."""
     product_mask_low: float = 0.5
     """Lower bound of the product ratio kept."""
+    token_mask: bool = False
+    """Mask single tokens whose ratio leaves [token_mask_low, token_mask_high] (IcePop-style)."""
+    token_mask_low: float = 0.5
+    """Lower bound of the token ratio kept."""
+    token_mask_high: float = 5.0
+    """Upper bound of the token ratio kept."""
 
     def __post_init__(self) -> None:
         if self.tis_ratio_type not in TIS_RATIO_TYPES:
@@ -67,14 +79,15 @@ class OffPolicyConfig:
                 f"off_policy.sequence_mask_metric must be one of {SEQUENCE_MASK_METRICS}, "
                 f"got {self.sequence_mask_metric!r}"
             )
-        for low, high in (("geo_mask_low", "geo_mask_high"), ("product_mask_low", "product_mask_high")):
+        bands = (("geo_mask_low", "geo_mask_high"), ("product_mask_low", "product_mask_high"))
+        for low, high in (*bands, ("token_mask_low", "token_mask_high")):
             if getattr(self, low) > getattr(self, high):
                 raise ValueError(f"off_policy.{low} ({getattr(self, low)}) must be <= off_policy.{high}")
 
     @property
     def enabled(self) -> bool:
         """True when any correction is switched on (then `rollout_log_probs` is required)."""
-        return self.tis_ratio_type is not None or self.sequence_mask_metric is not None
+        return self.tis_ratio_type is not None or self.sequence_mask_metric is not None or self.token_mask
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> OffPolicyConfig:
@@ -158,6 +171,29 @@ def product_sequence_mask(
     return _band_mask(safe_exp(sum_log_ratio), mask, low, high, "product")
 
 
+def token_band_mask(
+    old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor, low: float, high: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """1 on valid tokens whose ratio rho_t is in [low, high], else 0 (IcePop's token mask)."""
+    ratio = safe_exp(_log_ratio(old_log_probs, rollout_log_probs, mask))
+    keep = ((ratio >= low) & (ratio <= high)).float()
+    weights = zero_masked(keep, mask)
+    return weights, {"token_mask_frac": masked_mean(1.0 - keep, mask)}
+
+
+def mismatch_metrics(
+    old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """How far the trainer's (old) policy is from the sampler's on the sampled tokens: `mismatch_kl` (k3 estimate
+    of KL(sampler || trainer), mean of rho - 1 - log rho) and `mismatch_k1` (mean of -log rho)."""
+    log_ratio = _log_ratio(old_log_probs, rollout_log_probs, mask)
+    ratio = safe_exp(log_ratio)
+    return {
+        "mismatch_kl": masked_mean(ratio - 1.0 - log_ratio, mask),
+        "mismatch_k1": masked_mean(-log_ratio, mask),
+    }
+
+
 _TIS_BY_TYPE = {
     "token": (token_tis_weights, "token_tis_ratio_clip_high"),
     "sequence": (sequence_tis_weights, "sequence_tis_ratio_clip_high"),
@@ -174,7 +210,8 @@ def off_policy_correction(
     mask: torch.Tensor,
     config: OffPolicyConfig,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Combined per-token weights (TIS weight x sequence keep-mask) and metrics for the corrections `config` enables.
+    """Combined per-token weights (TIS weight x sequence keep-mask x token keep-mask) and metrics (with the
+    mismatch KL) for the corrections `config` enables.
 
     Returns weights of 1 on valid tokens when nothing is enabled. `rollout_log_probs` is required otherwise.
     """
@@ -188,6 +225,7 @@ def off_policy_correction(
             f"off_policy.sequence_mask_metric={config.sequence_mask_metric!r} is set; the generator must return "
             "rollout logprobs (sampling_params.logprobs)"
         )
+    metrics.update(mismatch_metrics(old_log_probs, rollout_log_probs, mask))
     tis, keep = weights, weights
     if config.tis_ratio_type is not None:
         tis_fn, cap_field = _TIS_BY_TYPE[config.tis_ratio_type]
@@ -199,4 +237,10 @@ def off_policy_correction(
             old_log_probs, rollout_log_probs, mask, getattr(config, low_field), getattr(config, high_field)
         )
         metrics.update(mask_metrics)
+    if config.token_mask:
+        token_keep, token_metrics = token_band_mask(
+            old_log_probs, rollout_log_probs, mask, config.token_mask_low, config.token_mask_high
+        )
+        keep = keep * token_keep
+        metrics.update(token_metrics)
     return tis * keep, metrics

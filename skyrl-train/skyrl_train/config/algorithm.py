@@ -58,6 +58,17 @@ class OffPolicyCorrectionConfig:
     product_mask_low: float = 0.5
     """Lower bound of the product ratio band."""
 
+    token_mask: bool = False
+    """Mask single tokens whose trainer/rollout ratio leaves [`token_mask_low`, `token_mask_high`] (IcePop-style:
+    with `tis_ratio_type: token` and `token_tis_ratio_clip_high` at the band's top, a token's weight is its ratio
+    inside the band and 0 outside)."""
+
+    token_mask_low: float = 0.5
+    """Lower bound of the token ratio band."""
+
+    token_mask_high: float = 5.0
+    """Upper bound of the token ratio band."""
+
 
 @dataclass
 class DynamicSamplingConfig:

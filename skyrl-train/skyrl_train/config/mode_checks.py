@@ -17,16 +17,22 @@ def check_async(cfg: "SkyRLConfig") -> Iterator[str]:
     if trainer.async_rl.max_staleness < 0:
         yield f"trainer.async_rl.max_staleness must be >= 0, got {trainer.async_rl.max_staleness}"
     boundary = trainer.async_rl.weight_update_boundary
-    if boundary != "auto" and trainer.mode != "fully_async":
+    if boundary != "auto" and trainer.mode == "sync":
         yield (
-            f"trainer.async_rl.weight_update_boundary={boundary} has no effect with trainer.mode={trainer.mode} (only"
-            " fully_async syncs weights while rollouts run): set trainer.mode=fully_async, or drop the override"
+            f"trainer.async_rl.weight_update_boundary={boundary} has no effect with trainer.mode=sync (only the async"
+            " modes sync weights while rollouts run): set trainer.mode=fully_async or one_step_off, or drop the"
+            " override"
         )
     backend = cfg.generator.inference_engine.backend
-    if boundary == "token" and backend != "hf":
+    if boundary == "token" and backend not in ("hf", "vllm", "remote"):
         yield (
-            f"trainer.async_rl.weight_update_boundary=token is supported on the hf engine only, not on"
-            f" generator.inference_engine.backend={backend} yet: use turn (or auto)"
+            f"trainer.async_rl.weight_update_boundary=token is supported on the hf, vllm and remote engines, not on"
+            f" generator.inference_engine.backend={backend}: use turn (or auto)"
+        )
+    if boundary == "token" and backend == "vllm" and cfg.trainer.policy.model.lora.rank > 0:
+        yield (
+            "trainer.async_rl.weight_update_boundary=token is not supported on the vllm engine with LoRA (a running"
+            " request keeps the adapter it started with): use turn (or auto)"
         )
     if trainer.mode == "sync":
         if trainer.async_rl.max_staleness != type(trainer.async_rl)().max_staleness:

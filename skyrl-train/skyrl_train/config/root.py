@@ -157,12 +157,14 @@ class SkyRLConfig:
         return self.trainer.ref.model.path or self.trainer.policy.model.path
 
     def in_flight_weight_updates(self) -> bool:
-        """True when weight syncs land between two tokens of running rollouts: `trainer.mode=fully_async` with
-        `trainer.async_rl.weight_update_boundary` token (or auto on the hf engine)."""
+        """True when weight syncs land between two tokens of running rollouts: an async `trainer.mode` with
+        `trainer.async_rl.weight_update_boundary` token, or auto on the hf engine and on vllm without LoRA."""
         boundary = self.trainer.async_rl.weight_update_boundary
         if boundary == "auto":
-            boundary = "token" if self.generator.inference_engine.backend == "hf" else "turn"
-        return self.trainer.mode == "fully_async" and boundary == "token"
+            backend = self.generator.inference_engine.backend
+            lora = self.trainer.policy.model.lora.rank > 0
+            boundary = "token" if backend == "hf" or (backend == "vllm" and not lora) else "turn"
+        return self.trainer.mode != "sync" and boundary == "token"
 
     def resolved_device(self) -> str:
         """`trainer.device` with `auto` resolved: `cuda` when torch sees a GPU, else `cpu`."""

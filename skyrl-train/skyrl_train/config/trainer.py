@@ -73,16 +73,17 @@ class AsyncRLConfig:
 
     max_staleness: int = 1
     """fully_async: the largest gap between the weight version that generated a group's oldest token and the version
-    being trained. New groups start only while `started groups < (steps done + max_staleness + 1) * batch size`
-    (generation waits otherwise: `async/throttled_seconds`); a finished group still beyond it is dropped
-    (`async/dropped_stale_groups`). 0 makes fully_async wait for every group of a step with current weights."""
+    being trained. New groups start only while `started groups < (steps done + lookahead) * batch size`, the lookahead
+    being `1 + ceil(group latency / trainer step)` as measured (`async/lookahead_steps` logs it minus 1) capped at
+    `max_staleness + 1` (generation waits otherwise: `async/throttled_seconds`); a finished group still beyond it is
+    dropped (`async/dropped_stale_groups`). 0 makes fully_async wait for every group of a step with current weights."""
 
     weight_update_boundary: Literal["auto", "token", "turn"] = "auto"
-    """fully_async: where a weight sync meets rollouts in progress. `token`: engines stop between two tokens, take
+    """Async modes: where a weight sync meets rollouts in progress. `token`: engines stop between two tokens, take
     the new weights, rebuild the running rows' KV cache from their tokens so far and go on (every token records the
-    version that sampled it; no sync waits for a long generation); `turn`: a sync waits until the running generate
-    calls finish, so each turn comes from one version. `auto`: `token` on the hf engine, `turn` on the others (the
-    only boundary they support so far)."""
+    version that sampled it; no sync waits for a long generation): hf, vllm (not with LoRA) and remote (skyrl serve
+    started with `--in-flight-weight-updates`); `turn`: a sync waits until the running generate calls finish, so
+    each turn comes from one version. `auto`: `token` on hf and on vllm without LoRA, `turn` on the others."""
 
 
 @dataclass
@@ -96,10 +97,12 @@ class TrainerConfig:
     """Distributed training backend of the workers."""
 
     mode: Literal["sync", "one_step_off", "fully_async"] = "sync"
-    """The loop: `sync` generates a batch, then trains on it; `one_step_off` generates batch k+1 while training on
-    batch k (data is one policy version old); `fully_async` keeps generating groups into a buffer and trains on
-    whatever is ready, within `async_rl.max_staleness`, updating the engines' weights while rollouts run (between two
-    tokens on the hf engine, between turns on the others: `async_rl.weight_update_boundary`). The two async modes need separate placement (`placement.colocate_all=false`); see docs/async.md."""
+    """The loop: `sync` generates a batch, then trains on it; `one_step_off` starts the batch of step k as soon as
+    the weights of step k - 2 are served (two batches generate while a step trains; no token is more than one
+    version old); `fully_async` keeps generating groups into a buffer and trains on whatever is ready, within
+    `async_rl.max_staleness`. Both async modes update the engines' weights inside running rollouts (at
+    `async_rl.weight_update_boundary`). The two async modes need separate placement (`placement.colocate_all=false`);
+    see docs/async.md."""
 
     async_rl: AsyncRLConfig = field(default_factory=AsyncRLConfig)
     """Staleness bound of the async modes."""
@@ -218,6 +221,11 @@ class TrainerConfig:
     log_path: str = "/tmp/skyrl-logs"
     """Directory for the local files of the tracking backends: the `jsonl` metrics file, TensorBoard event files,
     the mlflow file store and offline wandb runs. The `console` backend writes to stdout only."""
+
+    record_timeline: bool = False
+    """Write `<log_path>/timeline.jsonl`: after every step, when the driver's phases ran, when each policy/critic/ref
+    rank computed, when each engine decoded and when weight syncs paused the engines (wall-clock spans recorded by
+    each part). `python scripts/plot_timeline.py <file>` draws it as busy/idle bars (docs/async.md)."""
 
     eval_interval: int = 5
     """Evaluate on `data.val_data` every this many steps; -1 disables periodic evaluation."""

@@ -161,6 +161,7 @@ def check_algorithm_ranges(cfg: "SkyRLConfig") -> Iterator[str]:
     bands = [("clip_cov.clip_cov_lb", "clip_cov.clip_cov_ub")]
     bands += [("off_policy_correction.geo_mask_low", "off_policy_correction.geo_mask_high")]
     bands += [("off_policy_correction.product_mask_low", "off_policy_correction.product_mask_high")]
+    bands += [("off_policy_correction.token_mask_low", "off_policy_correction.token_mask_high")]
     for low, high in bands:
         if get_path(algorithm, low) > get_path(algorithm, high):
             low_value, high_value = get_path(algorithm, low), get_path(algorithm, high)

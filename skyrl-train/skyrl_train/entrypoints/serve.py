@@ -28,8 +28,11 @@ def served_name(model_path: str, given: Optional[str]) -> str:
     return given or f"skyrl/{os.path.basename(os.path.normpath(model_path))}"
 
 
-def build_server_parts(model_path: str, backend: str, overrides: Sequence[str]) -> tuple[Any, Any]:
-    """`(client, tokenizer)` for `model_path` on one `backend` engine in this process, with config overrides."""
+def build_server_parts(
+    model_path: str, backend: str, overrides: Sequence[str], in_flight_weight_updates: bool = False
+) -> tuple[Any, Any]:
+    """`(client, tokenizer)` for `model_path` on one `backend` engine in this process, with config overrides;
+    `in_flight_weight_updates`: the engine takes new weights between two tokens of running completions."""
     from skyrl_train.config import SkyRLConfig
     from skyrl_train.inference.client import InferenceEngineClient
     from skyrl_train.inference.ray_engine import ENGINE_BUILDERS, EngineSettings, check_engine_backend
@@ -39,7 +42,7 @@ def build_server_parts(model_path: str, backend: str, overrides: Sequence[str]) 
         [f"trainer.policy.model.path={model_path}", f"generator.inference_engine.backend={backend}", *overrides],
         validate=False,
     )
-    settings = EngineSettings.from_config(cfg, model_path)
+    settings = EngineSettings.from_config(cfg, model_path, in_flight_weight_updates=in_flight_weight_updates)
     check_engine_backend(settings)
     engine = ENGINE_BUILDERS.get(settings.backend)(settings)
     return InferenceEngineClient([engine]), load_tokenizer(model_path)
@@ -95,6 +98,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "can use this server as a `remote` engine (they need --weight-update-token or --api-key)",
     )
     parser.add_argument(
+        "--in-flight-weight-updates",
+        action="store_true",
+        help="with --enable-weight-updates: a new folder lands between two tokens of running completions instead of "
+        "waiting for them, and every completion choice reports the weight version of each token (`token_versions`); "
+        "what a fully_async run with trainer.async_rl.weight_update_boundary=token needs",
+    )
+    parser.add_argument(
         "--api-key",
         default=None,
         help="bearer key every route but /health requires (the openai client's api_key); default: $SKYRL_API_KEY, "
@@ -123,6 +133,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bad = [item for item in args.overrides if "=" not in item]
     if bad:
         parser.error(f"overrides must be key=value, got {bad}")
+    if args.in_flight_weight_updates and not args.enable_weight_updates:
+        parser.error("--in-flight-weight-updates needs --enable-weight-updates (it is how weight updates land)")
     try:
         args.access = access_from_args(args)
     except ValueError as exc:
@@ -149,7 +161,7 @@ def _serve(args: argparse.Namespace, listener: socket.socket) -> None:
         from skyrl_train.recipes.embedded import get_embedded_model
 
         model_path = str(get_embedded_model())
-    client, tokenizer = build_server_parts(model_path, args.backend, args.overrides)
+    client, tokenizer = build_server_parts(model_path, args.backend, args.overrides, args.in_flight_weight_updates)
     name = served_name(model_path, args.served_model_name)
     logger.info("serving %s (%s engine) as %r on http://%s:%d/v1", model_path, args.backend, name, args.host, args.port)
     if args.access.api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):

@@ -68,8 +68,8 @@ class EngineSettings:
     lora_alpha: float = 16.0
     """The adapters' alpha (scale `alpha / rank`)."""
     in_flight_weight_updates: bool = False
-    """hf only: weight updates land between two tokens of running requests (`SkyRLConfig.in_flight_weight_updates`)
-    instead of waiting for them, and `pause` does not wait for them either."""
+    """Weight updates land between two tokens of running requests (`SkyRLConfig.in_flight_weight_updates`) instead
+    of waiting for them, and `pause` does not wait for them either (hf, vllm, and remote over skyrl serve)."""
     remote_urls: tuple[str, ...] = ()
     """Servers of the `remote` backend (`generator.inference_engine.remote_urls`); each actor gets one."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -145,6 +145,7 @@ def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
         num_threads=settings.num_threads,
         lora_rank=settings.lora_rank,
         lora_alpha=settings.lora_alpha,
+        in_flight_weight_updates=settings.in_flight_weight_updates,
         **settings.engine_kwargs,
     )
 
@@ -202,7 +203,11 @@ def build_remote_engine(settings: EngineSettings) -> InferenceEngine:
         raise ValueError(f"a remote engine serves one URL, got {list(settings.remote_urls)}")
     tokenizer = load_tokenizer(settings.tokenizer_path or settings.model_path)
     return RemoteInferenceEngine(
-        settings.remote_urls[0], tokenizer, config_dir=settings.model_path, **settings.engine_kwargs
+        settings.remote_urls[0],
+        tokenizer,
+        config_dir=settings.model_path,
+        in_flight_weight_updates=settings.in_flight_weight_updates,
+        **settings.engine_kwargs,
     )
 
 
@@ -319,6 +324,12 @@ class EngineActor:
         """The engine's compute seconds since the last call (`{}` for engines without a `compute_clock`)."""
         clock = getattr(self.engine, "compute_clock", None)
         return clock.take() if clock is not None else {}
+
+    async def take_compute_spans(self) -> list[tuple[str, float, float]]:
+        """When the engine decoded (wall clock) since the last call, for the run's timeline (`[]` for engines
+        without a `compute_clock`)."""
+        clock = getattr(self.engine, "compute_clock", None)
+        return clock.spans.take() if clock is not None else []
 
     async def weight_version(self) -> int:
         """The version the engine serves."""

@@ -17,6 +17,11 @@ this machine by default), and the server is told to load it:
 
 A server with none of these cannot follow training: `detect_server` refuses it at start-up with that reason.
 
+In-flight weight updates (`in_flight_weight_updates`, the fully_async trainer's `weight_update_boundary: token`) need
+skyrl serve started with `--in-flight-weight-updates`: its engines then take a new folder between two tokens of the
+completions they are decoding, and each completion choice reports the version that sampled each token
+(`token_versions`). Any other server is refused at start-up for them.
+
 Auth: `api_key` goes as `Authorization: Bearer <key>` with every request (default: the `SKYRL_API_KEY` environment
 variable), `weight_update_token` replaces it on skyrl serve's `/skyrl/*` routes (default: `SKYRL_WEIGHT_UPDATE_TOKEN`,
 else the API key), and `headers` are added to every request (e.g. a gateway's own header).
@@ -128,8 +133,9 @@ def _unauthorized(base_url: str, path: str, response: httpx.Response) -> Optiona
 
 
 def detect_server(base_url: str, timeout_s: float = 10.0, auth: Optional[RemoteAuth] = None) -> dict[str, Any]:
-    """`{"kind", "model", "max_model_len"}` of the server at `base_url`; raises `RemoteServerError` when it does not
-    answer, refuses the credentials, serves no model, or has no endpoint to take new weights."""
+    """`{"kind", "model", "max_model_len", "in_flight_weight_updates"}` of the server at `base_url` (the last: skyrl
+    serve's engines take new weights between two tokens of running completions); raises `RemoteServerError` when it
+    does not answer, refuses the credentials, serves no model, or has no endpoint to take new weights."""
     auth = auth or RemoteAuth()
 
     def get(http: httpx.Client, path: str) -> httpx.Response:
@@ -169,7 +175,13 @@ def detect_server(base_url: str, timeout_s: float = 10.0, auth: Optional[RemoteA
             f"(generator.inference_engine.backend=remote): {hint}"
         )
     card = cards[0]
-    return {"kind": kind, "model": card["id"], "max_model_len": card.get("max_model_len")}
+    in_flight = kind == "skyrl" and bool(probes["skyrl"].json().get("in_flight_weight_updates"))
+    return {
+        "kind": kind,
+        "model": card["id"],
+        "max_model_len": card.get("max_model_len"),
+        "in_flight_weight_updates": in_flight,
+    }
 
 
 class RemoteInferenceEngine(QueuedEngine):
@@ -189,6 +201,8 @@ class RemoteInferenceEngine(QueuedEngine):
         weight_update_token: bearer token for skyrl serve's `/skyrl/*` routes (default: `SKYRL_WEIGHT_UPDATE_TOKEN`,
             else `api_key`).
         headers: extra headers sent with every request.
+        in_flight_weight_updates: weight updates land between two tokens of the server's running completions, and
+            `pause` holds new calls only (needs skyrl serve with `--in-flight-weight-updates`).
     """
 
     def __init__(
@@ -204,11 +218,19 @@ class RemoteInferenceEngine(QueuedEngine):
         api_key: Optional[str] = None,
         weight_update_token: Optional[str] = None,
         headers: Optional[Mapping[str, str]] = None,
+        in_flight_weight_updates: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.auth = RemoteAuth.build(api_key, weight_update_token, headers)
         info = detect_server(self.base_url, auth=self.auth)
         self.server_kind, self.model_name = info["kind"], info["model"]
+        if in_flight_weight_updates and not info["in_flight_weight_updates"]:
+            raise RemoteServerError(
+                f"{self.base_url} cannot take weight updates between two tokens of running completions: start "
+                "`python -m skyrl_train.entrypoints.serve --enable-weight-updates --in-flight-weight-updates`, or use "
+                "trainer.async_rl.weight_update_boundary=turn"
+            )
+        self.in_flight_weight_updates = in_flight_weight_updates
         super().__init__(tokenizer, int(max_model_len or info["max_model_len"] or 4096), batch_wait_s=0.0)
         self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
         self.max_concurrency = int(max_concurrency)
@@ -340,7 +362,13 @@ class RemoteInferenceEngine(QueuedEngine):
                 if params.top_logprobs > 0:
                     tops = [self._top_entries(step) for step in block.get("top_logprobs") or []]
             reason = "stop" if choice.get("finish_reason") == "stop" else choice.get("finish_reason") or "length"
-            rows.append((choice.get("text", ""), list(ids), logprobs, reason, tops))
+            row = (choice.get("text", ""), list(ids), logprobs, reason, tops)
+            if self.in_flight_weight_updates:  # the version that sampled each token, as the server reports it
+                versions = choice.get("token_versions")
+                if versions is None or len(versions) != len(ids):
+                    raise RemoteServerError(f"{self.base_url}: a completion without one token version per token")
+                row = (*row, [int(version) for version in versions])
+            rows.append(row)
         return rows
 
     def _top_entries(self, step: dict[str, float]) -> list[tuple[int, float]]:

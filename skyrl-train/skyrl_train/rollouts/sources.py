@@ -10,8 +10,8 @@ The trainer's loop is the same for every mode (`RayPPOTrainer.run_steps`):
     source.stop()
 
 - `SyncSource` (`sync`): generates the step's batch when asked, then the step trains on it.
-- `OneStepOffSource` (`one_step_off`): while the step trains on batch k, the engines generate batch k+1 with the
-  weights from before update k; the sync waits for it (`before_publish`), so every batch is one version old.
+- `OneStepOffSource` (`one_step_off`): the batch of step k starts as soon as the weights of step k - 2 are served,
+  so it generates while steps k - 1 and k train; no token is more than one version old.
 - `FullyAsyncSource` (`fully_async`, in `rollouts.fully_async`): a producer keeps generating prompt groups into a
   buffer within a staleness bound; each step takes `train_batch_size` finished groups.
 
@@ -149,65 +149,81 @@ class SyncSource:
 
 
 class OneStepOffSource:
-    """`trainer.mode=one_step_off`: batch k+1 generates while step k trains, with the weights from before update k.
+    """`trainer.mode=one_step_off`: every batch is at most one version old; the batch of step k starts generating as
+    soon as the weights published by step k - 2 are served, so two batches generate at once.
 
-    The batch trained at step s is generated during step s - 1 (the first one before the loop), seeded by s - 1."""
+    The batch trained at step s is seeded by s - 1 (as when it was generated during step s - 1 only). Step k's sync
+    lands in batch k + 1's running rollouts at the engines' weight-update boundary (their later tokens come from the
+    newer weights, so they are then 0 versions old); every token records its version. With the two oldest batches
+    started before the first step, a step never waits for a batch that could have started earlier."""
 
     def __init__(self, cfg: Any, prompts: PromptSource, collector: RolloutCollector) -> None:
         self.prompts, self.collector = prompts, collector
         self.batches = StepBatches(cfg)
         self.max_steps = 0
-        self.pending: Optional[asyncio.Task] = None
+        self.pending: dict[int, asyncio.Task] = {}
+        """Step -> the task generating its batch."""
+        self.next_batch = 1
+        """The step whose batch starts next."""
+        self.finished_at = 0.0
+        """When the last batch finished generating."""
 
     async def start(self, step: int, max_steps: int) -> None:
-        """Start generating the first step's batch."""
-        self.max_steps = max_steps
-        drawn = self.prompts.draw_batch() if step < max_steps else None
-        self.pending = asyncio.create_task(self._generate(drawn, step)) if drawn else None
+        """Start generating the batches of the next two steps."""
+        self.max_steps, self.next_batch = max_steps, step + 1
+        for _ in range(2):
+            self._start_batch()
+
+    def _start_batch(self) -> None:
+        """Draw and start generating the next step's batch (nothing past `max_steps` or the data)."""
+        step, self.next_batch = self.next_batch, self.next_batch + 1
+        drawn = self.prompts.draw_batch() if step <= self.max_steps else None
+        if drawn:
+            self.pending[step] = asyncio.create_task(self._generate(drawn, step - 1))
 
     async def _generate(
         self, drawn: list[tuple[int, dict[str, Any]]], seed_step: int
-    ) -> tuple[Rollouts, float, float, list[int]]:
-        """The batch's rollouts, the seconds generating it took, the clock when it finished, and the keys of every
-        prompt it used (dynamic sampling's extra batches included)."""
+    ) -> tuple[Rollouts, float, list[int]]:
+        """The batch's rollouts, the seconds generating it took and the keys of every prompt it used (dynamic
+        sampling's extra batches included)."""
         keys = [key for key, _ in drawn]
         start = time.perf_counter()
         items = [item for _, item in drawn]
         rollouts = await self.collector.collect(items, self.batches.for_step(seed_step), draw_more(self.prompts, keys))
-        finished = time.perf_counter()
-        return rollouts, finished - start, finished, keys
+        self.finished_at = time.perf_counter()
+        return rollouts, self.finished_at - start, keys
 
     async def next(self, step: int, weight_version: int) -> Optional[StepRollouts]:
-        """The batch generated during the last step; the next one starts generating at once."""
-        if self.pending is None:
+        """Step `step`'s batch, when generated."""
+        task = self.pending.pop(step, None)
+        if task is None:
             return None
         waited = time.perf_counter()
-        rollouts, generate_s, generated_at, keys = await self.pending
-        idle = time.perf_counter() - waited
-        drawn = self.prompts.draw_batch() if step < self.max_steps else None
-        throttled = time.perf_counter() - generated_at  # the engines wait until the sync lets the next batch start
-        self.pending = asyncio.create_task(self._generate(drawn, step)) if drawn else None
-        metrics = {"throttled": throttled, "idle": idle, "generate": generate_s}
+        rollouts, generate_s, keys = await task
+        metrics = {"idle": time.perf_counter() - waited, "generate": generate_s}
         return StepRollouts(rollouts, keys, metrics=metrics)
 
     async def before_publish(self, timer: PhaseTimer) -> None:
-        """Batch k+1 must be generated by the weights from before update k."""
-        if self.pending is not None:
-            with timer("wait_generation"):
-                await asyncio.wait({self.pending})
+        """The sync meets the running batch at the engines' weight-update boundary."""
 
     async def done(self, taken: StepRollouts, trained_version: int) -> dict[str, float]:
-        """Prompts used up; staleness of the trained rollouts and the source's timings."""
+        """Prompts used up, staleness of the trained rollouts and the source's timings; the batch two steps ahead
+        starts now that this step's weights are served (`async/throttled_seconds`: how long the engines had no
+        batch to generate before it)."""
         self.prompts.use(taken.keys)
+        generating = any(not task.done() for task in self.pending.values())
+        throttled = 0.0 if generating else time.perf_counter() - self.finished_at
+        self._start_batch()
         staleness = [trained_version - t.oldest_version for t in taken.rollouts.output.trajectories]
         measured = taken.metrics
-        metrics = staleness_metrics(staleness, 0, measured["throttled"], measured["idle"])
+        metrics = staleness_metrics(staleness, 0, throttled, measured["idle"])
         metrics["timing/generate"] = measured["generate"]
         return metrics
 
     async def stop(self) -> None:
-        """Cancel the batch still generating and wait for it to end (its envs close)."""
-        if self.pending is not None:
-            self.pending.cancel()
-            await asyncio.gather(self.pending, return_exceptions=True)
-            self.pending = None
+        """Cancel the batches still generating and wait for them to end (their envs close)."""
+        tasks = list(self.pending.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.pending = {}

@@ -144,9 +144,17 @@ class OpenAIServer:
                 "logprobs": self.completion_logprobs(output, index) if logprobs else None,
                 "finish_reason": FINISH_REASONS.get(output.stop_reasons[index], "stop"),
                 "token_ids": output.response_ids[index],
+                **self.token_versions(output, index),
             }
             for index in range(len(output.responses))
         ]
+
+    @staticmethod
+    def token_versions(output: InferenceEngineOutput, index: int) -> dict[str, Any]:
+        """`{"token_versions": [...]}`: the weight version that sampled each token of choice `index`, when the
+        engine records it (an extension, like `token_ids`); `{}` otherwise."""
+        versions = output.response_token_versions
+        return {} if versions is None else {"token_versions": list(versions[index])}
 
     def stream_completion(self, response_id: str, created: int, choices: list, output: InferenceEngineOutput) -> Any:
         """The choices as `text_completion` chunks, one token each, then `[DONE]`."""

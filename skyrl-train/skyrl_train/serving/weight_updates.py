@@ -6,7 +6,8 @@ one is refused) can replace the served weights, from a folder under one root (`S
 only. They are the counterpart of vLLM's development endpoints (`/collective_rpc` `reload_weights`), which have no
 auth.
 
-- `GET /skyrl/info`: served model name and weight version (the remote engine detects the server by it);
+- `GET /skyrl/info`: served model name, weight versions and whether the engines take weight updates between two
+  tokens of running completions (`in_flight_weight_updates`; the remote engine detects the server by it);
 - `POST /skyrl/update_weights_from_disk` `{"path": folder, "version": n}`: load every `*.safetensors` file of the
   folder (Hugging Face parameter names) into the engines and serve them as version `n`. The engines check every
   tensor before copying any, so a folder with one bad tensor changes no weight and no version;
@@ -77,9 +78,12 @@ def add_weight_update_routes(app: FastAPI, client: Any, model_name: str, root: s
     """Register the `/skyrl/*` routes on `app` for `client` (an `InferenceEngineClient`), loading folders under
     `root` only (the token is checked by `serving.access.BearerAuth` before a request reaches them)."""
 
+    engines = getattr(client, "engines", [client])
+    in_flight = all(getattr(engine, "in_flight_weight_updates", False) for engine in engines)
+
     @app.get("/skyrl/info")
     async def info() -> dict[str, Any]:
-        return {"model": model_name, "weight_versions": client.weight_versions}
+        return {"model": model_name, "weight_versions": client.weight_versions, "in_flight_weight_updates": in_flight}
 
     @app.post("/skyrl/update_weights_from_disk")
     async def update_weights_from_disk(body: UpdateFromDisk) -> dict[str, Any]:

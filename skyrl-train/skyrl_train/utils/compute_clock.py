@@ -3,7 +3,8 @@
 Workers time `forward`, `forward_backward` and `optim_step` (inside the actor: model math, FSDP collectives and
 micro-batching, but not Ray scheduling, argument transfer or the driver); engines time their batched decode calls.
 `take()` returns the seconds per call name since the previous `take()` and starts over, so a caller can read one
-training step's compute after the step.
+training step's compute after the step; `spans` keeps when each call ran (wall clock) for the run's timeline
+(`utils.timeline`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from skyrl_train.utils.timeline import SpanLog
+
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 
@@ -24,16 +27,19 @@ class ComputeClock:
     def __init__(self) -> None:
         self._seconds: dict[str, float] = {}
         self._lock = threading.Lock()
+        self.spans = SpanLog()
+        """When each call ran (wall clock), for the run's timeline."""
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start, wall = time.perf_counter(), time.time()
         try:
             yield
         finally:
             elapsed = time.perf_counter() - start
             with self._lock:
                 self._seconds[name] = self._seconds.get(name, 0.0) + elapsed
+            self.spans.add(name, wall, wall + elapsed)
 
     def take(self) -> dict[str, float]:
         """Seconds per name since the last `take()`; the clock starts over."""

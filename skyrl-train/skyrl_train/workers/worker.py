@@ -328,6 +328,11 @@ class BaseWorker(ChannelHost):
         """Seconds spent in `forward` / `forward_backward` / `optim_step` since the last call (see ComputeClock)."""
         return self.compute_clock.take()
 
+    def take_compute_spans(self) -> list[tuple[str, float, float]]:
+        """When `forward` / `forward_backward` / `optim_step` ran (wall clock) since the last call, for the run's
+        timeline (`utils.timeline`)."""
+        return self.compute_clock.spans.take()
+
     def forward_backward_step(self, batch: TrainingBatch, **kwargs: Any) -> dict[str, float]:
         """`forward_backward(batch, **kwargs)` then `optim_step()` in one call, so a mini-batch update costs the
         trainer one round trip per rank instead of two; returns the metrics plus `<role>/grad_norm`."""

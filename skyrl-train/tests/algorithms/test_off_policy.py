@@ -8,9 +8,11 @@ import torch
 from skyrl_train.algorithms import (
     OffPolicyConfig,
     geometric_sequence_mask,
+    mismatch_metrics,
     off_policy_correction,
     product_sequence_mask,
     sequence_tis_weights,
+    token_band_mask,
     token_tis_weights,
 )
 
@@ -74,6 +76,8 @@ def test_combined_correction_multiplies_tis_and_mask():
     # token TIS [2, 0.5 | 1.5, 1.5] ; products 1.5 (kept) and 2.25 (rejected)
     assert torch.allclose(weights, torch.tensor([[2.0, 0.5], [0.0, 0.0]]), atol=1e-6)
     assert set(metrics) == {
+        "mismatch_kl",
+        "mismatch_k1",
         "tis_token_ratio_mean",
         "tis_token_clip_frac",
         "tis_token_weight_mean",
@@ -90,3 +94,34 @@ def test_disabled_correction_is_the_mask_and_enabled_needs_rollout_log_probs():
         off_policy_correction(old, None, mask, OffPolicyConfig(sequence_mask_metric="geometric"))
     with pytest.raises(ValueError, match="geo_mask_low"):
         OffPolicyConfig(geo_mask_low=1.2)
+
+
+def test_token_mask_drops_single_tokens_outside_the_band():
+    old, rollout, mask = logs([[6.0, 1.0, 0.4], [0.5, 5.0]], 3)
+    weights, metrics = token_band_mask(old, rollout, mask, low=0.5, high=5.0)
+    # ratios 6 and 0.4 leave [0.5, 5]; the band's ends are kept
+    assert torch.equal(weights, torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]))
+    assert metrics["token_mask_frac"].item() == pytest.approx(2 / 5)
+
+
+def test_icepop_weight_is_the_ratio_inside_the_band_and_zero_outside():
+    old, rollout, mask = logs([[6.0, 1.5, 0.4]], 3)
+    config = OffPolicyConfig(tis_ratio_type="token", token_tis_ratio_clip_high=5.0, token_mask=True)
+    weights, metrics = off_policy_correction(old, rollout, mask, config)
+    assert torch.allclose(weights, torch.tensor([[0.0, 1.5, 0.0]]), atol=1e-6)
+    assert metrics["token_mask_frac"].item() == pytest.approx(2 / 3)
+    assert metrics["tis_token_clip_frac"].item() == pytest.approx(1 / 3)  # the 6, capped, then masked anyway
+    with pytest.raises(ValueError, match="token_mask_low"):
+        OffPolicyConfig(token_mask_low=6.0)
+
+
+def test_mismatch_kl_is_zero_for_equal_policies_and_the_k3_estimate_otherwise():
+    old, rollout, mask = logs([[1.0, 1.0], [1.0]], 2)
+    metrics = mismatch_metrics(old, rollout, mask)
+    assert metrics["mismatch_kl"].item() == pytest.approx(0.0, abs=1e-7)
+    assert metrics["mismatch_k1"].item() == pytest.approx(0.0, abs=1e-7)
+    old, rollout, mask = logs([[2.0, 0.5]], 2)
+    metrics = mismatch_metrics(old, rollout, mask)
+    k3 = [r - 1 - LN(r) for r in (2.0, 0.5)]
+    assert metrics["mismatch_kl"].item() == pytest.approx(sum(k3) / 2, abs=1e-6)
+    assert metrics["mismatch_k1"].item() == pytest.approx(-(LN(2.0) + LN(0.5)) / 2, abs=1e-6)

@@ -108,7 +108,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     ),
     "generator.workflow_args": ("generators/test_workflow.py::test_workflow_args_reach_the_workflows_constructor",),
     "trainer.mode": (
-        "trainer/test_trainer_async.py::test_one_step_off_trains_on_data_one_version_old",
+        "trainer/test_trainer_async.py::test_one_step_off_trains_on_data_at_most_one_version_old",
         "trainer/test_trainer_async.py::test_fully_async_staleness_stays_within_its_bound",
     ),
     "trainer.async_rl.max_staleness": (
@@ -335,6 +335,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "trainer.project_name": (_RUN_KEYS,),
     "trainer.run_name": (_RUN_KEYS,),
     "trainer.log_path": (_RUN_KEYS,),
+    "trainer.record_timeline": (
+        _RUN_KEYS,
+        "utils/test_timeline.py::test_the_run_timeline_writes_each_steps_spans_and_draws_them",
+    ),
     "trainer.eval_interval": (_RUN_KEYS,),
     "trainer.eval_before_train": (_RUN_KEYS,),
     "trainer.eval_batch_size": (

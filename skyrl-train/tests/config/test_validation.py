@@ -131,15 +131,26 @@ CASES = {
         ["trainer.async_rl.weight_update_boundary=token"],
         "weight_update_boundary=token has no effect with trainer.mode=sync",
     ),
-    "token boundary on vllm": (
+    "token boundary on sglang": (
+        [
+            "trainer.mode=fully_async",
+            "trainer.placement.colocate_all=false",
+            "generator.inference_engine.num_engines=1",
+            "generator.inference_engine.backend=sglang",
+            "trainer.async_rl.weight_update_boundary=token",
+        ],
+        "weight_update_boundary=token is supported on the hf, vllm and remote engines, not on",
+    ),
+    "token boundary on vllm with LoRA": (
         [
             "trainer.mode=fully_async",
             "trainer.placement.colocate_all=false",
             "generator.inference_engine.num_engines=1",
             "generator.inference_engine.backend=vllm",
+            "trainer.policy.model.lora.rank=8",
             "trainer.async_rl.weight_update_boundary=token",
         ],
-        "weight_update_boundary=token is supported on the hf engine only",
+        "not supported on the vllm engine with LoRA",
     ),
     "remote engines without URLs": (
         ["generator.inference_engine.backend=remote", "trainer.placement.colocate_all=false"],

@@ -35,6 +35,13 @@ def _penalised_greedy(model, prompt: list[int], penalty: float, steps: int) -> t
 
 
 @pytest.fixture(scope="session")
+def forward_logprobs():
+    """`forward_logprobs(model, prompt, response, temperature)`: `model`'s log-prob of each response token after
+    `prompt` at that temperature (one forward pass)."""
+    return _forward_logprobs
+
+
+@pytest.fixture(scope="session")
 def max_logprob_error():
     """`max_logprob_error(model, prompts, output, n, temperature)`: the largest gap between an engine's sampled-token
     log-probs (`n` samples per prompt) and `model`'s forward pass at that temperature."""

@@ -208,8 +208,11 @@ async def test_teardown_ends_the_actor(cluster):  # last: it ends engine 1
         ("fully_async", "hf", "auto", True),
         ("fully_async", "hf", "token", True),
         ("fully_async", "hf", "turn", False),
-        ("fully_async", "vllm", "auto", False),
-        ("one_step_off", "hf", "auto", False),
+        ("fully_async", "vllm", "auto", True),
+        ("fully_async", "remote", "auto", False),
+        ("fully_async", "remote", "token", True),
+        ("one_step_off", "hf", "auto", True),
+        ("one_step_off", "hf", "turn", False),
         ("sync", "hf", "auto", False),
     ],
 )
@@ -217,6 +220,7 @@ def test_the_weight_update_boundary_reaches_the_hf_engine(tmp_path, mode, backen
     overrides = [f"trainer.mode={mode}", f"generator.inference_engine.backend={backend}", "trainer.device=cpu"]
     overrides += [f"trainer.async_rl.weight_update_boundary={boundary}"] if boundary != "auto" else []
     overrides += ["trainer.placement.colocate_all=false"] if mode != "sync" else []
+    overrides += ["generator.inference_engine.remote_urls=[http://127.0.0.1:8000]"] if backend == "remote" else []
     settings = EngineSettings.from_config(SkyRLConfig.from_cli_overrides(overrides), "/models/m")
     assert settings.in_flight_weight_updates is in_flight
     if backend == "hf":

@@ -5,12 +5,14 @@ the server checks, and a server that cannot take weights, refuses the credential
 the reason."""
 
 import asyncio
+import time
 from dataclasses import replace
 
 import pytest
 import torch
 
 from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.hf_decode import DecodeBatch
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.ray_engine import EngineSettings, remote_preflight
 from skyrl_train.inference.remote_engine import (
@@ -39,8 +41,10 @@ def tokenizer():
     return build_char_tokenizer()
 
 
-def _serve(tokenizer, weight_updates=True, access=None):
-    engine = HFInferenceEngine(build_tiny_model(TinyModelSpec(size=2), seed=0), tokenizer)
+def _serve(tokenizer, weight_updates=True, access=None, in_flight=False):
+    engine = HFInferenceEngine(
+        build_tiny_model(TinyModelSpec(size=2), seed=0), tokenizer, in_flight_weight_updates=in_flight
+    )
     app = create_app(
         InferenceEngineClient([engine]), tokenizer, "skyrl/tiny", weight_updates=weight_updates, access=access
     )
@@ -71,7 +75,12 @@ def _generate(engine, prompts, **params):
 
 def test_tokens_and_logprobs_come_back_as_the_served_engine_made_them(served, tokenizer):
     local, url = served
-    expected = {"kind": "skyrl", "model": "skyrl/tiny", "max_model_len": local.max_model_len}
+    expected = {
+        "kind": "skyrl",
+        "model": "skyrl/tiny",
+        "max_model_len": local.max_model_len,
+        "in_flight_weight_updates": False,
+    }
     assert detect_server(url, auth=RemoteAuth(weight_update_token=TOKEN)) == expected
     remote = RemoteInferenceEngine(url, tokenizer, weight_update_token=TOKEN)
     prompts = [list(tokenizer(f"{i}+{2 * i}=")["input_ids"]) for i in range(3)]
@@ -102,6 +111,61 @@ def test_a_chunked_weight_sync_reaches_the_server_and_verifies(served, tokenizer
     prompt = [list(tokenizer("5+5=")["input_ids"])]
     reference = new.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False, pad_token_id=0)
     assert _generate(remote, prompt, max_tokens=8, temperature=0.0).response_ids[0] == reference[0, 4:].tolist()
+    asyncio.run(remote.teardown())
+
+
+def test_an_in_flight_update_through_the_server_lands_between_two_tokens(served, tokenizer, tmp_path, monkeypatch):
+    """skyrl serve with in-flight updates: a folder posted while a completion decodes lands between two of its
+    tokens; the choice reports each token's version and every logprob matches a fresh forward of that version."""
+    access = ServingAccess(weight_update_token=TOKEN, weight_update_root=str(tmp_path))
+    local, server = _serve(tokenizer, access=access, in_flight=True)
+    url = f"http://127.0.0.1:{server.port}"
+    with pytest.raises(RemoteServerError, match="cannot take weight updates between two tokens"):
+        RemoteInferenceEngine(served[1], tokenizer, weight_update_token=TOKEN, in_flight_weight_updates=True)
+    remote = RemoteInferenceEngine(
+        url, tokenizer, weights_dir=str(tmp_path / "w"), weight_update_token=TOKEN, in_flight_weight_updates=True
+    )
+    old, new = build_tiny_model(TinyModelSpec(size=2), seed=0), build_tiny_model(TinyModelSpec(size=2), seed=7)
+    steps, step = [], DecodeBatch.step
+
+    def counted(batch):  # the server's model thread: hold the third step until the update waits behind it
+        out = step(batch)
+        steps.append(len(batch))
+        if len(steps) == 3:
+            deadline = time.monotonic() + 30
+            while not local._weights_waiting and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return out
+
+    monkeypatch.setattr(DecodeBatch, "step", counted)
+    prompt = [list(tokenizer("12+34=")["input_ids"])]
+    params = SamplingParams(max_tokens=12, temperature=1.0, seed=3)  # this seed's sample runs all 12 tokens
+
+    async def scenario():
+        request = InferenceEngineInput(prompt_token_ids=prompt, sampling_params=params)
+        running = asyncio.create_task(remote.generate(request))
+        while len(steps) < 2:
+            await asyncio.sleep(0.001)
+        await remote.pause()  # returns at once: the running completion takes the update between two tokens
+        assert not running.done()
+        await remote.update_weights(list(new.state_dict().items()), version=1)
+        await remote.resume()
+        return await running
+
+    try:
+        out = asyncio.run(scenario())
+    finally:
+        server.stop()
+    ids, logprobs, versions = out.response_ids[0], out.response_logprobs[0], out.response_token_versions[0]
+    assert versions == [0] * 3 + [1] * 9 and out.weight_version == 0
+    sequence = torch.tensor([prompt[0] + ids])
+    for version, model in ((0, old), (1, new)):
+        with torch.no_grad():
+            logits = model(sequence).logits[0, len(prompt[0]) - 1 : -1]
+        expected = torch.log_softmax(logits, -1).gather(-1, sequence[0, len(prompt[0]) :, None]).squeeze(-1)
+        for position, token_version in enumerate(versions):
+            if token_version == version:
+                assert logprobs[position] == pytest.approx(float(expected[position]), abs=1e-4)
     asyncio.run(remote.teardown())
 
 

@@ -6,6 +6,7 @@ them. One engine is shared by the module: vLLM takes seconds to start.
 """
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -147,6 +148,49 @@ def test_half_sent_fused_group_fails_generate_by_name(engine, served, tokenizer)
     rest = [(n, t) for n, t in served.state_dict().items() if n.startswith("model.layers.0.") and n.endswith(attention)]
     asyncio.run(engine.update_weights(rest, version=2))
     assert len(_run(engine, prompt_token_ids=_prompts(tokenizer, 1), sampling_params=SamplingParams(max_tokens=3))) == 1
+
+
+def test_an_update_between_two_steps_lands_in_running_requests_and_each_token_keeps_its_version(
+    engine, served, tokenizer, monkeypatch, forward_logprobs
+):
+    """In-flight weight update: it runs between two engine steps of requests still decoding; vLLM recomputes their
+    cache with the new weights, and each token reports the version that sampled it, with that version's logprob."""
+    new_model = build_tiny_model(TinyModelSpec(size=2), seed=7)
+    prompts = _prompts(tokenizer, 2)
+    params = SamplingParams(max_tokens=16, temperature=1.0, ignore_eos=True, n=2)
+    steps, step = [], engine.llm.llm_engine.step
+
+    def counted():  # the engine's worker thread: hold the third step until the update waits behind it
+        outputs = step()
+        steps.append(len(outputs))
+        if len(steps) == 3:
+            deadline = time.monotonic() + 30
+            while not engine._calls_waiting and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return outputs
+
+    monkeypatch.setattr(engine.llm.llm_engine, "step", counted)
+
+    async def scenario():
+        request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params, seeds=[5, 6])
+        running = asyncio.create_task(engine.generate(request))
+        while len(steps) < 2:
+            await asyncio.sleep(0.001)
+        await engine.update_weights(list(new_model.state_dict().items()), version=1)
+        assert not running.done()
+        return await running
+
+    output = asyncio.run(scenario())
+    assert output.weight_version == 0  # the oldest version among the tokens
+    for row, (ids, logprobs, versions) in enumerate(
+        zip(output.response_ids, output.response_logprobs, output.response_token_versions, strict=True)
+    ):
+        assert versions == [0] * 3 + [1] * 13  # three tokens (steps) before the update, the rest after
+        for version, model in ((0, served), (1, new_model)):  # each token against a fresh forward of its version
+            expected = forward_logprobs(model, prompts[row // 2], ids, 1.0)
+            for position, token_version in enumerate(versions):
+                if token_version == version:
+                    assert abs(logprobs[position] - float(expected[position])) < LOGPROB_TOLERANCE
 
 
 def test_pause_sleep_and_wake(engine, served, tokenizer):

@@ -16,6 +16,7 @@ from skyrl_train.rollouts import (
     RolloutCollector,
     SyncSource,
 )
+from skyrl_train.rollouts.fully_async import Lookahead
 from skyrl_train.rollouts.inputs import row_seeds
 
 
@@ -103,27 +104,29 @@ def test_a_sync_step_generates_its_own_batch_seeded_by_its_step():
     assert prompts.used_uids == [["0", "1"]] and prompts.state() == []
 
 
-def test_one_step_off_trains_step_s_on_a_batch_seeded_s_minus_1_and_starts_the_next_at_once():
-    cfg, prompts, collector, generator, _ = _parts("one_step_off", ["a", "b", "c", "d", "e", "f"])
+def test_one_step_off_keeps_two_batches_generating_each_seeded_by_the_step_before_its_own():
+    cfg, prompts, collector, generator, _ = _parts("one_step_off", ["a", "b", "c", "d", "e", "f", "g", "h"])
     source = OneStepOffSource(cfg, prompts, collector)
 
     async def run():
         await source.start(0, 3)
-        first = await source.next(1, 0)  # generated before the loop, seeded by step 0
-        assert source.pending is not None  # batch 2 is generating while step 1 trains
-        await source.before_publish(first.timer)
+        assert sorted(source.pending) == [1, 2]  # the batches of steps 1 and 2 start before the loop
+        first = await source.next(1, 0)
+        await source.before_publish(first.timer)  # waits for nothing: the sync lands in the running batch
         metrics = await source.done(first, trained_version=1)  # the trajectories' version 0: one version old
+        assert sorted(source.pending) == [2, 3]  # step 1's weights are served: step 3's batch starts
         second = await source.next(2, 1)
-        third = source.pending
+        third = source.pending[3]
         await source.stop()  # cancels batch 3 and waits for it
-        assert third.cancelled() and source.pending is None
+        assert third.cancelled() and source.pending == {}
         return metrics, second
 
     metrics, second = asyncio.run(run())
-    assert [call.uids[0] for call in generator.calls] == ["0/0", "1/2"]
-    assert generator.calls[1].seeds == row_seeds(3, 1, 0, 4)
+    assert [call.uids[0] for call in generator.calls][:2] == ["0/0", "1/2"]
+    assert generator.calls[1].seeds == row_seeds(3, 1, 0, 4)  # step 2's batch, seeded by step 1
     assert metrics["async/staleness_mean"] == 1.0 and "timing/generate" in metrics
     assert second.rollouts.output.trajectories[0].uid == "1/2"
+    assert prompts.used_uids == [["0", "1"]]
 
 
 def _one_fully_async_step(source, version):
@@ -161,3 +164,18 @@ def test_fully_async_filter_leaves_out_groups_without_reward_variance():
     assert "g0/0" not in {t.uid for t in taken.rollouts.output.trajectories}
     assert metrics["dynamic_sampling/kept_groups"] == 2.0 and metrics["dynamic_sampling/sampled_groups"] == 3.0
     assert prompts.used_uids[0][0] == "0"  # the left-out prompt is used up by this step
+
+
+def test_the_lookahead_covers_a_group_latency_with_trainer_steps_within_the_staleness_bound():
+    lookahead = Lookahead(max_staleness=3)
+    assert lookahead.batches == 2  # nothing measured yet: one step ahead
+    lookahead.note_step(1.0)
+    lookahead.note_group(2.5)
+    assert lookahead.batches == 4  # a group outlasts 2.5 steps: 1 + 3 batches keep the trainer busy
+    lookahead.note_group(0.5)  # moving average: 0.7 * 2.5 + 0.3 * 0.5 = 1.9
+    assert lookahead.batches == 3
+    capped = Lookahead(max_staleness=1)
+    capped.note_step(0.1)
+    capped.note_group(10.0)
+    assert capped.batches == 2  # never past max_staleness + 1
+    assert Lookahead(max_staleness=0).batches == 1

@@ -55,7 +55,11 @@ def test_the_routes_take_the_weight_update_token_and_nothing_else(served):
     http, _, _ = served
     assert http.get("/skyrl/info").status_code == 401
     assert http.get("/skyrl/info", headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 401
-    assert http.get("/skyrl/info", headers=WEIGHTS).json() == {"model": MODEL, "weight_versions": [0]}
+    assert http.get("/skyrl/info", headers=WEIGHTS).json() == {
+        "model": MODEL,
+        "weight_versions": [0],
+        "in_flight_weight_updates": False,
+    }
     update = http.post("/skyrl/update_weights_from_disk", json={"path": "x", "version": 1})
     assert update.status_code == 401 and "needs the weight-update token" in update.json()["error"]["message"]
     assert http.get("/v1/models", headers=WEIGHTS).status_code == 401  # the token is not the API key

@@ -1,5 +1,5 @@
 """The async trainers (`trainer.mode` one_step_off and fully_async) through the real stack: staleness stays within
-its bound whether generation is fast or slow, one_step_off trains on data exactly one version old, a killed
+its bound whether generation is fast or slow, one_step_off trains on data at most one version old, a killed
 fully_async run resumed from its checkpoint trains every prompt it had drawn once, never twice, and after in-flight
 weight updates the trainer scores every token as the engine version that sampled it did. The async runs leave no
 asyncio task behind: none dropped while pending, no failure left unobserved."""
@@ -110,23 +110,29 @@ def test_fully_async_staleness_stays_within_its_bound(
     assert _left_behind(asyncio_complaints) == []
 
 
-def test_one_step_off_trains_on_data_one_version_old(ray_cluster, make_config, addition, tmp_path):
+def test_one_step_off_trains_on_data_at_most_one_version_old(ray_cluster, make_config, addition, tmp_path):
     cfg = _config(make_config, addition, tmp_path, "trainer.mode=one_step_off", "trainer.max_training_steps=4")
     result = BasePPOExp(cfg).run()
     assert result.global_step == 4
-    assert _history(result, "async/staleness_mean") == [0.0, 1.0, 1.0, 1.0]  # batch 1 is generated before any update
+    staleness = _history(result, "async/staleness_max")
+    assert staleness[0] == 0.0 and max(staleness) <= 1  # batch 1 is generated before any update
     # one update per batch: the proximal (old) log-probs come from the update's own forward, as in sync mode
     assert all(value == 1 for value in _history(result, "policy/old_logprobs_from_update"))
-    # batch k is done before step k-1's sync, and batch k+1 starts only after it: the engines' wait covers that sync
-    throttled, syncs = _history(result, "async/throttled_seconds"), _history(result, "timing/weight_sync")
-    assert all(wait >= sync for wait, sync in zip(throttled[1:], syncs[:-1]))
+    # no step waits for a batch to finish before its sync: the sync lands inside the running one
+    assert "timing/wait_generation" not in result.history
 
 
 def test_a_killed_fully_async_run_resumes_without_losing_or_repeating_prompts(
     ray_cluster, make_config, addition, tmp_path
 ):
-    steps = ("trainer.mode=fully_async", "trainer.async_rl.max_staleness=1", "trainer.ckpt_interval=1")
+    steps = (
+        "trainer.mode=fully_async",
+        "trainer.async_rl.max_staleness=1",
+        "trainer.async_rl.weight_update_boundary=token",  # partial rollouts: syncs land inside running rollouts
+        "trainer.ckpt_interval=1",
+    )
     first = BasePPOExp(_config(make_config, addition, tmp_path / "a", *steps, "trainer.max_training_steps=3"))
+    assert first.cfg.in_flight_weight_updates()
     first.run()
     # "killed after step 2": the step-2 checkpoint holds the prompts drawn but not trained at that moment
     shutil.rmtree(tmp_path / "a" / "ckpts" / "global_step_3")

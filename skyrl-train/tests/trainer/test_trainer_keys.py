@@ -50,6 +50,7 @@ def test_eval_checkpoint_export_and_logging_keys(ray_cluster, make_config, tiny_
         "trainer.logger=[console,jsonl]",
         "trainer.project_name=keys",
         "trainer.run_name=walk",
+        "trainer.record_timeline=true",
     )
     experiment = RecordingExp(cfg)
     result = experiment.run()
@@ -72,3 +73,9 @@ def test_eval_checkpoint_export_and_logging_keys(ray_cluster, make_config, tiny_
     # the jsonl backend writes under log_path/jsonl/<project_name>/<run_name>.jsonl
     lines = (tmp_path / "logs" / "jsonl" / "keys" / "walk.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [0, 1, 2, 2]  # step 2: its metrics, then the final eval
+    # record_timeline: each step's driver phases, the policy rank's compute and the engines' decoding, in wall time
+    spans = [json.loads(line) for line in (tmp_path / "logs" / "timeline.jsonl").read_text().splitlines()]
+    lanes = {(span["lane"], span["name"]) for span in spans}
+    assert {("trainer", "train_policy"), ("policy rank 0", "forward_backward")} <= lanes
+    assert any(lane.startswith("engine ") and name == "generate" for lane, name in lanes)
+    assert {span["step"] for span in spans} == {1, 2} and all(span["start"] <= span["end"] for span in spans)
