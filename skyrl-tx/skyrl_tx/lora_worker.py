@@ -31,7 +31,7 @@ import hashlib
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -55,8 +55,11 @@ model's path and FSDP settings."""
 
 def worker_config(path: str, device: str, dtype: str, sharded: bool) -> SkyRLConfig:
     """The run config of `MultiLoraWorker` ranks: the base model `path` on `device` (`cpu` or `cuda`), FSDP2-sharded
-    over all ranks computing in `dtype` when `sharded`, else whole on every rank (`fsdp_size` 1)."""
-    policy = {"model": {"path": path}, "fsdp": {"fsdp_size": -1 if sharded else 1}}
+    over all ranks computing in `dtype` when `sharded`, else whole on every rank (`fsdp_size` 1). Sharding is asked
+    for to hold a larger base than one rank could, so the shards stay sharded between calls and per layer (not the
+    trainer's speed-first `auto` choices, which may keep a small model whole after a forward)."""
+    fsdp = {"fsdp_size": -1, "reshard_after_forward": True, "shard_layers": True} if sharded else {"fsdp_size": 1}
+    policy = {"model": {"path": path}, "fsdp": fsdp}
     policy["fsdp"]["mixed_precision"] = {"param_dtype": dtype, "reduce_dtype": "float32"}
     return SkyRLConfig.from_dict({"trainer": {"device": device, "strategy": "fsdp2", ROLE: policy}}, validate=False)
 
@@ -114,19 +117,11 @@ class MultiLoraWorker(BaseWorker):
     methods (`train_mini_batches`, checkpoints, weight gathers) do not apply: the model here is many adapters.
     """
 
-    def __init__(
-        self,
-        role: str,
-        rank: int,
-        world_size: int,
-        master_addr: Optional[str],
-        master_port: Optional[int],
-        cfg: Mapping[str, Any] | SkyRLConfig,
-        num_threads: int = 1,
-    ) -> None:
-        super().__init__(role, rank, world_size, master_addr, master_port, cfg, num_threads)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """`BaseWorker`'s arguments (the worker group builds every role the same way), plus a scratch folder."""
+        super().__init__(*args, **kwargs)
         self.host: Optional[LoraHost] = None
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"skyrl-tx-rank{rank}-"))
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"skyrl-tx-rank{self.rank}-"))
         """Checkpoint files received from the server, written here so `LoraHost` can read them."""
         self.mirrors: OrderedDict[str, Path] = OrderedDict()
         """Sampler key -> this rank's copy of that sampler's folder, least recently used first."""
