@@ -79,6 +79,15 @@ def test_a_small_model_on_cpu_gets_the_quickstart_speed_settings():
     assert auto_keys(cfg) == []
 
 
+def test_a_lora_policy_reshards_after_forward_even_when_small():
+    # kept gathered, the frozen base of a no-grad forward (reference log-probs with the adapters off) left the next
+    # training forward with no gradient path (tests/trainer/test_trainer_lora.py failed with "does not require grad")
+    cfg, choices = _resolve(TINY, CPU_HOST, *_two_ranks(*QUICKSTART_SHAPE, "trainer.policy.model.lora.rank=4"))
+    assert cfg.trainer.policy.fsdp.reshard_after_forward is True
+    assert choices["trainer.policy.fsdp.reshard_after_forward"].reason.startswith("LoRA")
+    assert cfg.trainer.policy.fsdp.shard_layers is False  # the one-unit choice is unaffected
+
+
 def test_gpu_defaults_stay_gpu_defaults():
     cfg, choices = _resolve(
         QWEN_1_5B,
