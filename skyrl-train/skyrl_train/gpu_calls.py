@@ -129,10 +129,10 @@ GPU_MODULES: tuple[GpuModule, ...] = (
     GpuModule(TRAIN + "workers/strategy/megatron_model.py", ("megatron", "torch.cuda")),
     GpuModule(TRAIN + "utils/rng_state.py", CUDA),
     GpuModule(TRAIN + "config/root.py", CUDA),
+    GpuModule(TRAIN + "config/auto_settings.py", CUDA),
     GpuModule(TRAIN + "entrypoints/doctor_probes.py", CUDA),
     GpuModule(TRAIN + "models/megatron_convert.py", ("megatron",)),
     GpuModule(TX + "vllm_sampler.py", ("vllm",), {"self.engine.llm": LLM, "worker": WORKER}),
-    GpuModule(TX + "ray_rank.py", ("torch.cuda", "torch.random.fork_rng")),
     GpuModule(TX + "cli.py", CUDA),
 )
 """The modules whose library calls this table must cover (a test also fails when a module outside this list starts
@@ -214,6 +214,14 @@ CALLS: tuple[LibraryCall, ...] = (
         (LLM_ENGINE + ".add_lora", dict(audit="V12")),
         (LLM_ENGINE + ".remove_lora", dict(audit="V12")),
         (LLM_ENGINE + ".model_config", dict(audit="V6")),
+        # the engine loop of in-flight (token-boundary) weight updates
+        LLM_ENGINE + ".add_request",
+        LLM_ENGINE + ".step",
+        LLM_ENGINE + ".has_unfinished_requests",
+        LLM_ENGINE + ".abort_request",
+        LLM_ENGINE + ".reset_prefix_cache",
+        LLM_ENGINE + ".set_weight_version",
+        ("vllm.sampling_params.RequestOutputKind.FINAL_ONLY", dict(check="exists")),
         (WORKER + ".model_runner.model", dict(defined=GPU_MODEL, audit="V6")),
         (WORKER + ".model_runner.model.named_parameters", dict(defined=GPU_MODEL, check="exists")),
         ("torch.cuda.mem_get_info", dict(audit="V4")),
@@ -381,6 +389,7 @@ CALLS: tuple[LibraryCall, ...] = (
         TRAIN + "utils/rng_state.py",
         "torch.cuda.is_available",
         "torch.cuda.is_initialized",
+        "torch.cuda.device_count",
         ("torch.cuda.get_rng_state_all", dict(audit="F8")),
         ("torch.cuda.set_rng_state_all", dict(audit="F8")),
     ),
@@ -391,12 +400,7 @@ CALLS: tuple[LibraryCall, ...] = (
         "torch.cuda.device_count",
         "torch.cuda.get_device_properties",
     ),
-    *_calls(
-        TX + "ray_rank.py",
-        ("torch.random.fork_rng", dict(audit="T4")),
-        ("torch.cuda.is_available", dict(audit="T4")),
-        ("torch.cuda.device_count", dict(audit="T4")),
-    ),
+    *_calls(TRAIN + "config/auto_settings.py", "torch.cuda.is_available", "torch.cuda.get_device_properties"),
     *_calls(TX + "cli.py", "torch.cuda.is_available"),
 )
 """Every row, by module (see `LibraryCall`)."""

@@ -7,6 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from skyrl_train.config import SkyRLConfig
+from skyrl_train.config.auto_settings import resolved
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +25,8 @@ def test_dry_run_prints_the_resolved_config(tmp_path):
     result = run_module(*overrides, "environment.env_configs.search.topk=5", "--dry-run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     printed = OmegaConf.to_container(OmegaConf.create(result.stdout))
-    expected = SkyRLConfig.from_cli_overrides([*overrides, "+environment.env_configs.search.topk=5"])
+    # the printed config has every `auto` speed setting chosen, as this machine resolves them
+    expected = resolved(SkyRLConfig.from_cli_overrides([*overrides, "+environment.env_configs.search.topk=5"]))
     assert SkyRLConfig.from_dict(printed) == expected
     assert "# derived: needs_ref_model=True needs_critic=False" in result.stdout
     assert list(tmp_path.iterdir()) == []  # Hydra wrote no outputs/ or .hydra/ directory
