@@ -22,7 +22,9 @@ def rows(tmp_path):
     """id -> (the keys an env needs in env_config, extras) that build it without contacting any service."""
     with sqlite3.connect(tmp_path / "shop.sqlite") as db:
         db.execute("CREATE TABLE IF NOT EXISTS item (name TEXT)")
-    single = {name: ({}, rule("1")) for name in ("gsm8k", "math", "aime", "arithmetic", "addition", "reverse", "binary")}
+    single = {
+        name: ({}, rule("1")) for name in ("gsm8k", "math", "aime", "arithmetic", "addition", "reverse", "binary")
+    }
     return {
         **single,
         "countdown": ({}, rule({"numbers": [2, 3, 7], "target": 13})),
