@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch.distributed.tensor import DTensor
 
 from skyrl_train.algorithms.masked import zero_masked
 from skyrl_train.workers import CriticWorker
@@ -89,13 +90,18 @@ CRITIC_LORA = (
 )
 
 
+def _whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A parameter's full value, sharded (DTensor) or gathered (kept after a forward when not resharding)."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
 def test_critic_lora_trains_the_adapters_and_the_value_head_only(single_rank_group, worker_config, make_batch):
     batch = make_batch(rows=4, seed=3)
     worker = _critic(worker_config(*CRITIC_LORA), single_rank_group)
     trainable = {name for name, param in worker.model.named_parameters() if param.requires_grad}
     adapters = {name for name in trainable if ".lora_A." in name or ".lora_B." in name}
     assert adapters and trainable - adapters and all("score" in name for name in trainable - adapters)
-    before = {name: param.detach().clone() for name, param in worker.model.named_parameters()}
+    before = {name: _whole(param.detach()).clone() for name, param in worker.model.named_parameters()}
     returns = torch.full((4, batch.response_width), 1.0)
     mask = batch.loss_mask
     values = worker.forward(batch)
@@ -105,7 +111,7 @@ def test_critic_lora_trains_the_adapters_and_the_value_head_only(single_rank_gro
         worker.optim_step()
         values = worker.forward(batch)
     after = dict(worker.model.named_parameters())
-    changed = {name for name, tensor in before.items() if not torch.equal(tensor, after[name].detach())}
+    changed = {name for name, tensor in before.items() if not torch.equal(tensor, _whole(after[name].detach()))}
     assert changed and changed <= trainable and changed & adapters  # the frozen backbone did not move
     assert float((((values - returns) ** 2) * mask).sum() / mask.sum()) < 0.5 * first_error
 

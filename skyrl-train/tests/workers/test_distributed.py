@@ -2,6 +2,7 @@
 
 import multiprocessing
 import socket
+import types
 
 import pytest
 import torch
@@ -70,6 +71,8 @@ def test_a_cuda_worker_whose_fsdp_keeps_tensors_on_cpu_gets_a_group_for_cpu_tens
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    gpu = types.SimpleNamespace(total_memory=80 * 2**30, name="stand-in")  # what `auto` settings read of the GPU
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: gpu)
     monkeypatch.setattr(dist, "init_process_group", record)
     cfg = SkyRLConfig.from_cli_overrides(
         [

@@ -8,6 +8,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from skyrl_train.config import FSDPConfig, OptimizerConfig
+from skyrl_train.config.roles import MixedPrecisionConfig
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.workers.strategy import STRATEGIES, FSDP2Strategy, strategy_class
 from skyrl_train.workers.strategy.fsdp2 import capture_rng_state, layer_modules, restore_rng_state
@@ -41,7 +42,8 @@ def test_shard_layers_decides_whether_each_decoder_layer_is_its_own_fsdp_unit(si
 
 @pytest.mark.parametrize("keep", [False, True])
 def test_a_frozen_model_may_be_sharded_in_its_own_dtype(single_rank_group, keep):
-    strategy = FSDP2Strategy(FSDPConfig(), torch.device("cpu"))
+    bf16 = FSDPConfig(mixed_precision=MixedPrecisionConfig(param_dtype="bfloat16"))  # `auto` picks float32 on CPU
+    strategy = FSDP2Strategy(bf16, torch.device("cpu"))
     strategy.keep_model_dtype = keep
     model = build_tiny_model(TinyModelSpec(size=1)).to(torch.bfloat16).requires_grad_(False)
     model = strategy.prepare(model)
