@@ -42,6 +42,10 @@ def wrong_answer(task: str, question: str, correct: str, rng: random.Random) -> 
         return str(rng.choice(numbers))
     if task == "reverse":
         return ("b" if correct[0] == "a" else "a") + correct[1:]
+    if task == "binary":  # the shown work kept, the answer's last bit flipped
+        work, _, rest = correct.rpartition("<answer>")
+        bits, _, tail = rest.partition("</answer>")
+        return f"{work}<answer>{bits[:-1]}{'1' if bits[-1] == '0' else '0'}</answer>{tail}"
     raise ValueError(f"no wrong-answer rule for task {task!r}")
 
 

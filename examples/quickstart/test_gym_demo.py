@@ -22,9 +22,9 @@ def test_demo_prints_summary_and_exact_solver_scores_one(tmp_path):
     match = SUMMARY.search(result.stdout)
     assert match, result.stdout
     episodes, solver, noisy = int(match.group(1)), float(match.group(2)), float(match.group(3))
-    assert episodes == 6 * 4 * 2  # episodes x families x policies
+    assert episodes == 6 * 5 * 2  # episodes x families x policies
     assert solver == 1.0 and 0.0 <= noisy <= 1.0
-    for task in ("arithmetic", "addition", "countdown", "reverse"):
+    for task in ("arithmetic", "addition", "countdown", "reverse", "binary"):
         assert (tmp_path / task / "train.parquet").exists() and (tmp_path / task / "test.parquet").exists()
         assert task in result.stdout
 
