@@ -127,8 +127,12 @@ def test_the_cpu_defaults_differ_from_the_gpu_ones(tmp_path):
     assert json.dumps(cpu) != json.dumps(gpu)
 
 
-STEPS = 5
-"""Steps of the real runs: enough for held-out accuracy to move, few enough for CI."""
+STEPS = 30
+"""Steps of the real runs (the scripts' CPU default): held-out accuracy rose by 0.095 to 0.215 in 30 steps on each of
+7 runs here, while after 5 steps it moved by -0.02 to +0.11, inside the noise of 200 greedy answers."""
+MIN_RISE = 0.05
+"""The least rise in held-out accuracy that counts as learning: 10 of the 200 test problems, half the smallest rise
+measured in 30 steps."""
 EVAL_LINE = re.compile(r"^step (\d+)/\d+ \| eval/all/pass_at_1 ([0-9.]+)", re.MULTILINE)
 
 
@@ -144,8 +148,8 @@ TRAIN_LINE = re.compile(r"^step (\d+)/\d+ \| reward/mean [0-9.]+", re.MULTILINE)
         ("gsm8k/run_gsm8k.sh", True),
         ("algorithms/dapo/run_dapo.sh", True),
         ("lora/run_lora.sh", True),
-        # which groups a fully async step trains depends on timing, so 5 steps may or may not lift held-out
-        # accuracy (0.24 -> 0.335 and 0.24 -> 0.235 on two runs here): this run checks that it trains and evaluates
+        # which groups a fully async step trains depends on timing: 30 steps lifted held-out accuracy by 0.04 and 0.08
+        # on two runs here, too close to MIN_RISE to assert, so this run checks that it trains and evaluates
         ("fully_async/run_fully_async.sh", False),
     ],
 )
@@ -161,4 +165,4 @@ def test_a_short_cpu_run_trains(tmp_path, script, rises):
     assert [step for step, _ in evals] == [0, STEPS], output[-3000:]
     (_, before), (_, after) = evals
     if rises:
-        assert after > before, f"{script}: held-out accuracy {before} -> {after} in {STEPS} steps"
+        assert round(after - before, 6) >= MIN_RISE, f"{script}: held-out accuracy {before} -> {after} in {STEPS} steps"
