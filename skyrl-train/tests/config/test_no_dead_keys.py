@@ -191,6 +191,18 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "workers/strategy/test_megatron.py::test_param_dtype_sets_megatron_precision",
         "workers/strategy/test_megatron_gpu.py::test_logits_match_the_hf_model_and_a_step_moves_the_weights",
     ),
+    "trainer.*.megatron.optimizer_*": (
+        "workers/strategy/test_megatron.py::test_cpu_offload_settings_reach_megatron_cores_optimizer_config",
+        "config/test_megatron_checks.py::test_settings_that_cannot_work_are_refused_naming_the_key",
+    ),
+    "trainer.*.megatron.overlap_cpu_optimizer_d2h_h2d": (
+        "workers/strategy/test_megatron.py::test_cpu_offload_settings_reach_megatron_cores_optimizer_config",
+        "config/test_megatron_checks.py::test_a_fraction_or_overlap_with_the_offload_off_warns_as_megatron_core_ignores_them",
+    ),
+    "trainer.*.megatron.use_precision_aware_optimizer": (
+        "workers/strategy/test_megatron.py::test_cpu_offload_settings_reach_megatron_cores_optimizer_config",
+        "config/test_megatron_checks.py::test_offload_under_fsdp2_is_refused_as_read_only_by_megatron",
+    ),
     "trainer.*.fsdp.*": (
         "workers/strategy/test_fsdp2.py::test_fsdp_section_sets_the_shard_options",
         "workers/strategy/test_fsdp2.py::test_fsdp_size_must_divide_the_world",
