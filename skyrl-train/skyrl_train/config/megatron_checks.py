@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from skyrl_train.config.root import SkyRLConfig
 
 
-def check_megatron_optimizer(cfg: "SkyRLConfig") -> Iterator[str]:
+def check_megatron_optimizer(cfg: SkyRLConfig) -> Iterator[str]:
     """Errors: an offload fraction outside [0, 1], offload on with nothing to offload, and optimizer settings on the
     reference model (it has no optimizer) or under another strategy (nothing else reads them)."""
     for role in ("policy", "ref"):
@@ -35,7 +35,7 @@ def check_megatron_optimizer(cfg: "SkyRLConfig") -> Iterator[str]:
             yield f"{prefix}: the reference model has no optimizer; its optimizer settings would do nothing"
 
 
-def warn_inert_megatron_optimizer(cfg: "SkyRLConfig") -> Iterator[str]:
+def warn_inert_megatron_optimizer(cfg: SkyRLConfig) -> Iterator[str]:
     """Warnings: an offload fraction or overlap set while `optimizer_cpu_offload` is off, which megatron-core
     ignores."""
     if cfg.trainer.strategy != "megatron":
