@@ -21,7 +21,8 @@ from skyrl_train.config.overrides import Override
 from skyrl_train.config.typecheck import is_free_mapping, iter_fields
 from skyrl_train.config.unsupported import NOT_YET_SUPPORTED
 from skyrl_train.config.upstream import same_value, translate_overrides
-from skyrl_train.config.upstream_keys import RULES, VALUE_RULES, Fixed, Ignored, Refuse, Rename, Replace
+from skyrl_train.config.upstream_keys import RULES, VALUE_RULES
+from skyrl_train.config.upstream_rules import Fixed, Ignored, Refuse, Rename, Replace
 
 TESTS = Path(__file__).resolve().parents[1]
 DOCS = TESTS.parents[1] / "docs" / "reference" / "configuration.md"
