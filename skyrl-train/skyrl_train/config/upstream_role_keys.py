@@ -131,12 +131,12 @@ def _megatron_rules(role: str) -> dict[str, Rule]:
             ({},), "megatron-core optimizer pass-through settings", "the distributed optimizer with its defaults"
         ),
         **{
-            f"{optimizer_kwargs}.{name}": Fixed(accepted, "CPU optimizer offload on the Megatron strategy", "off")
-            for name, accepted in (
-                ("overlap_cpu_optimizer_d2h_h2d", OFF),
-                ("use_precision_aware_optimizer", OFF),
-                ("optimizer_cpu_offload", OFF),
-                ("optimizer_offload_fraction", (0.0,)),
+            f"{optimizer_kwargs}.{name}": Rename(f"trainer.{role}.megatron.{name}")
+            for name in (
+                "overlap_cpu_optimizer_d2h_h2d",
+                "use_precision_aware_optimizer",
+                "optimizer_cpu_offload",
+                "optimizer_offload_fraction",
             )
         },
         transformer_kwargs: Fixed(
