@@ -51,6 +51,7 @@ def test_every_capability_has_a_script():
         "megatron/run_megatron.sh",
         "sglang/run_sglang.sh",
         "agent/run_agent.sh",
+        "tinker/run_tinker.sh",
     }
     assert expected <= set(SCRIPTS), sorted(expected - set(SCRIPTS))
 
@@ -101,10 +102,14 @@ def dry_run(module: str, args: list[str]) -> str:
 GPU_ENV = {"NUM_GPUS": "4", "MODEL": "/models/Qwen2.5-1.5B-Instruct", "DATA_DIR": "/data/gsm8k"}
 
 
+SERVICE_SCRIPTS = {"tinker/run_tinker.sh"}
+"""Scripts whose Python command is a service (`skyrl_tx serve`): their arguments are its flags, not config keys."""
+
+
 @pytest.mark.parametrize("settings", ["cpu", "gpu"])
 def test_every_script_dry_runs(tmp_path, settings):
     env = {} if settings == "cpu" else GPU_ENV
-    for script in SCRIPTS:
+    for script in sorted(set(SCRIPTS) - SERVICE_SCRIPTS):
         commands = recorded_commands(tmp_path, script, env, "--dry-run", "trainer.seed=7")
         assert commands, f"{script} ran no Python command"
         module, *args = commands[-1]  # the run itself; local inputs and servers are skipped by --dry-run
@@ -117,6 +122,24 @@ def test_every_script_dry_runs(tmp_path, settings):
             assert script == "agent/run_agent.sh" or "/data/gsm8k" in printed, f"{script} does not use DATA_DIR"
         else:
             assert str(tmp_path / "out" / "model") in printed, f"{script} does not use the embedded model on CPU"
+
+
+@pytest.mark.parametrize("settings", ["cpu", "gpu"])
+def test_the_tinker_service_script_dry_runs(tmp_path, settings):
+    env = {} if settings == "cpu" else GPU_ENV
+    (command,) = recorded_commands(tmp_path, "tinker/run_tinker.sh", env, "--dry-run", "--max-datums", "77")
+    module, *args = command
+    assert module == "skyrl_tx" and args[0] == "serve" and args[-2:] == ["--max-datums", "77"]
+    printed = dry_run("skyrl_tx.cli", args)
+    assert "nothing started" in printed and "limit max_datums: 77" in printed
+    assert not (tmp_path / "out" / "tx").exists()  # the dry run wrote no key file
+    if settings == "gpu":
+        assert "Qwen/Qwen2.5-1.5B-Instruct=/models/Qwen2.5-1.5B-Instruct" in printed
+        assert "device: cuda" in printed and "compute: ray (4 rank(s) per model" in printed
+        assert "url: http://0.0.0.0:8000" in printed and "api keys: from " in printed  # exposed, so keys are needed
+    else:
+        assert f"skyrl/embedded-arithmetic={tmp_path / 'out' / 'model'}" in printed
+        assert "device: cpu" in printed and "url: http://127.0.0.1:0" in printed
 
 
 def test_the_cpu_defaults_differ_from_the_gpu_ones(tmp_path):

@@ -73,7 +73,8 @@ cpu_inputs() {
 }
 
 # background_server LOG COMMAND...: start COMMAND in the background (output in LOG; stopped when the script exits),
-# wait for the first http://host:port it prints and for that URL's /health to answer, and set SERVER_URL to it.
+# wait for the first http://host:port it prints and for that URL's health route ($HEALTH_ROUTE, default /health) to
+# answer, and set SERVER_URL to it.
 # A script that starts one must run its trainer without `exec`: the EXIT trap that stops the servers dies with exec.
 SERVER_PIDS=()
 stop_servers() {
@@ -98,12 +99,12 @@ background_server() {
       exit 1
     fi
     [[ -n "$SERVER_URL" ]] || SERVER_URL="$(grep -o -m 1 'http://[0-9.]*:[0-9]*' "$log" || true)"
-    if [[ -n "$SERVER_URL" ]] && curl -sf -o /dev/null "$SERVER_URL/health"; then
+    if [[ -n "$SERVER_URL" ]] && curl -sf -o /dev/null "$SERVER_URL${HEALTH_ROUTE:-/health}"; then
       echo "started $1 ... at $SERVER_URL (log: $log)" >&2
       return 0
     fi
     sleep 0.5
   done
-  echo "error: '$*' did not answer $SERVER_URL/health within 15 minutes; see $log" >&2
+  echo "error: '$*' did not answer $SERVER_URL${HEALTH_ROUTE:-/health} within 15 minutes; see $log" >&2
   exit 1
 }
