@@ -32,6 +32,9 @@ from skyrl_train.weight_sync.strategy import (
     register_composite_sender,
 )
 
+__all__ = ["MixedStrategy", "connect_auto_weight_sync", "connect_weight_sync"]
+"""The public names of this module (`skyrl_train.weight_sync` re-exports them)."""
+
 MIXED = "mixed"
 """Strategy name the sender side of `MixedStrategy` is built under (not a `weight_sync_backend` choice)."""
 
