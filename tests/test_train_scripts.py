@@ -142,6 +142,17 @@ def test_the_tinker_service_script_dry_runs(tmp_path, settings):
         assert "device: cpu" in printed and "url: http://127.0.0.1:0" in printed
 
 
+@pytest.mark.parametrize(
+    "script, prompt, response",
+    [("text2sql/run_text2sql.sh", 6000, 3000), ("search/run_search.sh", 2048, 500), ("gsm8k/run_gsm8k.sh", 512, 1024)],
+)
+def test_a_scripts_own_gpu_lengths_beat_the_shared_ones(tmp_path, script, prompt, response):
+    """common.sh sets GPU lengths with `:=` defaults, so a script's own must be set before it sources common.sh."""
+    (command,) = recorded_commands(tmp_path, script, GPU_ENV, "--dry-run")
+    assert f"trainer.max_prompt_length={prompt}" in command
+    assert f"generator.sampling_params.max_generate_length={response}" in command
+
+
 def test_the_cpu_defaults_differ_from_the_gpu_ones(tmp_path):
     (cpu,) = recorded_commands(tmp_path, "gsm8k/run_gsm8k.sh", {}, "--dry-run")
     (gpu,) = recorded_commands(tmp_path, "gsm8k/run_gsm8k.sh", GPU_ENV, "--dry-run")

@@ -16,6 +16,10 @@ set -euo pipefail
 : "${RUN_NAME:=search}"
 : "${EVAL_BATCH_SIZE:=256}"
 : "${GPU_MEMORY_UTILIZATION:=0.5}"
+if [[ -n "${NUM_GPUS:-}" ]]; then  # before common.sh, whose GPU defaults (512 / 1024) would win otherwise
+  : "${MAX_PROMPT_LENGTH:=2048}"
+  : "${MAX_GENERATE_LENGTH:=500}"
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 : "${TIS_IMP_RATIO_CAP:=2.0}"
@@ -24,9 +28,7 @@ if [[ "$ON_GPU" == true ]]; then
   : "${MODEL:=Qwen/Qwen2.5-3B-Instruct}"
   : "${SEARCH_URL:=http://127.0.0.1:8000}"
   : "${MAX_TURNS:=4}"
-  : "${MAX_PROMPT_LENGTH:=2048}"
   : "${MAX_INPUT_LENGTH:=4096}"
-  : "${MAX_GENERATE_LENGTH:=500}"
 else
   cpu_inputs search
   : "${SEARCH_URL:=http://127.0.0.1:0}"  # port 0: the server picks a free port when the run starts

@@ -14,6 +14,10 @@ set -euo pipefail
 : "${RUN_NAME:=text2sql}"
 : "${USE_KL_LOSS:=false}"  # no KL term, on GPUs too
 : "${GPU_MEMORY_UTILIZATION:=0.7}"
+if [[ -n "${NUM_GPUS:-}" ]]; then  # before common.sh, whose GPU defaults (512 / 1024) would win otherwise
+  : "${MAX_PROMPT_LENGTH:=6000}"
+  : "${MAX_GENERATE_LENGTH:=3000}"
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 if [[ "$ON_GPU" == true ]]; then
@@ -21,9 +25,7 @@ if [[ "$ON_GPU" == true ]]; then
   : "${DB_DIR:=$DATA_DIR/db_files}"
   : "${MODEL:=Qwen/Qwen2.5-Coder-7B-Instruct}"
   : "${MAX_TURNS:=6}"
-  : "${MAX_PROMPT_LENGTH:=6000}"
   : "${MAX_INPUT_LENGTH:=29000}"
-  : "${MAX_GENERATE_LENGTH:=3000}"
 else
   cpu_inputs text2sql
   : "${DB_DIR:=$OUT_DIR/db}"
