@@ -639,7 +639,7 @@ def test_each_not_yet_supported_value_is_refused_by_name(entry):
     node[name] = entry.refused_example
     with pytest.raises(ConfigValidationError) as info:
         SkyRLConfig.from_dict(data)
-    assert any(p.startswith(f"{entry.key}=") and "is not supported yet" in p for p in info.value.problems)
+    assert any(p.startswith(f"{entry.key}=") and "is not supported here yet" in p for p in info.value.problems)
     assert getattr_path(SkyRLConfig(), entry.key) in entry.accepted  # the default works today
 
 
@@ -738,7 +738,10 @@ def test_ignored_settings_belong_to_a_feature_whose_switch_is_refused(upstream):
         assert any(isinstance(rule, Refuse) and given == value for given, rule in VALUE_RULES[key]), upstream
     elif switch.endswith("lora.rank > 0 with trainer.strategy=megatron"):  # refused by the Megatron checks
         role = upstream.split(".")[1]
-        with pytest.raises(ConfigValidationError, match=f"trainer.{role}.model.lora.rank=8: LoRA is not wired"):
+        with pytest.raises(
+            ConfigValidationError,
+            match=f"trainer.{role}.model.lora.rank=8: LoRA on the Megatron workers is not supported here",
+        ):
             SkyRLConfig.from_cli_overrides(
                 ["trainer.strategy=megatron", f"trainer.{role}.model.lora.rank=8", "trainer.algorithm.use_kl_loss=true"]
             )

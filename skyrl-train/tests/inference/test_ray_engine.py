@@ -14,6 +14,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.engine_builders import build_hf_engine, sglang_preflight
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.ray_engine import (
     PASS_THROUGH,
@@ -21,9 +22,7 @@ from skyrl_train.inference.ray_engine import (
     EngineSettings,
     RayEngineProxy,
     _forwarding,
-    build_hf_engine,
     create_engine_actors,
-    sglang_preflight,
 )
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
