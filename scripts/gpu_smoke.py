@@ -172,11 +172,13 @@ ITEMS: tuple[Item, ...] = (
          (quickstart("colocated_2gpu", *TWO_GPUS, VLLM),), gpus=2, budget_s=90),
     Item("nccl_broadcast", "NCCL broadcast from a sender on one GPU into an engine on another", "vllm",
          (pytest_args("skyrl-train/tests/weight_sync/test_nccl_broadcast.py", marker="gpu"),), gpus=2, budget_s=45),
-    Item("vllm_tp2", "M2: a vLLM engine with tensor_parallel_size=2 colocated with 2 FSDP2 ranks on 2 GPUs (its ranks "
-         "are Ray workers of vLLM's Ray executor), auto sync into both ranks' load_weights", "vllm",
-         (quickstart("vllm_tp2", *TWO_GPUS, VLLM, "generator.inference_engine.num_engines=1",
-                     "generator.inference_engine.tensor_parallel_size=2", verify=False),),
-         gpus=2, budget_s=90, tp=2),
+    Item("vllm_tp2", "M2: a vLLM engine with tensor_parallel_size=2 serves the weights each rank loaded after an "
+         "update; then colocated with 2 FSDP2 ranks on 2 GPUs (its ranks are Ray workers of vLLM's Ray executor), 3 GRPO "
+         "steps with auto sync into both ranks' load_weights", "vllm",
+         (pytest_args("skyrl-train/tests/inference/test_vllm_tensor_parallel_gpu.py", marker="gpu"),
+          quickstart("vllm_tp2", *TWO_GPUS, VLLM, "generator.inference_engine.num_engines=1",
+                     "generator.inference_engine.tensor_parallel_size=2", verify=False)),
+         gpus=2, budget_s=150, tp=2),
     Item("sglang_tp2", "M2: an SGLang engine with tensor_parallel_size=2 on its own 2 GPUs + 1 FSDP2 rank on a third, "
          "NCCL broadcast into both of its workers", "sglang",
          (quickstart("sglang_tp2", "trainer.placement.colocate_all=false", *ONE_GPU, *SGLANG,

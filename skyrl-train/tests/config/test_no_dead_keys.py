@@ -389,6 +389,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "generator.inference_engine.tensor_parallel_size": (
         _ENGINE_KEYS,
         "config/test_validation.py::test_each_check_triggers_with_its_message",
+        "test_placement.py::test_each_rank_of_a_tensor_parallel_vllm_engine_gets_a_gpu_of_its_own",
     ),
     "generator.inference_engine.gpu_memory_utilization": (_ENGINE_KEYS,),
     "generator.inference_engine.enable_prefix_caching": (_ENGINE_KEYS,),

@@ -165,6 +165,16 @@ def test_settings_come_from_config_and_bad_arguments_fail_before_starting_actors
     assert (vllm.backend, vllm.enable_prefix_caching, vllm.tensor_parallel_size, vllm.seed) == ("vllm", True, 1, 42)
 
 
+def test_vllm_tensor_parallelism_is_refused_before_any_actor_starts_where_it_cannot_run():
+    engine = {"backend": "vllm", "tensor_parallel_size": 2}
+    on_cpu = {"generator": {"inference_engine": engine}, "trainer": {"device": "cpu"}}
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 with backend=vllm on 'cpu' .* is not supported here"):
+        create_engine_actors(1, "/models/m", on_cpu)
+    on_cuda = {"generator": {"inference_engine": engine}, "trainer": {"device": "cuda"}}
+    with pytest.raises(ValueError, match="runs its ranks as Ray workers in one-GPU bundles of a placement group"):
+        create_engine_actors(1, "/models/m", on_cuda)  # no placement group to put the ranks in
+
+
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")
 def test_sglang_is_refused_before_any_actor_starts_when_the_package_is_missing():
     sglang = {"generator": {"inference_engine": {"backend": "sglang"}}, "trainer": {"device": "cpu"}}
