@@ -75,6 +75,7 @@ GPU_MODULES: tuple[GpuModule, ...] = (
         ("vllm", "torch.cuda"),
         {
             "self.llm": LLM,
+            "llm": LLM,
             "self.llm.llm_engine": LLM_ENGINE,
             "engine": LLM_ENGINE,
             "self._vllm_sampling_params": "vllm.SamplingParams",

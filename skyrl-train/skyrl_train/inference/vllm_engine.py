@@ -128,6 +128,18 @@ def tensor_parallel_environment(
     }
 
 
+def reload_weights(llm: Any, named_tensors: list[tuple[str, torch.Tensor]], tensor_parallel_size: int) -> None:
+    """Load complete HF-named modules into every rank of `llm` in place, through vLLM's own `reload_weights`.
+
+    With tensor parallelism, `collective_rpc` sends the full tensors to every rank's worker, and each rank's
+    `reload_weights` runs the model's `load_weights`, whose parameter weight loaders copy only that rank's shard (the
+    rows or columns of a parallel linear, its slice of the vocabulary). The tensors travel on CPU: a CUDA tensor would
+    be rebuilt on the receiving worker's first GPU, another rank's."""
+    if tensor_parallel_size > 1:
+        named_tensors = [(name, tensor.cpu()) for name, tensor in named_tensors]
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors, "is_checkpoint_format": True})
+
+
 def _packed_modules(worker: Any) -> Optional[dict[str, list[str]]]:
     mapping = getattr(worker.model_runner.model, "packed_modules_mapping", None)
     return {fused: list(parts) for fused, parts in mapping.items()} if mapping else None
@@ -500,13 +512,7 @@ class VLLMInferenceEngine(VLLMStepLoop, QueuedEngine):
             )
         ready = self._parts.add(named_tensors)
         if ready:
-            if self.tensor_parallel_size > 1:
-                # Tensor parallelism: collective_rpc sends the full HF tensors to every rank's Ray worker, and each
-                # rank's reload_weights runs the model's own load_weights, whose parameter weight_loaders copy only
-                # that rank's shard (rows or columns of a parallel linear, its vocab slice). On CPU they travel as
-                # bytes; a CUDA tensor would be rebuilt on the receiver's first GPU, another rank's.
-                ready = [(name, tensor.cpu()) for name, tensor in ready]
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ready, "is_checkpoint_format": True})
+            reload_weights(self.llm, ready, self.tensor_parallel_size)
             # running requests (an in-flight update) are preempted: vLLM recomputes their cache with the new weights
             self.llm.llm_engine.reset_prefix_cache(reset_running_requests=bool(self._live))
         self._weights_discarded = False
