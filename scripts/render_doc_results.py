@@ -482,6 +482,23 @@ def render_async_timeline(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_same_numbers(data: dict) -> str:
+    """benchmarks/same_numbers.py: how many steps of two seeded quickstart runs logged identical metrics, and their
+    held-out accuracy curves."""
+    labels = data["labels"]
+    lines = [f"| | {labels[0]} | {labels[1]} |", "|---|---|---|"]
+    for (step, before), (_, after) in zip(*data["eval_curves"]):
+        lines.append(f"| held-out accuracy at step {step} | {before:.3f} | {after:.3f} |")
+    compared = ", ".join(f"`{name}`" for name in data["compared_metrics"])
+    curves = "identical" if data["eval_curves_identical"] else "different"
+    return with_note(
+        lines,
+        f"{data['steps_identical']} of {data['steps']} steps logged identical {compared}; the eval curves are "
+        f"{curves}. Measured on {data['machine'][0]}, {data['date']} "
+        "(`benchmarks/results/redesign_same_numbers.json`, `benchmarks/same_numbers.py`).",
+    )
+
+
 RENDERERS = {
     "code_choices": render_code_choices,
     "dynamic_sampling": render_dynamic_sampling,
@@ -499,6 +516,7 @@ RENDERERS = {
     "vs_trl_long": render_vs_trl,
     "quickstart_modes": render_quickstart_modes,
     "off_policy_corrections": render_off_policy_corrections,
+    "redesign_same_numbers": render_same_numbers,
 }
 PREFIX_RENDERERS = {"async_vs_sync": render_async_vs_sync, "async_timeline": render_async_timeline}
 """Results files named `<prefix>...` (one benchmark, several measured configs); called with `name` too when they

@@ -51,6 +51,7 @@ def test_every_capability_has_a_script():
         "megatron/run_megatron.sh",
         "sglang/run_sglang.sh",
         "agent/run_agent.sh",
+        "tinker/run_tinker.sh",
     }
     assert expected <= set(SCRIPTS), sorted(expected - set(SCRIPTS))
 
@@ -101,10 +102,14 @@ def dry_run(module: str, args: list[str]) -> str:
 GPU_ENV = {"NUM_GPUS": "4", "MODEL": "/models/Qwen2.5-1.5B-Instruct", "DATA_DIR": "/data/gsm8k"}
 
 
+SERVICE_SCRIPTS = {"tinker/run_tinker.sh"}
+"""Scripts whose Python command is a service (`skyrl_tx serve`): their arguments are its flags, not config keys."""
+
+
 @pytest.mark.parametrize("settings", ["cpu", "gpu"])
 def test_every_script_dry_runs(tmp_path, settings):
     env = {} if settings == "cpu" else GPU_ENV
-    for script in SCRIPTS:
+    for script in sorted(set(SCRIPTS) - SERVICE_SCRIPTS):
         commands = recorded_commands(tmp_path, script, env, "--dry-run", "trainer.seed=7")
         assert commands, f"{script} ran no Python command"
         module, *args = commands[-1]  # the run itself; local inputs and servers are skipped by --dry-run
@@ -119,6 +124,35 @@ def test_every_script_dry_runs(tmp_path, settings):
             assert str(tmp_path / "out" / "model") in printed, f"{script} does not use the embedded model on CPU"
 
 
+@pytest.mark.parametrize("settings", ["cpu", "gpu"])
+def test_the_tinker_service_script_dry_runs(tmp_path, settings):
+    env = {} if settings == "cpu" else GPU_ENV
+    (command,) = recorded_commands(tmp_path, "tinker/run_tinker.sh", env, "--dry-run", "--max-datums", "77")
+    module, *args = command
+    assert module == "skyrl_tx" and args[0] == "serve" and args[-2:] == ["--max-datums", "77"]
+    printed = dry_run("skyrl_tx.cli", args)
+    assert "nothing started" in printed and "limit max_datums: 77" in printed
+    assert not (tmp_path / "out" / "tx").exists()  # the dry run wrote no key file
+    if settings == "gpu":
+        assert "Qwen/Qwen2.5-1.5B-Instruct=/models/Qwen2.5-1.5B-Instruct" in printed
+        assert "device: cuda" in printed and "compute: ray (4 rank(s) per model" in printed
+        assert "url: http://0.0.0.0:8000" in printed and "api keys: from " in printed  # exposed, so keys are needed
+    else:
+        assert f"skyrl/embedded-arithmetic={tmp_path / 'out' / 'model'}" in printed
+        assert "device: cpu" in printed and "url: http://127.0.0.1:0" in printed
+
+
+@pytest.mark.parametrize(
+    "script, prompt, response",
+    [("text2sql/run_text2sql.sh", 6000, 3000), ("search/run_search.sh", 2048, 500), ("gsm8k/run_gsm8k.sh", 512, 1024)],
+)
+def test_a_scripts_own_gpu_lengths_beat_the_shared_ones(tmp_path, script, prompt, response):
+    """common.sh sets GPU lengths with `:=` defaults, so a script's own must be set before it sources common.sh."""
+    (command,) = recorded_commands(tmp_path, script, GPU_ENV, "--dry-run")
+    assert f"trainer.max_prompt_length={prompt}" in command
+    assert f"generator.sampling_params.max_generate_length={response}" in command
+
+
 def test_the_cpu_defaults_differ_from_the_gpu_ones(tmp_path):
     (cpu,) = recorded_commands(tmp_path, "gsm8k/run_gsm8k.sh", {}, "--dry-run")
     (gpu,) = recorded_commands(tmp_path, "gsm8k/run_gsm8k.sh", GPU_ENV, "--dry-run")
@@ -127,8 +161,12 @@ def test_the_cpu_defaults_differ_from_the_gpu_ones(tmp_path):
     assert json.dumps(cpu) != json.dumps(gpu)
 
 
-STEPS = 5
-"""Steps of the real runs: enough for held-out accuracy to move, few enough for CI."""
+STEPS = 30
+"""Steps of the real runs (the scripts' CPU default): held-out accuracy rose by 0.095 to 0.215 in 30 steps on each of
+7 runs here, while after 5 steps it moved by -0.02 to +0.11, inside the noise of 200 greedy answers."""
+MIN_RISE = 0.05
+"""The least rise in held-out accuracy that counts as learning: 10 of the 200 test problems, half the smallest rise
+measured in 30 steps."""
 EVAL_LINE = re.compile(r"^step (\d+)/\d+ \| eval/all/pass_at_1 ([0-9.]+)", re.MULTILINE)
 
 
@@ -144,8 +182,8 @@ TRAIN_LINE = re.compile(r"^step (\d+)/\d+ \| reward/mean [0-9.]+", re.MULTILINE)
         ("gsm8k/run_gsm8k.sh", True),
         ("algorithms/dapo/run_dapo.sh", True),
         ("lora/run_lora.sh", True),
-        # which groups a fully async step trains depends on timing, so 5 steps may or may not lift held-out
-        # accuracy (0.24 -> 0.335 and 0.24 -> 0.235 on two runs here): this run checks that it trains and evaluates
+        # which groups a fully async step trains depends on timing: 30 steps lifted held-out accuracy by 0.04 and 0.08
+        # on two runs here, too close to MIN_RISE to assert, so this run checks that it trains and evaluates
         ("fully_async/run_fully_async.sh", False),
     ],
 )
@@ -161,4 +199,4 @@ def test_a_short_cpu_run_trains(tmp_path, script, rises):
     assert [step for step, _ in evals] == [0, STEPS], output[-3000:]
     (_, before), (_, after) = evals
     if rises:
-        assert after > before, f"{script}: held-out accuracy {before} -> {after} in {STEPS} steps"
+        assert round(after - before, 6) >= MIN_RISE, f"{script}: held-out accuracy {before} -> {after} in {STEPS} steps"

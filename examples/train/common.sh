@@ -8,6 +8,7 @@
 #   processes stand in for two GPUs, the hf engine generates, fp32, small batches, MAX_STEPS steps.
 # Both: PYTHON is the interpreter skyrl-train is installed in (default python); --dry-run among the script's arguments
 #   prints the resolved config and exits, building and writing nothing.
+# The scripts pass the overrides they all share through shared_overrides (below), after their own keys.
 
 SKYRL_TRAIN_EXAMPLES="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 : "${PYTHON:=python}"
@@ -31,7 +32,10 @@ if [[ -n "${NUM_GPUS:-}" ]]; then
   : "${MAX_STEPS:=null}"                # null: the epochs decide
   : "${EVAL_INTERVAL:=5}"
   : "${CKPT_INTERVAL:=10}"
+  : "${EVAL_BATCH_SIZE:=1024}"          # held-out prompts generated per call
   : "${RESUME_MODE:=latest}"            # a restarted run continues from its newest checkpoint
+  : "${USE_KL_LOSS:=true}"              # a KL loss to the reference model
+  : "${GPU_MEMORY_UTILIZATION:=0.8}"    # the share of each GPU an engine may take
   : "${LOGGER:=wandb}"                  # wandb needs `wandb login` (or WANDB_MODE=offline); or console
   : "${CKPT_DIR:=$HOME/ckpts/$RUN_NAME}"
   : "${EXPORT_DIR:=$HOME/exports/$RUN_NAME}"
@@ -55,7 +59,10 @@ else
   : "${MAX_STEPS:=30}"
   : "${EVAL_INTERVAL:=$MAX_STEPS}"      # held-out accuracy before training and at the end
   : "${CKPT_INTERVAL:=0}"               # 0: no checkpoints (the final model is exported to EXPORT_DIR)
+  : "${EVAL_BATCH_SIZE:=1024}"
   : "${RESUME_MODE:=none}"              # every run starts from the embedded model
+  : "${USE_KL_LOSS:=false}"             # no reference model: on CPU every role is two more processes on two cores
+  : "${GPU_MEMORY_UTILIZATION:=0.8}"
   : "${LOGGER:=console}"
   : "${TRAIN_SIZE:=2000}"
   : "${CKPT_DIR:=$OUT_DIR/ckpts}"
@@ -72,8 +79,77 @@ cpu_inputs() {
   fi
 }
 
+# gsm8k_inputs [KIND]: DATA_DIR, MODEL and ENV_CLASS of the scripts that train on GSM8K: on GPUs its data (written by
+# python examples/gsm8k/gsm8k_dataset.py --from-hf-cache --output-dir $HOME/data/gsm8k) and Qwen2.5-1.5B-Instruct, on
+# CPU its twin, 2-digit addition (or the local_inputs.py KIND given), and the embedded model.
+gsm8k_inputs() {
+  if [[ "$ON_GPU" == true ]]; then
+    : "${DATA_DIR:=$HOME/data/gsm8k}"
+    : "${MODEL:=Qwen/Qwen2.5-1.5B-Instruct}"
+    : "${ENV_CLASS:=gsm8k}"
+  else
+    cpu_inputs "${1:-addition}"
+    : "${ENV_CLASS:=addition}"
+  fi
+}
+
+# shared_overrides colocated | shared_overrides separate POLICY_GPUS ENGINES: set SHARED_OVERRIDES to the config
+# overrides every run script passes, read from the variables above and the script's own (MODEL, DATA_DIR, ...), so
+# call it once the script has set them. Colocated, the policy, the reference model and NUM_GPUS inference engines take
+# turns on NUM_GPUS devices; separate, the policy and the reference model train on POLICY_GPUS devices while ENGINES
+# engines (of one device each) generate.
+shared_overrides() {
+  local colocate_all=true policy_gpus=$NUM_GPUS engines=$NUM_GPUS
+  if [[ "$1" == separate ]]; then
+    colocate_all=false policy_gpus=$2 engines=$3
+  elif [[ "$1" != colocated ]]; then
+    echo "error: shared_overrides takes colocated or separate, not '$1'" >&2
+    exit 2
+  fi
+  SHARED_OVERRIDES=(
+    trainer.policy.model.path="$MODEL"
+    trainer.strategy=fsdp2
+    trainer.placement.colocate_all=$colocate_all
+    trainer.placement.policy_num_gpus_per_node="$policy_gpus"
+    trainer.placement.ref_num_gpus_per_node="$policy_gpus"
+    generator.inference_engine.num_engines="$engines"
+    generator.inference_engine.tensor_parallel_size=1
+    generator.inference_engine.backend="$INFERENCE_BACKEND"
+    generator.inference_engine.weight_sync_backend=auto
+    generator.inference_engine.gpu_memory_utilization="$GPU_MEMORY_UTILIZATION"
+    generator.inference_engine.model_dtype="$DTYPE"
+    trainer.policy.fsdp_config.mixed_precision.param_dtype="$DTYPE"
+    trainer.ref.fsdp_config.mixed_precision.param_dtype="$DTYPE"
+    trainer.gradient_checkpointing="$GRADIENT_CHECKPOINTING"
+    trainer.epochs="$EPOCHS"
+    trainer.max_training_steps="$MAX_STEPS"
+    trainer.update_epochs_per_batch=1
+    trainer.train_batch_size="$TRAIN_BATCH_SIZE"
+    trainer.policy_mini_batch_size="$MINI_BATCH_SIZE"
+    trainer.micro_forward_batch_size_per_gpu="$MICRO_BATCH_SIZE"
+    trainer.micro_train_batch_size_per_gpu="$MICRO_BATCH_SIZE"
+    trainer.max_prompt_length="$MAX_PROMPT_LENGTH"
+    generator.sampling_params.max_generate_length="$MAX_GENERATE_LENGTH"
+    generator.sampling_params.temperature="$TEMPERATURE"
+    generator.n_samples_per_prompt="$N_SAMPLES"
+    trainer.policy.optimizer_config.lr="$LR"
+    trainer.algorithm.use_kl_loss="$USE_KL_LOSS"
+    trainer.logger="$LOGGER"
+    trainer.run_name="$RUN_NAME"
+    trainer.ckpt_interval="$CKPT_INTERVAL"
+    trainer.resume_mode="$RESUME_MODE"
+    trainer.ckpt_path="$CKPT_DIR"
+    trainer.export_path="$EXPORT_DIR"
+    trainer.log_path="$LOG_DIR"
+    trainer.eval_batch_size="$EVAL_BATCH_SIZE"
+    trainer.eval_before_train=true
+    trainer.eval_interval="$EVAL_INTERVAL"
+  )
+}
+
 # background_server LOG COMMAND...: start COMMAND in the background (output in LOG; stopped when the script exits),
-# wait for the first http://host:port it prints and for that URL's /health to answer, and set SERVER_URL to it.
+# wait for the first http://host:port it prints and for that URL's health route ($HEALTH_ROUTE, default /health) to
+# answer, and set SERVER_URL to it.
 # A script that starts one must run its trainer without `exec`: the EXIT trap that stops the servers dies with exec.
 SERVER_PIDS=()
 stop_servers() {
@@ -98,12 +174,12 @@ background_server() {
       exit 1
     fi
     [[ -n "$SERVER_URL" ]] || SERVER_URL="$(grep -o -m 1 'http://[0-9.]*:[0-9]*' "$log" || true)"
-    if [[ -n "$SERVER_URL" ]] && curl -sf -o /dev/null "$SERVER_URL/health"; then
+    if [[ -n "$SERVER_URL" ]] && curl -sf -o /dev/null "$SERVER_URL${HEALTH_ROUTE:-/health}"; then
       echo "started $1 ... at $SERVER_URL (log: $log)" >&2
       return 0
     fi
     sleep 0.5
   done
-  echo "error: '$*' did not answer $SERVER_URL/health within 15 minutes; see $log" >&2
+  echo "error: '$*' did not answer $SERVER_URL${HEALTH_ROUTE:-/health} within 15 minutes; see $log" >&2
   exit 1
 }

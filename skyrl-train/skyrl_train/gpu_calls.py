@@ -174,7 +174,8 @@ SGLANG_ENGINE_KWARGS = (
 
 MEGATRON_OPTIMIZER_KWARGS = (
     "optimizer", "lr", "weight_decay", "adam_beta1", "adam_beta2", "clip_grad", "use_distributed_optimizer", "bf16",
-    "fp16", "params_dtype",
+    "fp16", "params_dtype", "optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d",
+    "use_precision_aware_optimizer",
 )  # fmt: skip
 """`megatron.megatron_optimizer_kwargs`."""
 

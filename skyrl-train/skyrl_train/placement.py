@@ -21,8 +21,6 @@ from typing import Any, Optional
 import ray
 from ray.util.placement_group import placement_group
 
-from skyrl_train.config.validation import role_world_size
-
 
 @dataclass
 class RoleSlot:
@@ -56,11 +54,40 @@ def _bundle(cpus: float, gpus: int) -> dict[str, float]:
     return bundle
 
 
-def _strategy(num_nodes: int) -> str:
-    """`STRICT_PACK` for a role on one node (all its bundles on one node: best-effort `PACK` spread a one-node role
-    over two nodes when the other node was momentarily the freer one); `SPREAD` when the role asks for several
-    nodes, so its bundles go to different nodes as evenly as the cluster allows."""
-    return "SPREAD" if num_nodes > 1 else "STRICT_PACK"
+@dataclass(frozen=True)
+class RoleLayout:
+    """How many nodes a role's workers span and how many run on each (GPUs, or CPU worker processes on
+    `trainer.device: cpu`)."""
+
+    nodes: int
+    per_node: int
+
+    @property
+    def workers(self) -> int:
+        """The role's worker processes: one bundle each."""
+        return self.nodes * self.per_node
+
+    @property
+    def strategy(self) -> str:
+        """`STRICT_PACK` for a role on one node (all its bundles on one node: best-effort `PACK` spread a one-node
+        role over two nodes when the other node was momentarily the freer one); `SPREAD` when the role asks for
+        several nodes, so its bundles go to different nodes as evenly as the cluster allows."""
+        return "SPREAD" if self.nodes > 1 else "STRICT_PACK"
+
+
+def role_layout(cfg: Any, role: str) -> RoleLayout:
+    """The layout `trainer.placement.<role>_num_nodes` and `<role>_num_gpus_per_node` give `role` (policy, ref,
+    critic or reward); colocated, every role takes the policy's."""
+    placement = cfg.trainer.placement
+    layouts = {
+        "policy": (placement.policy_num_nodes, placement.policy_num_gpus_per_node),
+        "ref": (placement.ref_num_nodes, placement.ref_num_gpus_per_node),
+        "critic": (placement.critic_num_nodes, placement.critic_num_gpus_per_node),
+        "reward": (placement.reward_num_nodes, placement.reward_num_gpus_per_node),
+    }
+    if role not in layouts:
+        raise ValueError(f"role {role!r} has no placement keys; expected one of {sorted(layouts)}")
+    return RoleLayout(*layouts[role])
 
 
 def _missing_resources(bundles: list[dict[str, float]], strategy: str = "PACK") -> list[str]:
@@ -174,9 +201,9 @@ def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Plac
     gpu = 1 if on_gpu else 0
     plan = Placement()
     if placement_cfg.colocate_all:
-        width = role_world_size(cfg, "policy")
-        strategy = _strategy(placement_cfg.policy_num_nodes)
-        group = _reserve("colocated roles", [_bundle(cpus, gpu) for _ in range(width)], strategy, timeout_s)
+        layout = role_layout(cfg, "policy")
+        bundles = [_bundle(cpus, gpu) for _ in range(layout.workers)]
+        group = _reserve("colocated roles", bundles, layout.strategy, timeout_s)
         plan.groups.append(group)
         members = len(roles) + 1  # the roles plus the engines share every bundle
         for role in [*roles, "engine"]:
@@ -188,9 +215,8 @@ def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Plac
             slot.num_cpus, slot.num_gpus = slot.num_cpus / 2, slot.num_gpus / 2
             plan.slots["ref"] = RoleSlot(slot.placement_group, 0, slot.num_cpus, slot.num_gpus)
             continue
-        width = role_world_size(cfg, role)
-        strategy = _strategy(getattr(placement_cfg, f"{role}_num_nodes"))
-        group = _reserve(role, [_bundle(cpus, gpu) for _ in range(width)], strategy, timeout_s)
+        layout = role_layout(cfg, role)
+        group = _reserve(role, [_bundle(cpus, gpu) for _ in range(layout.workers)], layout.strategy, timeout_s)
         plan.groups.append(group)
         plan.slots[role] = RoleSlot(group, 0, cpus, gpu)
     bundles, per_bundle = engine_bundles(cfg)
@@ -205,8 +231,8 @@ def cpus_needed(cfg: Any, roles: list[str]) -> float:
     placement_cfg = cfg.trainer.placement
     cpus = placement_cfg.num_cpus_per_worker
     if placement_cfg.colocate_all:
-        return cpus * role_world_size(cfg, "policy")
-    widths = [role_world_size(cfg, r) for r in roles if not (r == "ref" and placement_cfg.colocate_policy_ref)]
+        return cpus * role_layout(cfg, "policy").workers
+    widths = [role_layout(cfg, r).workers for r in roles if not (r == "ref" and placement_cfg.colocate_policy_ref)]
     return cpus * (sum(widths) + engine_bundles(cfg)[0])
 
 

@@ -4,14 +4,16 @@ exercised by the Ray trainer tests)."""
 
 import pytest
 
-from skyrl_train.config import ConfigValidationError, SkyRLConfig
+from skyrl_train.config import ConfigValidationError, SkyRLConfig, role_world_size
 from skyrl_train.inference.vllm_engine import tensor_parallel_environment
 from skyrl_train.placement import (
+    RoleLayout,
     actor_env_vars,
     cpus_needed,
     engine_bundles,
     plan_placement,
     ray_init_kwargs,
+    role_layout,
     vllm_tensor_parallel_layout,
 )
 
@@ -78,6 +80,40 @@ def test_a_separate_reward_model_adds_its_own_workers_to_the_cpus_needed():
     assert cpus_needed(cfg, ["policy", "ref", "reward"]) == 2 * (2 + 3 + 1)
     colocated = SkyRLConfig.from_cli_overrides([*overrides[1:], "trainer.placement.colocate_all=true"], validate=False)
     assert cpus_needed(colocated, ["policy", "ref", "reward"]) == 2 * 2  # everyone shares the policy's bundles
+
+
+def test_each_roles_nodes_and_gpus_per_node_give_its_workers_and_ray_strategy():
+    cfg = _cfg(
+        "trainer.placement.colocate_all=false",
+        "trainer.placement.reward_num_nodes=2",
+        "trainer.placement.reward_num_gpus_per_node=3",
+        "trainer.placement.critic_num_gpus_per_node=4",
+        "reward.model.path=rm",
+    )
+    reward = role_layout(cfg, "reward")
+    assert reward == RoleLayout(nodes=2, per_node=3) and reward.workers == 6 and reward.strategy == "SPREAD"
+    assert role_layout(cfg, "critic") == RoleLayout(nodes=1, per_node=4)
+    assert role_layout(cfg, "critic").strategy == "STRICT_PACK"  # one node: all its bundles on one node
+    for role in ("policy", "ref", "critic", "reward"):  # the worker groups and the checks count the same workers
+        assert role_layout(cfg, role).workers == role_world_size(cfg, role)
+    assert cpus_needed(cfg, ["policy", "reward"]) == 1 + 2 * 3 + 1  # policy + reward on 2 nodes x 3 + the engine
+    with pytest.raises(ValueError, match="role 'engine' has no placement keys"):
+        role_layout(cfg, "engine")
+
+
+def test_an_allocation_mode_places_like_the_keys_it_expands_into():
+    roles = ["policy", "ref"]
+    separate = _cfg("trainer.placement.allocation_mode=vllm:d2+fsdp:d2")
+    by_hand = _cfg(
+        "trainer.placement.colocate_all=false",
+        "trainer.placement.policy_num_gpus_per_node=2",
+        "trainer.placement.ref_num_gpus_per_node=2",
+        "generator.inference_engine.num_engines=2",
+    )
+    assert [role_layout(separate, role) for role in roles] == [role_layout(by_hand, role) for role in roles]
+    assert cpus_needed(separate, roles) == cpus_needed(by_hand, roles) == 2 + 2  # the ref shares the policy's
+    assert cpus_needed(_cfg("trainer.placement.allocation_mode=hf:d3|fsdp:d3"), roles) == 3  # all share 3 bundles
+    assert cpus_needed(_cfg(), roles) == 1  # without it: the default one colocated worker
 
 
 def test_thread_counts_below_one_are_refused_with_the_key():

@@ -30,7 +30,8 @@ from skyrl_tx.db import DONE, FAILED, CheckpointRow, ModelRow
 from skyrl_tx.futures import Conflict, UserError
 from skyrl_tx.limits import QuotaExceeded
 from skyrl_tx.losses import LossInputError
-from skyrl_tx.service import NotFound, Service, SessionEnded
+from skyrl_tx.request_errors import NotFound, SessionEnded
+from skyrl_tx.service import Service
 from skyrl_tx.wire import WireError, decode_forward_backward
 
 log = logging.getLogger("skyrl_tx")

@@ -55,8 +55,9 @@ def tokenizer_folder(name: str, model_path: str, checkpoint_dir: Path) -> str:
     return str(target)
 
 
-def parse_base_models(values: Optional[Sequence[str]]) -> dict[str, str]:
-    """`NAME=PATH` pairs; none means the embedded default model (built and cached on first use)."""
+def parse_base_models(values: Optional[Sequence[str]], check_folders: bool = True) -> dict[str, str]:
+    """`NAME=PATH` pairs; none means the embedded default model (built and cached on first use). `check_folders`:
+    refuse a PATH that is not a folder on this machine."""
     if not values:
         from skyrl_train.recipes.embedded import get_embedded_model
         from skyrl_train.recipes.warm_start import WarmStartSettings
@@ -68,7 +69,7 @@ def parse_base_models(values: Optional[Sequence[str]]) -> dict[str, str]:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
             raise SystemExit(f"--base-model expects NAME=PATH, got {value!r}")
-        if not Path(os.path.expanduser(path)).is_dir():
+        if check_folders and not Path(os.path.expanduser(path)).is_dir():
             raise SystemExit(f"--base-model {name}: {path} is not a folder with a Hugging Face model")
         models[name] = os.path.expanduser(path)
     return models
@@ -89,7 +90,11 @@ def read_keys(
     `$SKYRL_TX_API_KEYS`."""
     accepted = set(keys or [])
     if keys_file:
-        accepted |= {line.strip() for line in Path(keys_file).read_text().splitlines() if line.strip()}
+        try:
+            lines = Path(os.path.expanduser(keys_file)).read_text().splitlines()
+        except OSError as exc:
+            raise SystemExit(f"--api-keys-file {keys_file}: cannot read it ({exc.strerror or exc})") from None
+        accepted |= {line.strip() for line in lines if line.strip()}
     listed = (os.environ if environ is None else environ).get(KEYS_ENV, "")
     accepted |= {key.strip() for key in listed.replace(",", "\n").splitlines() if key.strip()}
     return frozenset(accepted)
@@ -248,15 +253,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --sampler vllm: the largest LoRA rank sampled (vLLM reserves room for it; default 64)",
     )
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the flags and print the settings the service would start with, then exit (no model, port or Ray)",
+    )
     Limits.add_flags(serve.add_argument_group("per-request budgets (400) and per-key quotas (429)"))
     commands.add_parser("version", help="print the version")
     return parser
 
 
 def serve(args: argparse.Namespace) -> None:
-    """Build the service and run it under uvicorn."""
+    """Build the service and run it under uvicorn (with `--dry-run`: print what it would start, start nothing)."""
     check_compute_flags(args)
-    Limits.from_args(args)
+    limits = Limits.from_args(args)
+    if args.dry_run:
+        print(describe_service(args, limits))
+        return
     check_exposure(args.host, read_keys(args.api_key, args.api_keys_file), args.insecure)
     from skyrl_train.serving.listen import listen_socket
 
@@ -266,6 +279,44 @@ def serve(args: argparse.Namespace) -> None:
         _serve(args, listener)
     finally:
         listener.close()
+
+
+def describe_service(args: argparse.Namespace, limits: Limits) -> str:
+    """The settings `serve` would start with, one `name: value` line each, resolved as far as is possible without
+    loading a model, taking the port or starting Ray. Model folders need not exist here and a named device is printed
+    as given (`auto` is resolved on this machine), so a GPU machine's settings can be checked anywhere."""
+    models = {DEFAULT_BASE_MODEL: "(the embedded model)"}
+    if args.base_model:
+        models = parse_base_models(args.base_model, check_folders=False)
+    device = resolve_device("auto") if args.device == "auto" else args.device
+    checkpoint_dir = Path(os.path.expanduser(args.checkpoint_dir)) if args.checkpoint_dir else default_checkpoint_dir()
+    database = (args.database_url or f"sqlite:///{checkpoint_dir / 'skyrl_tx.db'}").split("@")[-1]
+    keys_file = args.api_keys_file
+    if keys_file and not Path(os.path.expanduser(keys_file)).is_file():  # a run script writes it before starting
+        keys = "from " + keys_file + " (not there yet: a real start needs it)"
+        check_exposure(args.host, frozenset({keys}), args.insecure)
+    else:
+        accepted = read_keys(args.api_key, keys_file)
+        check_exposure(args.host, accepted, args.insecure)
+        keys = f"{len(accepted)} configured" if accepted else "none configured: dev mode, one generated key"
+    compute = args.compute
+    if args.compute == "ray":
+        compute += f" ({args.ray_workers or 1} rank(s) per model, {args.ray_sharding or 'replicate'})"
+    lines = {
+        "url": f"http://{args.host}:{args.port}",
+        "base models": ", ".join(f"{name}={path}" for name, path in models.items()),
+        "device": device,
+        "dtype": args.dtype,
+        "compute": compute,
+        "sampler": resolve_sampler(args.sampler, device),
+        "checkpoint dir": checkpoint_dir,
+        "database": database,
+        "api keys": keys,
+        "max request": f"{args.max_request_mb} MB",
+        "session timeout": f"{args.session_timeout_s} s",
+        **{f"limit {name}": value for name, value in vars(limits).items()},
+    }
+    return "skyrl-tx serve --dry-run (nothing started)\n" + "\n".join(f"  {k}: {v}" for k, v in lines.items())
 
 
 def _serve(args: argparse.Namespace, listener: socket.socket) -> None:

@@ -301,10 +301,26 @@ def start_ray(address: Optional[str]) -> bool:
     return True
 
 
+RAY_DEVICES = ("auto", "cpu", "cuda")
+"""The `--device` values `--compute ray` takes (a numbered `cuda:N` is not one: Ray gives each rank its own GPU)."""
+
+
+def resolve_ray_device(device: str, cluster_gpus: float) -> str:
+    """The ranks' device for `--device`, resolved as skyrl_train resolves `trainer.device` (which the ranks' worker
+    config carries): `cpu` and `cuda` are the user's choice and stay as given (CPU ranks on a GPU cluster included);
+    `auto` is `cuda` when the ranks can get a whole GPU, i.e. the cluster has one (the ranks run on the cluster, not
+    in this process), else `cpu`."""
+    if device not in RAY_DEVICES:
+        raise ValueError(f"device must be one of {RAY_DEVICES} with --compute ray, got {device!r}")
+    if device != "auto":
+        return device
+    return "cuda" if cluster_gpus >= 1 else "cpu"
+
+
 def ray_device(device: str, workers: int, base_models: int = 1, samplers: int = 0) -> str:
-    """The ranks' device for `--device` on the connected cluster: `auto` is `cuda` when the cluster has GPUs, else
-    `cpu`; refuses (SystemExit naming the flags) `cuda:N` and a cluster without room for `workers` ranks and
-    `samplers` vLLM sampler actors per base model (one GPU, or one CPU, each)."""
+    """The ranks' device for `--device` on the connected cluster (`resolve_ray_device`); refuses (SystemExit naming
+    the flags) `cuda:N`, another name, and a cluster without room for `workers` ranks and `samplers` vLLM sampler
+    actors per base model (one GPU, or one CPU, each)."""
     import ray
 
     if device.startswith("cuda:"):
@@ -312,12 +328,11 @@ def ray_device(device: str, workers: int, base_models: int = 1, samplers: int = 
             f"--device {device} picks a GPU of this process; with --compute ray every rank gets its own GPU from Ray: "
             "use --device cuda"
         )
-    if device not in ("auto", "cpu", "cuda"):
+    if device not in RAY_DEVICES:
         raise SystemExit(f"--device must be cpu, cuda or auto with --compute ray, got {device!r}")
     resources = ray.cluster_resources()
     gpus, cpus = float(resources.get("GPU", 0)), float(resources.get("CPU", 0))
-    if device == "auto":
-        device = "cuda" if gpus >= 1 else "cpu"
+    device = resolve_ray_device(device, gpus)
     need = (workers + samplers) * base_models
     have, unit = (gpus, "GPU") if device == "cuda" else (cpus, "CPU")
     if have < need:

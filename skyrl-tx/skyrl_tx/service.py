@@ -1,5 +1,6 @@
-"""The service's state and request handling, independent of HTTP: base models, training runs, checkpoints, sampling
-sessions and the compute queue. `skyrl_tx.app` maps the Tinker routes onto these methods.
+"""The service's state and request handling, independent of HTTP: base models, sessions, training runs and the
+compute queue here; its checkpoint and sampling requests in `skyrl_tx.service_checkpoints` and
+`skyrl_tx.service_sampling`, which `Service` inherits. `skyrl_tx.app` maps the Tinker routes onto these methods.
 """
 
 from __future__ import annotations
@@ -7,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import shutil
 import threading
 import uuid
 from collections.abc import Callable
@@ -18,29 +18,19 @@ from typing import Any, Optional
 from sqlalchemy import select
 
 from skyrl_tx import checkpoint_files
-from skyrl_tx.compute import ComputeHost, LoraHost, LoraSpec, Sampler, read_meta
+from skyrl_tx.compute import ComputeHost, LoraHost, LoraSpec, Sampler
 from skyrl_tx.compute_queue import ComputeQueue, Job
-from skyrl_tx.db import CheckpointRow, Database, ModelRow, SamplingSessionRow, SessionRow, utcnow
+from skyrl_tx.db import CheckpointRow, Database, ModelRow, SessionRow, utcnow
 from skyrl_tx.futures import FutureStore, Notifier, UserError, describe_failure, payload_hash
 from skyrl_tx.limits import Limits, strict_int
 from skyrl_tx.losses import loss_spec
 from skyrl_tx.quotas import Quotas
-from skyrl_tx.sample_requests import parse_sample_request, sample_cost
-from skyrl_tx.tinker_paths import CHECKPOINT_NAME, SEGMENTS, TinkerPath
-from skyrl_tx.wire import ForwardBackwardCall, encode_forward_backward_output, encode_sample_response
+from skyrl_tx.request_errors import NotFound, SessionEnded
+from skyrl_tx.service_checkpoints import KEEP_EPHEMERAL, CheckpointRequests
+from skyrl_tx.service_sampling import SamplingRequests
+from skyrl_tx.wire import ForwardBackwardCall, encode_forward_backward_output
 
 log = logging.getLogger("skyrl_tx")
-
-KEEP_EPHEMERAL = 4
-"""Unnamed sampler weights (`save_weights_and_get_sampling_client`) kept per model; older ones are deleted."""
-
-
-class NotFound(LookupError):
-    """An id or path the caller does not own or that does not exist (HTTP 404)."""
-
-
-class SessionEnded(RuntimeError):
-    """A heartbeat for a session that was finished or expired (HTTP 410: the client stops heartbeating)."""
 
 
 def _aware(value: dt.datetime) -> dt.datetime:
@@ -61,8 +51,9 @@ class BaseModel:
 
 
 @dataclass
-class Service:
-    """Everything a running server holds."""
+class Service(CheckpointRequests, SamplingRequests):
+    """Everything a running server holds, and its requests: sessions, models and training here, checkpoints in
+    `CheckpointRequests`, sampling in `SamplingRequests`."""
 
     db: Database
     checkpoint_dir: Path
@@ -405,195 +396,6 @@ class Service:
             return json.dumps({"metrics": metrics}).encode(), False
 
         return self._training_job(owner, body["model_id"], body["seq_id"], "optim_step", raw, run)
-
-    # ----- checkpoints -------------------------------------------------------------------------------------------
-    def _checkpoint_dir(self, path: TinkerPath) -> Path:
-        return self.checkpoint_dir / "runs" / path.model_id / path.segment / path.name
-
-    def save(self, owner: str, body: dict[str, Any], raw: bytes, for_sampler: bool) -> int:
-        """Queue save_weights (training state with optimizer) or save_weights_for_sampler (adapter only). A sampler
-        save without a name is ephemeral (for `save_weights_and_get_sampling_client`) and answers with a sampling
-        session."""
-        model_id = body["model_id"]
-        name = body.get("path")
-        if name is not None and (not isinstance(name, str) or not CHECKPOINT_NAME.match(name)):
-            raise UserError(f"path (checkpoint name) {name!r} must match {CHECKPOINT_NAME.pattern}")
-        if name is None and not for_sampler:
-            raise UserError("save_weights: path (the checkpoint name) is required")
-        _, metadata = self.limits.check_metadata({"user_metadata": body.get("user_metadata")})
-        segment = "sampler_weights" if for_sampler else "weights"
-        ephemeral = name is None
-        seq_id = strict_int("seq_id", body["seq_id"])
-        target = TinkerPath(model_id, segment, name or f"{checkpoint_files.EPHEMERAL}{seq_id}")
-        kind = "save_weights_for_sampler" if for_sampler else "save_weights"
-
-        def run(row: ModelRow) -> tuple[bytes, bool]:
-            final = self._checkpoint_dir(target)
-            if final.exists() and not ephemeral and not body.get("overwrite"):
-                raise UserError(f"checkpoint {target} exists; save under another name or pass overwrite=True")
-            staging = checkpoint_files.staging_folder(final)
-            try:
-                size = self.host(row.base_model).save(model_id, staging, with_optimizer=not for_sampler)
-                old = checkpoint_files.swap_in(staging, final)  # a reader sees the old folder or the new one
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-            result: dict[str, Any] = {"path": str(target), "type": kind}
-            if ephemeral:
-                self._keep_ephemeral(model_id, final)
-                session = self._sampling_session(
-                    owner, row.session_id, body.get("sampling_session_seq_id"), row.base_model, str(target)
-                )
-                result = {"sampling_session_id": session, "type": kind}
-            else:
-                self.db.record_checkpoint(
-                    owner, target.model_id, SEGMENTS[target.segment], target.name, str(target), size, metadata
-                )
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-            self._set_model(model_id)
-            return json.dumps(result).encode(), False
-
-        admit = None if ephemeral else (lambda: self.quotas.admit_checkpoint(owner, target))
-        return self._training_job(owner, model_id, seq_id, kind, raw, run, admit)
-
-    def _keep_ephemeral(self, model_id: str, folder: Path) -> None:
-        kept = self._ephemeral.setdefault(model_id, [])
-        if folder in kept:
-            kept.remove(folder)
-        kept.append(folder)
-        while len(kept) > KEEP_EPHEMERAL:
-            shutil.rmtree(kept.pop(0), ignore_errors=True)
-
-    def checkpoint(self, owner: str, path: str) -> tuple[TinkerPath, Path, CheckpointRow | ModelRow]:
-        """Resolve a tinker path the caller owns to its folder (listed checkpoints and live ephemeral ones)."""
-        parsed = TinkerPath.parse(path)
-        with self.db.session() as s:
-            row = s.scalars(select(CheckpointRow).where(CheckpointRow.tinker_path == str(parsed))).first()
-        folder = self._checkpoint_dir(parsed)
-        if row is not None and row.owner == owner and folder.is_dir():
-            return parsed, folder, row
-        if row is None and parsed.name.startswith("ephemeral-") and folder.is_dir():
-            return parsed, folder, self.model_row(owner, parsed.model_id)
-        raise NotFound(f"checkpoint {path!r} not found")
-
-    def load_weights(self, owner: str, body: dict[str, Any], raw: bytes) -> tuple[int, str]:
-        """Queue `load_weights`: a new training client `{session}:train:{n}` from a checkpoint (with or without its
-        optimizer), or (deprecated `load_state`) new weights for an existing client."""
-        parsed, folder, _ = self.checkpoint(owner, body["path"])
-        if parsed.segment != "weights":
-            raise UserError(f"load_weights needs a training checkpoint (tinker://.../weights/...), got {parsed}")
-        meta = read_meta(folder)
-        with_optimizer = bool(body.get("optimizer"))
-        if body.get("model_id"):
-            model_id = body["model_id"]
-
-            def run(current: ModelRow) -> tuple[bytes, bool]:
-                host = self.host(current.base_model)
-                host.remove_adapter(model_id)
-                spec = host.load(model_id, folder, with_optimizer)
-                self._set_model(model_id, lora_config=spec.to_dict())
-                return json.dumps({"path": str(parsed), "model_id": model_id, "type": "load_weights"}).encode(), False
-
-            return self._training_job(owner, model_id, body["seq_id"], "load_weights", raw, run), model_id
-        session_id = body["session_id"]
-        self.session_row(owner, session_id)
-        base_model = body.get("base_model") or meta["base_model"]
-        if base_model != meta["base_model"]:
-            raise UserError(f"base_model {base_model!r} differs from the checkpoint's {meta['base_model']!r}")
-        model_id = f"{session_id}:train:{strict_int('model_seq_id', body['model_seq_id'])}"
-        spec = self.limits.lora_spec(meta["lora"])
-        source = (folder, with_optimizer, str(parsed))
-        return (
-            self._new_model(owner, session_id, model_id, base_model, spec, body, raw, "load_weights", source),
-            model_id,
-        )
-
-    # ----- sampling ----------------------------------------------------------------------------------------------
-    def _sampling_session(
-        self, owner: str, session_id: str, seq: Optional[int], base_model: str, model_path: Optional[str]
-    ) -> str:
-        sampling_id = f"{session_id}:sample:{seq if seq is not None else uuid.uuid4().hex[:8]}"
-        with self.db.session() as s:
-            existing = s.get(SamplingSessionRow, sampling_id)
-            if existing is None:
-                s.add(
-                    SamplingSessionRow(
-                        sampling_session_id=sampling_id,
-                        session_id=session_id,
-                        owner=owner,
-                        base_model=base_model,
-                        model_path=model_path,
-                    )
-                )
-            else:
-                existing.base_model, existing.model_path = base_model, model_path
-        return sampling_id
-
-    def create_sampling_session(self, owner: str, body: dict[str, Any]) -> str:
-        """A sampling session on sampler weights (`model_path`) or on a base model."""
-        session_id = body["session_id"]
-        self.session_row(owner, session_id)
-        model_path, base_model = body.get("model_path"), body.get("base_model")
-        if model_path:
-            parsed, folder, _ = self.checkpoint(owner, model_path)
-            base_model = read_meta(folder)["base_model"]
-            model_path = str(parsed)
-        elif not base_model:
-            raise UserError("create_sampling_session needs model_path or base_model")
-        self.host(base_model)
-        return self._sampling_session(owner, session_id, body.get("sampling_session_seq_id"), base_model, model_path)
-
-    def sampler(self, owner: str, sampling_session_id: str) -> SamplingSessionRow:
-        """The caller's sampling session, or `NotFound`."""
-        return self._owned(SamplingSessionRow, sampling_session_id, owner, "sampler")
-
-    def asample(self, owner: str, body: dict[str, Any], raw: bytes) -> tuple[int, int]:
-        """Queue a sample request; returns (request_id, num_samples)."""
-        if body.get("sampling_session_id"):
-            session = self.sampler(owner, body["sampling_session_id"])
-            base_model, model_path = session.base_model, session.model_path
-            target, seq_id = session.sampling_session_id, body.get("seq_id")
-        else:
-            base_model, model_path, target, seq_id = body.get("base_model"), body.get("model_path"), None, None
-        folder = self.checkpoint(owner, model_path)[1] if model_path else None
-        if folder is not None:
-            base_model = read_meta(folder)["base_model"]
-        if not base_model:
-            raise UserError("asample needs sampling_session_id, model_path or base_model")
-        host = self.host(base_model)
-        job = parse_sample_request(body, host, self.limits)
-        if seq_id is not None:
-            seq_id = strict_int("seq_id", seq_id)
-        cost = sample_cost(job, host)
-
-        def make_job(request_id: int) -> Job:
-            return Job(request_id, "sample", batch_key=(base_model, folder), payload=job, owner=owner, cost=cost)
-
-        return self._queue("sample", owner, target, seq_id, raw, make_job), job.num_samples
-
-    def _run_sample_batch(self, key: Any, jobs: list[Job]) -> list[Any]:
-        base_model, folder = key
-        sampler = self.base_models[base_model].sampler or self.host(base_model)
-        results = sampler.sample(folder, [job.payload for job in jobs])
-        return [
-            (
-                encode_sample_response(
-                    result.sequences, result.prompt_logprobs, result.topk_prompt, job.payload.topk_sample_logprobs
-                ),
-                True,
-            )
-            for job, result in zip(jobs, results)
-        ]
-
-    def delete_checkpoint(self, owner: str, model_id: str, checkpoint: str) -> None:
-        """Delete a checkpoint's files and record (`checkpoint` is `weights/<name>` or `sampler_weights/<name>`)."""
-        parsed, folder, row = self.checkpoint(owner, f"tinker://{model_id}/{checkpoint}")
-        if not isinstance(row, CheckpointRow):
-            raise NotFound(f"checkpoint {parsed} not found")
-        with self.db.session() as s:  # the row first: a crash before the folder goes leaves one the start-up sweeps
-            s.delete(s.get(CheckpointRow, row.id))
-        shutil.rmtree(folder, ignore_errors=True)
 
     def status(self, owner: str) -> dict[str, int]:
         """What one key has at the server now: its requests waiting for compute and its adapters in memory."""

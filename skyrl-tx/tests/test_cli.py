@@ -206,3 +206,28 @@ def test_every_serve_flag_is_documented_in_the_skyrl_tx_page():
     flags = [flag for action in serve._actions for flag in action.option_strings if flag.startswith("--")]
     assert "--max-batch-tokens" in flags
     assert [flag for flag in flags if f"`{flag}" not in page and flag != "--help"] == []
+
+
+def test_a_missing_keys_file_is_refused_naming_it(tmp_path):
+    with pytest.raises(SystemExit, match=r"--api-keys-file .*nope.txt: cannot read it"):
+        read_keys(None, str(tmp_path / "nope.txt"), environ={})
+
+
+def test_dry_run_prints_the_resolved_settings_and_starts_nothing(tmp_path, capsys):
+    from skyrl_tx.cli import main
+
+    folder = tmp_path / "tx"
+    argv = ["serve", "--dry-run", "--checkpoint-dir", str(folder), "--port", "0", "--max-datums", "9"]
+    assert main([*argv, "--base-model", f"org/m={tmp_path}"]) == 0
+    printed = capsys.readouterr().out
+    assert "nothing started" in printed and f"base models: org/m={tmp_path}" in printed
+    assert "device: cpu" in printed and "limit max_datums: 9" in printed  # auto: no CUDA here
+    assert not folder.exists()  # no checkpoint folder, database or key
+    # a GPU machine's settings check here: a model folder absent on this machine and a named CUDA device
+    assert main([*argv, "--base-model", "org/m=/not/here", "--device", "cuda:1"]) == 0
+    assert "device: cuda:1" in capsys.readouterr().out
+    # a reachable host still needs keys; a keys file the run script writes later counts
+    with pytest.raises(SystemExit, match="--host 0.0.0.0 is reachable"):
+        main([*argv, "--host", "0.0.0.0"])
+    assert main([*argv, "--host", "0.0.0.0", "--api-keys-file", str(tmp_path / "later")]) == 0
+    assert "(not there yet: a real start needs it)" in capsys.readouterr().out

@@ -15,7 +15,7 @@ import pytest
 
 from skyrl_tx.compute import ADAPTER_FILE, META_FILE, OPTIMIZER_FILE, LoraHost, LoraSpec, SampleJob
 from skyrl_tx.losses import loss_spec, mean_metric_count, tinker_loss
-from skyrl_tx.ray_compute import merge_shard_metrics
+from skyrl_tx.ray_compute import merge_shard_metrics, resolve_ray_device
 from skyrl_tx.wire import TrainDatum, WireError
 
 LR = 1e-3
@@ -201,6 +201,17 @@ def test_a_dead_rank_fails_the_call_naming_it(ray_cluster, model_dir):
                 time.sleep(0.05)
     finally:
         host.close()
+
+
+def test_the_ray_device_is_the_users_choice_and_auto_follows_the_clusters_gpus():
+    """No Ray: the resolution `ray_device` applies to the cluster's GPU count, both kinds of cluster."""
+    assert resolve_ray_device("cpu", cluster_gpus=4) == "cpu"  # CPU ranks on a GPU cluster, as chosen
+    assert resolve_ray_device("cuda", cluster_gpus=4) == "cuda"
+    assert resolve_ray_device("auto", cluster_gpus=4) == "cuda"
+    assert resolve_ray_device("auto", cluster_gpus=0) == "cpu"
+    assert resolve_ray_device("auto", cluster_gpus=0.5) == "cpu"  # no rank can get a whole GPU
+    with pytest.raises(ValueError, match="device must be one of .* got 'cuda:1'"):
+        resolve_ray_device("cuda:1", cluster_gpus=4)
 
 
 @pytest.mark.integration

@@ -14,6 +14,12 @@
 # Arguments are config overrides, applied last; --dry-run prints the resolved config. Shared defaults: ../common.sh.
 set -euo pipefail
 : "${RUN_NAME:=search}"
+: "${EVAL_BATCH_SIZE:=256}"
+: "${GPU_MEMORY_UTILIZATION:=0.5}"
+if [[ -n "${NUM_GPUS:-}" ]]; then  # before common.sh, whose GPU defaults (512 / 1024) would win otherwise
+  : "${MAX_PROMPT_LENGTH:=2048}"
+  : "${MAX_GENERATE_LENGTH:=500}"
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 : "${TIS_IMP_RATIO_CAP:=2.0}"
@@ -22,16 +28,12 @@ if [[ "$ON_GPU" == true ]]; then
   : "${MODEL:=Qwen/Qwen2.5-3B-Instruct}"
   : "${SEARCH_URL:=http://127.0.0.1:8000}"
   : "${MAX_TURNS:=4}"
-  : "${MAX_PROMPT_LENGTH:=2048}"
   : "${MAX_INPUT_LENGTH:=4096}"
-  : "${MAX_GENERATE_LENGTH:=500}"
-  : "${USE_KL_LOSS:=true}"
 else
   cpu_inputs search
   : "${SEARCH_URL:=http://127.0.0.1:0}"  # port 0: the server picks a free port when the run starts
   : "${MAX_TURNS:=2}"
   : "${MAX_INPUT_LENGTH:=512}"
-  : "${USE_KL_LOSS:=false}"
   if [[ "$DRY_RUN" == false ]]; then
     background_server "$OUT_DIR/retriever.log" \
       "$PYTHON" -m skyrl_gym.tools.retrieval_server --corpus "$OUT_DIR/corpus.jsonl" --port 0
@@ -39,44 +41,18 @@ else
   fi
 fi
 
+shared_overrides colocated
 "$PYTHON" -m skyrl_train.entrypoints.main_base \
   data.train_data="['$DATA_DIR/train.parquet']" \
   data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \
-  trainer.policy.optimizer_config.lr=$LR \
   trainer.policy.optimizer_config.max_grad_norm=0.5 \
-  trainer.algorithm.use_kl_loss=$USE_KL_LOSS \
   trainer.algorithm.kl_loss_coef=0.001 \
   trainer.algorithm.off_policy_correction.tis_ratio_type=token \
   trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high=$TIS_IMP_RATIO_CAP \
-  trainer.policy.model.path="$MODEL" \
-  trainer.placement.colocate_all=true \
-  trainer.strategy=fsdp2 \
-  trainer.placement.policy_num_gpus_per_node=$NUM_GPUS \
-  trainer.placement.ref_num_gpus_per_node=$NUM_GPUS \
-  generator.inference_engine.num_engines=$NUM_GPUS \
-  generator.inference_engine.tensor_parallel_size=1 \
-  generator.inference_engine.backend=$INFERENCE_BACKEND \
-  generator.inference_engine.weight_sync_backend=auto \
-  generator.inference_engine.gpu_memory_utilization=0.5 \
-  generator.inference_engine.model_dtype=$DTYPE \
-  trainer.policy.fsdp_config.mixed_precision.param_dtype=$DTYPE \
-  trainer.ref.fsdp_config.mixed_precision.param_dtype=$DTYPE \
-  trainer.gradient_checkpointing=$GRADIENT_CHECKPOINTING \
-  trainer.epochs=$EPOCHS \
-  trainer.max_training_steps=$MAX_STEPS \
-  trainer.update_epochs_per_batch=1 \
-  trainer.train_batch_size=$TRAIN_BATCH_SIZE \
-  trainer.policy_mini_batch_size=$MINI_BATCH_SIZE \
-  trainer.micro_forward_batch_size_per_gpu=$MICRO_BATCH_SIZE \
-  trainer.micro_train_batch_size_per_gpu=$MICRO_BATCH_SIZE \
-  trainer.max_prompt_length=$MAX_PROMPT_LENGTH \
   generator.max_input_length=$MAX_INPUT_LENGTH \
-  generator.sampling_params.max_generate_length=$MAX_GENERATE_LENGTH \
   generator.batched=false \
-  generator.n_samples_per_prompt=$N_SAMPLES \
   generator.max_turns=$MAX_TURNS \
-  generator.sampling_params.temperature=$TEMPERATURE \
   generator.sampling_params.top_p=1.0 \
   generator.sampling_params.stop='["</search>", "</answer>"]' \
   generator.append_eos_token_after_stop_str_in_multi_turn=true \
@@ -85,18 +61,9 @@ fi
   environment.skyrl_gym.search.log_requests=false \
   environment.skyrl_gym.search.search_url="$SEARCH_URL" \
   environment.skyrl_gym.search.topk=3 \
-  trainer.logger="$LOGGER" \
   trainer.project_name="skyrl-search" \
-  trainer.run_name="$RUN_NAME" \
-  trainer.ckpt_interval=$CKPT_INTERVAL \
-  trainer.resume_mode=$RESUME_MODE \
-  trainer.ckpt_path="$CKPT_DIR" \
-  trainer.export_path="$EXPORT_DIR" \
-  trainer.log_path="$LOG_DIR" \
-  trainer.eval_batch_size=256 \
-  trainer.eval_before_train=true \
   generator.eval_sampling_params.temperature=0 \
   generator.eval_sampling_params.stop='["</search>", "</answer>"]' \
   generator.eval_sampling_params.max_generate_length=$MAX_GENERATE_LENGTH \
-  trainer.eval_interval=$EVAL_INTERVAL \
+  "${SHARED_OVERRIDES[@]}" \
   "$@"

@@ -12,6 +12,12 @@
 # Arguments are config overrides, applied last; --dry-run prints the resolved config. Shared defaults: ../common.sh.
 set -euo pipefail
 : "${RUN_NAME:=text2sql}"
+: "${USE_KL_LOSS:=false}"  # no KL term, on GPUs too
+: "${GPU_MEMORY_UTILIZATION:=0.7}"
+if [[ -n "${NUM_GPUS:-}" ]]; then  # before common.sh, whose GPU defaults (512 / 1024) would win otherwise
+  : "${MAX_PROMPT_LENGTH:=6000}"
+  : "${MAX_GENERATE_LENGTH:=3000}"
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 if [[ "$ON_GPU" == true ]]; then
@@ -19,67 +25,28 @@ if [[ "$ON_GPU" == true ]]; then
   : "${DB_DIR:=$DATA_DIR/db_files}"
   : "${MODEL:=Qwen/Qwen2.5-Coder-7B-Instruct}"
   : "${MAX_TURNS:=6}"
-  : "${MAX_PROMPT_LENGTH:=6000}"
   : "${MAX_INPUT_LENGTH:=29000}"
-  : "${MAX_GENERATE_LENGTH:=3000}"
-  : "${USE_KL_LOSS:=false}"
 else
   cpu_inputs text2sql
   : "${DB_DIR:=$OUT_DIR/db}"
   : "${MAX_TURNS:=2}"
   : "${MAX_INPUT_LENGTH:=512}"
-  : "${USE_KL_LOSS:=false}"
 fi
 
+shared_overrides colocated
 exec "$PYTHON" -m skyrl_train.entrypoints.main_base \
   data.train_data="['$DATA_DIR/train.parquet']" \
   data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \
-  trainer.algorithm.use_kl_loss=$USE_KL_LOSS \
-  trainer.policy.model.path="$MODEL" \
-  trainer.placement.colocate_all=true \
-  trainer.strategy=fsdp2 \
-  trainer.placement.policy_num_gpus_per_node=$NUM_GPUS \
-  trainer.placement.ref_num_gpus_per_node=$NUM_GPUS \
-  generator.inference_engine.num_engines=$NUM_GPUS \
-  generator.inference_engine.tensor_parallel_size=1 \
-  generator.inference_engine.backend=$INFERENCE_BACKEND \
-  generator.inference_engine.weight_sync_backend=auto \
-  generator.inference_engine.gpu_memory_utilization=0.7 \
-  generator.inference_engine.model_dtype=$DTYPE \
-  trainer.policy.fsdp_config.mixed_precision.param_dtype=$DTYPE \
-  trainer.ref.fsdp_config.mixed_precision.param_dtype=$DTYPE \
-  trainer.gradient_checkpointing=$GRADIENT_CHECKPOINTING \
-  trainer.epochs=$EPOCHS \
-  trainer.max_training_steps=$MAX_STEPS \
-  trainer.update_epochs_per_batch=1 \
-  trainer.train_batch_size=$TRAIN_BATCH_SIZE \
-  trainer.policy_mini_batch_size=$MINI_BATCH_SIZE \
-  trainer.micro_forward_batch_size_per_gpu=$MICRO_BATCH_SIZE \
-  trainer.micro_train_batch_size_per_gpu=$MICRO_BATCH_SIZE \
-  trainer.max_prompt_length=$MAX_PROMPT_LENGTH \
   generator.max_input_length=$MAX_INPUT_LENGTH \
-  generator.sampling_params.max_generate_length=$MAX_GENERATE_LENGTH \
-  generator.sampling_params.temperature=$TEMPERATURE \
   generator.sampling_params.stop='["</sql>", "</solution>"]' \
   generator.eval_sampling_params.stop='["</sql>", "</solution>"]' \
   generator.eval_sampling_params.max_generate_length=$MAX_GENERATE_LENGTH \
   generator.append_eos_token_after_stop_str_in_multi_turn=true \
-  trainer.policy.optimizer_config.lr=$LR \
   generator.batched=false \
   generator.max_turns=$MAX_TURNS \
-  generator.n_samples_per_prompt=$N_SAMPLES \
   environment.env_class=text2sql \
   environment.skyrl_gym.text2sql.db_path="$DB_DIR" \
-  trainer.logger="$LOGGER" \
   trainer.project_name="skyrl-sql" \
-  trainer.run_name="$RUN_NAME" \
-  trainer.ckpt_interval=$CKPT_INTERVAL \
-  trainer.resume_mode=$RESUME_MODE \
-  trainer.ckpt_path="$CKPT_DIR" \
-  trainer.export_path="$EXPORT_DIR" \
-  trainer.log_path="$LOG_DIR" \
-  trainer.eval_batch_size=1024 \
-  trainer.eval_before_train=true \
-  trainer.eval_interval=$EVAL_INTERVAL \
+  "${SHARED_OVERRIDES[@]}" \
   "$@"

@@ -138,6 +138,23 @@ class MegatronConfig:
     """Dtype of the model's parameters during forward and backward (the distributed optimizer keeps float32 main
     weights); `float32` trains in full precision."""
 
+    optimizer_cpu_offload: bool = False
+    """Keep `optimizer_offload_fraction` of the distributed optimizer's state on the CPU and step that share there
+    (megatron-core's `HybridDeviceOptimizer`): frees the GPU memory of Adam's state for a host-device copy of the
+    gradients and parameters every step. Trainable roles only (refused on `ref`)."""
+
+    optimizer_offload_fraction: float = 0.0
+    """Share of the optimizer state (0 to 1) kept and stepped on the CPU when `optimizer_cpu_offload` is on; must be
+    above 0 then (megatron-core's default 0 would offload nothing). Ignored, with a warning, while the offload is off
+    (SkyRL's scripts set it either way)."""
+
+    overlap_cpu_optimizer_d2h_h2d: bool = False
+    """With `optimizer_cpu_offload`: overlap the CPU optimizer's step with the gradient and parameter copies."""
+
+    use_precision_aware_optimizer: bool = False
+    """megatron-core's precision-aware optimizer: main weights and Adam moments in the dtypes the optimizer kernel
+    chooses. Without `optimizer_cpu_offload` it needs Transformer Engine's FusedAdam (megatron-core checks)."""
+
 
 @dataclass
 class RefConfig:

@@ -2,7 +2,7 @@
 
 Both ways of building a config go through here: overrides (`SkyRLConfig.from_cli_overrides`, the command line) with
 `translate_overrides`, and nested dicts (`from_dict`, YAML files) with `translate_mapping`. Each upstream key is
-resolved by its rule in `upstream_keys.RULES` into this project's canonical key, so nothing is stored twice:
+resolved by its rule (`upstream_rules`) in `upstream_keys.RULES` into this project's canonical key, so nothing is stored twice:
 `trainer.policy.optimizer_config.lr=1e-6` becomes `trainer.policy.optimizer.lr=1e-6`, `trainer.resume_mode=null`
 becomes `trainer.resume_mode=none`. Keys of features this project lacks are refused naming the feature.
 
@@ -22,25 +22,11 @@ from typing import TYPE_CHECKING, Any
 from skyrl_train.config.errors import ConfigError, ConfigTypeError, UnknownConfigKeyError, UnsupportedFeatureError
 from skyrl_train.config.overrides import Override, find_key, resolve_key
 from skyrl_train.config.typecheck import convert_value, is_config_class, is_free_mapping
-from skyrl_train.config.upstream_keys import (
-    LEGACY_ONLY_PREFIXES,
-    NOTHING,
-    PLUS_ADDED,
-    RULES,
-    VALUE_RULES,
-    Checked,
-    Fixed,
-    Ignored,
-    Refuse,
-    Remote,
-    Rename,
-    Rule,
-)
+from skyrl_train.config.upstream_keys import ENGINE, LEGACY_ONLY_PREFIXES, PLUS_ADDED, RULES, VALUE_RULES
+from skyrl_train.config.upstream_rules import NOTHING, Checked, Fixed, Ignored, Refuse, Remote, Rename, Rule
 
 if TYPE_CHECKING:
     from skyrl_train.config.root import SkyRLConfig
-
-_ENGINE = "generator.inference_engine"
 
 
 @dataclass(frozen=True)
@@ -375,16 +361,16 @@ class _Translator:
                 _unsupported(
                     locally[0].text,
                     what,
-                    f"list the servers: {_ENGINE}.external_server_urls=[http://host:port] (or"
-                    f" {_ENGINE}.backend=remote with {_ENGINE}.remote_urls)",
+                    f"list the servers: {ENGINE}.external_server_urls=[http://host:port] (or"
+                    f" {ENGINE}.backend=remote with {ENGINE}.remote_urls)",
                 )
             )
             return
         normalized = [url if "://" in url else f"http://{url}" for url in map(str, server_urls)]
         made = [
-            self.emit(f"{_ENGINE}.backend", "remote", locally[0], same_text=False),
-            self.emit(f"{_ENGINE}.remote_urls", normalized, locally[0], same_text=False),
-            self.emit(f"{_ENGINE}.num_engines", len(normalized), locally[0], same_text=False),
+            self.emit(f"{ENGINE}.backend", "remote", locally[0], same_text=False),
+            self.emit(f"{ENGINE}.remote_urls", normalized, locally[0], same_text=False),
+            self.emit(f"{ENGINE}.num_engines", len(normalized), locally[0], same_text=False),
         ]
         self.applied(locally[0], made, "the remote backend: one engine per server URL")
         if urls is not None:

@@ -5,18 +5,8 @@ adding the entrypoint-module table that `skyrl_train.entrypoints.upstream_module
 from typing import Any
 
 from skyrl_train.config.docgen import format_value
-from skyrl_train.config.upstream_keys import (
-    NOTHING,
-    RULES,
-    UPSTREAM_NAMES,
-    VALUE_RULES,
-    Checked,
-    Fixed,
-    Ignored,
-    Refuse,
-    Remote,
-    Rename,
-)
+from skyrl_train.config.upstream_keys import RULES, UPSTREAM_NAMES, VALUE_RULES
+from skyrl_train.config.upstream_rules import NOTHING, Checked, Fixed, Ignored, Refuse, Remote, Rename, Replace
 
 _REMOTE_PARTS = {
     "locally": "false: engines are servers started elsewhere, i.e. `generator.inference_engine.backend=remote` with"
@@ -53,6 +43,27 @@ def _fixed_row(key: str, rule: Fixed) -> str:
     return f"| {_key(key)} | {accepted} | {_cell(rule.means)} | {_cell(refused)} | {_cell(rule.instead)} |"
 
 
+def _section(title: str, headers: list[str], rows: list[str], intro: tuple[str, ...] = ()) -> list[str]:
+    """One `## title` section of the page: its intro lines, then a table of `rows` under `headers`."""
+    lines = ["", f"## {title}", ""]
+    if intro:
+        lines += [*intro, ""]
+    return lines + ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers), *rows]
+
+
+def _of_kind(kind: type) -> list[tuple[str, Any]]:
+    """The `(key, rule)` pairs of `RULES` whose rule is a `kind`, in table order."""
+    return [(key, rule) for key, rule in RULES.items() if isinstance(rule, kind)]
+
+
+def _value_row(key: str, given: Any, rule: Replace | Refuse) -> str:
+    if isinstance(rule, Refuse):
+        here = f"refused: {rule.feature} is not supported here" + (f"; {rule.instead}" if rule.instead else "")
+    else:
+        here = _value(rule.value) + (f" ({rule.note})" if rule.note else "")
+    return f"| {_key(key)} | {_value(given)} | {_cell(here)} |"
+
+
 def render_upstream_markdown(modules_table: str = "") -> str:
     """The reference page of SkyRL's keys and values here; `modules_table` is appended as its last section."""
     lines = [
@@ -64,72 +75,51 @@ def render_upstream_markdown(modules_table: str = "") -> str:
         "differently, and what it is here. A rule on a section (`trainer.policy.optimizer_config`) covers the keys",
         "under it that have no rule of their own. Keys spelled the same are not listed: they mean the same (see",
         "[Migrating from SkyRL](../migrating-from-skyrl.md) for the few that do not).",
-        "",
-        "## Renamed keys",
-        "",
-        "| SkyRL key | key here | values translated |",
-        "|---|---|---|",
     ]
-    lines += [_rename_row(key, rule) for key, rule in RULES.items() if isinstance(rule, Rename)]
-    lines += [
-        "",
-        "## Engines started elsewhere",
-        "",
-        "| SkyRL key | here |",
-        "|---|---|",
-    ]
-    lines += [
-        f"| {_key(key)} | {_cell(_REMOTE_PARTS[rule.part])} |"
-        for key, rule in RULES.items()
-        if isinstance(rule, Remote)
-    ]
-    lines += [
-        "",
-        "## Keys accepted at the values that describe what this project does",
-        "",
-        "Accepted values are taken and nothing is stored; any other value asks for a feature this project does not",
-        "have and is refused before anything starts, naming that feature.",
-        "",
-        "| SkyRL key | accepted values | what they are here | other values ask for (refused) | instead |",
-        "|---|---|---|---|---|",
-    ]
-    lines += [_fixed_row(key, rule) for key, rule in RULES.items() if isinstance(rule, Fixed)]
-    lines += [
-        "",
-        "## Settings of features that are off here",
-        "",
-        "Upstream ignores these while their feature is off; the feature's switch is refused here, so they are",
-        "ignored too.",
-        "",
-        "| SkyRL key | feature | its switch |",
-        "|---|---|---|",
-    ]
-    lines += [
-        f"| {_key(key)} | {_cell(rule.feature)} | {_key(rule.switch)} |"
-        for key, rule in RULES.items()
-        if isinstance(rule, Ignored)
-    ]
-    lines += ["", "## Keys checked against the whole run", "", "| SkyRL key | accepted when |", "|---|---|"]
-    lines += [f"| {_key(key)} | {_cell(rule.means)} |" for key, rule in RULES.items() if isinstance(rule, Checked)]
-    lines += ["", "## Values of keys spelled alike", "", "| key | SkyRL value | here |", "|---|---|---|"]
-    for key, rules in VALUE_RULES.items():
-        for given, rule in rules:
-            here = (
-                f"refused: {rule.feature} is not supported here" + (f"; {rule.instead}" if rule.instead else "")
-                if isinstance(rule, Refuse)
-                else _value(rule.value) + (f" ({rule.note})" if rule.note else "")
-            )
-            lines.append(f"| {_key(key)} | {_value(given)} | {_cell(here)} |")
-    lines += [
-        "",
-        "## Registry names SkyRL has and this project lacks",
-        "",
-        "Refused as not supported here unless you register an entry of that name yourself.",
-        "",
-        "| kind | name | what it is |",
-        "|---|---|---|",
-    ]
-    lines += [f"| {kind} | `{name}` | {_cell(what)} |" for (kind, name), what in UPSTREAM_NAMES.items()]
+    lines += _section(
+        "Renamed keys",
+        ["SkyRL key", "key here", "values translated"],
+        [_rename_row(key, rule) for key, rule in _of_kind(Rename)],
+    )
+    lines += _section(
+        "Engines started elsewhere",
+        ["SkyRL key", "here"],
+        [f"| {_key(key)} | {_cell(_REMOTE_PARTS[rule.part])} |" for key, rule in _of_kind(Remote)],
+    )
+    lines += _section(
+        "Keys accepted at the values that describe what this project does",
+        ["SkyRL key", "accepted values", "what they are here", "other values ask for (refused)", "instead"],
+        [_fixed_row(key, rule) for key, rule in _of_kind(Fixed)],
+        intro=(
+            "Accepted values are taken and nothing is stored; any other value asks for a feature this project",
+            "does not have and is refused before anything starts, naming that feature.",
+        ),
+    )
+    lines += _section(
+        "Settings of features that are off here",
+        ["SkyRL key", "feature", "its switch"],
+        [f"| {_key(key)} | {_cell(rule.feature)} | {_key(rule.switch)} |" for key, rule in _of_kind(Ignored)],
+        intro=(
+            "Upstream ignores these while their feature is off; the feature's switch is refused here, so they are",
+            "ignored too.",
+        ),
+    )
+    lines += _section(
+        "Keys checked against the whole run",
+        ["SkyRL key", "accepted when"],
+        [f"| {_key(key)} | {_cell(rule.means)} |" for key, rule in _of_kind(Checked)],
+    )
+    lines += _section(
+        "Values of keys spelled alike",
+        ["key", "SkyRL value", "here"],
+        [_value_row(key, given, rule) for key, rules in VALUE_RULES.items() for given, rule in rules],
+    )
+    lines += _section(
+        "Registry names SkyRL has and this project lacks",
+        ["kind", "name", "what it is"],
+        [f"| {kind} | `{name}` | {_cell(what)} |" for (kind, name), what in UPSTREAM_NAMES.items()],
+        intro=("Refused as not supported here unless you register an entry of that name yourself.",),
+    )
     if modules_table:
         lines += ["", modules_table.rstrip()]
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from skyrl_train.config.engine_checks import check_engine_tensor_parallel, check
 from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
 from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS, RESERVED_SAMPLING_KWARGS
 from skyrl_train.config.health import check_health
+from skyrl_train.config.megatron_checks import check_megatron_optimizer, warn_inert_megatron_optimizer
 from skyrl_train.config.mode_checks import check_async, check_lora, check_off_policy_correction
 from skyrl_train.config.role_sizes import (  # noqa: F401 - importable from here as before
     get_path,
@@ -390,6 +391,7 @@ ERROR_CHECKS: list[Check] = [
     check_batch_sizes,
     check_sequence_parallel,
     check_megatron,
+    check_megatron_optimizer,
     check_lora,
     check_async,
     check_off_policy_correction,
@@ -402,7 +404,12 @@ ERROR_CHECKS: list[Check] = [
 ]
 """Checks whose findings make `validate_config` raise; append your own to extend validation."""
 
-WARNING_CHECKS: list[Check] = [warn_unused_models, warn_inert_overlong_buffer, warn_kl_in_reward_coefficient]
+WARNING_CHECKS: list[Check] = [
+    warn_unused_models,
+    warn_inert_overlong_buffer,
+    warn_kl_in_reward_coefficient,
+    warn_inert_megatron_optimizer,
+]
 """Checks whose findings are emitted as `ConfigWarning`s."""
 
 

@@ -29,7 +29,7 @@ from skyrl_train.inference.client import InferenceEngineClient
 from skyrl_train.inference.ray_engine import EngineSettings, check_engine_backend, create_engine_actors
 from skyrl_train.models.chat_templates import apply_chat_template_config
 from skyrl_train.models.loading import load_tokenizer
-from skyrl_train.placement import Placement, init_ray, plan_placement
+from skyrl_train.placement import Placement, init_ray, plan_placement, role_layout
 from skyrl_train.rewards.functions import load_reward_function
 from skyrl_train.rewards.scorer import RewardScorer
 from skyrl_train.trainer import RayPPOTrainer, TrainResult, optimizer_steps_per_training_step, total_training_steps
@@ -136,15 +136,13 @@ class BasePPOExp:
             "critic": self.cfg.trainer.critic.model.path,
             "reward": self.cfg.reward.model.path,
         }
-        from skyrl_train.config.validation import role_world_size
-
         made: dict[str, WorkerGroup] = {}
         for role in self.roles():
             slot = placement.slots[role]
             made[role] = WorkerGroup(
                 role,
                 classes[role],
-                role_world_size(self.cfg, role),
+                role_layout(self.cfg, role).workers,
                 self.cfg,
                 placement_group=slot.placement_group,
                 bundle_offset=slot.bundle_offset,

@@ -179,20 +179,48 @@ def _build_buckets(segments: VarlenSegments, device: torch.device) -> tuple[list
     return buckets, inverse
 
 
-def sdpa_varlen_attention(
+VARLEN_KERNELS = ("flash_attn", "sdpa")
+"""The kernels `attend_segments` runs (see the module docstring)."""
+
+
+def attend_segments(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     segments: VarlenSegments,
     scale: Optional[float] = None,
     dropout: float = 0.0,
+    kernel: Optional[str] = None,
 ) -> torch.Tensor:
-    """Varlen attention with `scaled_dot_product_attention` on any device: query [T, H, D], key/value [T, Hkv, D]
-    (H a multiple of Hkv) -> [T, H, D]."""
+    """Varlen attention: query [T, H, D], key/value [T, Hkv, D] (H a multiple of Hkv) -> [T, H, D], with `kernel`
+    (one of `VARLEN_KERNELS`; default: `varlen_kernel` of the query's device and dtype). `flash_attn` needs CUDA,
+    fp16/bf16 and the flash-attn package; `sdpa` runs on any device."""
     tokens, heads, dim = query.shape
-    kv_heads = key.shape[1]
     if tokens != segments.num_tokens:
         raise ValueError(f"packed attention: {tokens} query tokens, but the segments cover {segments.num_tokens}")
+    kernel = varlen_kernel(query.device, query.dtype) if kernel is None else kernel
+    if kernel not in VARLEN_KERNELS:
+        raise ValueError(f"packed attention: kernel must be one of {VARLEN_KERNELS}, got {kernel!r}")
+    if kernel == "flash_attn":  # pragma: no cover - needs CUDA and the flash-attn package (tests marked `gpu`)
+        from flash_attn import flash_attn_varlen_func
+
+        # causal aligned at the end of each segment, grouped-query heads native
+        cu_q, cu_k, max_q, max_k, gather = segments.flash_arguments(query.device)
+        if gather is not None:
+            key, value = key.index_select(0, gather), value.index_select(0, gather)
+        return flash_attn_varlen_func(
+            query,
+            key,
+            value,
+            cu_seqlens_q=cu_q,
+            cu_seqlens_k=cu_k,
+            max_seqlen_q=max_q,
+            max_seqlen_k=max_k,
+            dropout_p=dropout,
+            softmax_scale=scale,
+            causal=True,
+        )
+    kv_heads = key.shape[1]
     buckets, inverse = segments.buckets(query.device)
     outputs = []
     for bucket in buckets:
@@ -214,35 +242,6 @@ def sdpa_varlen_attention(
     return torch.cat(outputs).index_select(0, inverse)
 
 
-def flash_varlen_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    segments: VarlenSegments,
-    scale: Optional[float] = None,
-    dropout: float = 0.0,
-) -> torch.Tensor:  # pragma: no cover - needs CUDA and the flash-attn package (tests marked `gpu`)
-    """Varlen attention with flash-attention 2 (`flash_attn_varlen_func`, causal aligned at the end of each segment,
-    grouped-query heads native): query [T, H, D], key/value [T, Hkv, D] on CUDA in fp16/bf16 -> [T, H, D]."""
-    from flash_attn import flash_attn_varlen_func
-
-    cu_q, cu_k, max_q, max_k, gather = segments.flash_arguments(query.device)
-    if gather is not None:
-        key, value = key.index_select(0, gather), value.index_select(0, gather)
-    return flash_attn_varlen_func(
-        query,
-        key,
-        value,
-        cu_seqlens_q=cu_q,
-        cu_seqlens_k=cu_k,
-        max_seqlen_q=max_q,
-        max_seqlen_k=max_k,
-        dropout_p=dropout,
-        softmax_scale=scale,
-        causal=True,
-    )
-
-
 @functools.cache
 def flash_attn_installed() -> bool:
     """Whether the `flash-attn` package can be imported (looked up once)."""
@@ -256,8 +255,6 @@ def varlen_kernel(device: torch.device, dtype: torch.dtype) -> str:
         return "flash_attn"
     return "sdpa"
 
-
-_KERNELS = {"flash_attn": flash_varlen_attention, "sdpa": sdpa_varlen_attention}
 
 _UNSUPPORTED = {
     "sliding_window": "sliding-window layers",
@@ -294,8 +291,7 @@ def packed_attention(
                 f"{feature}); set trainer.remove_microbatch_padding=false to run this model unpacked"
             )
     q, k, v = (tensor[0].transpose(0, 1) for tensor in (query, key, value))
-    kernel = _KERNELS[varlen_kernel(q.device, q.dtype)]
-    return kernel(q, k, v, packed_segments, scale=scaling, dropout=dropout).unsqueeze(0), None
+    return attend_segments(q, k, v, packed_segments, scale=scaling, dropout=dropout).unsqueeze(0), None
 
 
 def packed_attention_mask(*args: Any, attention_mask: Optional[torch.Tensor] = None, **kwargs: Any) -> Any:

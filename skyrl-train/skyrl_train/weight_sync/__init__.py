@@ -7,56 +7,26 @@ engine by `node_aware.connect_weight_sync` from where each engine runs (`locatio
 node (CPU) or GPU (CUDA) the local transport, elsewhere `broadcast`), with `MixedStrategy` when one run needs both.
 """
 
-from skyrl_train.weight_sync import (  # noqa: F401 (registers them)
+from skyrl_train.weight_sync import (  # noqa: F401 (importing the strategies registers them)
+    base,
     broadcast,
     checkpoint,
     cuda_ipc,
     delta,
+    locations,
     node_aware,
     shm,
-)
-from skyrl_train.weight_sync.base import (
-    SendResult,
-    VerifyReport,
-    WeightChunk,
-    WeightReceiver,
-    WeightSender,
-    WeightSyncError,
-    WeightTarget,
-)
-from skyrl_train.weight_sync.locations import Location, check_backend, plan_weight_sync
-from skyrl_train.weight_sync.node_aware import MixedStrategy, connect_auto_weight_sync, connect_weight_sync
-from skyrl_train.weight_sync.strategy import (
-    WEIGHT_SYNC_STRATEGIES,
-    WeightSenderHost,
-    WeightSyncStrategy,
-    make_receiver,
-    make_sender,
-    make_weight_sync_strategy,
-    register_weight_sync_strategy,
-    resolve_strategy_name,
+    strategy,
 )
 
-__all__ = [
-    "Location",
-    "MixedStrategy",
-    "check_backend",
-    "connect_auto_weight_sync",
-    "connect_weight_sync",
-    "plan_weight_sync",
-    "SendResult",
-    "VerifyReport",
-    "WeightChunk",
-    "WeightReceiver",
-    "WeightSender",
-    "WeightSyncError",
-    "WeightTarget",
-    "WEIGHT_SYNC_STRATEGIES",
-    "WeightSenderHost",
-    "WeightSyncStrategy",
-    "make_receiver",
-    "make_sender",
-    "make_weight_sync_strategy",
-    "register_weight_sync_strategy",
-    "resolve_strategy_name",
-]
+# The public names are listed once, in each module's __all__.
+from skyrl_train.weight_sync.base import *  # noqa: F403
+from skyrl_train.weight_sync.locations import *  # noqa: F403
+from skyrl_train.weight_sync.node_aware import *  # noqa: F403
+from skyrl_train.weight_sync.strategy import *  # noqa: F403
+
+__all__ = []
+__all__ += base.__all__
+__all__ += locations.__all__
+__all__ += node_aware.__all__
+__all__ += strategy.__all__

@@ -27,6 +27,17 @@ import torch
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.weight_sync.chunks import NamedTensors, cast_tensors, dtype_from_name, dtype_name, plan_chunks
 
+__all__ = [
+    "SendResult",
+    "VerifyReport",
+    "WeightChunk",
+    "WeightReceiver",
+    "WeightSender",
+    "WeightSyncError",
+    "WeightTarget",
+]
+"""The transport-level types every strategy is built from (`skyrl_train.weight_sync` re-exports them)."""
+
 DEFAULT_CHUNK_BYTES = 128 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 300.0
 

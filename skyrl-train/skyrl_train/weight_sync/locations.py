@@ -21,6 +21,9 @@ from typing import Any, Optional
 
 from skyrl_train.weight_sync.base import WeightSyncError
 
+__all__ = ["Location", "check_backend", "plan_weight_sync"]
+"""The public names of this module (`skyrl_train.weight_sync` re-exports them)."""
+
 GPU_TRANSPORTS = {"cuda_ipc", "broadcast"}
 """Transports that move CUDA tensors between processes (the rest work on any device)."""
 

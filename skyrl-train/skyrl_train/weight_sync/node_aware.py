@@ -6,8 +6,10 @@ reaches just the engines on policy rank 0's GPU, and every other engine (another
 takes the NCCL `broadcast` group. Not colocated, every engine takes `broadcast`. When one run needs two transports,
 `MixedStrategy` drives one sub-strategy per group of engines behind one sender:
 
-    strategy = await connect_weight_sync("auto", sender=policy_rank0, engines=proxies, colocated=True, device="cuda")
-    # -> CudaIpcStrategy (one GPU), or MixedStrategy(cuda_ipc for engines [0], broadcast for [1, 2, 3])
+    device = cfg.resolved_device()  # trainer.device, `auto` resolved
+    strategy = await connect_weight_sync("auto", sender=policy_rank0, engines=proxies, colocated=True, device=device)
+    # on cpu:  SharedMemoryStrategy (one node), or MixedStrategy(shm for engines [0, 1], broadcast for [2, 3])
+    # on cuda: CudaIpcStrategy (one GPU), or MixedStrategy(cuda_ipc for engines [0], broadcast for [1, 2, 3])
 
 An explicitly named backend is used for every engine, after `locations.check_backend` made sure it reaches them.
 Versions, `confirm` and checksum `verify` work over every engine, whatever transport it got.
@@ -29,6 +31,9 @@ from skyrl_train.weight_sync.strategy import (
     make_weight_sync_strategy,
     register_composite_sender,
 )
+
+__all__ = ["MixedStrategy", "connect_auto_weight_sync", "connect_weight_sync"]
+"""The public names of this module (`skyrl_train.weight_sync` re-exports them)."""
 
 MIXED = "mixed"
 """Strategy name the sender side of `MixedStrategy` is built under (not a `weight_sync_backend` choice)."""

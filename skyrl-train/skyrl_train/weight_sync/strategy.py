@@ -39,6 +39,18 @@ from skyrl_train.weight_sync.base import (
 )
 from skyrl_train.weight_sync.locations import Location, this_location
 
+__all__ = [
+    "WEIGHT_SYNC_STRATEGIES",
+    "WeightSenderHost",
+    "WeightSyncStrategy",
+    "make_receiver",
+    "make_sender",
+    "make_weight_sync_strategy",
+    "register_weight_sync_strategy",
+    "resolve_strategy_name",
+]
+"""The public names of this module (`skyrl_train.weight_sync` re-exports them)."""
+
 S = TypeVar("S", bound=type)
 
 WEIGHT_SYNC_STRATEGIES = Registry("weight sync strategy", '@register_weight_sync_strategy("name")')

@@ -82,12 +82,19 @@ class WorkerGroup:
                 )
             return remote_cls.options(**options)
 
-        rank0 = actor_class(0).remote(role, 0, num_workers, None, None, cfg_dict, threads)
-        master_addr, master_port = ray.get(rank0.master_address.remote())
-        self.actors = [rank0] + [
-            actor_class(rank).remote(role, rank, num_workers, master_addr, master_port, cfg_dict, threads)
-            for rank in range(1, num_workers)
-        ]
+        self.actors: list[Any] = []
+        try:
+            self.actors.append(actor_class(0).remote(role, 0, num_workers, None, None, cfg_dict, threads))
+            master_addr, master_port = ray.get(self.actors[0].master_address.remote())
+            for rank in range(1, num_workers):
+                self.actors.append(
+                    actor_class(rank).remote(role, rank, num_workers, master_addr, master_port, cfg_dict, threads)
+                )
+        except BaseException:
+            # the ranks made so far would live on (holding their CPUs/GPUs) as long as anything held the traceback
+            for actor in self.actors:
+                ray.kill(actor, no_restart=True)
+            raise
         logger.info("%s group: %d workers rendezvous at %s:%d", role, num_workers, master_addr, master_port)
         # "untried", "open" (every rank's channel), "ray" (calls go through Ray: also a class that serves none)
         self._channel_state = "untried" if hasattr(worker_cls, "open_channel") else "ray"

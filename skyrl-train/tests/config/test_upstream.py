@@ -294,7 +294,6 @@ REFUSED = [
     ("trainer.policy.megatron_config.expert_tensor_parallel_size=2", "expert tensor parallelism (ETP)"),
     ("trainer.mtp.enabled=true", "multi-token-prediction (MTP)"),
     ("generator.vision_language_generator=true", "vision-language (VLM) rollouts"),
-    ("trainer.policy.megatron_config.optimizer_config_kwargs.optimizer_cpu_offload=true", "CPU optimizer offload"),
     (
         "trainer.policy.megatron_config.transformer_config_kwargs.recompute_granularity=selective",
         "activation recompute",

@@ -8,13 +8,7 @@ import pytest
 import torch
 
 from skyrl_train.models import varlen_attention
-from skyrl_train.models.varlen_attention import (
-    VarlenSegments,
-    flash_varlen_attention,
-    packed_attention,
-    sdpa_varlen_attention,
-    varlen_kernel,
-)
+from skyrl_train.models.varlen_attention import VarlenSegments, attend_segments, packed_attention, varlen_kernel
 
 TOLERANCE = 1e-5
 """fp32 outputs of a softmax over <= 7 keys of 8-dim heads: the two computations differ only in summation order
@@ -56,7 +50,7 @@ def test_sdpa_buckets_equal_a_softmax_by_hand_forward_and_backward(kv_heads):
     v = torch.randn(11, kv_heads, 8, generator=generator, requires_grad=True)
     weights = torch.randn(11, 4, 8, generator=generator)
     scale = 1 / math.sqrt(8)
-    got = sdpa_varlen_attention(q, k, v, segments, scale=scale)
+    got = attend_segments(q, k, v, segments, scale=scale, kernel="sdpa")
     grads = torch.autograd.grad((got * weights).sum(), (q, k, v))
     expected = by_hand(q, k, v, segments, scale)
     expected_grads = torch.autograd.grad((expected * weights).sum(), (q, k, v))
@@ -68,7 +62,7 @@ def test_sdpa_buckets_equal_a_softmax_by_hand_forward_and_backward(kv_heads):
 def test_square_segments_without_key_positions_are_plain_causal_rows():
     segments = VarlenSegments(np.array([0, 5, 6]), np.array([5, 1, 3]))
     q, k, v = (torch.randn(9, 2, 4, generator=torch.Generator().manual_seed(s)) for s in range(3))
-    got = sdpa_varlen_attention(q, k, v, segments)
+    got = attend_segments(q, k, v, segments)  # the default kernel on CPU: sdpa
     for start, length in [(0, 5), (5, 1), (6, 3)]:
         rows = slice(start, start + length)
         alone = torch.nn.functional.scaled_dot_product_attention(
@@ -109,6 +103,19 @@ def test_the_kernel_is_flash_attention_only_on_cuda_in_half_precision_with_the_p
     assert varlen_kernel(cuda, torch.bfloat16) == "sdpa"
 
 
+@pytest.mark.parametrize("kernel", ["sdpa", "flash_attn"])
+def test_either_kernel_refuses_queries_the_segments_do_not_cover(kernel):
+    q = k = v = torch.zeros(5, 2, 4)  # the segments cover 11 tokens; checked before any kernel (or CUDA) is needed
+    with pytest.raises(ValueError, match="5 query tokens, but the segments cover 11"):
+        attend_segments(q, k, v, segments_with_a_shared_prompt(), kernel=kernel)
+
+
+def test_an_unknown_kernel_is_refused_by_name():
+    q = k = v = torch.zeros(11, 2, 4)
+    with pytest.raises(ValueError, match="kernel must be one of .* got 'xformers'"):
+        attend_segments(q, k, v, segments_with_a_shared_prompt(), kernel="xformers")
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="flash-attention varlen needs a CUDA GPU")
 def test_flash_attention_varlen_equals_the_sdpa_buckets_on_gpu():
@@ -119,8 +126,8 @@ def test_flash_attention_varlen_equals_the_sdpa_buckets_on_gpu():
         torch.randn(11, heads, 64, generator=generator, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         for heads in (4, 2, 2)
     )
-    got = flash_varlen_attention(q, k, v, segments, scale=0.125)
-    expected = sdpa_varlen_attention(q, k, v, segments, scale=0.125)
+    got = attend_segments(q, k, v, segments, scale=0.125, kernel="flash_attn")
+    expected = attend_segments(q, k, v, segments, scale=0.125, kernel="sdpa")
     torch.testing.assert_close(got, expected, atol=2e-2, rtol=0)  # bf16: 8 mantissa bits
     grads = torch.autograd.grad(got.float().sum(), (q, k, v))
     expected_grads = torch.autograd.grad(expected.float().sum(), (q, k, v))

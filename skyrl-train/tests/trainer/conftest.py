@@ -96,6 +96,13 @@ def make_config():
     return tiny_config
 
 
+@pytest.fixture(scope="session")
+def make_overrides():
+    """`make_overrides(model_dir, data_dir, out_dir, colocate=True) -> list[str]`: the tiny config as the command-line
+    overrides of a `main_base` process."""
+    return tiny_overrides
+
+
 QUICKSTART_MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)
 LOGPROB_AGREEMENT = 1e-4  # fp32: trainer vs server logprobs of the same tokens under the same weights
 

@@ -1,18 +1,23 @@
 """The async trainers (`trainer.mode` one_step_off and fully_async) through the real stack: staleness stays within
-its bound whether generation is fast or slow, one_step_off trains on data at most one version old, a killed
-fully_async run resumed from its checkpoint trains every prompt it had drawn once, never twice, and after in-flight
+its bound whether generation is fast or slow, one_step_off trains on data at most one version old, a
+fully_async run killed with SIGKILL and resumed from its checkpoint trains every prompt it had drawn once, never twice, and after in-flight
 weight updates the trainer scores every token as the engine version that sampled it did. The async runs leave no
 asyncio task behind: none dropped while pending, no failure left unobserved."""
 
 import gc
 import json
 import logging
-import shutil
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.entrypoints.main_base import BasePPOExp
+from skyrl_train.utils.batch_dump import dump_file_name, load_batch_dump
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -122,37 +127,86 @@ def test_one_step_off_trains_on_data_at_most_one_version_old(ray_cluster, make_c
     assert "timing/wait_generation" not in result.history
 
 
-def test_a_killed_fully_async_run_resumes_without_losing_or_repeating_prompts(
-    ray_cluster, make_config, addition, tmp_path
-):
-    steps = (
+def _trained_prompts(export_dir, steps) -> dict[int, set[str]]:
+    """Per step in `steps`, the dataset uids of the prompts that step trained, read from the run's batch dumps
+    (`trainer.dump_data_batch`; a fully async row's uid is `g<group>/<dataset uid>`)."""
+    trained = {}
+    for step in steps:
+        _, metadata = load_batch_dump(export_dir / "dumped_data" / dump_file_name(step))
+        trained[step] = {uid.split("/", 1)[1] for uid in metadata["uids"]}
+    return trained
+
+
+def _driver(overrides: list[str], log_path) -> subprocess.Popen:
+    """`main_base` as a user starts it, in its own process group, joined to this session's Ray cluster."""
+    import ray
+
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    with open(log_path, "w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "skyrl_train.entrypoints.main_base", *overrides],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+@pytest.mark.timeout(900)
+def test_a_kill_9_of_a_fully_async_run_loses_and_repeats_no_prompt(ray_cluster, make_overrides, addition, tmp_path):
+    """SIGKILL the driver of a fully async run with partial rollouts (weight syncs land inside running rollouts) once
+    its step-2 checkpoint is written, wherever it is then; resume it from its newest checkpoint: every prompt the run
+    had drawn but not trained is trained after the resume or still held, and none is trained twice."""
+    from skyrl_train.utils.checkpoint_io import read_latest_marker
+
+    model, data = addition
+    out = tmp_path / "run"
+    run = make_overrides(model, data, out, colocate=False) + [
+        "environment.env_class=addition",
+        "generator.inference_engine.num_engines=1",
+        "trainer.train_batch_size=4",
+        "trainer.policy_mini_batch_size=4",
         "trainer.mode=fully_async",
         "trainer.async_rl.max_staleness=1",
-        "trainer.async_rl.weight_update_boundary=token",  # partial rollouts: syncs land inside running rollouts
+        "trainer.async_rl.weight_update_boundary=token",
         "trainer.ckpt_interval=1",
+        "trainer.dump_data_batch=true",
+    ]
+    killed = _driver(
+        [*run, "trainer.max_training_steps=50", f"trainer.export_path={tmp_path / 'a'}"], tmp_path / "a.log"
     )
-    first = BasePPOExp(_config(make_config, addition, tmp_path / "a", *steps, "trainer.max_training_steps=3"))
-    assert first.cfg.in_flight_weight_updates()
-    first.run()
-    # "killed after step 2": the step-2 checkpoint holds the prompts drawn but not trained at that moment
-    shutil.rmtree(tmp_path / "a" / "ckpts" / "global_step_3")
-    (tmp_path / "a" / "ckpts" / "latest_checkpointed_step.txt").write_text("2")
-    resumed = BasePPOExp(
-        _config(
-            make_config, addition, tmp_path / "a", *steps, "trainer.max_training_steps=4", "trainer.resume_mode=latest"
-        )
+    deadline = time.monotonic() + 600
+    while (read_latest_marker(str(out / "ckpts")) or 0) < 2:
+        assert killed.poll() is None, (tmp_path / "a.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, (tmp_path / "a.log").read_text()[-3000:]
+        time.sleep(0.1)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    checkpointed = read_latest_marker(str(out / "ckpts"))
+    steps = checkpointed + 2
+    resumed = _driver(
+        [
+            *run,
+            f"trainer.max_training_steps={steps}",
+            "trainer.resume_mode=latest",
+            f"trainer.export_path={tmp_path / 'b'}",
+        ],
+        tmp_path / "b.log",
     )
-    result = resumed.run()
-    assert result.global_step == 4
-    before = [uid for step in first.trainer.used_uids[:2] for uid in step]
-    after = [uid for step in resumed.trainer.used_uids for uid in step]
-    assert len(after) == 2 * 4 and not set(before) & set(after)  # nothing trained twice
-    # nothing lost: every prompt the step-2 checkpoint held as drawn-but-untrained was trained after resuming or is
-    # still held (in the resumed run's own last checkpoint state)
-    saved = json.loads((tmp_path / "a" / "ckpts" / "global_step_2" / "trainer_state.json").read_text())
-    pending = {str(item["uid"]) for item in saved["extra"]["pending_prompts"]}
-    still_held = {str(item["uid"]) for item in resumed.trainer.state()["pending_prompts"]}
-    assert pending and pending <= set(after) | still_held
+    assert resumed.wait(timeout=600) == 0, (tmp_path / "b.log").read_text()[-3000:]
+
+    before = _trained_prompts(tmp_path / "a", range(1, checkpointed + 1))
+    after = _trained_prompts(tmp_path / "b", range(checkpointed + 1, steps + 1))
+    trained = [uid for uids in [*before.values(), *after.values()] for uid in uids]
+    assert all(len(uids) == 4 for uids in [*before.values(), *after.values()])  # 4 prompts a step
+    assert len(set(trained)) == len(trained), f"a prompt was trained twice: before {before}, after {after}"
+    state = json.loads((out / "ckpts" / f"global_step_{checkpointed}" / "trainer_state.json").read_text())
+    pending = {str(item["uid"]) for item in state["extra"]["pending_prompts"]}
+    final = json.loads((out / "ckpts" / f"global_step_{steps}" / "trainer_state.json").read_text())
+    still_held = {str(item["uid"]) for item in final["extra"]["pending_prompts"]}
+    trained_after = set().union(*after.values())
+    assert pending, "the checkpoint held no drawn-but-untrained prompt: the kill tested nothing"
+    assert pending <= trained_after | still_held, f"lost: {pending - trained_after - still_held}"
 
 
 def test_a_registered_workflow_trains_in_fully_async_mode(ray_cluster, make_config, addition, tmp_path):

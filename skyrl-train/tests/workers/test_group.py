@@ -3,6 +3,7 @@
 import asyncio
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -219,3 +220,41 @@ async def test_a_live_ranks_error_that_echoes_a_dead_peer_names_the_dead_rank(ra
             )
     finally:
         group.shutdown()
+
+
+class _PidWorker:
+    """The smallest class WorkerGroup can host: it writes its process id to the config's `pid_folder`, nothing else
+    (no model, no process group)."""
+
+    def __init__(self, role, rank, num_workers, master_addr, master_port, cfg, threads):
+        Path(cfg["pid_folder"], str(rank)).write_text(str(os.getpid()))
+
+    def master_address(self):
+        return "127.0.0.1", 1
+
+
+def test_a_group_that_fails_to_start_a_rank_stops_the_ranks_it_started(ray_cluster, tiny_model_dir, tmp_path):
+    """Rank 1 asks for a placement-group bundle that does not exist (Ray refuses it at submission), after rank 0
+    was already running: the group's constructor raises and rank 0's process is gone, not left holding its CPU while
+    the caller keeps the error (its traceback holds the constructor's frame, and with it rank 0's handle)."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    cfg = {**_policy_config(tiny_model_dir).to_dict(), "pid_folder": str(tmp_path)}
+    bundles = placement_group([{"CPU": 1}])
+    ray.get(bundles.ready())
+    try:
+        with pytest.raises(ValueError, match="bundle index 1 is invalid") as kept:
+            WorkerGroup("policy", _PidWorker, 2, cfg, placement_group=bundles)
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["0"]  # rank 0 ran, rank 1 never started
+        pid = int((tmp_path / "0").read_text())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+    finally:
+        remove_placement_group(bundles)  # which would stop rank 0 too: checked before
+    pytest.fail(f"rank 0 (pid {pid}) is still running after the group failed to start ({kept.value})")

@@ -8,15 +8,7 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
 
-from skyrl_gym.envs.synthetic.base import (
-    Problem,
-    Score,
-    SyntheticEnv,
-    SyntheticTask,
-    check_difficulty,
-    extract_answer,
-    ground_truth_error,
-)
+from skyrl_gym.envs.synthetic import base
 from skyrl_gym.envs.synthetic.expressions import evaluate, parse_expression
 
 MAX_ANSWER_CHARS = 64
@@ -37,7 +29,7 @@ def arithmetic_level(difficulty: int) -> ArithmeticLevel:
 
     1: 2 x 1 digit (+-), 2: 2 x 2 digits (+-), 3: 3 x 2 digits (+-*), 4: 3 x 3 digits, 5: 4 x 3 digits, 6: 4 x 4, ...
     """
-    check_difficulty(difficulty)
+    base.check_difficulty(difficulty)
     return ArithmeticLevel(
         operands=2 + (difficulty - 1) // 2,
         digits=1 + difficulty // 2,
@@ -45,14 +37,14 @@ def arithmetic_level(difficulty: int) -> ArithmeticLevel:
     )
 
 
-def make_problem(rng: random.Random, difficulty: int) -> Problem:
+def make_problem(rng: random.Random, difficulty: int) -> base.Problem:
     """Draw one problem: operands uniform in [0, 10**digits), operators uniform; the question ends with `=`."""
     level = arithmetic_level(difficulty)
     operands = [rng.randrange(10**level.digits) for _ in range(level.operands)]
     operators = [rng.choice(level.operators) for _ in range(level.operands - 1)]
     expression = str(operands[0]) + "".join(op + str(number) for op, number in zip(operators, operands[1:]))
     answer = str(int(evaluate(parse_expression(expression, "+-*"))))
-    return Problem(question=f"{expression}=", ground_truth=answer, answer=answer)
+    return base.Problem(question=f"{expression}=", ground_truth=answer, answer=answer)
 
 
 def count_problems(difficulty: int) -> int:
@@ -72,25 +64,25 @@ def parse_ground_truth(value: Any) -> int:
         return int(value)
     if isinstance(value, str) and _INTEGER.fullmatch(value.strip()) and len(value.strip()) <= MAX_ANSWER_CHARS:
         return int(value.strip())
-    raise ground_truth_error("arithmetic", "an integer or a string holding one, e.g. '42'", value)
+    raise base.ground_truth_error("arithmetic", "an integer or a string holding one, e.g. '42'", value)
 
 
-def score_response(response: str, truth: int) -> Score:
+def score_response(response: str, truth: int) -> base.Score:
     """1.0 when the answer is an integer equal to `truth`, else 0.0 (with the reason in the score)."""
-    answer = extract_answer(response)
+    answer = base.extract_answer(response)
     if len(answer) > MAX_ANSWER_CHARS:
         error = f"answer has {len(answer)} characters; at most {MAX_ANSWER_CHARS} are read"
-        return Score(0.0, False, answer[:MAX_ANSWER_CHARS], error, f"no integer answer: {error}")
+        return base.Score(0.0, False, answer[:MAX_ANSWER_CHARS], error, f"no integer answer: {error}")
     if not _INTEGER.fullmatch(answer):
         reason = "empty answer" if not answer else f"{answer!r} is not an integer"
-        return Score(0.0, False, answer, reason, f"no integer answer: {reason}")
+        return base.Score(0.0, False, answer, reason, f"no integer answer: {reason}")
     value = int(answer)
     if value == truth:
-        return Score(1.0, True, answer, None, f"{value} is correct")
-    return Score(0.0, False, answer, None, f"{value} is wrong; expected {truth}")
+        return base.Score(1.0, True, answer, None, f"{value} is correct")
+    return base.Score(0.0, False, answer, None, f"{value} is wrong; expected {truth}")
 
 
-class ArithmeticEnv(SyntheticEnv):
+class ArithmeticEnv(base.SyntheticEnv):
     """Env `arithmetic`: one turn; the response (or its last `<answer>` tag) must be the exact integer result."""
 
     task_name = "arithmetic"
@@ -98,7 +90,7 @@ class ArithmeticEnv(SyntheticEnv):
     score_response = staticmethod(score_response)
 
 
-TASK = SyntheticTask(
+TASK = base.SyntheticTask(
     name="arithmetic",
     make_problem=make_problem,
     count_problems=count_problems,

@@ -23,15 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_gym.envs.synthetic.base import (
-    Problem,
-    Score,
-    SyntheticEnv,
-    SyntheticTask,
-    check_difficulty,
-    extract_answer,
-    ground_truth_error,
-)
+from skyrl_gym.envs.synthetic import base
 
 _QUESTION = re.compile(r"\s*Convert ([0-9]+) to binary\s*")
 _BITS = re.compile(r"1[01]*|0")
@@ -49,7 +41,7 @@ class BinaryLevel:
 
 def binary_level(difficulty: int) -> BinaryLevel:
     """Difficulty d: numbers of max(1, d - 3) to d decimal digits (6: 3 to 6 digits, 100 to 999999)."""
-    check_difficulty(difficulty)
+    base.check_difficulty(difficulty)
     return BinaryLevel(max(1, difficulty - 3), difficulty)
 
 
@@ -69,13 +61,13 @@ def worked_answer(number: int) -> str:
     return "\n".join(lines) + f"\n<answer>{number:b}</answer>"
 
 
-def make_problem(rng: random.Random, difficulty: int) -> Problem:
+def make_problem(rng: random.Random, difficulty: int) -> base.Problem:
     """Draw a digit count uniformly from the level's range, then the number uniformly among those digit counts
     (1-digit numbers start at 1)."""
     level = binary_level(difficulty)
     digits = rng.randint(level.min_digits, level.max_digits)
     number = rng.randint(1 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
-    return Problem(question=format_question(number), ground_truth=f"{number:b}", answer=worked_answer(number))
+    return base.Problem(question=format_question(number), ground_truth=f"{number:b}", answer=worked_answer(number))
 
 
 def count_problems(difficulty: int) -> int:
@@ -96,40 +88,34 @@ def parse_ground_truth(value: Any) -> str:
     """The expected bits: a string of 0s and 1s without leading zeros (ValueError otherwise)."""
     if isinstance(value, str) and _BITS.fullmatch(value):
         return value
-    raise ground_truth_error("binary", "the number's bits without leading zeros, e.g. '101101'", value)
+    raise base.ground_truth_error("binary", "the number's bits without leading zeros, e.g. '101101'", value)
 
 
-def score_response(response: str, truth: str) -> Score:
+def score_response(response: str, truth: str) -> base.Score:
     """1.0 when the answer (the last `<answer>` tag, else the whole response) is exactly `truth`, else 0.0."""
-    answer = extract_answer(response)
+    answer = base.extract_answer(response)
     if "<answer>" in answer:  # the worked answer wrapped in one more answer tag: its own tag holds the bits
         answer = answer.rsplit("<answer>", 1)[1].strip()
     if len(answer) > MAX_ANSWER_CHARS:
         error = f"answer has {len(answer)} characters; at most {MAX_ANSWER_CHARS} are read"
-        return Score(0.0, False, answer[:MAX_ANSWER_CHARS], error, f"no binary answer: {error}")
+        return base.Score(0.0, False, answer[:MAX_ANSWER_CHARS], error, f"no binary answer: {error}")
     if not _BITS.fullmatch(answer):
         reason = "empty answer" if not answer else f"{answer!r} is not a binary number"
-        return Score(0.0, False, answer, reason, f"no binary answer: {reason}")
+        return base.Score(0.0, False, answer, reason, f"no binary answer: {reason}")
     if answer == truth:
-        return Score(1.0, True, answer, None, f"{answer} is correct")
-    return Score(0.0, False, answer, None, f"{answer} is wrong; expected {truth}")
+        return base.Score(1.0, True, answer, None, f"{answer} is correct")
+    return base.Score(0.0, False, answer, None, f"{answer} is wrong; expected {truth}")
 
 
-class BinaryEnv(SyntheticEnv):
+class BinaryEnv(base.SyntheticEnv):
     """Env `binary`: one turn; the response's last `<answer>` tag (or the whole response) must be the number's bits."""
 
     task_name = "binary"
-
-    def parse_ground_truth(self, value: Any) -> str:
-        """See `parse_ground_truth` of this module."""
-        return parse_ground_truth(value)
-
-    def score(self, response: str, truth: str) -> Score:
-        """See `score_response` of this module."""
-        return score_response(response, truth)
+    parse_ground_truth = staticmethod(parse_ground_truth)
+    score_response = staticmethod(score_response)
 
 
-TASK = SyntheticTask(
+TASK = base.SyntheticTask(
     name="binary",
     make_problem=make_problem,
     count_problems=count_problems,

@@ -13,15 +13,7 @@ from itertools import combinations_with_replacement
 from numbers import Integral
 from typing import Any, NamedTuple, Optional
 
-from skyrl_gym.envs.synthetic.base import (
-    Problem,
-    Score,
-    SyntheticEnv,
-    SyntheticTask,
-    check_difficulty,
-    extract_answer,
-    ground_truth_error,
-)
+from skyrl_gym.envs.synthetic import base
 from skyrl_gym.envs.synthetic.expressions import (
     ExpressionError,
     evaluate,
@@ -58,7 +50,7 @@ _LEVELS = {
 def countdown_level(difficulty: int) -> CountdownLevel:
     """Difficulty 1: two numbers up to 20, target up to 50; each level adds a number and raises the ranges (table
     `_LEVELS`); beyond 5: d+1 numbers up to 100, target up to 1000*(d-4)."""
-    check_difficulty(difficulty)
+    base.check_difficulty(difficulty)
     if difficulty in _LEVELS:
         return _LEVELS[difficulty]
     return CountdownLevel(difficulty + 1, 100, 1000 * (difficulty - 4), True)
@@ -115,7 +107,7 @@ def format_question(numbers: list[int] | tuple[int, ...], target: int) -> str:
     return f"Use {' '.join(str(n) for n in numbers)} to make {target}"
 
 
-def make_problem(rng: random.Random, difficulty: int) -> Problem:
+def make_problem(rng: random.Random, difficulty: int) -> base.Problem:
     """Draw sorted numbers and build a random expression using all of them; its value (in range, not equal to any
     given number) is the target, so every problem is solvable. The reference answer is that expression."""
     level = countdown_level(difficulty)
@@ -123,7 +115,7 @@ def make_problem(rng: random.Random, difficulty: int) -> Problem:
         numbers = sorted(rng.randint(1, level.max_number) for _ in range(level.count))
         term = _build(rng, numbers, level.division)
         if 1 <= term.value <= level.max_target and term.value not in numbers:
-            return Problem(
+            return base.Problem(
                 question=format_question(numbers, term.value),
                 ground_truth={"numbers": numbers, "target": term.value},
                 answer=term.text,
@@ -213,9 +205,9 @@ def parse_ground_truth(value: Any) -> CountdownTruth:
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            raise ground_truth_error("countdown", expected, value) from None
+            raise base.ground_truth_error("countdown", expected, value) from None
     if not isinstance(value, dict) or "numbers" not in value or "target" not in value:
-        raise ground_truth_error("countdown", expected, value)
+        raise base.ground_truth_error("countdown", expected, value)
     raw_numbers = value["numbers"]
     raw_numbers = raw_numbers.tolist() if hasattr(raw_numbers, "tolist") else raw_numbers
     if not isinstance(raw_numbers, (list, tuple)) or not raw_numbers:
@@ -252,29 +244,29 @@ def _number_misuse(used: list[int], given: tuple[int, ...]) -> Optional[str]:
     return None
 
 
-def score_response(response: str, truth: CountdownTruth, format_reward: float = 0.0) -> Score:
+def score_response(response: str, truth: CountdownTruth, format_reward: float = 0.0) -> base.Score:
     """1.0 when the answer is an allowed expression over the given numbers (each at most once) whose exact value is
     the target; `format_reward` for such an expression with another value; 0.0 for anything invalid."""
-    answer = extract_answer(response)
+    answer = base.extract_answer(response)
     try:
         node = parse_expression(_strip_claimed_result(answer))
     except ExpressionError as exc:
-        return Score(0.0, False, answer, str(exc), f"invalid expression: {exc}")
+        return base.Score(0.0, False, answer, str(exc), f"invalid expression: {exc}")
     misuse = _number_misuse(literals(node), truth.numbers)
     if misuse:
-        return Score(0.0, False, answer, misuse, f"invalid expression: {misuse}")
+        return base.Score(0.0, False, answer, misuse, f"invalid expression: {misuse}")
     try:
         value = evaluate(node)
     except ExpressionError as exc:
-        return Score(0.0, False, answer, str(exc), f"expression has no value: {exc}")
+        return base.Score(0.0, False, answer, str(exc), f"expression has no value: {exc}")
     details = {"value": format_fraction(value), "target": truth.target}
     if value == Fraction(truth.target):
-        return Score(1.0, True, answer, None, f"expression equals the target {truth.target}", details)
+        return base.Score(1.0, True, answer, None, f"expression equals the target {truth.target}", details)
     reason = f"valid expression equal to {format_fraction(value)}, not the target {truth.target}"
-    return Score(float(format_reward), False, answer, None, reason, details)
+    return base.Score(float(format_reward), False, answer, None, reason, details)
 
 
-class CountdownEnv(SyntheticEnv):
+class CountdownEnv(base.SyntheticEnv):
     """Env `countdown`: one turn; the response (or its last `<answer>` tag) is an expression over the given numbers.
 
     env_config: `format_reward` (float in [0, 1), default 0.0) is the reward for a valid expression with a wrong value.
@@ -294,7 +286,7 @@ class CountdownEnv(SyntheticEnv):
         return {"format_reward": float(format_reward)}
 
 
-TASK = SyntheticTask(
+TASK = base.SyntheticTask(
     name="countdown",
     make_problem=make_problem,
     count_problems=count_problems,

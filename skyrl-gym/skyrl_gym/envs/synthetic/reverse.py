@@ -7,15 +7,7 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-from skyrl_gym.envs.synthetic.base import (
-    Problem,
-    Score,
-    SyntheticEnv,
-    SyntheticTask,
-    check_difficulty,
-    extract_answer,
-    ground_truth_error,
-)
+from skyrl_gym.envs.synthetic import base
 
 _ALPHABETS = (
     string.ascii_lowercase[:5],
@@ -38,16 +30,16 @@ class ReverseLevel:
 
 def reverse_level(difficulty: int) -> ReverseLevel:
     """Length from d+2 to 2d+3; alphabet a-e (1), a-j (2), a-z (3), a-z0-9 (4), a-zA-Z0-9 (5 and up)."""
-    check_difficulty(difficulty)
+    base.check_difficulty(difficulty)
     return ReverseLevel(difficulty + 2, 2 * difficulty + 3, _ALPHABETS[min(difficulty, len(_ALPHABETS)) - 1])
 
 
-def make_problem(rng: random.Random, difficulty: int) -> Problem:
+def make_problem(rng: random.Random, difficulty: int) -> base.Problem:
     """Draw a length uniformly from the level's range, then each character uniformly from its alphabet."""
     level = reverse_level(difficulty)
     length = rng.randint(level.min_length, level.max_length)
     text = "".join(rng.choice(level.alphabet) for _ in range(length))
-    return Problem(question=_PREFIX + text, ground_truth=text[::-1], answer=text[::-1])
+    return base.Problem(question=_PREFIX + text, ground_truth=text[::-1], answer=text[::-1])
 
 
 def count_problems(difficulty: int) -> int:
@@ -66,7 +58,7 @@ def solve(question: str) -> str:
 def parse_ground_truth(value: Any) -> str:
     """The expected (already reversed) string; must be a non-empty str."""
     if not isinstance(value, str) or not value:
-        raise ground_truth_error("reverse", "the non-empty expected string (the input reversed)", value)
+        raise base.ground_truth_error("reverse", "the non-empty expected string (the input reversed)", value)
     return value
 
 
@@ -76,20 +68,20 @@ def position_credit(answer: str, truth: str) -> float:
     return matches / max(len(answer), len(truth))
 
 
-def score_response(response: str, truth: str, partial_credit: bool = False) -> Score:
+def score_response(response: str, truth: str, partial_credit: bool = False) -> base.Score:
     """1.0 for an exact match; otherwise `position_credit` if `partial_credit`, else 0.0."""
-    answer = extract_answer(response)
+    answer = base.extract_answer(response)
     if answer == truth:
-        return Score(1.0, True, answer, None, "exact match")
+        return base.Score(1.0, True, answer, None, "exact match")
     credit = position_credit(answer, truth)
     details = {"position_credit": credit}
     reward = credit if partial_credit else 0.0
     parse_error = "empty answer" if not answer else None
     reason = f"expected {truth!r}; {credit:.0%} of positions match"
-    return Score(reward, False, answer, parse_error, reason, details)
+    return base.Score(reward, False, answer, parse_error, reason, details)
 
 
-class ReverseEnv(SyntheticEnv):
+class ReverseEnv(base.SyntheticEnv):
     """Env `reverse`: one turn; the response (or its last `<answer>` tag) must be the question's string reversed.
 
     env_config: `partial_credit` (bool, default False) rewards a wrong answer with the fraction of positions right.
@@ -109,7 +101,7 @@ class ReverseEnv(SyntheticEnv):
         return {"partial_credit": partial_credit}
 
 
-TASK = SyntheticTask(
+TASK = base.SyntheticTask(
     name="reverse",
     make_problem=make_problem,
     count_problems=count_problems,

@@ -57,11 +57,19 @@ without gathers (resharding only across data-parallel ranks). megatron-core's de
 `fully_sharded_model_space`, is listed as deprecated there."""
 
 
-def megatron_optimizer_kwargs(config: OptimizerConfig, params_dtype: torch.dtype) -> dict[str, Any]:
-    """Keyword arguments of megatron-core's `OptimizerConfig` from a role's `optimizer` section (distributed Adam)."""
+def megatron_optimizer_kwargs(
+    config: OptimizerConfig, params_dtype: torch.dtype, megatron: Optional[MegatronConfig] = None
+) -> dict[str, Any]:
+    """Keyword arguments of megatron-core's `OptimizerConfig` from a role's `optimizer` section (distributed Adam)
+    and, when given, its `megatron` section's optimizer settings (CPU offload, precision-aware optimizer)."""
     if len(config.adam_betas) != 2:
         raise ValueError(f"optimizer.adam_betas must hold two numbers (beta1, beta2), got {config.adam_betas}")
+    megatron = megatron or MegatronConfig()
     return dict(
+        optimizer_cpu_offload=megatron.optimizer_cpu_offload,
+        optimizer_offload_fraction=float(megatron.optimizer_offload_fraction),
+        overlap_cpu_optimizer_d2h_h2d=megatron.overlap_cpu_optimizer_d2h_h2d,
+        use_precision_aware_optimizer=megatron.use_precision_aware_optimizer,
         optimizer="adam",
         lr=config.lr,
         weight_decay=config.weight_decay,
@@ -183,7 +191,9 @@ class MegatronStrategy:
             ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=True)
             self.ddp_model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=gpt)
             self.optimizer = get_megatron_optimizer(
-                McoreOptimizerConfig(**megatron_optimizer_kwargs(self.optimizer_config, self.params_dtype)),
+                McoreOptimizerConfig(
+                    **megatron_optimizer_kwargs(self.optimizer_config, self.params_dtype, self.megatron)
+                ),
                 [self.ddp_model],
             )
             # The LR schedule is a transformers schedule stepped on a one-parameter holder; its lr is copied into
@@ -210,13 +220,20 @@ class MegatronStrategy:
         loss.backward()
 
     def offload_optimizer(self) -> int:
-        """Move the distributed optimizer's Adam state to CPU; returns the bytes moved."""
+        """Move the distributed optimizer's Adam state to CPU; returns the bytes moved. Nothing moves with
+        `megatron.optimizer_cpu_offload`: megatron-core's hybrid optimizer already keeps its share there and places
+        the rest itself."""
+        if self.megatron.optimizer_cpu_offload:
+            return 0
         moved = sum(move_optimizer_state(inner, torch.device("cpu")) for inner in _inner_optimizers(self.optimizer))
         self.optimizer_offloaded = True
         return moved
 
     def reload_optimizer(self) -> int:
-        """Bring an offloaded optimizer state back to the GPU; returns the bytes moved."""
+        """Bring an offloaded optimizer state back to the GPU; returns the bytes moved (none with
+        `megatron.optimizer_cpu_offload`, whose CPU share stays on the CPU)."""
+        if self.megatron.optimizer_cpu_offload:
+            return 0
         moved = sum(move_optimizer_state(inner, self.device) for inner in _inner_optimizers(self.optimizer))
         self.optimizer_offloaded = False
         return moved

@@ -248,3 +248,38 @@ def test_a_megatron_checkpoint_passes_the_pickle_guard_and_a_planted_metadata_do
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "refused: " in completed.stdout and "names pathlib.Path.touch" in completed.stdout
+
+
+def test_cpu_offload_settings_reach_megatron_cores_optimizer_config():
+    """The role's offload settings go into megatron-core's real `OptimizerConfig` (built here on CPU); its
+    `get_megatron_optimizer` then builds the `HybridDeviceOptimizer`, which needs CUDA (test_megatron_gpu.py)."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.optimizer import OptimizerConfig as McoreOptimizerConfig
+
+    from skyrl_train.config.roles import OptimizerConfig
+    from skyrl_train.workers.strategy.megatron import megatron_optimizer_kwargs
+
+    offload = MegatronConfig(
+        optimizer_cpu_offload=True, optimizer_offload_fraction=0.75, overlap_cpu_optimizer_d2h_h2d=True
+    )
+    built = McoreOptimizerConfig(**megatron_optimizer_kwargs(OptimizerConfig(), torch.bfloat16, offload))
+    assert (
+        built.optimizer_cpu_offload and built.overlap_cpu_optimizer_d2h_h2d and not built.use_precision_aware_optimizer
+    )
+    assert built.optimizer_offload_fraction == 0.75 and built.decoupled_weight_decay  # AdamW: the hybrid one needs it
+    # megatron-core checks Transformer Engine's version for the precision-aware optimizer, so on this machine (no
+    # TE) only the keyword is checked
+    aware = MegatronConfig(use_precision_aware_optimizer=True)
+    assert megatron_optimizer_kwargs(OptimizerConfig(), torch.bfloat16, aware)["use_precision_aware_optimizer"] is True
+    default = McoreOptimizerConfig(**megatron_optimizer_kwargs(OptimizerConfig(), torch.bfloat16))
+    assert not default.optimizer_cpu_offload and default.optimizer_offload_fraction == 0.0
+
+
+def test_with_cpu_offload_the_colocated_offload_moves_nothing():
+    """megatron-core's hybrid optimizer places its own state; the sleep/wake offload leaves it alone."""
+    strategy = object.__new__(MegatronStrategy)  # no CUDA here: only the offload methods are exercised
+    strategy.megatron = MegatronConfig(optimizer_cpu_offload=True, optimizer_offload_fraction=1.0)
+    strategy.optimizer = None  # would fail if the methods touched it
+    strategy.optimizer_offloaded = False
+    assert strategy.offload_optimizer() == 0 and strategy.reload_optimizer() == 0
+    assert strategy.optimizer_offloaded is False
