@@ -24,6 +24,7 @@ Which scripts count:
 
 import argparse
 import contextlib
+import datetime
 import io
 import json
 import os
@@ -39,6 +40,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,7 +126,7 @@ def feature_of(problem: str) -> str:
         return re.sub(r"\.lora\.\w+$", ".lora", key) + " (not supported yet)"
     if head.count("(") > head.count(")"):  # the refusal is a parenthetical: the feature is what it says
         head = head.rsplit("(", 1)[1]
-    elif re.match(r"'?[\w.]+=\S*?'?: ", head):  # `key=value: feature ...`
+    elif re.match(r"'?[+~]?[\w.]+=\S*?'?: ", head):  # `key=value: feature ...`
         head = head.split(": ", 1)[1]
     else:
         for marker in (" needs ", " is "):
@@ -305,9 +307,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-replay", action="store_true", help="only record the calls (use with --json)")
     parser.add_argument("--list", action="store_true", help="print every script, not only the failing ones")
+    parser.add_argument(
+        "--summary",
+        type=Path,
+        help="also write the counts and blockers per layout here (benchmarks/results/upstream_scripts.json is "
+        "rendered on docs/migrating-from-skyrl.md)",
+    )
     args = parser.parse_args(argv)
     names = list(LAYOUTS) if args.layout == "both" else [args.layout]
     report = {}
+    summary: dict[str, Any] = {"date": datetime.date.today().isoformat(), "layouts": {}}
     for name in names:
         results = count_layout(
             args.upstream, LAYOUTS[name], args.jobs, not args.no_replay, args.in_process, tuple(args.assume_key)
@@ -338,8 +347,19 @@ def main(argv: list[str] | None = None) -> int:
         for feature, count, only in blockers(results):
             print(f"    {count:3d} / {only:3d}  {feature}")
         report[name] = [asdict(r) | {"passed": r.passed, "refused_by_name": r.refused_by_name} for r in results]
+        summary["layouts"][name] = {
+            "commit": commit,
+            "scripts": len(results),
+            "passed": len(passed),
+            "refused_by_name": len(refused),
+            "other_failures": len(results) - len(passed) - len(refused),
+            "blockers": [{"feature": f, "scripts": n, "alone": only} for f, n, only in blockers(results)],
+            "not_passing": [r.path for r in results if not r.passed],
+        }
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
+    if args.summary:
+        args.summary.write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
 

@@ -83,3 +83,19 @@ def test_a_plain_config_error_beside_a_refusal_is_another_failure():
     assert not counter._refused_by_name(message)
     call = counter.Call("skyrl_train.entrypoints.main_base", [], exit_code=2, message=message)
     assert not counter.ScriptResult("x.sh", [call]).refused_by_name
+
+
+def test_a_refused_upstream_override_with_hydras_plus_prefix_is_counted_by_its_feature():
+    """SkyRL's scripts add keys with Hydra's `+key=value`; the refusal quotes the override, and the counter reports
+    the feature, so every script with that override lands under one blocker."""
+    from skyrl_train.config.errors import UnsupportedFeatureError
+
+    key = "+trainer.policy.megatron_config.transformer_config_kwargs.num_layers_in_last_pipeline_stage"
+    features = set()
+    for value in (4, 16):
+        with pytest.raises(UnsupportedFeatureError) as refused:
+            SkyRLConfig.from_cli_overrides([f"{key}={value}"])
+        message = f"config error:\n- {refused.value}"
+        assert counter._refused_by_name(message)
+        features |= {counter.feature_of(problem) for problem in counter.problems_of(message)}
+    assert features == {"uneven pipeline stages"}
