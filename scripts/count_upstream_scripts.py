@@ -11,7 +11,8 @@ script demands (`${NAME:?...}`) set to placeholder paths, and `uv`, `python` and
 record the module and arguments of each `-m <module>` call instead of running it. Each recorded training call is
 then run from this repo's root as `python -m <module> <args> --dry-run`, with the module path exactly as the script
 wrote it. A script passes when all its calls exit 0; a failing one counts as "refused by name" when every problem
-its message lists names a feature as not supported (here or yet). The summary ends with what blocks the others:
+its message lists says "not supported here" (the phrase with which this project refuses a feature by name, `yet` or
+not; validation words every such refusal that way). The summary ends with what blocks the others:
 per feature, the scripts it blocks and those it alone blocks. `--assume-key` leaves a key's overrides out of the
 replay, to count as if a key another branch adds were there.
 
@@ -23,6 +24,7 @@ Which scripts count:
 
 import argparse
 import contextlib
+import datetime
 import io
 import json
 import os
@@ -38,6 +40,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,8 +106,8 @@ class ScriptResult:
         return not self.passed and all(call.exit_code == 0 or _refused_by_name(call.message) for call in self.calls)
 
 
-NAMED_REFUSALS = ("not supported here", "not supported yet", "is not wired into")
-"""Phrases with which this project refuses a feature by name (anything else is a plain config error)."""
+NAMED_REFUSAL = "not supported here"
+"""The phrase with which this project refuses a feature by name (anything else is a plain config error)."""
 
 
 def problems_of(message: str) -> list[str]:
@@ -115,17 +118,21 @@ def problems_of(message: str) -> list[str]:
 
 
 def feature_of(problem: str) -> str:
-    """The feature a named refusal names (the problem itself, shortened, when it names none)."""
-    if "is not wired into" in problem:
-        return problem.split(": ", 1)[-1]
-    if " is not supported yet" in problem:
-        key = re.sub(r"trainer\.(policy|ref|critic)\.", "trainer.<role>.", problem.split("=", 1)[0])
-        return re.sub(r"\.lora\.\w+$", ".lora", key) + " (not supported yet)"
+    """The feature a named refusal names: the refused key for `key=value is not supported here yet` (roles merged),
+    else the words before "not supported here" (the problem itself, shortened, when it names none)."""
     head = re.split(r" (?:is|are) not supported here", problem, maxsplit=1)[0]
-    for marker in ("': ", " needs ", "(", " is "):
-        if marker in head:
-            head = head.split(marker, 1)[1] if marker != "(" else head.rsplit(marker, 1)[1]
-            break
+    if re.fullmatch(r"[\w.]+=\S+", head) and " is not supported here yet" in problem:
+        key = re.sub(r"trainer\.(policy|ref|critic)\.", "trainer.<role>.", head.split("=", 1)[0])
+        return re.sub(r"\.lora\.\w+$", ".lora", key) + " (not supported yet)"
+    if head.count("(") > head.count(")"):  # the refusal is a parenthetical: the feature is what it says
+        head = head.rsplit("(", 1)[1]
+    elif re.match(r"'?[+~]?[\w.]+=\S*?'?: ", head):  # `key=value: feature ...`
+        head = head.split(": ", 1)[1]
+    else:
+        for marker in (" needs ", " is "):
+            if marker in head:
+                head = head.split(marker, 1)[1]
+                break
     return head.split(", which", 1)[0].rstrip(", ")[:120]
 
 
@@ -145,7 +152,7 @@ def blockers(results: list[ScriptResult]) -> list[tuple[str, int, int]]:
 
 
 def _refused_by_name(message: str) -> bool:
-    return all(any(phrase in problem for phrase in NAMED_REFUSALS) for problem in problems_of(message))
+    return all(NAMED_REFUSAL in problem for problem in problems_of(message))
 
 
 def export_tree(upstream: Path, revision: str, subdir: str, target: Path) -> None:
@@ -300,9 +307,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-replay", action="store_true", help="only record the calls (use with --json)")
     parser.add_argument("--list", action="store_true", help="print every script, not only the failing ones")
+    parser.add_argument(
+        "--summary",
+        type=Path,
+        help="also write the counts and blockers per layout here (benchmarks/results/upstream_scripts.json is "
+        "rendered on docs/migrating-from-skyrl.md)",
+    )
     args = parser.parse_args(argv)
     names = list(LAYOUTS) if args.layout == "both" else [args.layout]
     report = {}
+    summary: dict[str, Any] = {"date": datetime.date.today().isoformat(), "layouts": {}}
     for name in names:
         results = count_layout(
             args.upstream, LAYOUTS[name], args.jobs, not args.no_replay, args.in_process, tuple(args.assume_key)
@@ -333,8 +347,19 @@ def main(argv: list[str] | None = None) -> int:
         for feature, count, only in blockers(results):
             print(f"    {count:3d} / {only:3d}  {feature}")
         report[name] = [asdict(r) | {"passed": r.passed, "refused_by_name": r.refused_by_name} for r in results]
+        summary["layouts"][name] = {
+            "commit": commit,
+            "scripts": len(results),
+            "passed": len(passed),
+            "refused_by_name": len(refused),
+            "other_failures": len(results) - len(passed) - len(refused),
+            "blockers": [{"feature": f, "scripts": n, "alone": only} for f, n, only in blockers(results)],
+            "not_passing": [r.path for r in results if not r.passed],
+        }
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
+    if args.summary:
+        args.summary.write_text(json.dumps(summary, indent=1) + "\n")
     return 0
 
 

@@ -172,6 +172,13 @@ ITEMS: tuple[Item, ...] = (
          (quickstart("colocated_2gpu", *TWO_GPUS, VLLM),), gpus=2, budget_s=90),
     Item("nccl_broadcast", "NCCL broadcast from a sender on one GPU into an engine on another", "vllm",
          (pytest_args("skyrl-train/tests/weight_sync/test_nccl_broadcast.py", marker="gpu"),), gpus=2, budget_s=45),
+    Item("vllm_tp2", "M2: a vLLM engine with tensor_parallel_size=2 serves the weights each rank loaded after an "
+         "update; then colocated with 2 FSDP2 ranks on 2 GPUs (its ranks are Ray workers of vLLM's Ray executor), 3 GRPO "
+         "steps with auto sync into both ranks' load_weights", "vllm",
+         (pytest_args("skyrl-train/tests/inference/test_vllm_tensor_parallel_gpu.py", marker="gpu"),
+          quickstart("vllm_tp2", *TWO_GPUS, VLLM, "generator.inference_engine.num_engines=1",
+                     "generator.inference_engine.tensor_parallel_size=2", verify=False)),
+         gpus=2, budget_s=150, tp=2),
     Item("sglang_tp2", "M2: an SGLang engine with tensor_parallel_size=2 on its own 2 GPUs + 1 FSDP2 rank on a third, "
          "NCCL broadcast into both of its workers", "sglang",
          (quickstart("sglang_tp2", "trainer.placement.colocate_all=false", *ONE_GPU, *SGLANG,
@@ -333,7 +340,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     """Parse the flags, then print the plan (`--dry-run`) or run it."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: 1; the 2-GPU items need 2)")
-    parser.add_argument("--tp", type=int, default=1, choices=(1, 2), help="2 adds the SGLang TP=2 item (3 GPUs)")
+    parser.add_argument(
+        "--tp", type=int, default=1, choices=(1, 2), help="2 adds the TP=2 items (vLLM: 2 GPUs, SGLang: 3)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit 0 (works on any machine)")
     parser.add_argument("--no-setup", action="store_true", help="do not build missing venvs (their items fail)")
     parser.add_argument("--logs", default=os.environ.get("SKYRL_GPU_SMOKE_LOGS", str(ROOT / "gpu_smoke_logs")))

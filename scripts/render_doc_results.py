@@ -499,6 +499,29 @@ def render_same_numbers(data: dict) -> str:
     )
 
 
+def render_upstream_scripts(data: dict) -> str:
+    """scripts/count_upstream_scripts.py --summary: how many of upstream SkyRL's run scripts pass `--dry-run` here,
+    per layout, and the features that stop the others (all refused by name)."""
+    lines = ["| upstream layout (commit) | scripts | pass `--dry-run` | refused by name | other failures |"]
+    lines.append("|---|---|---|---|---|")
+    for name, layout in data["layouts"].items():
+        lines.append(
+            f"| {name} ({layout['commit']}) | {layout['scripts']} | {layout['passed']} | {layout['refused_by_name']} "
+            f"| {layout['other_failures']} |"
+        )
+    lines += ["", "| layout | feature refused here | scripts it stops | scripts only it stops |", "|---|---|---|---|"]
+    for name, layout in data["layouts"].items():
+        for blocker in layout["blockers"]:
+            feature = blocker["feature"].replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            lines.append(f"| {name} | {feature} | {blocker['scripts']} | {blocker['alone']} |")
+    return with_note(
+        lines,
+        f"Counted {data['date']} with `python scripts/count_upstream_scripts.py <SkyRL clone> --in-process --summary "
+        "benchmarks/results/upstream_scripts.json`: each script as upstream ships it, with only its data and model "
+        "paths pointed at local folders (`benchmarks/results/upstream_scripts.json`).",
+    )
+
+
 RENDERERS = {
     "code_choices": render_code_choices,
     "dynamic_sampling": render_dynamic_sampling,
@@ -517,6 +540,7 @@ RENDERERS = {
     "quickstart_modes": render_quickstart_modes,
     "off_policy_corrections": render_off_policy_corrections,
     "redesign_same_numbers": render_same_numbers,
+    "upstream_scripts": render_upstream_scripts,
 }
 PREFIX_RENDERERS = {"async_vs_sync": render_async_vs_sync, "async_timeline": render_async_timeline}
 """Results files named `<prefix>...` (one benchmark, several measured configs); called with `name` too when they

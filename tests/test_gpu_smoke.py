@@ -47,6 +47,7 @@ REQUIRED = {
     "LoRA sync to vLLM": "lora_vllm",
     "skyrl-tx with the vLLM sampler": "skyrl_tx_vllm_sampler",
     "an engine with TP=2 (M2)": "sglang_tp2",
+    "a vLLM engine with TP=2 (M2)": "vllm_tp2",
     "packed micro-batches through flash-attention": "packing_flash",
 }
 
@@ -87,7 +88,7 @@ def test_the_quickstart_items_run_configs_that_validate():
                 base = quickstart.quickstart_overrides("/model", Path("/data"), Path("/out"))
                 SkyRLConfig.from_cli_overrides(base + overrides)  # raises ConfigValidationError naming the key
                 checked += 1
-    assert checked == 7
+    assert checked == 8
 
 
 def test_the_untimed_model_build_is_the_quickstarts_model():

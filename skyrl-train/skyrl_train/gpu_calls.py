@@ -75,6 +75,7 @@ GPU_MODULES: tuple[GpuModule, ...] = (
         ("vllm", "torch.cuda"),
         {
             "self.llm": LLM,
+            "llm": LLM,
             "self.llm.llm_engine": LLM_ENGINE,
             "engine": LLM_ENGINE,
             "self._vllm_sampling_params": "vllm.SamplingParams",
@@ -82,6 +83,11 @@ GPU_MODULES: tuple[GpuModule, ...] = (
             "self._lora_request_cls": "vllm.lora.request.LoRARequest",
             "worker": WORKER,
         },
+    ),
+    GpuModule(
+        TRAIN + "inference/vllm_stepping.py",
+        ("vllm",),
+        {"self.llm": LLM, "self.llm.llm_engine": LLM_ENGINE, "engine": LLM_ENGINE},
     ),
     GpuModule(TRAIN + "inference/vllm_worker_extension.py", ("vllm",), {"self": WORKER}),
     GpuModule(
@@ -149,7 +155,7 @@ def _calls(module: str, *rows: tuple) -> tuple[LibraryCall, ...]:
 VLLM_ENGINE_KWARGS = (
     "model", "tokenizer", "dtype", "seed", "max_num_seqs", "tensor_parallel_size", "gpu_memory_utilization",
     "enable_prefix_caching", "enforce_eager", "logprobs_mode", "enable_sleep_mode", "max_model_len", "enable_lora",
-    "max_lora_rank", "max_loras",
+    "max_lora_rank", "max_loras", "distributed_executor_backend",
 )  # fmt: skip
 """`vllm_engine.llm_kwargs` (every key it can set)."""
 
@@ -215,17 +221,20 @@ CALLS: tuple[LibraryCall, ...] = (
         (LLM_ENGINE + ".add_lora", dict(audit="V12")),
         (LLM_ENGINE + ".remove_lora", dict(audit="V12")),
         (LLM_ENGINE + ".model_config", dict(audit="V6")),
-        # the engine loop of in-flight (token-boundary) weight updates
-        LLM_ENGINE + ".add_request",
-        LLM_ENGINE + ".step",
-        LLM_ENGINE + ".has_unfinished_requests",
-        LLM_ENGINE + ".abort_request",
         LLM_ENGINE + ".reset_prefix_cache",
         LLM_ENGINE + ".set_weight_version",
         ("vllm.sampling_params.RequestOutputKind.FINAL_ONLY", dict(check="exists")),
         (WORKER + ".model_runner.model", dict(defined=GPU_MODEL, audit="V6")),
         (WORKER + ".model_runner.model.named_parameters", dict(defined=GPU_MODEL, check="exists")),
         ("torch.cuda.mem_get_info", dict(audit="V4")),
+    ),
+    *_calls(
+        TRAIN + "inference/vllm_stepping.py",
+        # the engine loop of in-flight (token-boundary) weight updates
+        LLM_ENGINE + ".add_request",
+        LLM_ENGINE + ".step",
+        LLM_ENGINE + ".has_unfinished_requests",
+        LLM_ENGINE + ".abort_request",
     ),
     *_calls(
         TRAIN + "inference/vllm_worker_extension.py",

@@ -2,8 +2,13 @@
 
 A bundle holds one GPU (or, on CPU machines, `num_cpus_per_worker` CPUs). Colocated, rank i of every role and
 engine i share bundle i, each taking an equal fraction of it; they take turns (engines sleep while training). In a
-separate placement an engine's bundle holds `tensor_parallel_size` GPUs, all of them its actor's (Ray then shows the
-actor exactly those, and SGLang starts one tensor-parallel worker on each).
+separate placement an sglang engine's bundle holds `tensor_parallel_size` GPUs, all of them its actor's (Ray then
+shows the actor exactly those, and SGLang starts one tensor-parallel worker on each).
+
+A vllm engine with `tensor_parallel_size` > 1 on GPUs spans `tensor_parallel_size` one-GPU bundles instead (colocated:
+policy ranks i*tp .. i*tp+tp-1's bundles; separate: as many one-GPU bundles of the engines' own group): vLLM's Ray
+executor accepts only placement-group bundles of one GPU and starts one Ray worker per tensor-parallel rank in the
+bundles it is told (`vllm_tensor_parallel_layout`). The engine actor itself sits in the first of them.
 """
 
 from __future__ import annotations
@@ -139,17 +144,49 @@ def bundle_nodes(group: Any) -> list[str]:
     return [table["bundles_to_node_id"][index] for index in sorted(table["bundles_to_node_id"])]
 
 
-def engine_count(cfg: Any) -> int:
-    """Engine actors to start (`num_engines`)."""
-    return cfg.generator.inference_engine.num_engines
+def runs_vllm_ray_workers(backend: str, tensor_parallel_size: int, device: str) -> bool:
+    """Whether an engine runs its tensor-parallel ranks as Ray workers of vLLM's Ray executor (vllm, size > 1, CUDA)."""
+    return backend == "vllm" and tensor_parallel_size > 1 and device.split(":")[0] == "cuda"
 
 
-def engine_gpus(cfg: Any) -> int:
-    """Whole GPUs of one engine's bundle in a separate placement: its tensor-parallel size on CUDA, 0 on CPU.
-    (Validation allows a size above 1 only where it works: the sglang engine, not colocated.)"""
-    if cfg.resolved_device() != "cuda":
-        return 0
-    return cfg.generator.inference_engine.tensor_parallel_size
+def engine_bundles(cfg: Any) -> tuple[int, int]:
+    """(bundles, whole GPUs per bundle) of the engines' own group in a separate placement: one bundle of
+    `tensor_parallel_size` GPUs per engine (sglang, or size 1), `num_engines * tensor_parallel_size` one-GPU bundles
+    for a tensor-parallel vllm engine (vLLM's Ray executor takes one-GPU bundles only), no GPUs on CPU."""
+    engine = cfg.generator.inference_engine
+    device = cfg.resolved_device()
+    if device != "cuda":
+        return engine.num_engines, 0
+    if runs_vllm_ray_workers(engine.backend, engine.tensor_parallel_size, device):
+        return engine.num_engines * engine.tensor_parallel_size, 1
+    return engine.num_engines, engine.tensor_parallel_size
+
+
+@dataclass(frozen=True)
+class TensorParallelLayout:
+    """Where the pieces of one tensor-parallel vllm engine go in its placement group: its actor's bundle and GPU
+    share, and the bundles (one per tensor-parallel rank, rank order) and GPU share of the Ray workers vLLM starts."""
+
+    actor_bundle: int
+    actor_gpus: float
+    worker_bundles: tuple[int, ...]
+    worker_gpus: float
+
+
+def vllm_tensor_parallel_layout(
+    index: int, tensor_parallel_size: int, bundle_offset: int, gpu_share: float
+) -> TensorParallelLayout:
+    """Engine `index`'s layout: bundles `bundle_offset + index * tp` onwards, `tp` of them, each giving the engine
+    `gpu_share` of its GPU (colocated: 1 / the roles sharing it; separate: 1). The actor and rank 0's worker share
+    the first bundle's share half and half (the actor receives the weights on that GPU and hands them to vLLM); every
+    worker asks for the same half, so each rank's GPU keeps the other half of the engine's share unused."""
+    if tensor_parallel_size < 2:
+        raise ValueError(f"a tensor-parallel layout needs tensor_parallel_size >= 2, got {tensor_parallel_size}")
+    if not 0 < gpu_share <= 1:
+        raise ValueError(f"an engine's GPU share of a bundle must be in (0, 1], got {gpu_share}")
+    first = bundle_offset + index * tensor_parallel_size
+    half = gpu_share / 2
+    return TensorParallelLayout(first, half, tuple(range(first, first + tensor_parallel_size)), half)
 
 
 def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Placement:
@@ -182,10 +219,10 @@ def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Plac
         group = _reserve(role, [_bundle(cpus, gpu) for _ in range(layout.workers)], layout.strategy, timeout_s)
         plan.groups.append(group)
         plan.slots[role] = RoleSlot(group, 0, cpus, gpu)
-    engines, per_engine = engine_count(cfg), engine_gpus(cfg)
-    group = _reserve("engines", [_bundle(cpus, per_engine) for _ in range(engines)], "STRICT_PACK", timeout_s)
+    bundles, per_bundle = engine_bundles(cfg)
+    group = _reserve("engines", [_bundle(cpus, per_bundle) for _ in range(bundles)], "STRICT_PACK", timeout_s)
     plan.groups.append(group)
-    plan.slots["engine"] = RoleSlot(group, 0, cpus, per_engine)
+    plan.slots["engine"] = RoleSlot(group, 0, cpus, per_bundle)
     return plan
 
 
@@ -196,7 +233,7 @@ def cpus_needed(cfg: Any, roles: list[str]) -> float:
     if placement_cfg.colocate_all:
         return cpus * role_layout(cfg, "policy").workers
     widths = [role_layout(cfg, r).workers for r in roles if not (r == "ref" and placement_cfg.colocate_policy_ref)]
-    return cpus * (sum(widths) + engine_count(cfg))
+    return cpus * (sum(widths) + engine_bundles(cfg)[0])
 
 
 def actor_env_vars() -> dict[str, str]:

@@ -395,7 +395,9 @@ def test_splatted_keywords_are_the_ones_our_code_builds():
     moe = Qwen3MoeConfig(num_hidden_layers=1, num_experts=4, num_experts_per_tok=2, hidden_size=32, head_dim=8)
     archs = [arch_from_hf_config(build_tiny_model(TinyModelSpec(size=1)).config), arch_from_hf_config(moe)]
     built = {
-        "vllm.LLM": set(llm_kwargs("m")) | set(llm_kwargs("m", max_model_len=8, lora_rank=8)),
+        "vllm.LLM": set(llm_kwargs("m"))
+        | set(llm_kwargs("m", max_model_len=8, lora_rank=8))
+        | set(llm_kwargs("m", tensor_parallel_size=2, on_gpu=True)),
         "vllm.SamplingParams": set(engine.vllm_params(SamplingParams(), seed=1, prompt_length=4)),
         "sglang.Engine": set(engine_kwargs("m")),
         "megatron.core.optimizer.OptimizerConfig": set(megatron_optimizer_kwargs(OptimizerConfig(), torch.float32)),

@@ -5,7 +5,17 @@ exercised by the Ray trainer tests)."""
 import pytest
 
 from skyrl_train.config import ConfigValidationError, SkyRLConfig, role_world_size
-from skyrl_train.placement import RoleLayout, actor_env_vars, cpus_needed, plan_placement, ray_init_kwargs, role_layout
+from skyrl_train.inference.vllm_engine import tensor_parallel_environment
+from skyrl_train.placement import (
+    RoleLayout,
+    actor_env_vars,
+    cpus_needed,
+    engine_bundles,
+    plan_placement,
+    ray_init_kwargs,
+    role_layout,
+    vllm_tensor_parallel_layout,
+)
 
 
 def test_actors_default_to_no_openmp_spinning_and_user_values_win(monkeypatch):
@@ -169,14 +179,73 @@ def _tp2_cfg(backend: str, colocated: bool):
 
 
 @pytest.mark.parametrize("colocated", [False, True])
-def test_engine_tensor_parallelism_that_cannot_get_its_gpus_is_refused(colocated):
-    """M2: vLLM's engine holds vllm.LLM in one actor on one GPU, so TP > 1 is refused in every placement (naming the
-    data-parallel alternative); a colocated engine shares one GPU with one policy rank, so sglang TP > 1 too."""
-    with pytest.raises(ConfigValidationError, match="tensor_parallel_size=2 with backend=vllm.*num_engines=4"):
-        _tp2_cfg("vllm", colocated).validate()
+def test_engine_tensor_parallelism_is_accepted_where_its_gpus_work_out(colocated):
+    """M2: vllm TP > 1 passes in both placements (its ranks run as Ray workers in one-GPU bundles); a colocated sglang
+    engine's actor sees one GPU, so sglang TP > 1 colocated is refused as not supported here."""
+    _tp2_cfg("vllm", colocated).validate()
     if colocated:
-        with pytest.raises(ConfigValidationError, match="tensor_parallel_size=2 with trainer.placement.colocate_all"):
+        with pytest.raises(
+            ConfigValidationError, match="backend=sglang and trainer.placement.colocate_all=true is not"
+        ):
             _tp2_cfg("sglang", colocated).validate()
+
+
+@pytest.mark.parametrize("colocated", [False, True])
+def test_each_rank_of_a_tensor_parallel_vllm_engine_gets_a_gpu_of_its_own(ray_gpu_sim, monkeypatch, colocated):
+    """M2: vllm TP=2, 2 engines, 4 policy GPUs. Every rank's Ray worker lands on its own GPU of one node, the actor on
+    its rank 0's GPU, engines share no GPU, and colocated the policy and ref ranks still fit beside them."""
+    cfg = _tp2_cfg("vllm", colocated)
+    cfg.validate()
+    sim = ray_gpu_sim({"node0": 8})
+    monkeypatch.setattr("skyrl_train.placement._reserve", sim.reserve)
+    plan = plan_placement(cfg, ["policy", "ref"])
+    slot = plan.slots["engine"]
+    engine_group = sim.groups[-1]
+    assert all(bundle.get("GPU") == 1 for bundle in engine_group["shapes"])  # vLLM's Ray executor takes no others
+    assert len(engine_group["shapes"]) == (4 if colocated else 2 * 2)
+    ranks_gpus = []
+    for index in range(2):
+        layout = vllm_tensor_parallel_layout(index, 2, slot.bundle_offset, slot.num_gpus)
+        actor = sim.place(slot.placement_group, layout.actor_bundle, layout.actor_gpus)
+        workers = [sim.place(slot.placement_group, b, layout.worker_gpus) for b in layout.worker_bundles]
+        assert actor == workers[0]  # the actor receives the weights on its rank 0's GPU
+        assert len({node for node, _ in workers}) == 1 and len({gpus for _, gpus in workers}) == 2
+        ranks_gpus += [gpus for _, gpus in workers]
+        assert tensor_parallel_environment(2, layout.worker_bundles, layout.worker_gpus) == {
+            "VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, layout.worker_bundles)),
+            "VLLM_RAY_PER_WORKER_GPUS": repr(layout.worker_gpus),
+        }
+    assert len(set(ranks_gpus)) == 4  # no two ranks of any engine on one GPU
+    if colocated:  # policy and ref take their own shares of the same four bundles
+        for role in ("policy", "ref"):
+            role_slot = plan.slots[role]
+            assert sorted(sim.place(role_slot.placement_group, b, role_slot.num_gpus)[1] for b in range(4)) == sorted(
+                ranks_gpus
+            )
+
+
+def test_tensor_parallel_layout_arithmetic_and_its_refusals():
+    layout = vllm_tensor_parallel_layout(index=2, tensor_parallel_size=4, bundle_offset=1, gpu_share=1 / 3)
+    assert layout.actor_bundle == 9 and layout.worker_bundles == (9, 10, 11, 12)
+    assert layout.actor_gpus == layout.worker_gpus == pytest.approx(1 / 6)
+    with pytest.raises(ValueError, match="tensor_parallel_size >= 2, got 1"):
+        vllm_tensor_parallel_layout(0, 1, 0, 1.0)
+    with pytest.raises(ValueError, match=r"share of a bundle must be in \(0, 1\], got 2"):
+        vllm_tensor_parallel_layout(0, 2, 0, 2)
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 needs that many distinct .* got \[3, 3\]"):
+        tensor_parallel_environment(2, (3, 3), 0.5)
+    with pytest.raises(ValueError, match=r"got \[\]"):
+        tensor_parallel_environment(2, (), 0.5)  # built outside create_engine_actors
+
+
+def test_engine_bundles_and_cpus_follow_the_tensor_parallel_backend():
+    separate = ["trainer.placement.colocate_all=false", "trainer.policy.model.path=/m"]
+    vllm = _tp2_cfg("vllm", colocated=False)
+    sglang = _tp2_cfg("sglang", colocated=False)
+    assert engine_bundles(vllm) == (4, 1) and engine_bundles(sglang) == (2, 2)
+    assert engine_bundles(_cfg(*separate, "generator.inference_engine.num_engines=3")) == (3, 0)  # CPU: no GPUs
+    # policy 4 bundles (ref shares them) + 4 one-GPU engine bundles
+    assert cpus_needed(vllm, ["policy", "ref"]) == 8 * vllm.trainer.placement.num_cpus_per_worker
 
 
 def test_each_tensor_parallel_worker_of_a_separate_engine_sees_its_own_gpu(ray_gpu_sim, monkeypatch):

@@ -162,7 +162,7 @@ def render_not_yet_supported() -> list[str]:
         "## Not supported yet",
         "",
         "These keys exist so configs written for later versions parse, but only the listed values work today;"
-        " validation refuses any other value with a message saying it is not supported yet.",
+        " validation refuses any other value with a message saying it is not supported here yet.",
         "",
         "| key | accepted today | why | comes with |",
         "|---|---|---|---|",

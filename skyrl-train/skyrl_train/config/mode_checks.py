@@ -31,7 +31,7 @@ def check_async(cfg: "SkyRLConfig") -> Iterator[str]:
         )
     if boundary == "token" and backend == "vllm" and cfg.trainer.policy.model.lora.rank > 0:
         yield (
-            "trainer.async_rl.weight_update_boundary=token is not supported on the vllm engine with LoRA (a running"
+            "trainer.async_rl.weight_update_boundary=token on the vllm engine with LoRA is not supported here (a running"
             " request keeps the adapter it started with): use turn (or auto)"
         )
     if trainer.mode == "sync":
@@ -91,7 +91,7 @@ def check_lora(cfg: "SkyRLConfig") -> Iterator[str]:
     if backend == "sglang":
         yield (
             "trainer.policy.model.lora.rank > 0 with generator.inference_engine.backend=sglang: adapter-only weight"
-            " sync into SGLang engines is not wired yet; use backend=vllm or hf, or lora.rank=0"
+            " sync into SGLang engines is not supported here yet; use backend=vllm or hf, or lora.rank=0"
         )
 
 

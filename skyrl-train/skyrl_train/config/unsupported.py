@@ -1,7 +1,7 @@
 """Config keys that exist in the schema but are not supported yet: only the listed values are accepted.
 
 Each entry names the key, the values accepted today, why others are not, and what brings them. Validation refuses
-any other value with a message saying "not supported yet" (`check_not_yet_supported`), and
+any other value with a message saying "not supported here yet" (`check_not_yet_supported`), and
 `docs/reference/configuration.md` lists every entry (rendered by `docgen`). A key leaves this list when the code
 that reads it lands, together with a test that shows its effect.
 """
@@ -121,6 +121,6 @@ def check_not_yet_supported(cfg: "SkyRLConfig") -> Iterator[str]:
         value = _value_at(cfg, entry.key)
         if value not in entry.accepted:
             yield (
-                f"{entry.key}={value!r} is not supported yet: {entry.reason}. Accepted today:"
+                f"{entry.key}={value!r} is not supported here yet: {entry.reason}. Accepted today:"
                 f" {describe_accepted(entry)} (other values come with {entry.planned})"
             )

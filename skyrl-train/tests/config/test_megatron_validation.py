@@ -69,16 +69,21 @@ def test_pipeline_and_context_parallelism_are_not_supported_yet():
         "trainer.policy.megatron.pipeline_model_parallel_size=2", "trainer.policy.megatron.context_parallel_size=2"
     )
     assert any(
-        p.startswith("trainer.policy.megatron.pipeline_model_parallel_size=2 is not supported yet") for p in problems
+        p.startswith("trainer.policy.megatron.pipeline_model_parallel_size=2 is not supported here yet")
+        for p in problems
     )
-    assert any(p.startswith("trainer.policy.megatron.context_parallel_size=2 is not supported yet") for p in problems)
+    assert any(
+        p.startswith("trainer.policy.megatron.context_parallel_size=2 is not supported here yet") for p in problems
+    )
 
 
 def test_roles_the_megatron_workers_do_not_run_are_refused():
     problems = _megatron_problems("trainer.critic.model.path=critic", "trainer.algorithm.advantage_estimator=gae")
     assert "trainer.strategy=megatron does not run a critic yet" in problems[0]
     lora = _megatron_problems("trainer.policy.model.lora.rank=8")
-    assert any("trainer.policy.model.lora.rank=8: LoRA is not wired into Megatron workers" in p for p in lora)
+    assert any(
+        "trainer.policy.model.lora.rank=8: LoRA on the Megatron workers is not supported here" in p for p in lora
+    )
 
 
 def test_sequence_packing_is_refused_on_megatron_only_when_insisted_on():
@@ -86,7 +91,7 @@ def test_sequence_packing_is_refused_on_megatron_only_when_insisted_on():
     assert _megatron_problems("trainer.remove_microbatch_padding=false") == []
     (problem,) = _megatron_problems("trainer.remove_microbatch_padding=true")
     assert problem.startswith(
-        "trainer.remove_microbatch_padding=true: sequence packing is not supported by the megatron"
+        "trainer.remove_microbatch_padding=true: sequence packing on the megatron workers is not supported here"
     )
     fsdp2 = _config("trainer.strategy=fsdp2", "trainer.remove_microbatch_padding=true")
     assert not [p for p in find_problems(fsdp2) if "remove_microbatch_padding" in p]

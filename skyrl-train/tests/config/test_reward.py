@@ -48,15 +48,15 @@ CASES = {
     ),
     "sequence parallel": (
         [*WITH_MODEL, "reward.model.sequence_parallel_size=2"],
-        "reward.model.sequence_parallel_size=2: sequence parallelism is not supported",
+        "reward.model.sequence_parallel_size=2: sequence parallelism for the reward model is not supported here",
     ),
     "step-wise with a model": (
         [*WITH_MODEL, "generator.step_wise_trajectories=true"],
-        "generator.step_wise_trajectories=true is not supported with reward.model.path",
+        "generator.step_wise_trajectories=true with reward.model.path is not supported here",
     ),
     "step-wise with a manager": (
         ["generator.step_wise_trajectories=true", "reward.manager=naive", "reward.function=/f.py:fn"],
-        "generator.step_wise_trajectories=true is not supported with reward.manager=naive",
+        "generator.step_wise_trajectories=true with reward.manager=naive is not supported here",
     ),
     "colocated with another width": (
         ["reward.model.path=rm", "trainer.placement.reward_num_gpus_per_node=1"],

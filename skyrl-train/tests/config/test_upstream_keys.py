@@ -54,7 +54,10 @@ def test_ignored_settings_belong_to_a_feature_whose_switch_is_refused(upstream):
         assert any(isinstance(rule, Refuse) and given == value for given, rule in VALUE_RULES[key]), upstream
     elif switch.endswith("lora.rank > 0 with trainer.strategy=megatron"):  # refused by the Megatron checks
         role = upstream.split(".")[1]
-        with pytest.raises(ConfigValidationError, match=f"trainer.{role}.model.lora.rank=8: LoRA is not wired"):
+        with pytest.raises(
+            ConfigValidationError,
+            match=f"trainer.{role}.model.lora.rank=8: LoRA on the Megatron workers is not supported here",
+        ):
             SkyRLConfig.from_cli_overrides(
                 ["trainer.strategy=megatron", f"trainer.{role}.model.lora.rank=8", "trainer.algorithm.use_kl_loss=true"]
             )

@@ -150,7 +150,7 @@ CASES = {
             "trainer.policy.model.lora.rank=8",
             "trainer.async_rl.weight_update_boundary=token",
         ],
-        "not supported on the vllm engine with LoRA",
+        "on the vllm engine with LoRA is not supported here",
     ),
     "remote engines without URLs": (
         ["generator.inference_engine.backend=remote", "trainer.placement.colocate_all=false"],
@@ -176,11 +176,11 @@ CASES = {
             "trainer.placement.colocate_all=false",
             "trainer.policy.model.lora.rank=8",
         ],
-        "adapter-only weight sync into remote servers is not wired yet",
+        "adapter-only weight sync into remote servers is not supported here yet",
     ),
     "LoRA through sglang engines": (
         ["generator.inference_engine.backend=sglang", "trainer.policy.model.lora.rank=8"],
-        "adapter-only weight sync into SGLang engines is not wired yet",
+        "adapter-only weight sync into SGLang engines is not supported here yet",
     ),
     "colocated remote engines": (
         ["generator.inference_engine.backend=remote", "generator.inference_engine.remote_urls=['http://h:8000']"],
@@ -282,23 +282,47 @@ CASES = {
     ),
     "vLLM-only sampling kwargs with the hf engine": (
         ["generator.sampling_params.additional_kwargs={presence_penalty: 0.5, ignore_eos: true}"],
-        "generator.sampling_params.additional_kwargs ['presence_penalty'] are not supported by the hf engine",
+        "generator.sampling_params.additional_kwargs ['presence_penalty'] with the hf engine are not supported here",
     ),
     "repetition penalty with the sglang engine": (
         ["generator.inference_engine.backend=sglang", "generator.eval_sampling_params.repetition_penalty=1.2"],
-        "generator.eval_sampling_params.repetition_penalty=1.2 is not supported by the sglang engine",
+        "generator.eval_sampling_params.repetition_penalty=1.2 with the sglang engine is not supported here",
     ),
     "tensor parallelism with the hf engine": (
         ["generator.inference_engine.tensor_parallel_size=2", "generator.inference_engine.num_engines=1"],
-        "generator.inference_engine.tensor_parallel_size must be 1 with backend=hf",
+        "generator.inference_engine.tensor_parallel_size=2 with backend=hf is not supported here",
     ),
-    "tensor parallelism with the vllm engine": (
+    "tensor parallelism with the vllm engine on CPU": (
         [
+            "trainer.device=cpu",
             "generator.inference_engine.backend=vllm",
             "generator.inference_engine.tensor_parallel_size=2",
             "generator.inference_engine.num_engines=1",
         ],
-        "tensor_parallel_size=2 with backend=vllm: the vllm engine runs vllm.LLM in its own Ray actor on one GPU",
+        "tensor_parallel_size=2 with backend=vllm on trainer.device=cpu is not supported here",
+    ),
+    "colocated vllm tensor parallelism across a node boundary": (
+        [
+            "trainer.device=cuda",
+            "generator.inference_engine.backend=vllm",
+            "generator.inference_engine.tensor_parallel_size=2",
+            "generator.inference_engine.num_engines=3",
+            *[f"trainer.placement.{role}_num_nodes=2" for role in ("policy", "ref", "critic")],
+            *[f"trainer.placement.{role}_num_gpus_per_node=3" for role in ("policy", "ref", "critic")],
+            "trainer.train_batch_size=24",
+            "trainer.policy_mini_batch_size=6",
+            "trainer.critic_mini_batch_size=6",
+        ],
+        "trainer.placement.policy_num_gpus_per_node=3 is not a multiple of 2",
+    ),
+    "colocated vllm engines whose GPUs are not the policy's": (
+        [
+            "trainer.device=cuda",
+            "generator.inference_engine.backend=vllm",
+            "generator.inference_engine.tensor_parallel_size=2",
+        ],
+        "(num_engines * tensor_parallel_size = 2 * 2 = 4) as policy GPUs (policy_num_nodes * policy_num_gpus_per_node"
+        " = 2)",
     ),
     "colocated sglang engines with tensor parallelism": (
         [
@@ -307,7 +331,7 @@ CASES = {
             "generator.inference_engine.tensor_parallel_size=2",
             "generator.inference_engine.num_engines=1",
         ],
-        "tensor_parallel_size=2 with trainer.placement.colocate_all=true: a colocated engine shares one GPU",
+        "tensor_parallel_size=2 with backend=sglang and trainer.placement.colocate_all=true is not supported here",
     ),
     "cuda_ipc to colocated engines on several GPUs": (
         ["trainer.device=cuda", "generator.inference_engine.weight_sync_backend=cuda_ipc"],
@@ -334,6 +358,23 @@ def test_gpu_weight_sync_backends_pass_where_they_reach_every_engine():
     assert problems_of(*separate, "generator.inference_engine.weight_sync_backend=broadcast") == []
     sglang_tp = ["generator.inference_engine.backend=sglang", "generator.inference_engine.tensor_parallel_size=2"]
     assert problems_of(*separate, *sglang_tp) == []
+
+
+@pytest.mark.parametrize("device", ["cuda", "auto"])  # auto: a GPU script's --dry-run on a machine without one
+def test_vllm_tensor_parallelism_passes_where_the_gpus_work_out(device):
+    vllm_tp = [
+        f"trainer.device={device}",
+        "generator.inference_engine.backend=vllm",
+        "generator.inference_engine.tensor_parallel_size=2",
+    ]
+    # colocated: 1 engine x 2 ranks on the policy's 2 GPUs; separate: 2 engines x 2 ranks on 4 GPUs of their own
+    assert problems_of(*vllm_tp, "generator.inference_engine.num_engines=1") == []
+    assert problems_of(*vllm_tp, "trainer.placement.colocate_all=false") == []
+    # colocated on 2 nodes of 4 GPUs: each engine's 2 ranks fit in one node
+    two_nodes = [
+        f"trainer.placement.{role}_num_{key}" for role in ("policy", "ref") for key in ("nodes=2", "gpus_per_node=4")
+    ]
+    assert problems_of(*vllm_tp, *two_nodes, "generator.inference_engine.num_engines=4") == []
 
 
 def test_vllm_only_sampling_kwargs_pass_validation_with_the_vllm_engine():

@@ -14,6 +14,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.engine_builders import build_hf_engine, sglang_preflight
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.ray_engine import (
     PASS_THROUGH,
@@ -21,9 +22,7 @@ from skyrl_train.inference.ray_engine import (
     EngineSettings,
     RayEngineProxy,
     _forwarding,
-    build_hf_engine,
     create_engine_actors,
-    sglang_preflight,
 )
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
@@ -164,6 +163,16 @@ def test_settings_come_from_config_and_bad_arguments_fail_before_starting_actors
         create_engine_actors(1, "/models/m", remote)
     vllm = EngineSettings.from_config({**CFG, "generator": {"inference_engine": {"backend": "vllm"}}}, "/models/m")
     assert (vllm.backend, vllm.enable_prefix_caching, vllm.tensor_parallel_size, vllm.seed) == ("vllm", True, 1, 42)
+
+
+def test_vllm_tensor_parallelism_is_refused_before_any_actor_starts_where_it_cannot_run():
+    engine = {"backend": "vllm", "tensor_parallel_size": 2}
+    on_cpu = {"generator": {"inference_engine": engine}, "trainer": {"device": "cpu"}}
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=2 with backend=vllm on 'cpu' .* is not supported here"):
+        create_engine_actors(1, "/models/m", on_cpu)
+    on_cuda = {"generator": {"inference_engine": engine}, "trainer": {"device": "cuda"}}
+    with pytest.raises(ValueError, match="runs its ranks as Ray workers in one-GPU bundles of a placement group"):
+        create_engine_actors(1, "/models/m", on_cuda)  # no placement group to put the ranks in
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.engine_builders import EngineSettings, remote_preflight
 from skyrl_train.inference.hf_decode import DecodeBatch
 from skyrl_train.inference.hf_engine import HFInferenceEngine
-from skyrl_train.inference.ray_engine import EngineSettings, remote_preflight
 from skyrl_train.inference.remote_engine import (
     RemoteAuth,
     RemoteInferenceEngine,

@@ -1,14 +1,22 @@
-"""The vllm engine's GPU-only parts: which CUDA device it accepts (checked anywhere, before vLLM is imported), and
-vLLM's sleep mode on CUDA at both levels with a weight sync after waking (GPU and vLLM's CUDA build only)."""
+"""The vllm engine's GPU-only parts: which CUDA device it accepts (checked anywhere, before vLLM is imported),
+tensor parallelism (refused off CUDA; on CUDA, the settings vLLM's Ray executor reads, checked against the installed
+vLLM), and vLLM's sleep mode on CUDA at both levels with a weight sync after waking (GPU and vLLM's CUDA build only)."""
 
 import asyncio
 import importlib.util
+import inspect
 
 import pytest
 import torch
 
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
-from skyrl_train.inference.vllm_engine import VLLMInferenceEngine, check_vllm_device, memory_problem
+from skyrl_train.inference.vllm_engine import (
+    VLLMInferenceEngine,
+    check_vllm_device,
+    llm_kwargs,
+    memory_problem,
+    tensor_parallel_environment,
+)
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 
@@ -29,6 +37,32 @@ def test_an_engine_that_would_not_fit_next_to_the_colocated_workers_names_the_ke
     problem = memory_problem(free=50 * gib, total=80 * gib, utilization=0.8)
     assert "asks vLLM for 64.0 GiB of this GPU's 80.0 GiB, but 50.0 GiB is free" in problem
     assert "gpu_memory_utilization to at most 0.6," in problem and "fsdp.cpu_offload=true" in problem
+
+
+def test_tensor_parallelism_is_refused_off_cuda_before_vllm_starts():
+    with pytest.raises(ValueError, match="tensor_parallel_size=2 for the vllm engine on cpu is not supported here"):
+        VLLMInferenceEngine("/no/model", device="cpu", tensor_parallel_size=2)
+    assert "distributed_executor_backend" not in llm_kwargs("m")
+    assert llm_kwargs("m", tensor_parallel_size=2, on_gpu=True)["distributed_executor_backend"] == "ray"
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_vllm_reads_the_tensor_parallel_placement_we_set(monkeypatch):
+    """What travels as environment, not as a call (so the GPU call table cannot check it): vLLM 0.32 defines both
+    variables, parses our values into the bundles and per-worker GPU share its Ray executor places rank r with, and
+    its Ray executor reads them. The Ray workers themselves need GPUs (`scripts/gpu_smoke.sh`)."""
+    import vllm.envs
+    import vllm.v1.executor.ray_executor as ray_executor
+
+    env = tensor_parallel_environment(2, (4, 5), 1 / 6)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    read = vllm.envs.environment_variables  # the getters themselves: vllm.envs may cache attribute reads
+    assert [int(b) for b in read["VLLM_RAY_BUNDLE_INDICES"]().split(",")] == [4, 5]
+    assert read["VLLM_RAY_PER_WORKER_GPUS"]() == pytest.approx(1 / 6)
+    source = inspect.getsource(ray_executor.RayDistributedExecutor._init_workers_ray)
+    assert "envs.VLLM_RAY_BUNDLE_INDICES" in source and "envs.VLLM_RAY_PER_WORKER_GPUS" in source
 
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0)

@@ -107,7 +107,7 @@ def test_lora_export_writes_the_adapter_and_the_merged_model(
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("trainer.ref.model.lora.rank=4", "trainer.ref.model.lora.rank=4 is not supported yet"),
+        ("trainer.ref.model.lora.rank=4", "trainer.ref.model.lora.rank=4 is not supported here yet"),
         ("trainer.critic.model.lora.rank=4", "trainer.critic.model.lora.rank=4 has no effect without a critic"),
         ("trainer.critic.model.lora.alpha=32", "trainer.critic.model.lora.alpha=32 has no effect with lora.rank=0"),
         ("trainer.policy.model.lora.alpha=32", "has no effect with lora.rank=0"),

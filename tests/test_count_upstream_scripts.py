@@ -1,0 +1,101 @@
+"""`scripts/count_upstream_scripts.py` sorts a failed `--dry-run` by what validation really says: a problem refusing
+a feature by name says "not supported here" (validation words every such refusal that way, `yet` or not), anything
+else is a plain config error. The messages below come from this project's own validation, not from strings written
+here, so a refusal reworded without the phrase fails this test instead of being counted as an "other failure"."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from skyrl_train.config import SkyRLConfig
+from skyrl_train.config.validation import find_problems
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = importlib.util.spec_from_file_location("count_upstream_scripts", REPO / "scripts" / "count_upstream_scripts.py")
+counter = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(counter)
+
+MEGATRON = [
+    "trainer.strategy=megatron",
+    "trainer.device=cuda",
+    "trainer.placement.policy_num_gpus_per_node=4",
+    "trainer.placement.ref_num_gpus_per_node=4",
+    "generator.inference_engine.num_engines=4",
+]
+
+REFUSALS = {  # overrides -> the feature the counter reports
+    "packing on megatron": (
+        [*MEGATRON, "trainer.remove_microbatch_padding=true"],
+        "sequence packing on the megatron workers",
+    ),
+    "LoRA on megatron": ([*MEGATRON, "trainer.policy.model.lora.rank=8"], "LoRA on the Megatron workers"),
+    "pipeline parallelism": (
+        [*MEGATRON, "trainer.policy.megatron.pipeline_model_parallel_size=2"],
+        "trainer.<role>.megatron.pipeline_model_parallel_size (not supported yet)",
+    ),
+    "tensor parallelism on the hf engine": (
+        ["generator.inference_engine.tensor_parallel_size=2", "generator.inference_engine.num_engines=1"],
+        "generator.inference_engine.tensor_parallel_size=2 with backend=hf",
+    ),
+    "vllm tensor parallelism on CPU": (
+        [
+            "trainer.device=cpu",
+            "generator.inference_engine.backend=vllm",
+            "generator.inference_engine.tensor_parallel_size=2",
+            "generator.inference_engine.num_engines=1",
+        ],
+        "generator.inference_engine.tensor_parallel_size=2 with backend=vllm on trainer.device=cpu",
+    ),
+    "colocated sglang tensor parallelism": (
+        [
+            "trainer.device=cuda",
+            "generator.inference_engine.backend=sglang",
+            "generator.inference_engine.tensor_parallel_size=2",
+            "generator.inference_engine.num_engines=1",
+        ],
+        "generator.inference_engine.tensor_parallel_size=2 with backend=sglang and trainer.placement.colocate_all=true",
+    ),
+}
+
+
+def _message(overrides: list[str]) -> tuple[str, list[str]]:
+    """The `config error:` text `--dry-run` prints for these overrides, and its problems."""
+    base = ["trainer.placement.policy_num_gpus_per_node=2", "trainer.placement.ref_num_gpus_per_node=2"]
+    problems = find_problems(SkyRLConfig.from_cli_overrides([*base, *overrides], validate=False))
+    return "config error:\n" + "\n".join(f"- {problem}" for problem in problems), problems
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_a_feature_refusal_counts_as_refused_by_name_with_its_feature(case):
+    overrides, feature = REFUSALS[case]
+    message, problems = _message(overrides)
+    assert problems, f"{case}: validation found nothing"
+    assert counter._refused_by_name(message), problems
+    assert feature in {counter.feature_of(problem) for problem in counter.problems_of(message)}
+
+
+def test_a_plain_config_error_beside_a_refusal_is_another_failure():
+    overrides, _ = REFUSALS["packing on megatron"]
+    message, _ = _message([*overrides, "trainer.policy_mini_batch_size=7"])
+    assert not counter._refused_by_name(message)
+    call = counter.Call("skyrl_train.entrypoints.main_base", [], exit_code=2, message=message)
+    assert not counter.ScriptResult("x.sh", [call]).refused_by_name
+
+
+def test_a_refused_upstream_override_with_hydras_plus_prefix_is_counted_by_its_feature():
+    """SkyRL's scripts add keys with Hydra's `+key=value`; the refusal quotes the override, and the counter reports
+    the feature, so every script with that override lands under one blocker."""
+    from skyrl_train.config.errors import UnsupportedFeatureError
+
+    key = "+trainer.policy.megatron_config.transformer_config_kwargs.num_layers_in_last_pipeline_stage"
+    features = set()
+    for value in (4, 16):
+        with pytest.raises(UnsupportedFeatureError) as refused:
+            SkyRLConfig.from_cli_overrides([f"{key}={value}"])
+        message = f"config error:\n- {refused.value}"
+        assert counter._refused_by_name(message)
+        features |= {counter.feature_of(problem) for problem in counter.problems_of(message)}
+    assert features == {"uneven pipeline stages"}
