@@ -65,6 +65,7 @@ from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import get_embedded_model
+from skyrl_train.recipes.example_run import cpu_stack_overrides, output_overrides
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
 MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)
@@ -208,24 +209,16 @@ def overrides(model_dir: str, data_dir: Path, out_dir: Path, config: Config, ste
     env_class, turns, _ = config
     waits = env_class != "addition"
     return [
-        "trainer.device=cpu",
-        f"trainer.policy.model.path={model_dir}",
-        f"data.train_data=['{data_dir / 'train.parquet'}']",
-        f"data.val_data=['{data_dir / 'test.parquet'}']",
+        # 1 FSDP2 rank and 1 hf engine, each on its own CPU worker, float32 throughout
+        *cpu_stack_overrides(
+            model_dir, data_dir / "train.parquet", data_dir / "test.parquet", ranks=1, num_engines=1, colocate=False
+        ),
         "data.max_prompt_length=64",
         f"environment.env_class={env_class}",
-        "trainer.placement.colocate_all=false",
-        "trainer.placement.policy_num_gpus_per_node=1",
-        "trainer.placement.num_cpus_per_worker=1",
-        "generator.inference_engine.backend=hf",
-        "generator.inference_engine.num_engines=1",
-        "generator.inference_engine.model_dtype=float32",
         *([f"generator.max_turns={turns}", f"generator.max_input_length={64 + 64 * turns}"] if turns else []),
         *(["generator.batched=true"] if not turns else []),
         # every episode waits on its API call at once, as async HTTP tools do
         *(["environment.max_env_workers=512"] if waits else []),
-        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
-        "trainer.policy.gradient_checkpointing=false",
         # 2e-4 (the quickstart's, for twice this batch) was too high here: every mode learned less per sample, and
         # one_step_off lost most (docs/async.md, "Learning rate")
         "trainer.policy.optimizer.lr=1e-4",
@@ -244,11 +237,7 @@ def overrides(model_dir: str, data_dir: Path, out_dir: Path, config: Config, ste
         "trainer.eval_interval=0",
         "trainer.eval_before_train=false",
         "trainer.ckpt_interval=0",
-        "trainer.resume_mode=none",
-        f"trainer.ckpt_path={out_dir / 'ckpts'}",
-        f"trainer.export_path={out_dir / 'exports'}",
-        f"trainer.log_path={out_dir / 'logs'}",
-        "trainer.logger=['console']",
+        *output_overrides(out_dir),
     ]
 
 

@@ -26,7 +26,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -43,25 +42,21 @@ from skyrl_tx.cli import DEFAULT_BASE_MODEL  # noqa: E402
 from skyrl_tx.limits import Limits  # noqa: E402
 from skyrl_tx.local_server import LocalServer  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tx_load import (  # noqa: E402 - the benchmarks folder is not a package
+    PROMPT,
+    SAMPLE_TOKENS,
+    Tally,
+    sampling_worker,
+    training_worker,
+)
+
 REPO = Path(__file__).resolve().parents[1]
-PROMPT = [5, 6, 7, 8, 9, 10]
-SAMPLE_TOKENS = 8
 ATTACKER = "tml-attacker"
 RUNS = ("baseline", "attacked", "baseline_after")
 """The good clients' runs: alone, under attack, alone again."""
 FLOODER = "tml-attacker-flood"
 """The attacker's second key: it keeps its compute queue full for the whole run while the first sends the rest."""
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) of `values`, by linear interpolation."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 class RssMonitor:
@@ -98,31 +93,6 @@ class RssMonitor:
         self._thread.join()
 
 
-@dataclass
-class Tally:
-    """The good clients' latencies per request kind and their errors, filled by many threads."""
-
-    latencies: dict[str, list[float]] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, kind: str, seconds: float) -> None:
-        with self.lock:
-            self.latencies.setdefault(kind, []).append(seconds)
-
-    def fail(self, message: str) -> None:
-        with self.lock:
-            self.errors.append(message)
-
-    def summary(self) -> dict[str, Any]:
-        """Per kind: requests that succeeded, p50 and p99 seconds; and the errors."""
-        kinds = {
-            kind: {"ok": len(values), "p50_s": percentile(values, 50), "p99_s": percentile(values, 99)}
-            for kind, values in sorted(self.latencies.items())
-        }
-        return {"kinds": kinds, "errors": self.errors[:20], "error_count": len(self.errors)}
-
-
 def good_keys(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The sampling clients' and training clients' keys (one key each)."""
     sampling = [f"tml-good-sample-{i}" for i in range(args.sampling_clients)]
@@ -148,36 +118,12 @@ def run_good_clients(url: str, args: argparse.Namespace, started: threading.Even
         model_input=types.ModelInput.from_ints(PROMPT), loss_fn_inputs={"target_tokens": PROMPT, "weights": [1.0] * 6}
     )
 
-    def sample(sampler: tinker.SamplingClient) -> None:
-        go.wait()
-        for _ in range(args.requests):
-            began = time.perf_counter()
-            try:
-                result = sampler.sample(types.ModelInput.from_ints(PROMPT), 1, params).result(timeout=600)
-                assert len(result.sequences) == 1 and result.sequences[0].tokens
-                tally.add("sample", time.perf_counter() - began)
-            except Exception as exc:  # every failure is counted, none stops the others
-                tally.fail(f"sample: {type(exc).__name__}: {exc}")
-
-    def train(training: tinker.TrainingClient) -> None:
-        go.wait()
-        for _ in range(args.steps):
-            began = time.perf_counter()
-            try:
-                backward = training.forward_backward([datum] * 4, "cross_entropy")
-                step = training.optim_step(types.AdamParams(learning_rate=1e-3))
-                backward.result(timeout=600)
-                step.result(timeout=600)
-                tally.add("train_step", time.perf_counter() - began)
-            except Exception as exc:
-                tally.fail(f"train: {type(exc).__name__}: {exc}")
-
     for sampler in samplers:  # warm-up, not timed: the first call of a client sets up its session and connections
         sampler.sample(types.ModelInput.from_ints(PROMPT), 1, params).result(timeout=600)
     for training in trainers:
         training.forward_backward([datum], "cross_entropy").result(timeout=600)
-    threads = [threading.Thread(target=sample, args=(s,)) for s in samplers]
-    threads += [threading.Thread(target=train, args=(t,)) for t in trainers]
+    threads = [threading.Thread(target=sampling_worker, args=(s, args.requests, tally, go)) for s in samplers]
+    threads += [threading.Thread(target=training_worker, args=(t, args.steps, tally, go)) for t in trainers]
     for thread in threads:
         thread.start()
     go.set()

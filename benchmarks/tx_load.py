@@ -23,7 +23,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 os.environ.setdefault("TINKER_TELEMETRY", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,6 +35,8 @@ from skyrl_tx.cli import DEFAULT_BASE_MODEL  # noqa: E402
 from skyrl_tx.local_server import LocalServer, fresh_postgres_database  # noqa: E402
 
 PROMPT = [5, 6, 7, 8, 9, 10]
+SAMPLE_TOKENS = 8
+"""Tokens each sample request asks for."""
 
 
 @dataclass
@@ -53,6 +55,14 @@ class Tally:
         with self.lock:
             self.errors.append(message)
 
+    def summary(self) -> dict[str, Any]:
+        """Per kind: requests that succeeded, p50 and p99 seconds; and the errors."""
+        kinds = {
+            kind: {"ok": len(values), "p50_s": percentile(values, 50), "p99_s": percentile(values, 99)}
+            for kind, values in sorted(self.latencies.items())
+        }
+        return {"kinds": kinds, "errors": self.errors[:20], "error_count": len(self.errors)}
+
 
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0..100) of `values`, by linear interpolation."""
@@ -67,7 +77,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def sampling_worker(sampler: tinker.SamplingClient, requests: int, tally: Tally, start: threading.Event) -> None:
     start.wait()
-    params = types.SamplingParams(max_tokens=8, temperature=1.0)
+    params = types.SamplingParams(max_tokens=SAMPLE_TOKENS, temperature=1.0)
     for _ in range(requests):
         began = time.perf_counter()
         try:

@@ -32,8 +32,13 @@ from skyrl_agent.warm_start import (
     get_agent_model,
 )
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.entrypoints.main_base import BasePPOExp
-from skyrl_train.recipes.example_run import ExampleParser, eval_before_after, print_resolved_config
+from skyrl_train.recipes.example_run import (
+    ExampleParser,
+    ExampleRun,
+    cpu_stack_overrides,
+    output_overrides,
+    print_resolved_config,
+)
 
 HERE = Path(__file__).resolve().parent
 AGENT_CONFIG = HERE / "tool_arithmetic.yaml"
@@ -44,21 +49,11 @@ MODEL = AgentWarmStartSettings()
 def train_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
     """The CPU config (every value can be overridden from the command line)."""
     return [
-        "trainer.device=cpu",
-        f"trainer.policy.model.path={model_dir}",
-        f"data.train_data=['{data_dir / 'train.jsonl'}']",
-        f"data.val_data=['{data_dir / 'test.jsonl'}']",
+        # 1 FSDP2 rank on a CPU worker, 1 hf engine sharing its slot, float32 throughout
+        *cpu_stack_overrides(model_dir, data_dir / "train.jsonl", data_dir / "test.jsonl", ranks=1, num_engines=1),
         "data.max_prompt_length=64",
         "generator.workflow=skyrl_agent",
         f"generator.workflow_args.config={AGENT_CONFIG}",
-        "trainer.placement.colocate_all=true",
-        "trainer.placement.policy_num_gpus_per_node=1",
-        "trainer.placement.num_cpus_per_worker=1",
-        "generator.inference_engine.backend=hf",
-        "generator.inference_engine.num_engines=1",
-        "generator.inference_engine.model_dtype=float32",
-        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
-        "trainer.policy.gradient_checkpointing=false",
         "trainer.policy.optimizer.lr=5e-4",
         "trainer.policy.optimizer.weight_decay=0.0",
         "trainer.policy.optimizer.num_warmup_steps=5",
@@ -77,11 +72,7 @@ def train_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
         "trainer.eval_interval=20",
         "trainer.eval_before_train=true",
         "trainer.ckpt_interval=0",
-        "trainer.resume_mode=none",
-        f"trainer.ckpt_path={out_dir / 'ckpts'}",
-        f"trainer.export_path={out_dir / 'exports'}",
-        f"trainer.log_path={out_dir / 'logs'}",
-        "trainer.logger=['console']",
+        *output_overrides(out_dir),
         "trainer.project_name=agent",
         "trainer.run_name=react_tool_arithmetic",
     ]
@@ -122,11 +113,10 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
 
     cfg = SkyRLConfig.from_cli_overrides(train_overrides(str(model_dir), data_dir, out_dir) + args.overrides)
     print("agent: [3/3] GRPO with the skyrl_agent workflow on Ray (1 FSDP2 rank + 1 colocated hf engine)", flush=True)
-    experiment = BasePPOExp(cfg)
-    result = experiment.run()
-    before, after = eval_before_after(result, f"pass_at_{cfg.generator.eval_n_samples_per_prompt}")
-    print(f"  steps: {result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
-    print(f"  curves: {experiment.plot_path}")
+    run = ExampleRun.train(cfg)
+    before, after = run.eval_accuracy()
+    print(f"  steps: {run.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
+    print(f"  curves: {run.experiment.plot_path}")
     print(f"agent: eval success before={before:.4f} after={after:.4f}", flush=True)
     return before, after
 

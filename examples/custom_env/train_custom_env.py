@@ -21,7 +21,6 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,16 +28,16 @@ import skyrl_gym
 from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.synthetic.generate import generate_splits
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
 from skyrl_train.recipes.example_run import (
     ExampleParser,
-    eval_before_after,
+    ExampleRun,
+    cpu_stack_overrides,
+    output_overrides,
     print_first_and_last,
     print_resolved_config,
 )
 from skyrl_train.recipes.warm_start import WarmStartSettings
-from skyrl_train.trainer import TrainResult
 
 ENV_ID = "digit_credit"
 DATA_SOURCE = "custom/digit_credit"
@@ -155,21 +154,11 @@ def write_rows(out_dir: Path, train_size: int, test_size: int) -> dict[str, Path
 def custom_env_overrides(model_dir: str, data: dict[str, Path], out_dir: Path) -> list[str]:
     """GRPO on CPU with the quickstart's settings, pointed at the user env (every value can be overridden)."""
     return [
-        "trainer.device=cpu",
-        f"trainer.policy.model.path={model_dir}",
-        f"data.train_data=['{data['train']}']",
-        f"data.val_data=['{data['test']}']",
+        # the quickstart's stack: 2 FSDP2 ranks on CPU workers, 2 hf engines sharing their slots, float32 throughout
+        *cpu_stack_overrides(model_dir, data["train"], data["test"], ranks=2, num_engines=2),
         "data.max_prompt_length=64",
         f"environment.env_class={ENV_ID}",  # the default for rows without env_class; every row here names it
         f"environment.env_configs.{ENV_ID}.exact_bonus=0.5",  # reaches DigitCreditEnv as env_config
-        "trainer.placement.colocate_all=true",
-        "trainer.placement.policy_num_gpus_per_node=2",
-        "trainer.placement.num_cpus_per_worker=1",
-        "generator.inference_engine.backend=hf",
-        "generator.inference_engine.num_engines=2",
-        "generator.inference_engine.model_dtype=float32",
-        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
-        "trainer.policy.gradient_checkpointing=false",
         # partial credit gives almost every group reward variance, so nearly every sample gets a non-zero advantage
         # and the policy moves further per step than in the quickstart: one 10-step run at the quickstart's 2e-4
         # lowered held-out accuracy (0.234 -> 0.188), one 20-step run at 5e-5 raised it a little (0.234 -> 0.242)
@@ -189,32 +178,15 @@ def custom_env_overrides(model_dir: str, data: dict[str, Path], out_dir: Path) -
         "trainer.eval_before_train=true",
         "trainer.eval_interval=-1",
         "trainer.ckpt_interval=-1",
-        "trainer.resume_mode=none",
-        f"trainer.ckpt_path={out_dir / 'ckpts'}",
-        f"trainer.export_path={out_dir / 'exports'}",
-        f"trainer.log_path={out_dir / 'logs'}",
-        "trainer.logger=['console']",
+        *output_overrides(out_dir),
         "trainer.project_name=custom_env",
         f"trainer.run_name=grpo_{ENV_ID}",
     ]
 
 
-@dataclass
-class CustomEnvRun:
-    """A finished run: its config, the trainer's result and the experiment."""
-
-    cfg: SkyRLConfig
-    result: TrainResult
-    experiment: BasePPOExp
-
-    def eval_value(self, metric: str) -> tuple[float, float]:
-        """`eval/all/<metric>` before and after training (NaN when that evaluation did not run)."""
-        return eval_before_after(self.result, metric)
-
-
 def train_custom_env(
     out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000, test_size: int = 128
-) -> CustomEnvRun:
+) -> ExampleRun:
     """Register the env, build (or reuse) the embedded model, write the rows under `out_dir` and train."""
     if test_size > MODEL.eval_examples:
         raise ValueError(f"test_size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
@@ -222,9 +194,7 @@ def train_custom_env(
     model_dir = str(get_embedded_model(MODEL))
     data = write_rows(out_dir / "data", train_size, test_size)
     cfg = SkyRLConfig.from_cli_overrides(custom_env_overrides(model_dir, data, out_dir) + list(overrides))
-    experiment = BasePPOExp(cfg)
-    result = experiment.run()
-    return CustomEnvRun(cfg, result, experiment)
+    return ExampleRun.train(cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -247,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_first_and_last(
         run.result.history, ("reward/mean", f"environment/{ENV_ID}/digit_share", f"environment/{ENV_ID}/exact")
     )
-    accuracy = run.eval_value(f"pass_at_{run.cfg.generator.eval_n_samples_per_prompt}")
+    accuracy = run.eval_accuracy()
     reward = run.eval_value("mean_reward")
     print(f"  steps: {run.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
     print(

@@ -19,21 +19,20 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
 from skyrl_train.recipes.example_run import (
     ExampleParser,
-    eval_before_after,
+    ExampleRun,
+    cpu_stack_overrides,
+    output_overrides,
     print_first_and_last,
     print_resolved_config,
 )
 from skyrl_train.recipes.warm_start import WarmStartSettings
-from skyrl_train.trainer import TrainResult
 
 MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)  # the quickstart's model
 """The embedded model of the quickstart: 2-digit addition/subtraction, ~0.4 M parameters, 20-40 % accurate."""
@@ -42,29 +41,18 @@ MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_e
 def ppo_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
     """The CPU PPO config (every value can be overridden from the command line)."""
     return [
-        "trainer.device=cpu",
-        f"trainer.policy.model.path={model_dir}",
+        # policy, critic, ref and the 2 hf engines take turns on the same two CPU worker slots, float32 throughout
+        *cpu_stack_overrides(model_dir, data_dir / "train.parquet", data_dir / "test.parquet", ranks=2, num_engines=2),
         # the critic: a value head on a copy of the policy's backbone; setting its path is what enables it
         f"trainer.critic.model.path={model_dir}",
-        f"data.train_data=['{data_dir / 'train.parquet'}']",
-        f"data.val_data=['{data_dir / 'test.parquet'}']",
-        "data.max_prompt_length=64",
-        "environment.env_class=addition",
-        # policy, critic, ref and the engines take turns on the same two worker slots
-        "trainer.placement.colocate_all=true",
-        "trainer.placement.policy_num_gpus_per_node=2",
         "trainer.placement.critic_num_gpus_per_node=2",
         "trainer.placement.ref_num_gpus_per_node=2",
-        "trainer.placement.num_cpus_per_worker=1",
-        "generator.inference_engine.backend=hf",
-        "generator.inference_engine.num_engines=2",
-        "generator.inference_engine.model_dtype=float32",
-        "generator.inference_engine.weight_sync_backend=auto",
-        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
         "trainer.critic.fsdp.mixed_precision.param_dtype=float32",
         "trainer.ref.fsdp.mixed_precision.param_dtype=float32",
-        "trainer.policy.gradient_checkpointing=false",
         "trainer.critic.gradient_checkpointing=false",
+        "data.max_prompt_length=64",
+        "environment.env_class=addition",
+        "generator.inference_engine.weight_sync_backend=auto",
         # the algorithm: GAE advantages from the critic's values, clipped PPO loss, KL to the reference as a loss
         "trainer.algorithm.advantage_estimator=gae",
         "trainer.algorithm.gamma=1.0",
@@ -95,30 +83,13 @@ def ppo_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
         "trainer.eval_before_train=true",
         "trainer.ckpt_interval=20",
         "trainer.max_ckpts_to_keep=1",
-        "trainer.resume_mode=none",
-        f"trainer.ckpt_path={out_dir / 'ckpts'}",
-        f"trainer.export_path={out_dir / 'exports'}",
-        f"trainer.log_path={out_dir / 'logs'}",
-        "trainer.logger=['console']",
+        *output_overrides(out_dir),
         "trainer.project_name=ppo_example",
         "trainer.run_name=gae_addition",
     ]
 
 
-@dataclass
-class PPORun:
-    """A finished run: its config, the trainer's result and the experiment (checkpoints, curve plot)."""
-
-    cfg: SkyRLConfig
-    result: TrainResult
-    experiment: BasePPOExp
-
-    def eval_accuracy(self) -> tuple[float, float]:
-        """Held-out pass@n before and after training (NaN when evaluation was off)."""
-        return eval_before_after(self.result, f"pass_at_{self.cfg.generator.eval_n_samples_per_prompt}")
-
-
-def run_ppo(out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000, test_size: int = 200) -> PPORun:
+def run_ppo(out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000, test_size: int = 200) -> ExampleRun:
     """Build (or reuse) the embedded model, write the addition data under `out_dir`, and train with PPO."""
     if test_size > MODEL.eval_examples:
         raise ValueError(f"test_size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
@@ -129,9 +100,7 @@ def run_ppo(out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000
         data_dir, MODEL.task, train_size=train_size, test_size=test_size, difficulty=MODEL.difficulty, seed=MODEL.seed
     )
     cfg = SkyRLConfig.from_cli_overrides(ppo_overrides(model_dir, data_dir, out_dir) + list(overrides))
-    experiment = BasePPOExp(cfg)
-    result = experiment.run()
-    return PPORun(cfg, result, experiment)
+    return ExampleRun.train(cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,9 +19,14 @@ from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model, read_description
-from skyrl_train.recipes.example_run import ExampleParser, eval_before_after, print_resolved_config
+from skyrl_train.recipes.example_run import (
+    ExampleParser,
+    ExampleRun,
+    cpu_stack_overrides,
+    output_overrides,
+    print_resolved_config,
+)
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.weight_sync.strategy import resolve_strategy_name
 
@@ -43,22 +48,12 @@ def describe_stack(cfg: SkyRLConfig) -> str:
 def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
     """The CPU config of the quickstart (every value can be overridden from the command line)."""
     return [
-        "trainer.device=cpu",
-        f"trainer.policy.model.path={model_dir}",
-        f"data.train_data=['{data_dir / 'train.parquet'}']",
-        f"data.val_data=['{data_dir / 'test.parquet'}']",
+        # 2 FSDP2 ranks on CPU workers, 2 hf engines sharing their slots, float32 throughout
+        *cpu_stack_overrides(model_dir, data_dir / "train.parquet", data_dir / "test.parquet", ranks=2, num_engines=2),
         "data.max_prompt_length=64",
         "environment.env_class=addition",
         "generator.batched=true",  # single-turn: one engine call for the whole batch
-        "trainer.placement.colocate_all=true",
-        "trainer.placement.policy_num_gpus_per_node=2",
-        "trainer.placement.num_cpus_per_worker=1",
-        "generator.inference_engine.backend=hf",
-        "generator.inference_engine.num_engines=2",
-        "generator.inference_engine.model_dtype=float32",
         "generator.inference_engine.weight_sync_backend=auto",
-        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
-        "trainer.policy.gradient_checkpointing=false",
         "trainer.policy.optimizer.lr=2e-4",  # 5e-4 and up wreck the tiny model within ~40 steps
         "trainer.policy.optimizer.weight_decay=0.0",
         "trainer.policy.optimizer.scheduler=cosine",  # the low rate at the end steadies the final greedy answers
@@ -84,11 +79,7 @@ def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[
         "trainer.eval_before_train=true",
         "trainer.ckpt_interval=150",
         "trainer.max_ckpts_to_keep=2",
-        "trainer.resume_mode=none",
-        f"trainer.ckpt_path={out_dir / 'ckpts'}",
-        f"trainer.export_path={out_dir / 'exports'}",
-        f"trainer.log_path={out_dir / 'logs'}",
-        "trainer.logger=['console']",
+        *output_overrides(out_dir),
         "trainer.project_name=quickstart",
         "trainer.run_name=grpo_addition",
     ]
@@ -136,14 +127,13 @@ def main() -> int:
 
     cfg = SkyRLConfig.from_cli_overrides(quickstart_overrides(str(model_dir), data_dir, out_dir) + args.overrides)
     print(f"quickstart: [3/3] GRPO on Ray ({describe_stack(cfg)})", flush=True)
-    experiment = BasePPOExp(cfg, verify_weight_sync=args.verify_weight_sync)
-    result = experiment.run()
-    before, after = eval_before_after(result, f"pass_at_{cfg.generator.eval_n_samples_per_prompt}")
-    checkpoints = experiment.trainer.checkpoints
-    print(f"  steps: {result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
+    run = ExampleRun.train(cfg, verify_weight_sync=args.verify_weight_sync)
+    before, after = run.eval_accuracy()
+    checkpoints = run.experiment.trainer.checkpoints
+    print(f"  steps: {run.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
     print(f"  checkpoint: {checkpoints.saved_paths[-1] if checkpoints.saved_paths else 'none'}")
     print(f"  HF export: {checkpoints.exported_paths[-1] if checkpoints.exported_paths else 'none'}")
-    print(f"  curves: {experiment.plot_path}")
+    print(f"  curves: {run.experiment.plot_path}")
     print(f"quickstart: eval accuracy before={before:.4f} after={after:.4f}", flush=True)
     return 0
 

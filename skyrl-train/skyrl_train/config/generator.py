@@ -108,16 +108,14 @@ class InferenceEngineConfig:
 ENGINE_FIELD_SAMPLING_KWARGS = ("stop_token_ids", "ignore_eos", "include_stop_str_in_output")
 """`additional_kwargs` names that set engine sampling fields of the same name, honoured by every engine."""
 
+SHARED_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "stop")
+"""Sampling fields that our `SamplingParams` and every engine's own sampling params name alike."""
+
 RESERVED_SAMPLING_KWARGS = (
     "n",
     "max_tokens",
     "max_generate_length",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "stop",
+    *SHARED_SAMPLING_FIELDS,
     "seed",
     "logprobs",
     "top_logprobs",

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import torch
 
+from skyrl_train.config.generator import SHARED_SAMPLING_FIELDS
 from skyrl_train.inference.stopping import trim_stop_string
 from skyrl_train.inference.types import SamplingParams, StopReason
 
@@ -37,12 +38,7 @@ MAX_STOP_STRINGS = 32
 
 RESERVED_SAMPLING_FIELDS = (
     "max_new_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "stop",
+    *SHARED_SAMPLING_FIELDS,
     "stop_token_ids",
     "ignore_eos",
     "no_stop_trim",

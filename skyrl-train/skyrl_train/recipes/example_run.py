@@ -1,18 +1,24 @@
-"""What the CPU example scripts share around their own config: the command line, `--dry-run` and the report.
+"""What the CPU example scripts share around their own config: the command line, the CPU stack, `--dry-run`, the run
+and the report.
 
-Each example (`examples/quickstart`, `ppo`, `custom_env`, `agent`) keeps its config as an explicit list of
-overrides; this module holds the plumbing they would otherwise each write again.
+Each example (`examples/quickstart`, `ppo`, `custom_env`, `agent`) keeps its algorithm, batch shape and schedule as an
+explicit list of overrides; this module holds the plumbing they would otherwise each write again: the overrides that
+put a run on CPU workers with hf engines (`cpu_stack_overrides`) and send its outputs under one folder
+(`output_overrides`), and `ExampleRun`, a finished run.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Optional
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
 
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.config.cli import render_resolved_config
 from skyrl_train.config.registered_names import check_registered_names
+from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.trainer import TrainResult
 
 
@@ -44,6 +50,63 @@ class ExampleParser(argparse.ArgumentParser):
         if self.max_test_size is not None and args.test_size > self.max_test_size:
             self.error(f"--test-size must be at most {self.max_test_size} (the warm start's held-out problems)")
         return args
+
+
+def cpu_stack_overrides(
+    model_dir: str, train_data: Path, val_data: Path, *, ranks: int, num_engines: int, colocate: bool = True
+) -> list[str]:
+    """The policy `model_dir` on `ranks` CPU workers (one CPU each) next to `num_engines` hf engines, all in float32,
+    trained on `train_data` and evaluated on `val_data` (one file each); the engines share the workers' slots when
+    `colocate`. Other roles (critic, reference) add their own placement and dtype keys."""
+    return [
+        "trainer.device=cpu",
+        f"trainer.policy.model.path={model_dir}",
+        f"data.train_data=['{train_data}']",
+        f"data.val_data=['{val_data}']",
+        f"trainer.placement.colocate_all={'true' if colocate else 'false'}",
+        f"trainer.placement.policy_num_gpus_per_node={ranks}",
+        "trainer.placement.num_cpus_per_worker=1",
+        "generator.inference_engine.backend=hf",
+        f"generator.inference_engine.num_engines={num_engines}",
+        "generator.inference_engine.model_dtype=float32",
+        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
+        "trainer.policy.gradient_checkpointing=false",
+    ]
+
+
+def output_overrides(out_dir: Path) -> list[str]:
+    """A fresh run (no resume) that writes its checkpoints, exports and logs under `out_dir` and logs to the console."""
+    return [
+        "trainer.resume_mode=none",
+        f"trainer.ckpt_path={out_dir / 'ckpts'}",
+        f"trainer.export_path={out_dir / 'exports'}",
+        f"trainer.log_path={out_dir / 'logs'}",
+        "trainer.logger=['console']",
+    ]
+
+
+@dataclass
+class ExampleRun:
+    """A finished run: its config, the trainer's result and the experiment (checkpoints, curve plot)."""
+
+    cfg: SkyRLConfig
+    result: TrainResult
+    experiment: BasePPOExp
+
+    @classmethod
+    def train(cls, cfg: SkyRLConfig, **experiment_kwargs: Any) -> ExampleRun:
+        """Run `BasePPOExp` on `cfg` to the end (`experiment_kwargs` go to its constructor)."""
+        experiment = BasePPOExp(cfg, **experiment_kwargs)
+        result = experiment.run()
+        return cls(cfg, result, experiment)
+
+    def eval_value(self, metric: str) -> tuple[float, float]:
+        """`eval/all/<metric>` before and after training (NaN when that evaluation did not run)."""
+        return eval_before_after(self.result, metric)
+
+    def eval_accuracy(self) -> tuple[float, float]:
+        """Held-out pass@n before and after training (NaN when evaluation was off)."""
+        return self.eval_value(f"pass_at_{self.cfg.generator.eval_n_samples_per_prompt}")
 
 
 def print_resolved_config(overrides: Sequence[str]) -> None:

@@ -13,6 +13,7 @@ from skyrl_train.config import SkyRLConfig
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
 from skyrl_train.recipes.embedded import get_embedded_model
+from skyrl_train.recipes.example_run import cpu_stack_overrides, output_overrides
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
 
@@ -40,26 +41,16 @@ def data_dir(tmp_path_factory):
 
 def tiny_overrides(model_dir: str, data_dir: Path, out_dir: Path, colocate: bool = True) -> list[str]:
     """2 policy ranks and 2 (colocated) or 1 (separate) hf engines, fp32, 4 prompts x 4 samples per step."""
+    train, test = data_dir / "train.parquet", data_dir / "test.parquet"
     return [
-        "trainer.device=cpu",
-        f"trainer.policy.model.path={model_dir}",
-        f"data.train_data=['{data_dir / 'train.parquet'}']",
-        f"data.val_data=['{data_dir / 'test.parquet'}']",
+        *cpu_stack_overrides(model_dir, train, test, ranks=2, num_engines=2 if colocate else 1, colocate=colocate),
         "data.max_prompt_length=64",
         "environment.env_class=arithmetic",
-        f"trainer.placement.colocate_all={'true' if colocate else 'false'}",
-        "trainer.placement.policy_num_gpus_per_node=2",
         "trainer.placement.ref_num_gpus_per_node=2",
         "trainer.placement.critic_num_gpus_per_node=2",
-        "trainer.placement.num_cpus_per_worker=1",
-        "generator.inference_engine.backend=hf",
-        f"generator.inference_engine.num_engines={2 if colocate else 1}",
-        "generator.inference_engine.model_dtype=float32",
         f"generator.inference_engine.weight_sync_backend={'shm' if colocate else 'broadcast'}",
-        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
         "trainer.ref.fsdp.mixed_precision.param_dtype=float32",
         "trainer.critic.fsdp.mixed_precision.param_dtype=float32",
-        "trainer.policy.gradient_checkpointing=false",
         "trainer.critic.gradient_checkpointing=false",
         "trainer.policy.optimizer.lr=1e-3",
         "trainer.critic.optimizer.lr=1e-3",
@@ -77,11 +68,7 @@ def tiny_overrides(model_dir: str, data_dir: Path, out_dir: Path, colocate: bool
         "trainer.eval_before_train=false",
         "trainer.eval_interval=0",
         "trainer.ckpt_interval=0",
-        "trainer.resume_mode=none",
-        f"trainer.ckpt_path={out_dir / 'ckpts'}",
-        f"trainer.export_path={out_dir / 'exports'}",
-        f"trainer.log_path={out_dir / 'logs'}",
-        "trainer.logger=['console']",
+        *output_overrides(out_dir),
     ]
 
 

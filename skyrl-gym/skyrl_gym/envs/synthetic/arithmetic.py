@@ -70,16 +70,11 @@ def parse_ground_truth(value: Any) -> int:
 def score_response(response: str, truth: int) -> base.Score:
     """1.0 when the answer is an integer equal to `truth`, else 0.0 (with the reason in the score)."""
     answer = base.extract_answer(response)
-    if len(answer) > MAX_ANSWER_CHARS:
-        error = f"answer has {len(answer)} characters; at most {MAX_ANSWER_CHARS} are read"
-        return base.Score(0.0, False, answer[:MAX_ANSWER_CHARS], error, f"no integer answer: {error}")
-    if not _INTEGER.fullmatch(answer):
-        reason = "empty answer" if not answer else f"{answer!r} is not an integer"
-        return base.Score(0.0, False, answer, reason, f"no integer answer: {reason}")
+    unreadable = base.unreadable_answer(answer, _INTEGER, MAX_ANSWER_CHARS, "an integer", "integer")
+    if unreadable is not None:
+        return unreadable
     value = int(answer)
-    if value == truth:
-        return base.Score(1.0, True, answer, None, f"{value} is correct")
-    return base.Score(0.0, False, answer, None, f"{value} is wrong; expected {truth}")
+    return base.exact_verdict(answer, str(value), value == truth, truth)
 
 
 class ArithmeticEnv(base.SyntheticEnv):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypedDict
@@ -87,6 +88,25 @@ class Score:
             "reason": self.reason,
             **self.details,
         }
+
+
+def unreadable_answer(answer: str, form: re.Pattern[str], max_chars: int, what: str, kind: str) -> Optional[Score]:
+    """The zero score of an answer longer than `max_chars` or not wholly of the form `form` (`what`, e.g. "an
+    integer"), the reason reading `no <kind> answer: ...`; None when the answer can be judged."""
+    if len(answer) > max_chars:
+        error = f"answer has {len(answer)} characters; at most {max_chars} are read"
+        return Score(0.0, False, answer[:max_chars], error, f"no {kind} answer: {error}")
+    if not form.fullmatch(answer):
+        reason = "empty answer" if not answer else f"{answer!r} is not {what}"
+        return Score(0.0, False, answer, reason, f"no {kind} answer: {reason}")
+    return None
+
+
+def exact_verdict(answer: str, shown: str, correct: bool, truth: Any) -> Score:
+    """1.0 for a right answer and 0.0 for a wrong one (naming `truth`), the answer written as `shown` in the reason."""
+    if correct:
+        return Score(1.0, True, answer, None, f"{shown} is correct")
+    return Score(0.0, False, answer, None, f"{shown} is wrong; expected {truth}")
 
 
 class SyntheticEnv(BaseTextEnv):

@@ -96,15 +96,10 @@ def score_response(response: str, truth: str) -> base.Score:
     answer = base.extract_answer(response)
     if "<answer>" in answer:  # the worked answer wrapped in one more answer tag: its own tag holds the bits
         answer = answer.rsplit("<answer>", 1)[1].strip()
-    if len(answer) > MAX_ANSWER_CHARS:
-        error = f"answer has {len(answer)} characters; at most {MAX_ANSWER_CHARS} are read"
-        return base.Score(0.0, False, answer[:MAX_ANSWER_CHARS], error, f"no binary answer: {error}")
-    if not _BITS.fullmatch(answer):
-        reason = "empty answer" if not answer else f"{answer!r} is not a binary number"
-        return base.Score(0.0, False, answer, reason, f"no binary answer: {reason}")
-    if answer == truth:
-        return base.Score(1.0, True, answer, None, f"{answer} is correct")
-    return base.Score(0.0, False, answer, None, f"{answer} is wrong; expected {truth}")
+    unreadable = base.unreadable_answer(answer, _BITS, MAX_ANSWER_CHARS, "a binary number", "binary")
+    if unreadable is not None:
+        return unreadable
+    return base.exact_verdict(answer, answer, answer == truth, truth)
 
 
 class BinaryEnv(base.SyntheticEnv):
