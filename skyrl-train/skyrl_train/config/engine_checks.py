@@ -72,7 +72,8 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
 
 
 def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
-    """Colocation shares one GPU pool, so its members must have equal GPU counts; IPC/shm sync needs colocation."""
+    """Colocation shares one GPU pool: the engines fill the policy's GPUs, another role fits in them (it takes the
+    first of the policy's bundles); IPC/shm sync needs colocation."""
     engine = cfg.generator.inference_engine
     policy_workers = role_world_size(cfg, "policy")
     if cfg.trainer.placement.colocate_all:
@@ -91,12 +92,12 @@ def check_placement(cfg: "SkyRLConfig") -> Iterator[str]:
                     " colocate_all=false"
                 )
         for role in used_roles(cfg):
-            if role != "policy" and role_world_size(cfg, role) != policy_workers:
+            if role != "policy" and role_world_size(cfg, role) > policy_workers:
                 yield (
-                    f"trainer.placement.colocate_all=true needs the {role} on as many GPUs as the policy"
-                    f" ({role_world_size(cfg, role)} vs {policy_workers}): set trainer.placement.{role}_num_nodes and"
-                    f" {role}_num_gpus_per_node like the policy's (a colocated {role} on fewer GPUs than the policy, which"
-                    " SkyRL allows, is not supported here)"
+                    f"trainer.placement.colocate_all=true needs the {role} on at most as many GPUs as the policy"
+                    f" ({role_world_size(cfg, role)} vs {policy_workers}): a colocated role runs on the first of the"
+                    f" policy's bundles; lower trainer.placement.{role}_num_nodes * {role}_num_gpus_per_node or set"
+                    " colocate_all=false"
                 )
     sync = engine.weight_sync_backend
     if sync in ("cuda_ipc", "shm") and not cfg.trainer.placement.colocate_all:
@@ -188,3 +189,20 @@ def check_engine_tensor_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
             f" its actor sees; set colocate_all=false (each sglang engine then gets {tp} GPUs), tensor_parallel_size=1"
             " or backend=vllm"
         )
+
+
+def warn_narrow_colocated_roles(cfg: "SkyRLConfig") -> Iterator[str]:
+    """A colocated role on fewer GPUs than the policy runs on the first of them, sharded over fewer GPUs than the
+    policy is (SkyRL's behaviour): said once, since a forgotten `<role>_num_gpus_per_node` (default 1) puts a whole
+    model on one GPU."""
+    if not cfg.trainer.placement.colocate_all:
+        return
+    policy_workers = role_world_size(cfg, "policy")
+    for role in used_roles(cfg):
+        workers = role_world_size(cfg, role)
+        if role != "policy" and workers < policy_workers:
+            yield (
+                f"trainer.placement.colocate_all=true: the {role} runs on {workers} of the policy's {policy_workers}"
+                f" GPUs (trainer.placement.{role}_num_nodes * {role}_num_gpus_per_node), the first {workers}; set"
+                f" them like the policy's to shard the {role} over all of them"
+            )

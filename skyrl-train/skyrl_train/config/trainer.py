@@ -38,20 +38,22 @@ class PlacementConfig:
     """Nodes the reference model is spread over."""
 
     ref_num_gpus_per_node: int = 1
-    """GPUs (or CPU worker processes) of the reference model on each node."""
+    """GPUs (or CPU worker processes) of the reference model on each node. Colocated, it shares the first of the
+    policy's GPUs: at most as many as the policy (fewer warns: the model is sharded over fewer GPUs)."""
 
     critic_num_nodes: int = 1
     """Nodes the critic is spread over."""
 
     critic_num_gpus_per_node: int = 1
-    """GPUs (or CPU worker processes) of the critic on each node."""
+    """GPUs (or CPU worker processes) of the critic on each node. Colocated, it shares the first of the policy's
+    GPUs: at most as many as the policy (fewer warns: the model is sharded over fewer GPUs)."""
 
     reward_num_nodes: int = 1
     """Nodes the reward model (`reward.model`) is spread over."""
 
     reward_num_gpus_per_node: int = 1
     """GPUs (or CPU worker processes) of the reward model on each node. Colocated (`colocate_all`), the reward model
-    shares the policy's GPUs and needs as many as the policy."""
+    shares the first of the policy's GPUs: at most as many as the policy."""
 
     num_cpus_per_worker: float = 1.0
     """CPUs Ray reserves for each worker process (on CPU machines this bounds how many workers fit)."""

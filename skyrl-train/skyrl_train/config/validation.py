@@ -10,7 +10,12 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from skyrl_train.config.engine_checks import check_engine_tensor_parallel, check_generator, check_placement
+from skyrl_train.config.engine_checks import (
+    check_engine_tensor_parallel,
+    check_generator,
+    check_placement,
+    warn_narrow_colocated_roles,
+)
 from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
 from skyrl_train.config.generator import ENGINE_FIELD_SAMPLING_KWARGS, RESERVED_SAMPLING_KWARGS
 from skyrl_train.config.health import check_health
@@ -406,6 +411,7 @@ ERROR_CHECKS: list[Check] = [
 
 WARNING_CHECKS: list[Check] = [
     warn_unused_models,
+    warn_narrow_colocated_roles,
     warn_inert_overlong_buffer,
     warn_kl_in_reward_coefficient,
     warn_inert_megatron_optimizer,

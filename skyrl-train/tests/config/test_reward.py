@@ -58,9 +58,9 @@ CASES = {
         ["generator.step_wise_trajectories=true", "reward.manager=naive", "reward.function=/f.py:fn"],
         "generator.step_wise_trajectories=true with reward.manager=naive is not supported here",
     ),
-    "colocated with another width": (
-        ["reward.model.path=rm", "trainer.placement.reward_num_gpus_per_node=1"],
-        "colocate_all=true needs the reward on as many GPUs as the policy (1 vs 2)",
+    "colocated on more GPUs than the policy": (
+        ["reward.model.path=rm", "trainer.placement.reward_num_gpus_per_node=3"],
+        "colocate_all=true needs the reward on at most as many GPUs as the policy (3 vs 2)",
     ),
     "non-positive timeout": (["reward.timeout_s=0"], "reward.timeout_s must be positive, got 0"),
     "no scoring processes": (["reward.num_workers=0"], "reward.num_workers must be at least 1"),

@@ -93,9 +93,9 @@ CASES = {
         ["generator.inference_engine.num_engines=1"],
         "colocate_all=true needs as many engine GPUs (num_engines * tensor_parallel_size = 1 * 1 = 1) as policy GPUs",
     ),
-    "colocated ref with a different GPU count": (
-        ["trainer.placement.ref_num_gpus_per_node=1"],
-        "colocate_all=true needs the ref on as many GPUs as the policy (1 vs 2)",
+    "colocated ref on more GPUs than the policy": (
+        ["trainer.placement.ref_num_gpus_per_node=3"],
+        "colocate_all=true needs the ref on at most as many GPUs as the policy (3 vs 2)",
     ),
     "async with colocated engines": (
         ["trainer.mode=fully_async"],
@@ -465,3 +465,15 @@ def test_users_can_register_their_own_check(monkeypatch):
     monkeypatch.setattr("skyrl_train.config.validation.ERROR_CHECKS", [*ERROR_CHECKS, forbid_megatron])
     with pytest.raises(ConfigValidationError, match="not allowed on this cluster"):
         SkyRLConfig.from_cli_overrides(["trainer.strategy=megatron"])
+
+
+def test_a_colocated_role_on_fewer_gpus_than_the_policy_is_valid_and_says_where_it_runs():
+    """SkyRL runs a colocated critic or ref on fewer GPUs than the policy (the first of them); so does this project,
+    and it says so once, as a forgotten `<role>_num_gpus_per_node` (default 1) puts a whole model on one GPU."""
+    narrow = ["trainer.algorithm.use_kl_loss=true", "trainer.placement.ref_num_gpus_per_node=1"]
+    assert problems_of(*narrow) == []
+    with pytest.warns(ConfigWarning, match="the ref runs on 1 of the policy's 2 GPUs"):
+        SkyRLConfig.from_cli_overrides([*BASE, *narrow])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)  # as wide as the policy: nothing to say
+        SkyRLConfig.from_cli_overrides([*BASE, "trainer.algorithm.use_kl_loss=true"])

@@ -34,6 +34,7 @@ class RecordingExp(BasePPOExp):
     """Records what the worker and engine actors report about their process just before they are released."""
 
     def shutdown(self) -> None:
+        self.group_sizes = {group.role: group.world_size for group in self.groups}
         self.worker_info = [info for group in self.groups for info in group.run_all("runtime_info")]
         self.engine_info = ray.get([engine.handle.engine_info.remote() for engine in self.engines])
         super().shutdown()
@@ -216,3 +217,25 @@ def test_on_policy_distillation_trains_on_the_teacher_gap_from_the_ref_workers(
     assert "reward/mean" in history  # the env's rewards are still computed and logged
     exported = experiment.trainer.checkpoints.exported_paths[-1]
     assert _changed(_weights(tiny_model_dir), _weights(exported)), "the policy's weights did not change"
+
+
+def test_a_colocated_critic_on_fewer_ranks_than_the_policy_trains_on_the_first_bundle(
+    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+):
+    """SkyRL's colocated LoRA PPO example leaves the critic on 1 GPU beside a wider policy: the critic's one rank
+    runs in bundle 0 of the shared group, next to policy rank 0 and engine 0, and values and their update still
+    cover the whole batch."""
+    cfg = make_config(
+        tiny_model_dir,
+        data_dir,
+        tmp_path,
+        "trainer.algorithm.advantage_estimator=gae",
+        f"trainer.critic.model.path={tiny_model_dir}",
+        "trainer.placement.critic_num_gpus_per_node=1",
+    )
+    assert cfg.trainer.placement.colocate_all and cfg.trainer.placement.policy_num_gpus_per_node == 2
+    experiment = RecordingExp(cfg)
+    result = experiment.run()
+    assert experiment.group_sizes == {"policy": 2, "critic": 1}
+    assert math.isfinite(result.history["critic/value_loss"][-1][1])
+    assert math.isfinite(result.history["policy/loss"][-1][1])
