@@ -90,6 +90,25 @@ def save_varied_tiny_model():
     return _save_varied_tiny_model
 
 
+@pytest.fixture(scope="session")
+def spread_tiny_model_dir(tmp_path_factory) -> str:
+    """A size-1 tiny model (with the char tokenizer) whose weights are spread wide enough, N(0, 0.3), that it samples
+    varied answers (some of them right) instead of repeating one token."""
+    from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+    from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+
+    path = tmp_path_factory.mktemp("spread_tiny_model")
+    model = build_tiny_model(TinyModelSpec(size=1), seed=0)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0, 0.3, generator=generator)
+    model.save_pretrained(path)
+    save_tokenizer(build_char_tokenizer(), path)
+    return str(path)
+
+
 def _tiny_hf_config(model_type: str, **overrides):
     from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3MoeConfig
 

@@ -86,11 +86,11 @@ def _history(result, key):
 
 
 def test_filter_trains_on_full_batches_of_informative_groups(
-    ray_cluster, make_config, tiny_model_dir, parity_data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, parity_data_dir, tmp_path
 ):
     result = _run(
         make_config,
-        tiny_model_dir,
+        spread_tiny_model_dir,
         parity_data_dir,
         tmp_path,
         "trainer.algorithm.dynamic_sampling.type=filter",
@@ -108,11 +108,11 @@ def test_filter_trains_on_full_batches_of_informative_groups(
 
 
 def test_replace_and_overlong_punishment_reach_the_trained_batch(
-    ray_cluster, make_config, tiny_model_dir, parity_data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, parity_data_dir, tmp_path
 ):
     result = _run(
         make_config,
-        tiny_model_dir,
+        spread_tiny_model_dir,
         parity_data_dir,
         tmp_path,
         "trainer.algorithm.dynamic_sampling.type=replace",
@@ -139,10 +139,10 @@ ASYNC = ("generator.inference_engine.num_engines=1", "trainer.max_training_steps
     "mode, kind", [("fully_async", "filter"), ("fully_async", "replace"), ("one_step_off", "replace")]
 )
 def test_the_async_trainers_train_only_on_informative_groups(
-    ray_cluster, make_config, tiny_model_dir, half_parity_data_dir, tmp_path, mode, kind
+    ray_cluster, make_config, spread_tiny_model_dir, half_parity_data_dir, tmp_path, mode, kind
 ):
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         half_parity_data_dir,
         tmp_path,
         f"trainer.mode={mode}",
@@ -167,7 +167,7 @@ def test_the_async_trainers_train_only_on_informative_groups(
 
 
 def test_a_killed_one_step_off_run_with_filter_resumes_without_losing_or_repeating_prompts(
-    ray_cluster, make_config, tiny_model_dir, half_parity_data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, half_parity_data_dir, tmp_path
 ):
     steps = (
         "trainer.mode=one_step_off",
@@ -177,7 +177,12 @@ def test_a_killed_one_step_off_run_with_filter_resumes_without_losing_or_repeati
     )
     first = BasePPOExp(
         make_config(
-            tiny_model_dir, half_parity_data_dir, tmp_path, *steps, "trainer.max_training_steps=3", colocate=False
+            spread_tiny_model_dir,
+            half_parity_data_dir,
+            tmp_path,
+            *steps,
+            "trainer.max_training_steps=3",
+            colocate=False,
         )
     )
     first.run()
@@ -189,7 +194,7 @@ def test_a_killed_one_step_off_run_with_filter_resumes_without_losing_or_repeati
     assert pending == set(first.trainer.used_uids[2])  # the step-3 prompts, extra batches included, were held
     resumed = BasePPOExp(
         make_config(
-            tiny_model_dir,
+            spread_tiny_model_dir,
             half_parity_data_dir,
             tmp_path,
             *steps,
@@ -208,10 +213,10 @@ def test_a_killed_one_step_off_run_with_filter_resumes_without_losing_or_repeati
 
 
 def test_fully_async_filter_gives_up_after_max_sample_batches_saying_so(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         _with_env(data_dir, tmp_path, "no_signal_test"),
         tmp_path,
         "trainer.mode=fully_async",

@@ -44,10 +44,10 @@ def _at(result, key, step):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path_factory):
+def uninterrupted(ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path_factory):
     """The 3-step run every test compares against, and its output folder."""
     out = tmp_path_factory.mktemp("uninterrupted")
-    return _run(make_config, tiny_model_dir, data_dir, out, "trainer.max_training_steps=3"), out
+    return _run(make_config, spread_tiny_model_dir, data_dir, out, "trainer.max_training_steps=3"), out
 
 
 def _stopped_after_step_2(uninterrupted_out, target):
@@ -58,11 +58,16 @@ def _stopped_after_step_2(uninterrupted_out, target):
     return target / "ckpts"
 
 
-def test_resumed_run_matches_uninterrupted_run(uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path):
+def test_resumed_run_matches_uninterrupted_run(uninterrupted, make_config, spread_tiny_model_dir, data_dir, tmp_path):
     full, full_out = uninterrupted
     _stopped_after_step_2(full_out, tmp_path)
     resumed = _run(
-        make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=3", "trainer.resume_mode=latest"
+        make_config,
+        spread_tiny_model_dir,
+        data_dir,
+        tmp_path,
+        "trainer.max_training_steps=3",
+        "trainer.resume_mode=latest",
     )
     assert resumed.global_step == 3 and sorted(dict(resumed.history["reward/mean"])) == [3]
     for key in COMPARED + ["policy/lr", "reward/kl_penalty_coef"]:
@@ -70,7 +75,7 @@ def test_resumed_run_matches_uninterrupted_run(uninterrupted, make_config, tiny_
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_previous(
-    uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path
+    uninterrupted, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
     full, full_out = uninterrupted
     ckpts = _stopped_after_step_2(full_out, tmp_path)
@@ -82,7 +87,12 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(
     # and a leftover temporary directory of a step 3 that never committed
     shutil.copytree(ckpts / "global_step_1", ckpts / "global_step_3.tmp-crashed")
     resumed = _run(
-        make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.resume_mode=latest"
+        make_config,
+        spread_tiny_model_dir,
+        data_dir,
+        tmp_path,
+        "trainer.max_training_steps=2",
+        "trainer.resume_mode=latest",
     )
     # resumed from step 1 (step 2 is corrupt), so step 2 ran again, as the uninterrupted run ran it
     assert sorted(dict(resumed.history["reward/mean"])) == [2]
@@ -91,14 +101,14 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(
 
 
 def test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before(
-    uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path
+    uninterrupted, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
     """A run resumed with a longer `max_training_steps` continues the checkpoint's cosine schedule, its adaptive KL
     coefficient, and reports the eval it ran before training."""
     full, full_out = uninterrupted
     resumed = _run(
         make_config,
-        tiny_model_dir,
+        spread_tiny_model_dir,
         data_dir,
         tmp_path,
         "trainer.max_training_steps=5",
@@ -139,18 +149,25 @@ def _free_cpus_settle(expected, seconds=60.0):
 
 
 def test_a_dead_rank_stops_the_run_naming_it_and_resume_continues_exactly(
-    uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path
+    uninterrupted, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
     full, _ = uninterrupted
     free_before = ray.available_resources().get("CPU", 0.0)
     with pytest.raises(WorkerGroupError, match=r"policy rank 1 of 2 failed in train_mini_batches: \w*ActorDiedError"):
         # the uninterrupted run's length: the cosine schedule depends on it
-        RankDiesExp(make_config(tiny_model_dir, data_dir, tmp_path, *SCHEDULE, "trainer.max_training_steps=3")).run()
+        RankDiesExp(
+            make_config(spread_tiny_model_dir, data_dir, tmp_path, *SCHEDULE, "trainer.max_training_steps=3")
+        ).run()
     # rank 0, blocked in a collective with the dead rank, the engines and the placement groups are all released
     assert _free_cpus_settle(free_before) >= free_before
     assert sorted(os.listdir(tmp_path / "ckpts")) == ["global_step_1", "latest_checkpointed_step.txt"]
     resumed = _run(
-        make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.resume_mode=latest"
+        make_config,
+        spread_tiny_model_dir,
+        data_dir,
+        tmp_path,
+        "trainer.max_training_steps=2",
+        "trainer.resume_mode=latest",
     )
     assert sorted(dict(resumed.history["reward/mean"])) == [2]
     for key in COMPARED:
