@@ -141,29 +141,24 @@ def test_unknown_size_or_memory_takes_the_conservative_choices(machine):
     assert cfg.trainer.policy.gradient_checkpointing is (machine.device == "cuda")
 
 
-def test_the_micro_batch_divides_the_shard_and_fits_the_budget():
-    # 12 prompts x 8 samples / 1 rank = 96 rows of at most 1000 tokens; 16384 // 1000 = 16 -> 16 divides 96
+@pytest.mark.parametrize(
+    ("prompts", "samples", "micro"),
+    [
+        (12, 8, 16),  # 12 prompts x 8 samples / 1 rank = 96 rows of at most 1000 tokens; 16384 // 1000 = 16 divides 96
+        (9, 10, 15),  # 16 rows would fit 16 * 1000 < 16384 but the largest divisor of 90 within 16 is 15
+    ],
+)
+def test_the_micro_batch_divides_the_shard_and_fits_the_budget(prompts, samples, micro):
     cfg, _ = _resolve(
         MEDIUM,
         Machine("cpu", 1024 * GIB, "host memory"),
         "data.max_prompt_length=200",
         "generator.sampling_params.max_generate_length=800",
-        "trainer.train_batch_size=12",
-        "trainer.policy_mini_batch_size=12",
-        "generator.n_samples_per_prompt=8",
+        f"trainer.train_batch_size={prompts}",
+        f"trainer.policy_mini_batch_size={prompts}",
+        f"generator.n_samples_per_prompt={samples}",
     )
-    assert cfg.trainer.micro_train_batch_size_per_gpu == 16
-    # 9 rows would fit 9 * 1000 < 16384 but the largest divisor of 90 within 16 is 15
-    cfg, _ = _resolve(
-        MEDIUM,
-        Machine("cpu", 1024 * GIB, "host memory"),
-        "data.max_prompt_length=200",
-        "generator.sampling_params.max_generate_length=800",
-        "trainer.train_batch_size=9",
-        "trainer.policy_mini_batch_size=9",
-        "generator.n_samples_per_prompt=10",
-    )
-    assert cfg.trainer.micro_train_batch_size_per_gpu == 15
+    assert cfg.trainer.micro_train_batch_size_per_gpu == micro
 
 
 def test_the_token_budget_shrinks_with_the_memory_share():
