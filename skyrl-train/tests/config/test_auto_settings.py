@@ -15,28 +15,11 @@ from skyrl_train.config.cli import render_resolved_config
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 
 GIB = 2**30
-TINY = ModelFacts(
-    num_parameters=410_000, num_layers=2, hidden_size=128, intermediate_size=384, vocab_size=128, source="test"
-)
-MEDIUM = ModelFacts(
-    num_parameters=25_000_000, num_layers=8, hidden_size=512, intermediate_size=1536, vocab_size=128, source="test"
-)
-QWEN_1_5B = ModelFacts(
-    num_parameters=1_540_000_000,
-    num_layers=28,
-    hidden_size=1536,
-    intermediate_size=8960,
-    vocab_size=151_936,
-    source="test",
-)
-QWEN_7B = ModelFacts(
-    num_parameters=7_620_000_000,
-    num_layers=28,
-    hidden_size=3584,
-    intermediate_size=18944,
-    vocab_size=152_064,
-    source="test",
-)
+# ModelFacts(num_parameters, num_layers, hidden_size, intermediate_size, vocab_size, source)
+TINY = ModelFacts(410_000, 2, 128, 384, 128, "test")
+MEDIUM = ModelFacts(25_000_000, 8, 512, 1536, 128, "test")
+QWEN_1_5B = ModelFacts(1_540_000_000, 28, 1536, 8960, 151_936, "test")
+QWEN_7B = ModelFacts(7_620_000_000, 28, 3584, 18944, 152_064, "test")
 CPU_HOST = Machine("cpu", 24 * GIB, "host memory")
 H100 = Machine("cuda", 80 * GIB, "GPU 0 (H100)")
 SMALL_GPU = Machine("cuda", 24 * GIB, "GPU 0 (L4)")
