@@ -90,6 +90,14 @@ def save_varied_tiny_model():
     return _save_varied_tiny_model
 
 
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The char tokenizer (`build_char_tokenizer`), one per test module."""
+    from skyrl_train.models.tokenizer import build_char_tokenizer
+
+    return build_char_tokenizer()
+
+
 @pytest.fixture(scope="session")
 def spread_tiny_model_dir(tmp_path_factory) -> str:
     """A size-1 tiny model (with the char tokenizer) whose weights are spread wide enough, N(0, 0.3), that it samples

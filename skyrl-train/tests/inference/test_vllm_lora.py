@@ -15,16 +15,11 @@ from skyrl_train.inference.types import InferenceEngineInput, SamplingParams  # 
 from skyrl_train.inference.vllm_engine import VLLMInferenceEngine  # noqa: E402
 from skyrl_train.models.lora import LoRASettings, apply_lora  # noqa: E402
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer  # noqa: E402
+from skyrl_train.models.tokenizer import save_tokenizer  # noqa: E402
 from skyrl_train.utils.checksum import tensor_checksum  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 LOGPROB_TOLERANCE = 1e-4  # fp32; vLLM's LoRA path adds x @ A^T @ B^T * scale on top of the base matmul
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 @pytest.fixture(scope="module")
