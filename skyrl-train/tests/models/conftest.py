@@ -2,7 +2,31 @@
 
 import pytest
 
+from skyrl_train.generators.types import Trajectory
 from skyrl_train.models.logprobs import response_logprobs
+
+
+def _rollout_row(uid: str, prompt: list[int], response: list[int]) -> Trajectory:
+    n = len(response)
+    return Trajectory(
+        uid=uid,
+        env_class="test",
+        prompt_token_ids=prompt,
+        response_ids=response,
+        loss_mask=[1] * n,
+        token_rewards=[0.0] * n,
+        rollout_logprobs=[0.0] * n,
+        stop_reason="stop",
+        num_turns=1,
+        weight_version=0,
+    )
+
+
+@pytest.fixture(scope="session")
+def rollout_row():
+    """`rollout_row(uid, prompt, response)`: a single-turn trajectory with every response token in the loss, zero
+    rewards and zero rollout log-probs (the model tests need only the token layout)."""
+    return _rollout_row
 
 
 @pytest.fixture
