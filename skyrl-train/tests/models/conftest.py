@@ -1,6 +1,7 @@
 """Fixtures shared by the model tests."""
 
 import pytest
+import torch
 
 from skyrl_train.generators.types import Trajectory
 from skyrl_train.models.logprobs import response_logprobs
@@ -53,3 +54,20 @@ def logprobs_and_gradients():
         return logprobs * mask, entropy * mask, grads
 
     return run
+
+
+def _assert_same_outputs(got, expected, atol: float, gradient_rtol: float, gradient_floor: float) -> None:
+    torch.testing.assert_close(got[0], expected[0], atol=atol, rtol=0)
+    torch.testing.assert_close(got[1], expected[1], atol=atol, rtol=0)
+    assert got[2].keys() == expected[2].keys() and expected[2]
+    for name, gradient in expected[2].items():
+        bound = gradient_rtol * gradient.abs().max().item() + gradient_floor
+        assert (got[2][name] - gradient).abs().max().item() <= bound, name
+
+
+@pytest.fixture(scope="session")
+def assert_same_outputs():
+    """`assert_same_outputs(got, expected, atol, gradient_rtol, gradient_floor)`: two `logprobs_and_gradients`
+    results agree: log-probs and entropies within `atol`, each parameter's gradient within `gradient_rtol` of its
+    largest entry (plus `gradient_floor`), and the same parameters got gradients (some did)."""
+    return _assert_same_outputs

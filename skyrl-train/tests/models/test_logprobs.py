@@ -41,16 +41,11 @@ def model():
 
 
 def test_shared_prompts_give_the_full_forwards_logprobs_entropy_and_gradients(
-    model, logprobs_and_gradients, grouped_batch
+    model, logprobs_and_gradients, grouped_batch, assert_same_outputs
 ):
     batch = grouped_batch(groups=5, samples=4)
     full, shared = logprobs_and_gradients(model, batch), logprobs_and_gradients(model, batch, share=True)
-    torch.testing.assert_close(shared[0], full[0], atol=LOGPROB_TOLERANCE, rtol=0)
-    torch.testing.assert_close(shared[1], full[1], atol=LOGPROB_TOLERANCE, rtol=0)
-    assert shared[2].keys() == full[2].keys() and full[2]
-    for name, expected in full[2].items():
-        bound = GRADIENT_RELATIVE_TOLERANCE * expected.abs().max().item() + 1e-8
-        assert (shared[2][name] - expected).abs().max().item() <= bound, name
+    assert_same_outputs(shared, full, LOGPROB_TOLERANCE, GRADIENT_RELATIVE_TOLERANCE, 1e-8)
 
 
 def test_each_distinct_prompt_runs_once(model, monkeypatch, grouped_batch):

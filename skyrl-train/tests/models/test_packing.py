@@ -52,23 +52,16 @@ def tiny(architecture: str = "qwen2") -> torch.nn.Module:
     return build_tiny_model(TinyModelSpec(size=2, architecture=architecture, max_position_embeddings=256), seed=0)
 
 
-def assert_same(packed, padded) -> None:
-    torch.testing.assert_close(packed[0], padded[0], atol=LOGPROB_TOLERANCE, rtol=0)
-    torch.testing.assert_close(packed[1], padded[1], atol=LOGPROB_TOLERANCE, rtol=0)
-    assert packed[2].keys() == padded[2].keys() and padded[2]
-    for name, expected in padded[2].items():
-        bound = GRADIENT_TOLERANCE * expected.abs().max().item() + 1e-12
-        assert (packed[2][name] - expected).abs().max().item() <= bound, name
-
-
 @pytest.mark.parametrize(("architecture", "share"), [("qwen2", False), ("qwen3", True)])
-def test_packed_forward_and_backward_equal_the_padded_ones(architecture, share, logprobs_and_gradients, varied_batch):
+def test_packed_forward_and_backward_equal_the_padded_ones(
+    architecture, share, logprobs_and_gradients, varied_batch, assert_same_outputs
+):
     batch = varied_batch()
     model = tiny(architecture)
     padded = logprobs_and_gradients(model, batch, pack=False)
     enable_packed_attention(model)
     packed = logprobs_and_gradients(model, batch, pack=True, share=share)
-    assert_same(packed, padded)
+    assert_same_outputs(packed, padded, LOGPROB_TOLERANCE, GRADIENT_TOLERANCE, 1e-12)
     assert packed[0][batch.response_mask == 0].abs().sum() == 0  # nothing but zeros outside the responses
 
 
@@ -146,7 +139,9 @@ def test_packed_values_equal_the_padded_value_head(varied_batch):
         assert (got - expected).abs().max().item() <= GRADIENT_TOLERANCE * expected.abs().max().item() + 1e-12
 
 
-def test_a_lora_model_packs_and_only_its_adapters_get_gradients(logprobs_and_gradients, varied_batch):
+def test_a_lora_model_packs_and_only_its_adapters_get_gradients(
+    logprobs_and_gradients, varied_batch, assert_same_outputs
+):
     batch = varied_batch(seed=2)
     model = apply_lora(tiny(), LoRASettings(rank=4, alpha=8, target_modules="all-linear"))
     for name, parameter in model.named_parameters():  # non-zero B so the adapters change the output
@@ -155,11 +150,13 @@ def test_a_lora_model_packs_and_only_its_adapters_get_gradients(logprobs_and_gra
     padded = logprobs_and_gradients(model, batch, pack=False)
     enable_packed_attention(model)
     packed = logprobs_and_gradients(model, batch, pack=True, share=True)
-    assert_same(packed, padded)
+    assert_same_outputs(packed, padded, LOGPROB_TOLERANCE, GRADIENT_TOLERANCE, 1e-12)
     assert packed[2] and all("lora_" in name for name in packed[2])
 
 
-def test_gradient_checkpointing_recomputes_the_packed_attention(logprobs_and_gradients, varied_batch):
+def test_gradient_checkpointing_recomputes_the_packed_attention(
+    logprobs_and_gradients, varied_batch, assert_same_outputs
+):
     batch = varied_batch(seed=3)
     model = tiny()
     model.train()
@@ -167,7 +164,7 @@ def test_gradient_checkpointing_recomputes_the_packed_attention(logprobs_and_gra
     enable_packed_attention(model)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     packed = logprobs_and_gradients(model, batch, pack=True, share=True)
-    assert_same(packed, padded)
+    assert_same_outputs(packed, padded, LOGPROB_TOLERANCE, GRADIENT_TOLERANCE, 1e-12)
 
 
 class _NoLogitsToKeep(Qwen2ForCausalLM):
