@@ -37,6 +37,12 @@ SAMPLE = {
 }
 
 
+def _render(tmp_path, name: str, data: dict) -> str:
+    """A page holding only the `<!-- results: name -->` block, rendered from `data` saved as `name`.json."""
+    (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    return renderer.rendered_page(f"<!-- results: {name} -->\n<!-- /results -->\n", tmp_path)
+
+
 def test_every_results_block_is_up_to_date():
     stale = [
         str(page.relative_to(REPO))
@@ -92,8 +98,7 @@ def test_renders_the_minimal_grpo_shape(tmp_path):
         "evaluations": [[0, 0.25], [150, 0.5], [300, 0.6]],
         "seconds": 150.0,
     }
-    (tmp_path / "minimal_grpo.json").write_text(json.dumps(run))
-    text = renderer.rendered_page("<!-- results: minimal_grpo -->\n<!-- /results -->", tmp_path)
+    text = _render(tmp_path, "minimal_grpo", run)
     assert "| 300 | 32 x 8 | 0.0002 | 2 | 0.250 -> 0.600 (200 problems, greedy) | 150 s | 0.50 s |" in text
     assert "Held-out accuracy by step: 0: 0.250, 150: 0.500, 300: 0.600." in text
     assert "Measured on 2 CPUs, x86_64, torch 2.13.0+cpu, 2026-11-23" in text
@@ -156,8 +161,7 @@ VS_TRL_SAMPLE = {
 
 
 def test_renders_the_vs_trl_shape(tmp_path):
-    (tmp_path / "vs_trl_long.json").write_text(json.dumps(VS_TRL_SAMPLE))
-    text = renderer.rendered_page("<!-- results: vs_trl_long -->\n<!-- /results -->\n", tmp_path)
+    text = _render(tmp_path, "vs_trl_long", VS_TRL_SAMPLE)
     assert "| 0 | trl | 1.000 | 16.0 | 64 | 800 MB | 0.250 -> 0.500 |" in text
     assert "| 1 | ours | 0.500 | 32.0 | 128 | 1200 MB | 0.250 -> 0.600 |" in text
     assert (
@@ -178,8 +182,7 @@ def test_renders_the_vs_trl_shape(tmp_path):
 def test_the_vs_trl_summary_says_when_a_goal_is_missed(tmp_path):
     data = json.loads(json.dumps(VS_TRL_SAMPLE))
     data["summary"].update(ratio_goal_met=False, accuracy_goal_met=False)
-    (tmp_path / "vs_trl_long.json").write_text(json.dumps(data))
-    text = renderer.rendered_page("<!-- results: vs_trl_long -->\n<!-- /results -->\n", tmp_path)
+    text = _render(tmp_path, "vs_trl_long", data)
     assert "(goal 1.5x: not met)" in text
     assert "+0.050 ± 0.050 (worse;" in text
 
@@ -242,16 +245,14 @@ def test_renders_the_quickstart_seeds(tmp_path):
         "goal_gain": 0.45,
         "runs": [dict(run, seed=0), dict(run, seed=1, accuracy_after=0.5)],
     }
-    (tmp_path / "quickstart_seeds.json").write_text(json.dumps(seeds))
-    text = renderer.rendered_page("<!-- results: quickstart_seeds -->\n<!-- /results -->\n", tmp_path)
+    text = _render(tmp_path, "quickstart_seeds", seeds)
     assert "| 0 | 0.250 -> 0.600 | +0.350 | 8.0 min | 0.900 |" in text
     assert "| 1 | 0.250 -> 0.500 | +0.250 | 8.0 min | 0.900 |" in text
     assert "Goal: a gain of at least +0.45 on each seed; not every seed reaches it." in text
 
 
 def test_renders_the_quickstart_run(tmp_path):
-    (tmp_path / "quickstart.json").write_text(json.dumps(QUICKSTART))
-    text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
+    text = _render(tmp_path, "quickstart", QUICKSTART)
     assert "| embedded model | 0.41 M parameters; warm start: 270 steps, greedy accuracy 0.262 on 256 held-out" in text
     assert "| eval accuracy (greedy pass@1) | 0.250 before, 0.600 after |" in text
     assert "| eval curve (step: accuracy) | 0: 0.250, 450: 0.600 |" in text
@@ -259,17 +260,14 @@ def test_renders_the_quickstart_run(tmp_path):
     assert "| wall-clock time | 8.0 min for `run_quickstart.py` (Ray start-up, data, training" in text
     assert "not `scripts/setup.sh`'s install); 0.90 s per step on average |" in text
     assert "Measured on 2 CPUs, x86_64, 2026-11-23, by `python benchmarks/quickstart_run.py` (the quickstart's" in text
-    (tmp_path / "quickstart.json").write_text(json.dumps(dict(QUICKSTART, fresh_clone=True)))
-    text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
+    text = _render(tmp_path, "quickstart", dict(QUICKSTART, fresh_clone=True))
     assert "| wall-clock time | 8.0 min from `git clone` to the last line of `bash scripts/quickstart.sh`" in text
     assert "by `python benchmarks/quickstart_run.py --fresh-clone` (the quickstart's default settings" in text
     shortened = dict(QUICKSTART, arguments=["trainer.max_training_steps=2"])
-    (tmp_path / "quickstart.json").write_text(json.dumps(shortened))
-    text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
+    text = _render(tmp_path, "quickstart", shortened)
     assert "`python benchmarks/quickstart_run.py trainer.max_training_steps=2` (a shortened run" in text
     loaded = dict(QUICKSTART, load_average_1min=[3.19, 2.5])
-    (tmp_path / "quickstart.json").write_text(json.dumps(loaded))
-    text = renderer.rendered_page("<!-- results: quickstart -->\n<!-- /results -->\n", tmp_path)
+    text = _render(tmp_path, "quickstart", loaded)
     assert "one run; 1-minute load average 3.2 at the start and 2.5 at the end;" in text
 
 
@@ -282,8 +280,7 @@ def test_renders_the_thread_counts_shape(tmp_path):
         "warmup_steps": 3,
         "rows": [{"setting": "defaults", "overrides": [], "idle": 1.0, "busy": 1.5, "busy_over_idle": 1.5}],
     }
-    (tmp_path / "thread_counts.json").write_text(json.dumps(data))
-    text = renderer.rendered_page("<!-- results: thread_counts -->\n<!-- /results -->\n", tmp_path)
+    text = _render(tmp_path, "thread_counts", data)
     assert "| defaults | 1.000 | 1.500 | 1.50 |" in text
     assert "steps 4-12" in text and "Measured on 2 CPUs, x86_64, 3.11.7, 2026-11-23" in text
 
@@ -359,8 +356,7 @@ def test_renders_the_quickstart_modes_with_each_seeds_gap_to_sync(tmp_path):
             dict(run, seed=1, mode="fully_async", accuracy_after=0.62),
         ],
     }
-    (tmp_path / "quickstart_modes.json").write_text(json.dumps(data))
-    text = renderer.rendered_page("<!-- results: quickstart_modes -->\n<!-- /results -->\n", tmp_path)
+    text = _render(tmp_path, "quickstart_modes", data)
     assert "| 0 | 0.250 -> 0.600 (0.900) | 0.250 -> 0.550 (0.900) | -0.050 |" in text
     assert "| 1 | 0.250 -> 0.600 (0.900) | 0.250 -> 0.620 (0.900) | +0.020 |" in text
     assert "reached not on every seed (largest gap 0.050)" in text

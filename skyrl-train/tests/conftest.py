@@ -90,6 +90,53 @@ def save_varied_tiny_model():
     return _save_varied_tiny_model
 
 
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The char tokenizer (`build_char_tokenizer`), one per test module."""
+    from skyrl_train.models.tokenizer import build_char_tokenizer
+
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def spread_tiny_model_dir(tmp_path_factory) -> str:
+    """A size-1 tiny model (with the char tokenizer) whose weights are spread wide enough, N(0, 0.3), that it samples
+    varied answers (some of them right) instead of repeating one token."""
+    from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+    from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+
+    path = tmp_path_factory.mktemp("spread_tiny_model")
+    model = build_tiny_model(TinyModelSpec(size=1), seed=0)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0, 0.3, generator=generator)
+    model.save_pretrained(path)
+    save_tokenizer(build_char_tokenizer(), path)
+    return str(path)
+
+
+def _adapted_tiny_model(seed: int = 1, scale: float = 0.1):
+    from skyrl_train.models.lora import LoRASettings, apply_lora
+    from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+
+    model = apply_lora(build_tiny_model(TinyModelSpec(size=2), seed=0), LoRASettings(rank=4, alpha=8))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def adapted_tiny_model():
+    """`adapted_tiny_model(seed=1, scale=0.1)`: the size-2 tiny model (seed 0) with a rank-4, alpha-8 LoRA adapter
+    whose B matrices are N(0, scale) drawn from `seed` (a fresh adapter's B is zero and changes nothing); in eval."""
+    return _adapted_tiny_model
+
+
 def _tiny_hf_config(model_type: str, **overrides):
     from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3MoeConfig
 

@@ -10,7 +10,6 @@ from skyrl_train.evaluation import evaluate
 from skyrl_train.generators import GeneratorSettings, SkyRLGymGenerator
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer
 
 GREEDY = SamplingParams(max_tokens=4, temperature=0)
 
@@ -25,11 +24,6 @@ class CountingGenerator(SkyRLGymGenerator):
     async def generate(self, generator_input):
         self.call_sizes.append(len(generator_input.prompts))
         return await super().generate(generator_input)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 @pytest.fixture

@@ -104,16 +104,30 @@ def database_url(request, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> str:
-    """A tiny random Qwen-shaped model with the char tokenizer (context 512), saved once per test session."""
+def save_tiny_model(tmp_path_factory):
+    """`save_tiny_model(size=3)`: a tiny random Qwen-shaped model of that `TinyModelSpec` size with the char tokenizer
+    (context 512), saved once per size and test session; its folder."""
     from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
     from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 
-    folder = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(TinyModelSpec(vocab_size=len(tokenizer))).save_pretrained(folder)
-    save_tokenizer(tokenizer, folder)
-    return str(folder)
+    folders: dict[int, str] = {}
+
+    def save(size: int = TinyModelSpec.size) -> str:
+        if size not in folders:
+            folder = tmp_path_factory.mktemp(f"tiny-model-{size}")
+            tokenizer = build_char_tokenizer()
+            build_tiny_model(TinyModelSpec(size=size, vocab_size=len(tokenizer))).save_pretrained(folder)
+            save_tokenizer(tokenizer, folder)
+            folders[size] = str(folder)
+        return folders[size]
+
+    return save
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(save_tiny_model) -> str:
+    """The default-size tiny model's folder (see `save_tiny_model`)."""
+    return save_tiny_model()
 
 
 TINY = "org/tiny"

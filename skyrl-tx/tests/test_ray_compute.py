@@ -94,15 +94,8 @@ def _adapter_weights(host: LoraHost, name: str) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-    from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
-
-    folder = tmp_path_factory.mktemp("tiny")
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(TinyModelSpec(size=2, vocab_size=len(tokenizer))).save_pretrained(folder)
-    save_tokenizer(tokenizer, folder)
-    return str(folder)
+def model_dir(save_tiny_model):
+    return save_tiny_model(size=2)
 
 
 @pytest.fixture(scope="module", params=["replicate", "fsdp2"])

@@ -14,8 +14,6 @@ pytest.importorskip("vllm", reason="vLLM is not installed: run `bash scripts/tes
 
 from tinker import types  # noqa: E402
 
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer  # noqa: E402
 from skyrl_tx.cli import DEFAULT_BASE_MODEL  # noqa: E402
 from skyrl_tx.compute import LoraHost, LoraSpec, SampleJob  # noqa: E402
 from skyrl_tx.local_server import LocalServer  # noqa: E402
@@ -25,15 +23,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.slow]
 
 ADAM = {"learning_rate": 2e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "grad_clip_norm": 0}
 TOLERANCE = 2e-3
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("tiny")
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(TinyModelSpec(vocab_size=len(tokenizer))).save_pretrained(folder)
-    save_tokenizer(tokenizer, folder)
-    return str(folder)
 
 
 def _train(host: LoraHost, name: str, steps: int) -> None:
@@ -51,12 +40,12 @@ def _job() -> SampleJob:
     )  # fmt: skip
 
 
-def test_the_actor_samples_what_the_hf_sampler_does_and_takes_re_saved_weights(ray_cluster, model_dir, tmp_path):
+def test_the_actor_samples_what_the_hf_sampler_does_and_takes_re_saved_weights(ray_cluster, tiny_model_dir, tmp_path):
     from skyrl_tx.ray_vllm_sampler import RayVLLMSampler
 
-    host = LoraHost("org/tiny", model_dir)
+    host = LoraHost("org/tiny", tiny_model_dir)
     host.add_adapter("a", LoraSpec(rank=4, seed=0))  # Tinker's default parts, lm_head included
-    sampler = RayVLLMSampler(model_dir, host.max_context, max_lora_rank=8)
+    sampler = RayVLLMSampler(tiny_model_dir, host.max_context, max_lora_rank=8)
     try:
         folder = tmp_path / "sampler"
         for steps in (10, 6):  # a first save, then more training saved again under the same name

@@ -19,8 +19,6 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed: run `bash scripts/test_vllm.sh` (CPU build, own venv)")
 
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer  # noqa: E402
 from skyrl_tx.compute import LoraHost, LoraSpec, SampleJob  # noqa: E402
 from skyrl_tx.vllm_sampler import VLLMSampler  # noqa: E402
 from skyrl_tx.wire import TrainDatum, WireError  # noqa: E402
@@ -32,22 +30,13 @@ TOLERANCE = 2e-3
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("tiny")
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(TinyModelSpec(vocab_size=len(tokenizer))).save_pretrained(folder)  # qwen2, tied embeddings
-    save_tokenizer(tokenizer, folder)
-    return str(folder)
+def host(tiny_model_dir) -> LoraHost:
+    return LoraHost("org/tiny", tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
-def host(model_dir) -> LoraHost:
-    return LoraHost("org/tiny", model_dir)
-
-
-@pytest.fixture(scope="module")
-def sampler(host, model_dir):
-    made = VLLMSampler(model_dir, host.max_context, max_lora_rank=8)
+def sampler(host, tiny_model_dir):
+    made = VLLMSampler(tiny_model_dir, host.max_context, max_lora_rank=8)
     yield made
     made.close()
 

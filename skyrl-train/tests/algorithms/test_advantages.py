@@ -18,33 +18,35 @@ def outcome(rewards, mask):
 GROUP_MASK = [[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1]]
 GROUP_REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 0.5]
 GROUP_INDEX = ["a", "a", "a", "b", "b", "c"]
+MASK = torch.tensor(GROUP_MASK, dtype=torch.float32)
+
+
+def on_the_groups(estimator, index=GROUP_INDEX, **options):
+    """`estimator`'s (advantages, returns) on the six grouped samples above."""
+    return compute_advantages(
+        estimator,
+        token_level_rewards=outcome(GROUP_REWARDS, GROUP_MASK),
+        response_mask=MASK,
+        index=index,
+        **options,
+    )
 
 
 def test_grpo_normalises_by_group_sample_std_and_zeroes_singletons():
-    mask = torch.tensor(GROUP_MASK, dtype=torch.float32)
-    advantages, returns = compute_advantages(
-        "grpo", token_level_rewards=outcome(GROUP_REWARDS, GROUP_MASK), response_mask=mask, index=GROUP_INDEX
-    )
+    advantages, returns = on_the_groups("grpo")
     # group a: mean 1/3, sample std sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3) = 0.577350
     #   (1 - 1/3) / (0.577350 + 1e-6) = 1.154699 ; (0 - 1/3) / (0.577350 + 1e-6) = -0.577349
     # group b: std 0 -> 0 / 1e-6 = 0 ; group c: singleton -> 0
     per_sample = torch.tensor([1.154699, -0.577349, -0.577349, 0.0, 0.0, 0.0])
-    assert torch.allclose(advantages, per_sample[:, None] * mask, atol=1e-5)
+    assert torch.allclose(advantages, per_sample[:, None] * MASK, atol=1e-5)
     assert torch.equal(returns, advantages)
 
 
 def test_dr_grpo_skips_the_std_division():
-    mask = torch.tensor(GROUP_MASK, dtype=torch.float32)
-    advantages, _ = compute_advantages(
-        "grpo",
-        token_level_rewards=outcome(GROUP_REWARDS, GROUP_MASK),
-        response_mask=mask,
-        index=torch.tensor([7, 7, 7, 2, 2, 9]),
-        norm_by_std=False,
-    )
+    advantages, _ = on_the_groups("grpo", index=torch.tensor([7, 7, 7, 2, 2, 9]), norm_by_std=False)
     # reward - group mean: a -> 2/3, -1/3, -1/3 ; b -> 0, 0 ; c singleton -> 0
     per_sample = torch.tensor([2 / 3, -1 / 3, -1 / 3, 0.0, 0.0, 0.0])
-    assert torch.allclose(advantages, per_sample[:, None] * mask, atol=1e-6)
+    assert torch.allclose(advantages, per_sample[:, None] * MASK, atol=1e-6)
 
 
 def test_rloo_uses_the_leave_one_out_mean():
@@ -60,14 +62,11 @@ def test_rloo_uses_the_leave_one_out_mean():
 
 
 def test_maxrl_divides_the_centred_reward_by_the_group_mean():
-    mask = torch.tensor(GROUP_MASK, dtype=torch.float32)
-    advantages, returns = compute_advantages(
-        "maxrl", token_level_rewards=outcome(GROUP_REWARDS, GROUP_MASK), response_mask=mask, index=GROUP_INDEX
-    )
+    advantages, returns = on_the_groups("maxrl")
     # group a [1, 0, 0]: mean 1/3 -> (1 - 1/3) / (1/3 + 1e-6) = 1.999994 ; (0 - 1/3) / (1/3 + 1e-6) = -0.999997
     # group b [1, 1]: mean 1 -> 0 ; group c: singleton -> 0
     per_sample = torch.tensor([1.999994, -0.999997, -0.999997, 0.0, 0.0, 0.0])
-    assert torch.allclose(advantages, per_sample[:, None] * mask, atol=1e-5)
+    assert torch.allclose(advantages, per_sample[:, None] * MASK, atol=1e-5)
     assert torch.equal(returns, advantages)
     # a group that never succeeds has mean 0: (0 - 0) / 1e-6 = 0, no blow-up
     zeros, _ = compute_advantages(

@@ -15,28 +15,11 @@ from skyrl_train.config.cli import render_resolved_config
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 
 GIB = 2**30
-TINY = ModelFacts(
-    num_parameters=410_000, num_layers=2, hidden_size=128, intermediate_size=384, vocab_size=128, source="test"
-)
-MEDIUM = ModelFacts(
-    num_parameters=25_000_000, num_layers=8, hidden_size=512, intermediate_size=1536, vocab_size=128, source="test"
-)
-QWEN_1_5B = ModelFacts(
-    num_parameters=1_540_000_000,
-    num_layers=28,
-    hidden_size=1536,
-    intermediate_size=8960,
-    vocab_size=151_936,
-    source="test",
-)
-QWEN_7B = ModelFacts(
-    num_parameters=7_620_000_000,
-    num_layers=28,
-    hidden_size=3584,
-    intermediate_size=18944,
-    vocab_size=152_064,
-    source="test",
-)
+# ModelFacts(num_parameters, num_layers, hidden_size, intermediate_size, vocab_size, source)
+TINY = ModelFacts(410_000, 2, 128, 384, 128, "test")
+MEDIUM = ModelFacts(25_000_000, 8, 512, 1536, 128, "test")
+QWEN_1_5B = ModelFacts(1_540_000_000, 28, 1536, 8960, 151_936, "test")
+QWEN_7B = ModelFacts(7_620_000_000, 28, 3584, 18944, 152_064, "test")
 CPU_HOST = Machine("cpu", 24 * GIB, "host memory")
 H100 = Machine("cuda", 80 * GIB, "GPU 0 (H100)")
 SMALL_GPU = Machine("cuda", 24 * GIB, "GPU 0 (L4)")
@@ -141,29 +124,24 @@ def test_unknown_size_or_memory_takes_the_conservative_choices(machine):
     assert cfg.trainer.policy.gradient_checkpointing is (machine.device == "cuda")
 
 
-def test_the_micro_batch_divides_the_shard_and_fits_the_budget():
-    # 12 prompts x 8 samples / 1 rank = 96 rows of at most 1000 tokens; 16384 // 1000 = 16 -> 16 divides 96
+@pytest.mark.parametrize(
+    ("prompts", "samples", "micro"),
+    [
+        (12, 8, 16),  # 12 prompts x 8 samples / 1 rank = 96 rows of at most 1000 tokens; 16384 // 1000 = 16 divides 96
+        (9, 10, 15),  # 16 rows would fit 16 * 1000 < 16384 but the largest divisor of 90 within 16 is 15
+    ],
+)
+def test_the_micro_batch_divides_the_shard_and_fits_the_budget(prompts, samples, micro):
     cfg, _ = _resolve(
         MEDIUM,
         Machine("cpu", 1024 * GIB, "host memory"),
         "data.max_prompt_length=200",
         "generator.sampling_params.max_generate_length=800",
-        "trainer.train_batch_size=12",
-        "trainer.policy_mini_batch_size=12",
-        "generator.n_samples_per_prompt=8",
+        f"trainer.train_batch_size={prompts}",
+        f"trainer.policy_mini_batch_size={prompts}",
+        f"generator.n_samples_per_prompt={samples}",
     )
-    assert cfg.trainer.micro_train_batch_size_per_gpu == 16
-    # 9 rows would fit 9 * 1000 < 16384 but the largest divisor of 90 within 16 is 15
-    cfg, _ = _resolve(
-        MEDIUM,
-        Machine("cpu", 1024 * GIB, "host memory"),
-        "data.max_prompt_length=200",
-        "generator.sampling_params.max_generate_length=800",
-        "trainer.train_batch_size=9",
-        "trainer.policy_mini_batch_size=9",
-        "generator.n_samples_per_prompt=10",
-    )
-    assert cfg.trainer.micro_train_batch_size_per_gpu == 15
+    assert cfg.trainer.micro_train_batch_size_per_gpu == micro
 
 
 def test_the_token_budget_shrinks_with_the_memory_share():

@@ -15,11 +15,6 @@ from skyrl_train.models.tokenizer import build_char_tokenizer
 TEMPLATE_OVERHEAD = 19
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
-
-
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path

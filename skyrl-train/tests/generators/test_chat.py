@@ -1,16 +1,8 @@
 """Tests for the chat-template helpers: batched prompt tokenization, the prompt-ids cache and conversation keys."""
 
-import pytest
-
 from skyrl_train.generators.chat import PromptIdsCache, conversation_key, prompt_token_ids, prompt_token_ids_batch
-from skyrl_train.models.tokenizer import build_char_tokenizer
 
 TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {}}}}]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 def test_batched_prompt_ids_equal_one_call_per_prompt(tokenizer):

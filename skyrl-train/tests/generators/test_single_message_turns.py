@@ -20,7 +20,6 @@ from skyrl_train.generators.chat import prompt_token_ids
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient, SamplingParams
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer
 
 EVERY_CHAR_STOPS = tuple(range(5, 102))  # every non-special token id ends a turn: deterministic short turns
 
@@ -58,11 +57,6 @@ def tagged_env():
     skyrl_gym.register("tagged", TaggedObservationEnv)
     yield
     skyrl_gym.deregister("tagged")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 def _input(content="Q?"):

@@ -14,7 +14,6 @@ from skyrl_train.generators import GeneratorInput, GeneratorSettings, SkyRLGymGe
 from skyrl_train.generators.chat import prompt_token_ids
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer
 
 EVERY_CHAR_STOPS = tuple(range(5, 102))  # every non-special token id ends a turn: deterministic short turns
 
@@ -98,11 +97,6 @@ def test_envs():
     yield
     for name in envs:
         skyrl_gym.deregister(name)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 @pytest.fixture(scope="module")

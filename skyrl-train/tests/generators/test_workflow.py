@@ -21,7 +21,6 @@ from skyrl_train.generators.workflow import (
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient, SamplingParams
 from skyrl_train.inference.types import InferenceEngineInput
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer
 
 PARAMS = SamplingParams(max_tokens=5, temperature=1.0)
 
@@ -81,11 +80,6 @@ def workflows():
     yield
     for name in ("two_tries", "short"):
         ROLLOUT_WORKFLOWS.unregister(name)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,8 @@ from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.sampling import seeded_uniforms
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer
 
 LOGPROB_TOLERANCE = 1e-4  # fp32: left padding changes the summation order of attention, nothing else
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 @pytest.fixture(scope="module")

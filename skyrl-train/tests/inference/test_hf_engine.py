@@ -10,14 +10,8 @@ from skyrl_train.inference.hf_decode import DecodeBatch
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.types import InferenceEngineInput, InvalidRequest, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer
 
 LOGPROB_TOLERANCE = 1e-5  # fp32: engine (incremental KV-cache decode) vs one full forward pass
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ from skyrl_train.inference.remote_engine import (
 )
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer
 from skyrl_train.serving import create_app
 from skyrl_train.serving.access import ServingAccess
 from skyrl_train.serving.background import BackgroundServer
@@ -34,11 +33,6 @@ from skyrl_train.workers.distributed import free_port
 
 LOGPROB_TOLERANCE = 1e-5  # fp32, the same engine behind HTTP: only JSON float round-trips differ
 API_KEY, TOKEN = "sk-api", "sk-weights"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 def _serve(tokenizer, weight_updates=True, access=None, in_flight=False):

@@ -67,11 +67,6 @@ def _save(directory, seed):
     return str(directory)
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def engine(tmp_path_factory):
     from skyrl_train.inference.sglang_convert import engine_kwargs

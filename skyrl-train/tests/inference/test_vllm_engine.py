@@ -16,16 +16,11 @@ pytest.importorskip("vllm", reason="vLLM is not installed: run `bash scripts/tes
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams  # noqa: E402
 from skyrl_train.inference.vllm_engine import VLLMInferenceEngine  # noqa: E402
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer  # noqa: E402
+from skyrl_train.models.tokenizer import save_tokenizer  # noqa: E402
 from skyrl_train.utils.checksum import tensor_checksum  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 LOGPROB_TOLERANCE = 1e-5  # fp32, vLLM's CPU kernels vs one HF forward pass (measured: <= 1e-6)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -13,18 +13,12 @@ pytest.importorskip("vllm", reason="vLLM is not installed: run `bash scripts/tes
 
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams  # noqa: E402
 from skyrl_train.inference.vllm_engine import VLLMInferenceEngine  # noqa: E402
-from skyrl_train.models.lora import LoRASettings, apply_lora  # noqa: E402
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer  # noqa: E402
+from skyrl_train.models.tokenizer import save_tokenizer  # noqa: E402
 from skyrl_train.utils.checksum import tensor_checksum  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 LOGPROB_TOLERANCE = 1e-4  # fp32; vLLM's LoRA path adds x @ A^T @ B^T * scale on top of the base matmul
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -37,16 +31,6 @@ def engine(tmp_path_factory, tokenizer):
     )
     yield engine
     asyncio.run(engine.teardown())
-
-
-def _adapted(seed):
-    model = apply_lora(build_tiny_model(TinyModelSpec(size=2), seed=0), LoRASettings(rank=4, alpha=8))
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.2)
-    return model.eval()
 
 
 def _adapter_tensors(model):
@@ -65,12 +49,12 @@ def _logprob_error(model, prompt, response, logprobs):
     return (expected - torch.tensor(logprobs)).abs().max().item()
 
 
-def test_adapter_only_sync_is_served_as_a_vllm_lora_adapter(engine, tokenizer):
+def test_adapter_only_sync_is_served_as_a_vllm_lora_adapter(engine, tokenizer, adapted_tiny_model):
     prompts = [list(tokenizer(f"{i}+{3 * i}=")["input_ids"]) for i in range(3)]
     base_output = _greedy(engine, prompts)
     assert engine.lora_adapter is None
     for version, seed in ((1, 11), (2, 12)):
-        model = _adapted(seed)
+        model = adapted_tiny_model(seed, scale=0.2)
         tensors = _adapter_tensors(model)
         asyncio.run(engine.update_weights(tensors[:5], engine.weight_version))  # a non-final chunk: nothing served
         assert engine.lora_adapter == (None if version == 1 else f"policy-v{version - 1}")

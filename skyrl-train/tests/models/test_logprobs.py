@@ -6,7 +6,6 @@ import random
 import pytest
 import torch
 
-from skyrl_train.generators.types import Trajectory
 from skyrl_train.models.logprobs import response_logprobs, shared_prompts
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.training_batch import TrainingBatch
@@ -18,29 +17,22 @@ GRADIENT_RELATIVE_TOLERANCE = 1e-4
 """The same summation-order noise, relative to the largest gradient entry of each parameter."""
 
 
-def grouped_batch(groups: int, samples: int, seed: int = 0) -> TrainingBatch:
-    """`groups` prompts of different lengths (so rows are left-padded), each with `samples` random responses."""
-    rng = random.Random(seed)
-    rows = []
-    for group in range(groups):
-        prompt = [rng.randrange(5, 100) for _ in range(rng.randint(3, 12))]
-        for _ in range(samples):
-            length = rng.randint(1, 8)
-            rows.append(
-                Trajectory(
-                    uid=str(group),
-                    env_class="test",
-                    prompt_token_ids=prompt,
-                    response_ids=[rng.randrange(5, 100) for _ in range(length)],
-                    loss_mask=[1] * length,
-                    token_rewards=[0.0] * length,
-                    rollout_logprobs=[0.0] * length,
-                    stop_reason="stop",
-                    num_turns=1,
-                    weight_version=0,
-                )
-            )
-    return TrainingBatch.from_trajectories(rows, pad_token_id=0)
+@pytest.fixture(scope="module")
+def grouped_batch(rollout_row):
+    """`grouped_batch(groups, samples, seed=0)`: `groups` prompts of different lengths (so rows are left-padded), each
+    with `samples` random responses."""
+
+    def build(groups: int, samples: int, seed: int = 0) -> TrainingBatch:
+        rng = random.Random(seed)
+        rows = []
+        for group in range(groups):
+            prompt = [rng.randrange(5, 100) for _ in range(rng.randint(3, 12))]
+            for _ in range(samples):
+                response = [rng.randrange(5, 100) for _ in range(rng.randint(1, 8))]
+                rows.append(rollout_row(str(group), prompt, response))
+        return TrainingBatch.from_trajectories(rows, pad_token_id=0)
+
+    return build
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +40,15 @@ def model():
     return build_tiny_model(TinyModelSpec(size=2), seed=0)
 
 
-def test_shared_prompts_give_the_full_forwards_logprobs_entropy_and_gradients(model, logprobs_and_gradients):
+def test_shared_prompts_give_the_full_forwards_logprobs_entropy_and_gradients(
+    model, logprobs_and_gradients, grouped_batch, assert_same_outputs
+):
     batch = grouped_batch(groups=5, samples=4)
     full, shared = logprobs_and_gradients(model, batch), logprobs_and_gradients(model, batch, share=True)
-    torch.testing.assert_close(shared[0], full[0], atol=LOGPROB_TOLERANCE, rtol=0)
-    torch.testing.assert_close(shared[1], full[1], atol=LOGPROB_TOLERANCE, rtol=0)
-    assert shared[2].keys() == full[2].keys() and full[2]
-    for name, expected in full[2].items():
-        bound = GRADIENT_RELATIVE_TOLERANCE * expected.abs().max().item() + 1e-8
-        assert (shared[2][name] - expected).abs().max().item() <= bound, name
+    assert_same_outputs(shared, full, LOGPROB_TOLERANCE, GRADIENT_RELATIVE_TOLERANCE, 1e-8)
 
 
-def test_each_distinct_prompt_runs_once(model, monkeypatch):
+def test_each_distinct_prompt_runs_once(model, monkeypatch, grouped_batch):
     batch = grouped_batch(groups=3, samples=4)
     calls = []
     forward = model.forward
@@ -77,7 +66,7 @@ def test_each_distinct_prompt_runs_once(model, monkeypatch):
     assert calls == [(3, batch.prompt_width), (12, response_width)]
 
 
-def test_prompts_are_shared_only_when_rows_repeat_them():
+def test_prompts_are_shared_only_when_rows_repeat_them(grouped_batch):
     repeated = grouped_batch(groups=2, samples=3)
     first, inverse = shared_prompts(
         repeated.input_ids, repeated.attention_mask, repeated.position_ids, repeated.prompt_width

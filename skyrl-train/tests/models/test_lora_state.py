@@ -21,16 +21,6 @@ from skyrl_train.models.tokenizer import build_char_tokenizer
 IDS = torch.tensor([[3, 50, 51, 52, 4, 9, 10]])
 
 
-def _trained_adapter(seed=1, rank=4, alpha=8):
-    model = apply_lora(build_tiny_model(TinyModelSpec(size=2), seed=0), LoRASettings(rank=rank, alpha=alpha))
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
-    return model.eval()
-
-
 def test_names_map_between_peft_and_the_base_model():
     name = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"
     parsed = parse_adapter_name(name)
@@ -44,8 +34,8 @@ def test_names_map_between_peft_and_the_base_model():
         unnamed_adapter_key("model.embed_tokens.weight")
 
 
-def test_merge_matches_peft_merge_and_unload():
-    model = _trained_adapter()
+def test_merge_matches_peft_merge_and_unload(adapted_tiny_model):
+    model = adapted_tiny_model()
     expected = model(IDS).logits
     merged_state = merge_peft_state(model.state_dict(), alpha=8)
     plain = build_tiny_model(TinyModelSpec(size=2), seed=5)
@@ -56,8 +46,8 @@ def test_merge_matches_peft_merge_and_unload():
         assert torch.allclose(merged_state[name], tensor, atol=1e-6), name
 
 
-def test_hf_engine_merges_an_adapter_only_sync_split_across_chunks():
-    adapted = _trained_adapter(seed=2)
+def test_hf_engine_merges_an_adapter_only_sync_split_across_chunks(adapted_tiny_model):
+    adapted = adapted_tiny_model(seed=2)
     expected = adapted(IDS).logits
     engine = HFInferenceEngine(build_tiny_model(TinyModelSpec(size=2), seed=0), build_char_tokenizer(), lora_alpha=8)
     adapter = [(name, param.detach()) for name, param in adapted.named_parameters() if "lora_" in name]
@@ -68,7 +58,7 @@ def test_hf_engine_merges_an_adapter_only_sync_split_across_chunks():
     assert engine.weight_version == 1 and not engine.adapter_merger.incomplete
     assert torch.allclose(engine.model(IDS).logits, expected, atol=1e-5)
     # A second sync merges into the base weights again, not on top of the first adapter.
-    again = _trained_adapter(seed=3)
+    again = adapted_tiny_model(seed=3)
     asyncio.run(engine.update_weights([(n, p.detach()) for n, p in again.named_parameters() if "lora_" in n], 2))
     assert torch.allclose(engine.model(IDS).logits, again(IDS).logits, atol=1e-5)
     checksums = asyncio.run(engine.weights_checksum())

@@ -8,7 +8,6 @@ import pytest
 import torch
 from transformers import Qwen2ForCausalLM, Qwen2ForTokenClassification
 
-from skyrl_train.generators.types import Trajectory
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.models.lora import LoRASettings, apply_lora
 from skyrl_train.models.packing import (
@@ -31,59 +30,42 @@ GRADIENT_TOLERANCE = 1e-5
 < 1e-6): the gradient sums the same per-token terms in another order."""
 
 
-def _row(uid: str, prompt: list[int], response: list[int]) -> Trajectory:
-    n = len(response)
-    return Trajectory(
-        uid=uid,
-        env_class="test",
-        prompt_token_ids=prompt,
-        response_ids=response,
-        loss_mask=[1] * n,
-        token_rewards=[0.0] * n,
-        rollout_logprobs=[0.0] * n,
-        stop_reason="stop",
-        num_turns=1,
-        weight_version=0,
-    )
+@pytest.fixture(scope="module")
+def varied_batch(rollout_row):
+    """`varied_batch(seed=0)`: groups of 3 samples of one prompt (1-9 tokens), responses of 0, 1, 2, 7, 60 and 150
+    tokens."""
 
+    def build(seed: int = 0) -> TrainingBatch:
+        rng = random.Random(seed)
+        lengths = [150, 1, 0, 2, 60, 7, 1, 150, 7, 60, 2, 1]
+        rows = []
+        for index, length in enumerate(lengths):
+            if index % 3 == 0:
+                prompt = [rng.randrange(5, 100) for _ in range(rng.randint(1, 9))]
+            rows.append(rollout_row(str(index // 3), list(prompt), [rng.randrange(5, 100) for _ in range(length)]))
+        return TrainingBatch.from_trajectories(rows, pad_token_id=0)
 
-def varied_batch(seed: int = 0) -> TrainingBatch:
-    """Groups of 3 samples of one prompt (1-9 tokens), responses of 0, 1, 2, 7, 60 and 150 tokens."""
-    rng = random.Random(seed)
-    lengths = [150, 1, 0, 2, 60, 7, 1, 150, 7, 60, 2, 1]
-    rows = []
-    for index, length in enumerate(lengths):
-        if index % 3 == 0:
-            prompt = [rng.randrange(5, 100) for _ in range(rng.randint(1, 9))]
-        rows.append(_row(str(index // 3), list(prompt), [rng.randrange(5, 100) for _ in range(length)]))
-    return TrainingBatch.from_trajectories(rows, pad_token_id=0)
+    return build
 
 
 def tiny(architecture: str = "qwen2") -> torch.nn.Module:
     return build_tiny_model(TinyModelSpec(size=2, architecture=architecture, max_position_embeddings=256), seed=0)
 
 
-def assert_same(packed, padded) -> None:
-    torch.testing.assert_close(packed[0], padded[0], atol=LOGPROB_TOLERANCE, rtol=0)
-    torch.testing.assert_close(packed[1], padded[1], atol=LOGPROB_TOLERANCE, rtol=0)
-    assert packed[2].keys() == padded[2].keys() and padded[2]
-    for name, expected in padded[2].items():
-        bound = GRADIENT_TOLERANCE * expected.abs().max().item() + 1e-12
-        assert (packed[2][name] - expected).abs().max().item() <= bound, name
-
-
 @pytest.mark.parametrize(("architecture", "share"), [("qwen2", False), ("qwen3", True)])
-def test_packed_forward_and_backward_equal_the_padded_ones(architecture, share, logprobs_and_gradients):
+def test_packed_forward_and_backward_equal_the_padded_ones(
+    architecture, share, logprobs_and_gradients, varied_batch, assert_same_outputs
+):
     batch = varied_batch()
     model = tiny(architecture)
     padded = logprobs_and_gradients(model, batch, pack=False)
     enable_packed_attention(model)
     packed = logprobs_and_gradients(model, batch, pack=True, share=share)
-    assert_same(packed, padded)
+    assert_same_outputs(packed, padded, LOGPROB_TOLERANCE, GRADIENT_TOLERANCE, 1e-12)
     assert packed[0][batch.response_mask == 0].abs().sum() == 0  # nothing but zeros outside the responses
 
 
-def test_attention_across_rows_would_change_the_logprobs():
+def test_attention_across_rows_would_change_the_logprobs(varied_batch):
     """The equality above is not vacuous: one segment over the whole packed sequence (rows attend to earlier rows)
     gives other log-probs."""
     batch = varied_batch()
@@ -97,10 +79,11 @@ def test_attention_across_rows_would_change_the_logprobs():
     assert ((right - leaking) * batch.response_mask).abs().max() > 1e-2
 
 
-def test_the_layout_by_hand():
+def test_the_layout_by_hand(rollout_row):
     # prompt width 3, response width 3:  row 0 [0 7 8 | 9 10 0]   row 1 [5 6 7 | 1 0 0]   row 2 [0 7 8 | 11 12 13]
     batch = TrainingBatch.from_trajectories(
-        [_row("a", [7, 8], [9, 10]), _row("b", [5, 6, 7], [1]), _row("a", [7, 8], [11, 12, 13])], pad_token_id=0
+        [rollout_row("a", [7, 8], [9, 10]), rollout_row("b", [5, 6, 7], [1]), rollout_row("a", [7, 8], [11, 12, 13])],
+        pad_token_id=0,
     )
     args = (batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width)
     # Each row: its prompt, then its response without the last token (which predicts nothing).
@@ -122,18 +105,20 @@ def test_the_layout_by_hand():
     assert shared.shared_prompt_rows == 1
 
 
-def test_rows_must_be_one_span_with_a_prompt():
+def test_rows_must_be_one_span_with_a_prompt(varied_batch, rollout_row):
     batch = varied_batch()
     holed = batch.attention_mask.clone()
     holed[4, batch.prompt_width + 1] = 0  # row 4 has 60 response tokens: a hole inside them
     with pytest.raises(ValueError, match="row 4's attention mask is not one span"):
         pack_rows(batch.input_ids, holed, batch.position_ids, batch.prompt_width)
-    no_prompt = TrainingBatch.from_trajectories([_row("a", [7], [9]), _row("b", [], [3, 4])], pad_token_id=0)
+    no_prompt = TrainingBatch.from_trajectories(
+        [rollout_row("a", [7], [9]), rollout_row("b", [], [3, 4])], pad_token_id=0
+    )
     with pytest.raises(ValueError, match="row 1 has no prompt token"):
         pack_rows(no_prompt.input_ids, no_prompt.attention_mask, no_prompt.position_ids, no_prompt.prompt_width)
 
 
-def test_packed_values_equal_the_padded_value_head():
+def test_packed_values_equal_the_padded_value_head(varied_batch):
     batch = varied_batch(seed=1)
     config = tiny_model_config(TinyModelSpec(size=2, max_position_embeddings=256))
     config.num_labels, config.classifier_dropout = 1, 0.0  # as the critic worker loads it
@@ -154,7 +139,9 @@ def test_packed_values_equal_the_padded_value_head():
         assert (got - expected).abs().max().item() <= GRADIENT_TOLERANCE * expected.abs().max().item() + 1e-12
 
 
-def test_a_lora_model_packs_and_only_its_adapters_get_gradients(logprobs_and_gradients):
+def test_a_lora_model_packs_and_only_its_adapters_get_gradients(
+    logprobs_and_gradients, varied_batch, assert_same_outputs
+):
     batch = varied_batch(seed=2)
     model = apply_lora(tiny(), LoRASettings(rank=4, alpha=8, target_modules="all-linear"))
     for name, parameter in model.named_parameters():  # non-zero B so the adapters change the output
@@ -163,11 +150,13 @@ def test_a_lora_model_packs_and_only_its_adapters_get_gradients(logprobs_and_gra
     padded = logprobs_and_gradients(model, batch, pack=False)
     enable_packed_attention(model)
     packed = logprobs_and_gradients(model, batch, pack=True, share=True)
-    assert_same(packed, padded)
+    assert_same_outputs(packed, padded, LOGPROB_TOLERANCE, GRADIENT_TOLERANCE, 1e-12)
     assert packed[2] and all("lora_" in name for name in packed[2])
 
 
-def test_gradient_checkpointing_recomputes_the_packed_attention(logprobs_and_gradients):
+def test_gradient_checkpointing_recomputes_the_packed_attention(
+    logprobs_and_gradients, varied_batch, assert_same_outputs
+):
     batch = varied_batch(seed=3)
     model = tiny()
     model.train()
@@ -175,7 +164,7 @@ def test_gradient_checkpointing_recomputes_the_packed_attention(logprobs_and_gra
     enable_packed_attention(model)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     packed = logprobs_and_gradients(model, batch, pack=True, share=True)
-    assert_same(packed, padded)
+    assert_same_outputs(packed, padded, LOGPROB_TOLERANCE, GRADIENT_TOLERANCE, 1e-12)
 
 
 class _NoLogitsToKeep(Qwen2ForCausalLM):
@@ -202,7 +191,7 @@ def test_models_that_cannot_pack_are_refused_with_the_reason(tiny_hf_config):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="flash-attention varlen needs a CUDA GPU")
-def test_packed_bf16_forward_through_flash_attention_matches_the_padded_one_on_gpu():
+def test_packed_bf16_forward_through_flash_attention_matches_the_padded_one_on_gpu(varied_batch):
     pytest.importorskip("flash_attn", reason="the flash-attn package is not installed")
     batch = varied_batch(seed=4)
     model = tiny().to("cuda", torch.bfloat16)

@@ -4,7 +4,6 @@ with the same sampling, so the server reports exactly the engine's tokens and lo
 
 import asyncio
 import json
-import socket
 import threading
 import time
 
@@ -17,44 +16,27 @@ from fastapi.testclient import TestClient
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineClient
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 from skyrl_train.serving import create_app
+from skyrl_train.workers.distributed import free_port
 
 MODEL = "skyrl/tiny"
 MESSAGES = [{"role": "user", "content": "12+34="}]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _engine(spread_tiny_model_dir):
+    return HFInferenceEngine(
+        load_causal_lm(spread_tiny_model_dir, dtype="float32"), load_tokenizer(spread_tiny_model_dir)
+    )
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("serve_model")
-    model = build_tiny_model(TinyModelSpec(size=1), seed=0)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0, 0.3, generator=generator)  # varied samples, not one repeated token
-    model.save_pretrained(path)
-    save_tokenizer(build_char_tokenizer(), str(path))
-    return str(path)
-
-
-def _engine(model_dir):
-    return HFInferenceEngine(load_causal_lm(model_dir, dtype="float32"), load_tokenizer(model_dir))
-
-
-@pytest.fixture(scope="module")
-def server(model_dir):
+def server(spread_tiny_model_dir):
     """The app on a free port in a background thread; yields its base URL."""
     torch.set_num_threads(1)
-    app = create_app(InferenceEngineClient([_engine(model_dir)]), load_tokenizer(model_dir), MODEL)
-    port = _free_port()
+    app = create_app(
+        InferenceEngineClient([_engine(spread_tiny_model_dir)]), load_tokenizer(spread_tiny_model_dir), MODEL
+    )
+    port = free_port()
     uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
@@ -72,27 +54,27 @@ def client(server):
     return openai.OpenAI(base_url=server, api_key="unused", max_retries=0)
 
 
-def _direct(model_dir, prompt_ids, **sampling):
+def _direct(spread_tiny_model_dir, prompt_ids, **sampling):
     """The engine's own answer to the same request (a second engine on the same weights)."""
     request = InferenceEngineInput(prompt_token_ids=[prompt_ids], sampling_params=SamplingParams(**sampling))
-    return asyncio.run(_engine(model_dir).generate(request))
+    return asyncio.run(_engine(spread_tiny_model_dir).generate(request))
 
 
 def test_models_lists_the_served_name(client):
     assert [model.id for model in client.models.list().data] == [MODEL]
 
 
-def test_chat_returns_the_engines_tokens_and_logprobs(client, model_dir):
+def test_chat_returns_the_engines_tokens_and_logprobs(client, spread_tiny_model_dir):
     response = client.chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=6, temperature=1.0, n=2, seed=7, logprobs=True, top_logprobs=2
     )
     extra = response.model_extra
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(spread_tiny_model_dir)
     expected_prompt = list(
         tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True)["input_ids"]
     )
     assert extra["prompt_token_ids"] == expected_prompt
-    direct = _direct(model_dir, expected_prompt, max_tokens=6, temperature=1.0, n=2, seed=7, top_logprobs=2)
+    direct = _direct(spread_tiny_model_dir, expected_prompt, max_tokens=6, temperature=1.0, n=2, seed=7, top_logprobs=2)
     assert len(response.choices) == 2
     for index, choice in enumerate(response.choices):
         assert choice.model_extra["token_ids"] == direct.response_ids[index]
@@ -105,12 +87,12 @@ def test_chat_returns_the_engines_tokens_and_logprobs(client, model_dir):
     assert response.usage.completion_tokens == sum(len(ids) for ids in direct.response_ids)
 
 
-def test_completion_with_text_prompt_logprobs_and_stop(client, model_dir):
+def test_completion_with_text_prompt_logprobs_and_stop(client, spread_tiny_model_dir):
     response = client.completions.create(model=MODEL, prompt="7+8=", max_tokens=8, seed=3, logprobs=2, stop=["\n"])
     choice = response.choices[0]
-    prompt_ids = list(load_tokenizer(model_dir)("7+8=", add_special_tokens=False)["input_ids"])
+    prompt_ids = list(load_tokenizer(spread_tiny_model_dir)("7+8=", add_special_tokens=False)["input_ids"])
     assert response.model_extra["prompt_token_ids"] == prompt_ids
-    direct = _direct(model_dir, prompt_ids, max_tokens=8, seed=3, top_logprobs=2, stop=("\n",))
+    direct = _direct(spread_tiny_model_dir, prompt_ids, max_tokens=8, seed=3, top_logprobs=2, stop=("\n",))
     assert choice.text == direct.responses[0] and "\n" not in choice.text
     assert choice.logprobs.token_logprobs == pytest.approx(direct.response_logprobs[0], abs=1e-5)
     assert len(choice.logprobs.tokens) == len(choice.logprobs.top_logprobs) == len(direct.response_ids[0])
@@ -164,11 +146,11 @@ def test_bad_requests_get_openai_error_bodies_naming_the_field(client, kwargs, s
     assert error["param"] == param and error["type"] == "invalid_request_error" and error["message"]
 
 
-def test_an_out_of_vocabulary_prompt_is_a_400_and_fails_no_other_request(server, model_dir):
+def test_an_out_of_vocabulary_prompt_is_a_400_and_fails_no_other_request(server, spread_tiny_model_dir):
     """The review's probe: three normal completions sent with one whose prompt is `[999999]` all got 500 (the bad id
     failed the decode batch they shared). Now the bad one gets 400 naming the prompt, before it joins any batch, and
     the others their usual (seeded) answers."""
-    prompt_ids = list(load_tokenizer(model_dir)("3+4=", add_special_tokens=False)["input_ids"])
+    prompt_ids = list(load_tokenizer(spread_tiny_model_dir)("3+4=", add_special_tokens=False)["input_ids"])
 
     async def run():
         async with openai.AsyncOpenAI(base_url=server, api_key="unused", max_retries=0, timeout=60) as aclient:
@@ -181,7 +163,7 @@ def test_an_out_of_vocabulary_prompt_is_a_400_and_fails_no_other_request(server,
     assert isinstance(bad, openai.BadRequestError) and bad.body["param"] == "prompt"
     assert "token id 999999 at position 0" in bad.body["message"]
     for seed, reply in enumerate(good):
-        expected = _direct(model_dir, prompt_ids, max_tokens=4, seed=seed)
+        expected = _direct(spread_tiny_model_dir, prompt_ids, max_tokens=4, seed=seed)
         assert reply.choices[0].model_extra["token_ids"] == expected.response_ids[0]
 
 
@@ -214,12 +196,12 @@ class RecordingTokenizer:
         return self.inner.decode(ids, **kwargs)
 
 
-def test_streaming_decodes_a_bounded_window_off_the_event_loop(model_dir):
+def test_streaming_decodes_a_bounded_window_off_the_event_loop(spread_tiny_model_dir):
     """The old stream re-decoded the whole prefix for every token on the event loop (0.06 / 0.25 / 0.99 s at 1k /
     2k / 4k tokens, blocking every other request). Now every decode the server makes sees at most
     2 * MAX_PENDING_TOKENS ids and runs in a worker thread, and the streamed text still equals the plain answer."""
-    tokenizer = RecordingTokenizer(load_tokenizer(model_dir))
-    app = create_app(InferenceEngineClient([_engine(model_dir)]), tokenizer, MODEL)
+    tokenizer = RecordingTokenizer(load_tokenizer(spread_tiny_model_dir))
+    app = create_app(InferenceEngineClient([_engine(spread_tiny_model_dir)]), tokenizer, MODEL)
     body = {"model": MODEL, "prompt": "1+1=", "max_tokens": 200, "seed": 2, "logprobs": 1}
     with TestClient(app) as http:
         plain = http.post("/v1/completions", json=body).json()["choices"][0]
@@ -251,7 +233,7 @@ def test_64_concurrent_clients_all_get_their_answer(server):
     assert len({tuple(p) for p in prompts}) == 64  # each answer belongs to its own request
 
 
-def test_litellm_completes_chat_and_completion_requests_with_logprobs(server, model_dir):
+def test_litellm_completes_chat_and_completion_requests_with_logprobs(server, spread_tiny_model_dir):
     """litellm (a common harness client) through its OpenAI-compatible provider: the same tokens and logprobs as the
     engine gives directly. litellm fetches a model price list from the internet on import unless told not to."""
     import os
@@ -272,7 +254,7 @@ def test_litellm_completes_chat_and_completion_requests_with_logprobs(server, mo
     tokens = chat.choices[0].logprobs["content"] if isinstance(chat.choices[0].logprobs, dict) else None
     tokens = tokens or chat.choices[0].logprobs.content
     assert chat.choices[0].message.content and len(tokens) >= 1 and len(tokens[0].top_logprobs) == 2
-    prompt_ids = list(load_tokenizer(model_dir)("12+34=")["input_ids"])
+    prompt_ids = list(load_tokenizer(spread_tiny_model_dir)("12+34=")["input_ids"])
     text = litellm.text_completion(
         model=f"openai/{MODEL}",
         api_base=server,
@@ -282,7 +264,7 @@ def test_litellm_completes_chat_and_completion_requests_with_logprobs(server, mo
         temperature=0,
         logprobs=1,
     )
-    expected = _direct(model_dir, prompt_ids, max_tokens=6, temperature=0.0)
+    expected = _direct(spread_tiny_model_dir, prompt_ids, max_tokens=6, temperature=0.0)
     got = text.choices[0].logprobs.token_logprobs
     assert len(got) == len(expected.response_ids[0])
     assert got == pytest.approx(expected.response_logprobs[0], abs=1e-5)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import httpx
@@ -12,14 +11,9 @@ from fastapi.responses import JSONResponse
 
 from skyrl_train.serving.background import BackgroundServer
 from skyrl_train.serving.body_limit import BodySizeLimit
+from skyrl_train.workers.distributed import free_port
 
 CAP = 64 * 1024
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +35,7 @@ def server() -> Iterator[tuple[str, list[int]]]:
         seen.append(len(body))
         return {"bytes": len(body)}
 
-    background = BackgroundServer(BodySizeLimit(app, CAP), "127.0.0.1", _free_port()).start()
+    background = BackgroundServer(BodySizeLimit(app, CAP), "127.0.0.1", free_port()).start()
     yield f"http://127.0.0.1:{background.port}", seen
     background.stop()
 

@@ -6,30 +6,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import torch
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer
 from skyrl_train.recipes.embedded import get_embedded_model
 from skyrl_train.recipes.example_run import cpu_stack_overrides, output_overrides
 from skyrl_train.recipes.warm_start import WarmStartSettings
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
-    """A tiny model whose weights are spread wide enough that it samples varied answers (some of them right)."""
-    path = tmp_path_factory.mktemp("tiny_model")
-    model = build_tiny_model(TinyModelSpec(size=1), seed=0)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0, 0.3, generator=generator)
-    model.save_pretrained(path)
-    build_char_tokenizer().save_pretrained(str(path))
-    return str(path)
 
 
 @pytest.fixture(scope="session")

@@ -73,8 +73,18 @@ def half_parity_data_dir(data_dir, tmp_path_factory):
     return _with_env(data_dir, tmp_path_factory.mktemp("half_parity_data"), "half_parity_test")
 
 
-def _run(make_config, model_dir, data_dir, out_dir, *extra):
-    return BasePPOExp(make_config(model_dir, data_dir, out_dir, *extra)).run()
+@pytest.fixture(scope="module")
+def run_on_parity(make_config, spread_tiny_model_dir, parity_data_dir):
+    """`run_on_parity(out_dir, *overrides)`: a synchronous run of the tiny model on the parity prompts; its result."""
+
+    def run(out_dir, *overrides):
+        return BasePPOExp(make_config(spread_tiny_model_dir, parity_data_dir, out_dir, *overrides)).run()
+
+    return run
+
+
+def _step_metrics(result, step):
+    return {key: dict(values).get(step) for key, values in result.history.items()}
 
 
 def _last(result, key):
@@ -85,20 +95,11 @@ def _history(result, key):
     return [value for _, value in result.history[key]]
 
 
-def test_filter_trains_on_full_batches_of_informative_groups(
-    ray_cluster, make_config, tiny_model_dir, parity_data_dir, tmp_path
-):
-    result = _run(
-        make_config,
-        tiny_model_dir,
-        parity_data_dir,
-        tmp_path,
-        "trainer.algorithm.dynamic_sampling.type=filter",
-        "trainer.max_training_steps=2",
-    )
+def test_filter_trains_on_full_batches_of_informative_groups(ray_cluster, run_on_parity, tmp_path):
+    result = run_on_parity(tmp_path, "trainer.algorithm.dynamic_sampling.type=filter", "trainer.max_training_steps=2")
     assert result.global_step == 2
     for step in (1, 2):
-        metrics = {key: dict(values).get(step) for key, values in result.history.items()}
+        metrics = _step_metrics(result, step)
         assert metrics["dynamic_sampling/kept_groups"] == 4.0  # trainer.train_batch_size
         assert metrics["reward/groups_with_signal"] == 1.0  # every trained group has reward variance
         assert metrics["dynamic_sampling/sampled_groups"] == 4.0 * metrics["dynamic_sampling/rounds"]
@@ -107,13 +108,8 @@ def test_filter_trains_on_full_batches_of_informative_groups(
     )
 
 
-def test_replace_and_overlong_punishment_reach_the_trained_batch(
-    ray_cluster, make_config, tiny_model_dir, parity_data_dir, tmp_path
-):
-    result = _run(
-        make_config,
-        tiny_model_dir,
-        parity_data_dir,
+def test_replace_and_overlong_punishment_reach_the_trained_batch(ray_cluster, run_on_parity, tmp_path):
+    result = run_on_parity(
         tmp_path,
         "trainer.algorithm.dynamic_sampling.type=replace",
         "trainer.algorithm.dynamic_sampling.min_replace_ratio=0.1",
@@ -128,10 +124,6 @@ def test_replace_and_overlong_punishment_reach_the_trained_batch(
     assert _last(result, "reward/overlong_penalty_mean") < 0.0
 
 
-def _step_metrics(result, step):
-    return {key: dict(values).get(step) for key, values in result.history.items()}
-
-
 ASYNC = ("generator.inference_engine.num_engines=1", "trainer.max_training_steps=3")
 
 
@@ -139,10 +131,10 @@ ASYNC = ("generator.inference_engine.num_engines=1", "trainer.max_training_steps
     "mode, kind", [("fully_async", "filter"), ("fully_async", "replace"), ("one_step_off", "replace")]
 )
 def test_the_async_trainers_train_only_on_informative_groups(
-    ray_cluster, make_config, tiny_model_dir, half_parity_data_dir, tmp_path, mode, kind
+    ray_cluster, make_config, spread_tiny_model_dir, half_parity_data_dir, tmp_path, mode, kind
 ):
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         half_parity_data_dir,
         tmp_path,
         f"trainer.mode={mode}",
@@ -167,7 +159,7 @@ def test_the_async_trainers_train_only_on_informative_groups(
 
 
 def test_a_killed_one_step_off_run_with_filter_resumes_without_losing_or_repeating_prompts(
-    ray_cluster, make_config, tiny_model_dir, half_parity_data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, half_parity_data_dir, tmp_path
 ):
     steps = (
         "trainer.mode=one_step_off",
@@ -177,7 +169,12 @@ def test_a_killed_one_step_off_run_with_filter_resumes_without_losing_or_repeati
     )
     first = BasePPOExp(
         make_config(
-            tiny_model_dir, half_parity_data_dir, tmp_path, *steps, "trainer.max_training_steps=3", colocate=False
+            spread_tiny_model_dir,
+            half_parity_data_dir,
+            tmp_path,
+            *steps,
+            "trainer.max_training_steps=3",
+            colocate=False,
         )
     )
     first.run()
@@ -189,7 +186,7 @@ def test_a_killed_one_step_off_run_with_filter_resumes_without_losing_or_repeati
     assert pending == set(first.trainer.used_uids[2])  # the step-3 prompts, extra batches included, were held
     resumed = BasePPOExp(
         make_config(
-            tiny_model_dir,
+            spread_tiny_model_dir,
             half_parity_data_dir,
             tmp_path,
             *steps,
@@ -208,10 +205,10 @@ def test_a_killed_one_step_off_run_with_filter_resumes_without_losing_or_repeati
 
 
 def test_fully_async_filter_gives_up_after_max_sample_batches_saying_so(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         _with_env(data_dir, tmp_path, "no_signal_test"),
         tmp_path,
         "trainer.mode=fully_async",

@@ -38,11 +38,11 @@ class EndpointExp(BasePPOExp):
 
 
 def test_the_endpoint_serves_whole_weight_versions_while_the_policy_trains(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
     port = spare_port()  # the endpoint binds it after the workers start: keep it out of bind(0)'s range
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         data_dir,
         tmp_path,
         "generator.http_endpoint.enabled=true",

@@ -27,9 +27,9 @@ def _logged_steps(out_dir):
 
 
 def test_stop_on_alert_ends_the_run_after_logging_the_alert(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
-    cfg = make_config(tiny_model_dir, data_dir, tmp_path, *FORCED, "trainer.health.stop_on_alert=true")
+    cfg = make_config(spread_tiny_model_dir, data_dir, tmp_path, *FORCED, "trainer.health.stop_on_alert=true")
     with pytest.raises(TrainingHealthError) as caught:
         BasePPOExp(cfg).run()
     error = caught.value
@@ -42,9 +42,9 @@ def test_stop_on_alert_ends_the_run_after_logging_the_alert(
 
 
 def test_without_stop_the_run_finishes_and_flags_every_step(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
-    cfg = make_config(tiny_model_dir, data_dir, tmp_path, *FORCED)
+    cfg = make_config(spread_tiny_model_dir, data_dir, tmp_path, *FORCED)
     result = BasePPOExp(cfg).run()
     assert result.global_step == 2
     assert result.history["health/logprob_diff"] == [(1, 1.0), (2, 1.0)]

@@ -33,9 +33,9 @@ class RecordingExp(BasePPOExp):
         return recording
 
 
-def test_eval_checkpoint_export_and_logging_keys(ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path):
+def test_eval_checkpoint_export_and_logging_keys(ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path):
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         data_dir,
         tmp_path,
         "trainer.max_training_steps=2",

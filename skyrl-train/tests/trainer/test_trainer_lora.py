@@ -56,11 +56,13 @@ def addition(tmp_path_factory):
 def test_lora_run_syncs_adapters_uses_the_base_as_reference_and_resumes_exactly(
     ray_cluster, make_config, addition, tmp_path
 ):
-    tiny_model_dir, data_dir = addition
-    experiment = BasePPOExp(make_config(tiny_model_dir, data_dir, tmp_path / "full", *LORA), verify_weight_sync=True)
+    spread_tiny_model_dir, data_dir = addition
+    experiment = BasePPOExp(
+        make_config(spread_tiny_model_dir, data_dir, tmp_path / "full", *LORA), verify_weight_sync=True
+    )
     assert experiment.roles() == ["policy"]  # KL is on, but the reference is the policy's base model
     full = experiment.run()
-    adapter_bytes, base_bytes = _adapter_bytes(tiny_model_dir, rank=4)
+    adapter_bytes, base_bytes = _adapter_bytes(spread_tiny_model_dir, rank=4)
     for step in (1, 2, 3):
         assert _at(full, "weight_sync/megabytes", step) == pytest.approx(adapter_bytes / 1e6)
         assert _at(full, "weight_sync/verified_tensors", step) > 0
@@ -71,7 +73,9 @@ def test_lora_run_syncs_adapters_uses_the_base_as_reference_and_resumes_exactly(
     shutil.copytree(tmp_path / "full" / "ckpts", tmp_path / "resumed" / "ckpts")
     shutil.rmtree(tmp_path / "resumed" / "ckpts" / "global_step_3")
     (tmp_path / "resumed" / "ckpts" / "latest_checkpointed_step.txt").write_text("2")
-    resumed_cfg = make_config(tiny_model_dir, data_dir, tmp_path / "resumed", *LORA, "trainer.resume_mode=latest")
+    resumed_cfg = make_config(
+        spread_tiny_model_dir, data_dir, tmp_path / "resumed", *LORA, "trainer.resume_mode=latest"
+    )
     resumed = BasePPOExp(resumed_cfg).run()
     assert sorted(dict(resumed.history["reward/mean"])) == [3]
     for key in COMPARED:

@@ -35,19 +35,21 @@ SCHEDULE = [
 ]
 
 
-def _run(make_config, model_dir, data_dir, out_dir, *extra):
-    return BasePPOExp(make_config(model_dir, data_dir, out_dir, *SCHEDULE, *extra)).run()
-
-
 def _at(result, key, step):
     return dict(result.history[key])[step]
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path_factory):
+def config(make_config, spread_tiny_model_dir, data_dir):
+    """`config(out_dir, *overrides)`: the tiny run with the shared schedule, writing to `out_dir`."""
+    return lambda out_dir, *extra: make_config(spread_tiny_model_dir, data_dir, out_dir, *SCHEDULE, *extra)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(ray_cluster, config, tmp_path_factory):
     """The 3-step run every test compares against, and its output folder."""
     out = tmp_path_factory.mktemp("uninterrupted")
-    return _run(make_config, tiny_model_dir, data_dir, out, "trainer.max_training_steps=3"), out
+    return BasePPOExp(config(out, "trainer.max_training_steps=3")).run(), out
 
 
 def _stopped_after_step_2(uninterrupted_out, target):
@@ -58,20 +60,24 @@ def _stopped_after_step_2(uninterrupted_out, target):
     return target / "ckpts"
 
 
-def test_resumed_run_matches_uninterrupted_run(uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path):
+def _resume_latest(config, out_dir, full, step, keys=COMPARED):
+    """Resumes the run in `out_dir` from its newest valid checkpoint up to `step`: it trains step `step` alone, and
+    that step's `keys` match the uninterrupted run's."""
+    resumed = BasePPOExp(config(out_dir, f"trainer.max_training_steps={step}", "trainer.resume_mode=latest")).run()
+    assert sorted(dict(resumed.history["reward/mean"])) == [step]
+    for key in keys:
+        assert _at(resumed, key, step) == pytest.approx(_at(full, key, step), abs=RESUME_TOLERANCE), key
+    return resumed
+
+
+def test_resumed_run_matches_uninterrupted_run(uninterrupted, config, tmp_path):
     full, full_out = uninterrupted
     _stopped_after_step_2(full_out, tmp_path)
-    resumed = _run(
-        make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=3", "trainer.resume_mode=latest"
-    )
-    assert resumed.global_step == 3 and sorted(dict(resumed.history["reward/mean"])) == [3]
-    for key in COMPARED + ["policy/lr", "reward/kl_penalty_coef"]:
-        assert _at(resumed, key, 3) == pytest.approx(_at(full, key, 3), abs=RESUME_TOLERANCE), key
+    resumed = _resume_latest(config, tmp_path, full, 3, COMPARED + ["policy/lr", "reward/kl_penalty_coef"])
+    assert resumed.global_step == 3
 
 
-def test_corrupt_newest_checkpoint_falls_back_to_previous(
-    uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path
-):
+def test_corrupt_newest_checkpoint_falls_back_to_previous(uninterrupted, config, tmp_path):
     full, full_out = uninterrupted
     ckpts = _stopped_after_step_2(full_out, tmp_path)
     assert sorted(os.listdir(ckpts)) == ["global_step_1", "global_step_2", "latest_checkpointed_step.txt"]
@@ -81,30 +87,18 @@ def test_corrupt_newest_checkpoint_falls_back_to_previous(
     victim.write_bytes(victim.read_bytes()[: max(1, victim.stat().st_size // 2)])
     # and a leftover temporary directory of a step 3 that never committed
     shutil.copytree(ckpts / "global_step_1", ckpts / "global_step_3.tmp-crashed")
-    resumed = _run(
-        make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.resume_mode=latest"
-    )
     # resumed from step 1 (step 2 is corrupt), so step 2 ran again, as the uninterrupted run ran it
-    assert sorted(dict(resumed.history["reward/mean"])) == [2]
-    for key in COMPARED:
-        assert _at(resumed, key, 2) == pytest.approx(_at(full, key, 2), abs=RESUME_TOLERANCE), key
+    _resume_latest(config, tmp_path, full, 2)
 
 
-def test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before(
-    uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path
-):
+def test_resume_keeps_the_lr_schedule_kl_coefficient_and_eval_before(uninterrupted, config, tmp_path):
     """A run resumed with a longer `max_training_steps` continues the checkpoint's cosine schedule, its adaptive KL
     coefficient, and reports the eval it ran before training."""
     full, full_out = uninterrupted
-    resumed = _run(
-        make_config,
-        tiny_model_dir,
-        data_dir,
-        tmp_path,
-        "trainer.max_training_steps=5",
-        "trainer.resume_mode=path",
-        f"trainer.resume_path={full_out / 'ckpts' / 'global_step_2'}",
-    )
+    resume_path = f"trainer.resume_path={full_out / 'ckpts' / 'global_step_2'}"
+    resumed = BasePPOExp(
+        config(tmp_path, "trainer.max_training_steps=5", "trainer.resume_mode=path", resume_path)
+    ).run()
     assert resumed.initial_eval == full.initial_eval and "eval/all/pass_at_1" in resumed.initial_eval
     # step 1 sees KL 0 (policy == ref), so the controller lowers the coefficient: at step 3 it is no longer kl_coef
     assert _at(full, "reward/kl_penalty_coef", 1) == pytest.approx(0.05)
@@ -138,20 +132,13 @@ def _free_cpus_settle(expected, seconds=60.0):
     return ray.available_resources().get("CPU", 0.0)
 
 
-def test_a_dead_rank_stops_the_run_naming_it_and_resume_continues_exactly(
-    uninterrupted, make_config, tiny_model_dir, data_dir, tmp_path
-):
+def test_a_dead_rank_stops_the_run_naming_it_and_resume_continues_exactly(uninterrupted, config, tmp_path):
     full, _ = uninterrupted
     free_before = ray.available_resources().get("CPU", 0.0)
     with pytest.raises(WorkerGroupError, match=r"policy rank 1 of 2 failed in train_mini_batches: \w*ActorDiedError"):
         # the uninterrupted run's length: the cosine schedule depends on it
-        RankDiesExp(make_config(tiny_model_dir, data_dir, tmp_path, *SCHEDULE, "trainer.max_training_steps=3")).run()
+        RankDiesExp(config(tmp_path, "trainer.max_training_steps=3")).run()
     # rank 0, blocked in a collective with the dead rank, the engines and the placement groups are all released
     assert _free_cpus_settle(free_before) >= free_before
     assert sorted(os.listdir(tmp_path / "ckpts")) == ["global_step_1", "latest_checkpointed_step.txt"]
-    resumed = _run(
-        make_config, tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.resume_mode=latest"
-    )
-    assert sorted(dict(resumed.history["reward/mean"])) == [2]
-    for key in COMPARED:
-        assert _at(resumed, key, 2) == pytest.approx(_at(full, key, 2), abs=RESUME_TOLERANCE), key
+    _resume_latest(config, tmp_path, full, 2)

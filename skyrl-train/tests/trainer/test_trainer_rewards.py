@@ -60,10 +60,10 @@ def _expected_scores(path, policy_tokenizer, generator_input, output):
 
 @pytest.mark.parametrize("colocate", [True, False], ids=["colocated", "separate"])
 def test_one_step_trains_on_the_reward_models_scores(
-    ray_cluster, make_config, tiny_model_dir, tiny_reward_model_dir, data_dir, tmp_path, colocate
+    ray_cluster, make_config, spread_tiny_model_dir, tiny_reward_model_dir, data_dir, tmp_path, colocate
 ):
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         data_dir,
         tmp_path,
         f"data.train_data=['{_reward_model_rows(data_dir, tmp_path)}']",

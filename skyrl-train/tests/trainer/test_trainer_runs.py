@@ -50,10 +50,12 @@ class RecordingExp(BasePPOExp):
     ],
 )
 def test_one_step_per_estimator_trains_and_syncs(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path, estimator, extra
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path, estimator, extra
 ):
-    extra = [e.replace("${trainer.policy.model.path}", tiny_model_dir) for e in extra]
-    cfg = make_config(tiny_model_dir, data_dir, tmp_path, f"trainer.algorithm.advantage_estimator={estimator}", *extra)
+    extra = [e.replace("${trainer.policy.model.path}", spread_tiny_model_dir) for e in extra]
+    cfg = make_config(
+        spread_tiny_model_dir, data_dir, tmp_path, f"trainer.algorithm.advantage_estimator={estimator}", *extra
+    )
     experiment = RecordingExp(cfg, verify_weight_sync=True)
     result = experiment.run()
     history = result.history
@@ -72,7 +74,7 @@ def test_one_step_per_estimator_trains_and_syncs(
     assert history["policy/old_logprobs_from_update"][-1][1] == (1.0 if one_update else 0.5)
     assert ("policy/rollout_train_logprob_abs_diff_max" in history) != one_update  # only a separate forward has it
     exported = experiment.trainer.checkpoints.exported_paths[-1]
-    assert _changed(_weights(tiny_model_dir), _weights(exported)), "the policy's weights did not change"
+    assert _changed(_weights(spread_tiny_model_dir), _weights(exported)), "the policy's weights did not change"
     dumped = sorted((tmp_path / "exports" / "dumped_data").glob("*")) if estimator == "gae" else []
     assert [path.name for path in dumped] == (["global_step_1_training_input.safetensors"] if dumped else [])
     assert (tmp_path / "exports" / "dumped_data").exists() == (estimator == "gae")  # off by default
@@ -86,7 +88,7 @@ def test_one_step_per_estimator_trains_and_syncs(
 
 
 def test_separate_placement_with_broadcast_sync(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path, monkeypatch
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path, monkeypatch
 ):
     frozen_during_steps, thresholds_during_steps = [], []
     thresholds = gc.get_threshold()
@@ -98,7 +100,7 @@ def test_separate_placement_with_broadcast_sync(
         return await after_step(self, metrics, max_steps)
 
     monkeypatch.setattr(RayPPOTrainer, "after_step", recording_after_step)
-    cfg = make_config(tiny_model_dir, data_dir, tmp_path, colocate=False)
+    cfg = make_config(spread_tiny_model_dir, data_dir, tmp_path, colocate=False)
     experiment = BasePPOExp(cfg, verify_weight_sync=True)
     result = experiment.run()
     assert result.global_step == 1
@@ -112,7 +114,7 @@ def test_separate_placement_with_broadcast_sync(
 
 
 def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_version(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path, monkeypatch
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path, monkeypatch
 ):
     """2 mini-batches x 2 epochs: the policy update (with its old-log-prob forward) and the weight sync after it are
     one call per rank, and the sync is confirmed from the engines' acknowledgements, not by asking them again. The
@@ -155,7 +157,7 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
     monkeypatch.setattr(RayPPOTrainer, "step", recording_step)
     monkeypatch.setattr(RayEngineProxy, "generate", recording_generate)
     cfg = make_config(
-        tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.update_epochs_per_batch=2"
+        spread_tiny_model_dir, data_dir, tmp_path, "trainer.max_training_steps=2", "trainer.update_epochs_per_batch=2"
     )
     threads = torch.get_num_threads()
     result = BasePPOExp(cfg).run()
@@ -189,7 +191,7 @@ def test_a_step_makes_one_call_per_policy_rank_and_asks_no_engine_for_its_versio
 
 
 def test_on_policy_distillation_trains_on_the_teacher_gap_from_the_ref_workers(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
     teacher = tmp_path / "teacher"  # the student's architecture and tokenizer, other weights
     model = build_tiny_model(TinyModelSpec(size=1), seed=1)
@@ -200,7 +202,7 @@ def test_on_policy_distillation_trains_on_the_teacher_gap_from_the_ref_workers(
     model.save_pretrained(teacher)
     build_char_tokenizer().save_pretrained(str(teacher))
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         data_dir,
         tmp_path,
         "trainer.algorithm.on_policy_distillation=true",
@@ -216,21 +218,21 @@ def test_on_policy_distillation_trains_on_the_teacher_gap_from_the_ref_workers(
     assert history["policy/old_logprobs_from_update"][-1][1] == 0.0  # given: the forward before the rewards
     assert "reward/mean" in history  # the env's rewards are still computed and logged
     exported = experiment.trainer.checkpoints.exported_paths[-1]
-    assert _changed(_weights(tiny_model_dir), _weights(exported)), "the policy's weights did not change"
+    assert _changed(_weights(spread_tiny_model_dir), _weights(exported)), "the policy's weights did not change"
 
 
 def test_a_colocated_critic_on_fewer_ranks_than_the_policy_trains_on_the_first_bundle(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
     """SkyRL's colocated LoRA PPO example leaves the critic on 1 GPU beside a wider policy: the critic's one rank
     runs in bundle 0 of the shared group, next to policy rank 0 and engine 0, and values and their update still
     cover the whole batch."""
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         data_dir,
         tmp_path,
         "trainer.algorithm.advantage_estimator=gae",
-        f"trainer.critic.model.path={tiny_model_dir}",
+        f"trainer.critic.model.path={spread_tiny_model_dir}",
         "trainer.placement.critic_num_gpus_per_node=1",
     )
     assert cfg.trainer.placement.colocate_all and cfg.trainer.placement.policy_num_gpus_per_node == 2

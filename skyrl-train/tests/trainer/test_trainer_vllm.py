@@ -32,9 +32,9 @@ def run_with_verified_syncs(cfg, steps: int):
 
 
 @pytest.mark.parametrize("colocate", [True, False], ids=["colocated-shm", "separate-broadcast"])
-def test_two_steps_with_vllm_engines(ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path, colocate):
+def test_two_steps_with_vllm_engines(ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path, colocate):
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         data_dir,
         tmp_path,
         *VLLM_ENGINE,
@@ -80,13 +80,13 @@ def test_lora_adapters_synced_into_vllm_serve_what_the_trainer_holds(ray_cluster
 
 
 def test_fully_async_with_a_vllm_engine_pauses_syncs_and_stays_within_staleness(
-    ray_cluster, make_config, tiny_model_dir, data_dir, tmp_path
+    ray_cluster, make_config, spread_tiny_model_dir, data_dir, tmp_path
 ):
     """fully_async on vLLM: generation runs ahead of training, every sync pauses the engine (in-flight calls
     finish), moves the weights into vLLM and resumes; no trained group is older than max_staleness and no prompt is
     trained twice."""
     cfg = make_config(
-        tiny_model_dir,
+        spread_tiny_model_dir,
         data_dir,
         tmp_path,
         *VLLM_ENGINE,

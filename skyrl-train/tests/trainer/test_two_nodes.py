@@ -20,12 +20,12 @@ SCRIPT = Path(__file__).with_name("two_node_run.py")
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_model_dir, data_dir, tmp_path_factory):
+def runs(spread_tiny_model_dir, data_dir, tmp_path_factory):
     """Both runs' reports, from one child process that owns the simulated cluster."""
     out = tmp_path_factory.mktemp("two_nodes")
     env = {**os.environ, "RAY_ADDRESS": ""}  # the child starts its own cluster, never the session's
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), tiny_model_dir, str(data_dir), str(out)],
+        [sys.executable, str(SCRIPT), spread_tiny_model_dir, str(data_dir), str(out)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -51,24 +51,10 @@ def test_the_dumped_file_holds_the_batch_and_its_step_tensors(tmp_path):
     path = tmp_path / "dumped_data" / "global_step_7_training_input.safetensors"
     plain = load_file(path)  # safetensors alone reads it
     tensors, metadata = load_batch_dump(path)
-    assert (
-        set(plain)
-        == set(tensors)
-        == {
-            "input_ids",
-            "attention_mask",
-            "position_ids",
-            "response_mask",
-            "loss_mask",
-            "token_rewards",
-            "rollout_logprobs",
-            "valid",
-            "advantages",
-            "returns",
-            "ref_logprobs",
-        }
-    )  # no old log-probs and no values this step: left out, not zero-filled
-    for name in ("input_ids", "attention_mask", "response_mask", "loss_mask", "token_rewards", "valid"):
+    copied = ("input_ids", "attention_mask", "response_mask", "loss_mask", "token_rewards", "valid")
+    step = {"advantages", "returns", "ref_logprobs"}  # no old log-probs and no values this step: left out, not zeros
+    assert set(plain) == set(tensors) == {*copied, "position_ids", "rollout_logprobs", *step}
+    for name in copied:
         assert torch.equal(tensors[name], getattr(batch, name)), name
     assert torch.equal(tensors["advantages"], advantages) and torch.equal(tensors["ref_logprobs"], ref)
     assert tensors["valid"].tolist() == [True, True, False]

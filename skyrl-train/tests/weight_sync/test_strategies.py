@@ -8,7 +8,6 @@ policy ranks' default group must still work afterwards.
 
 import asyncio
 import os
-import socket
 
 import pytest
 import ray
@@ -27,6 +26,7 @@ from skyrl_train.weight_sync import (
     connect_auto_weight_sync,
     make_weight_sync_strategy,
 )
+from skyrl_train.workers.distributed import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -58,12 +58,6 @@ class PolicyStandIn(WeightSenderHost):
         return float(value), dist.get_world_size()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _prompts(tokenizer):
     rendered = [
         tokenizer.apply_chat_template([{"role": "user", "content": f"{i}*{i + 3}="}], add_generation_prompt=True)
@@ -86,7 +80,7 @@ def setup(tmp_path_factory, save_varied_tiny_model):
     root = tmp_path_factory.mktemp("weight_sync")
     path_a, path_b = save_varied_tiny_model(root / "a", seed=0), save_varied_tiny_model(root / "b", seed=1)
     prompts = _prompts(build_char_tokenizer())
-    port = _free_port()
+    port = free_port()
     policy_class = ray.remote(num_cpus=1)(PolicyStandIn)
     policy = [policy_class.remote(rank, 2, port, path_b) for rank in range(2)]
     engines = create_engine_actors(2, path_a, ENGINE_CFG)

@@ -2,7 +2,6 @@
 built over gloo (`use_cpu_initialization=True`) for tp=1 and tp=2. Forward/backward need CUDA: see
 test_megatron_gpu.py."""
 
-import socket
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ from skyrl_train.config.roles import MegatronConfig
 from skyrl_train.models.megatron_convert import arch_from_hf_config, gather_state, megatron_to_hf
 from skyrl_train.models.tiny import build_tiny_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
+from skyrl_train.workers.distributed import free_port
 from skyrl_train.workers.strategy import MegatronStrategy, strategy_class
 from skyrl_train.workers.strategy.megatron_model import (
     check_rope_positions,
@@ -143,12 +143,6 @@ torch.distributed.destroy_process_group()
 """
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 # Two cases keep CI short (each is a subprocess of 20-35 s): tensor parallel on the embedded model, and MoE. The
 # round trips of every architecture at every size are checked without megatron in tests/models/test_megatron_convert.py.
 @pytest.mark.parametrize(("name", "tp"), [("embedded", 2), ("qwen3_moe", 1)])
@@ -160,7 +154,7 @@ def test_converted_weights_load_into_megatron_gpt_model(name, tp, tmp_path, tiny
     torch.save(hf_state, tmp_path / "hf.pt")
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT, encoding="utf-8")
-    port = str(_free_port())
+    port = str(free_port())
     ranks = [
         subprocess.Popen([sys.executable, str(script), str(tmp_path), str(rank), str(tp), port], stderr=subprocess.PIPE)
         for rank in range(tp)
@@ -244,7 +238,7 @@ def test_a_megatron_checkpoint_passes_the_pickle_guard_and_a_planted_metadata_do
     script = tmp_path / "checkpoint.py"
     script.write_text(CHECKPOINT_SCRIPT, encoding="utf-8")
     completed = subprocess.run(
-        [sys.executable, str(script), str(tmp_path), str(_free_port())], capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), str(tmp_path), str(free_port())], capture_output=True, text=True, timeout=300
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "refused: " in completed.stdout and "names pathlib.Path.touch" in completed.stdout
