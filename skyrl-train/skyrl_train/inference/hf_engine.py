@@ -74,14 +74,11 @@ class HFInferenceEngine(QueuedEngine):
             eos_ids.add(tokenizer.eos_token_id)
         self.eos_token_ids = eos_ids
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
-        self._version = 0
         self._model_lock = threading.Lock()
         self._decoding = 0  # decode loops running (update_weights waits for none)
         self._weights_waiting = 0  # update_weights calls waiting: no new request joins a decode meanwhile
         self._executor: Optional[ThreadPoolExecutor] = None
         self.admit_after_steps = admit_after_steps
-        self._asleep = False
-        self._weights_discarded = False
         self._kept_buffers: dict[str, torch.Tensor] = {}
         self.compute_clock = ComputeClock()
         """Seconds spent decoding batches (read by the framework-overhead benchmark)."""
@@ -91,17 +88,8 @@ class HFInferenceEngine(QueuedEngine):
         """Merges synced LoRA adapters into the base weights (None: the engine takes full weights only)."""
 
     # ----- generation -----------------------------------------------------------------------------------------
-    @property
-    def weight_version(self) -> int:
-        """The version of the weights being served."""
-        return self._version
-
     def _check_servable(self) -> None:
-        if self._asleep or self._weights_discarded:
-            raise RuntimeError(
-                "HFInferenceEngine is asleep or its weights were discarded (sleep level 2); "
-                "call wake_up() and update_weights() before generate()"
-            )
+        self._check_awake()
 
     def _check_params(self, params: SamplingParams) -> None:
         """The hf engine has no knobs beyond `SamplingParams`' own fields: refuse any `additional_kwargs`."""

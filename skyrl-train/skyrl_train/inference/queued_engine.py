@@ -60,6 +60,23 @@ class QueuedEngine(InferenceEngine):
         self._admitting: Optional[asyncio.Event] = None
         self._inflight = 0
         self._closed = False
+        self._version = 0
+        self._asleep = False
+        self._weights_discarded = False
+
+    @property
+    def weight_version(self) -> int:
+        """The version of the weights being served."""
+        return self._version
+
+    def _check_awake(self) -> None:
+        """Raise while the engine sleeps or after sleep level 2 discarded its weights (the part of
+        `_check_servable` every in-process engine shares)."""
+        if self._asleep or self._weights_discarded:
+            raise RuntimeError(
+                f"{type(self).__name__} is asleep or its weights were discarded (sleep level 2); "
+                "call wake_up() and update_weights() before generate()"
+            )
 
     @abc.abstractmethod
     def _check_servable(self) -> None:

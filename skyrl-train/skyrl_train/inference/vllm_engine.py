@@ -341,24 +341,12 @@ class VLLMInferenceEngine(VLLMStepLoop, QueuedEngine):
         self.compute_clock = ComputeClock()
         """Seconds spent in vLLM's generate (read by the framework-overhead benchmark)."""
         self._init_step_loop()
-        self._version = 0
-        self._asleep = False
-        self._weights_discarded = False
         self.in_flight_weight_updates = in_flight_weight_updates
         self.llm.llm_engine.set_weight_version("0")
 
     # ----- generation -----------------------------------------------------------------------------------------
-    @property
-    def weight_version(self) -> int:
-        """The version of the weights being served."""
-        return self._version
-
     def _check_servable(self) -> None:
-        if self._asleep or self._weights_discarded:
-            raise RuntimeError(
-                "VLLMInferenceEngine is asleep or its weights were discarded (sleep level 2); "
-                "call wake_up() and update_weights() before generate()"
-            )
+        self._check_awake()
         missing = self._parts.missing()
         if missing:
             raise RuntimeError(
