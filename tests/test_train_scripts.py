@@ -161,16 +161,19 @@ def test_the_cpu_defaults_differ_from_the_gpu_ones(tmp_path):
     assert json.dumps(cpu) != json.dumps(gpu)
 
 
-STEPS = 30
-"""Steps of the real runs (the scripts' CPU default): held-out accuracy rose by 0.095 to 0.215 in 30 steps on each of
-7 runs here, while after 5 steps it moved by -0.02 to +0.11, inside the noise of 200 greedy answers."""
+STEPS = 60
+"""Steps of the runs that must learn: held-out accuracy rose by 0.165 to 0.225 in 60 steps on four runs here (gsm8k
+0.45 / 0.465, dapo 0.425, lora 0.405 from 0.24), for ~3 s more than 30 steps, which rose by 0.08 to 0.13 on eleven
+runs here but by 0.02 once on a loaded CI machine; after 5 steps it moved by -0.02 to +0.11."""
+SMOKE_STEPS = 5
+"""Steps of a run that only has to train and evaluate."""
 MIN_RISE = 0.05
-"""The least rise in held-out accuracy that counts as learning: 10 of the 200 test problems, half the smallest rise
-measured in 30 steps."""
+"""The least rise in held-out accuracy that counts as learning: 10 of the 200 test problems."""
 EVAL_LINE = re.compile(r"^step (\d+)/\d+ \| eval/all/pass_at_1 ([0-9.]+)", re.MULTILINE)
 
 
 TRAIN_LINE = re.compile(r"^step (\d+)/\d+ \| reward/mean [0-9.]+", re.MULTILINE)
+REWARD = re.compile(r"^step \d+/\d+ \| reward/mean ([0-9.]+)", re.MULTILINE)
 
 
 @pytest.mark.integration
@@ -189,14 +192,17 @@ TRAIN_LINE = re.compile(r"^step (\d+)/\d+ \| reward/mean [0-9.]+", re.MULTILINE)
 )
 def test_a_short_cpu_run_trains(tmp_path, script, rises):
     """The script as a user runs it on CPU (embedded model, local data, Ray, hf engines), cut to a few steps."""
+    steps = STEPS if rises else SMOKE_STEPS
     env = {k: v for k, v in os.environ.items() if k not in ("NUM_GPUS", "MODEL", "DATA_DIR")}
-    env.update(PYTHON=sys.executable, OUT_DIR=str(tmp_path), MAX_STEPS=str(STEPS))
+    env.update(PYTHON=sys.executable, OUT_DIR=str(tmp_path), MAX_STEPS=str(steps))
     done = subprocess.run(["bash", str(TRAIN / script)], env=env, cwd=tmp_path, capture_output=True, text=True)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
-    assert [int(step) for step in TRAIN_LINE.findall(output)] == list(range(1, STEPS + 1)), output[-3000:]
+    assert [int(step) for step in TRAIN_LINE.findall(output)] == list(range(1, steps + 1)), output[-3000:]
     evals = [(int(step), float(accuracy)) for step, accuracy in EVAL_LINE.findall(output)]
-    assert [step for step, _ in evals] == [0, STEPS], output[-3000:]
+    assert [step for step, _ in evals] == [0, steps], output[-3000:]
     (_, before), (_, after) = evals
     if rises:
-        assert round(after - before, 6) >= MIN_RISE, f"{script}: held-out accuracy {before} -> {after} in {STEPS} steps"
+        rewards = " ".join(REWARD.findall(output))
+        message = f"{script}: held-out accuracy {before} -> {after} in {steps} steps; reward/mean by step: {rewards}"
+        assert round(after - before, 6) >= MIN_RISE, message
