@@ -63,9 +63,9 @@ import skyrl_gym
 from skyrl_gym.envs.synthetic.addition import AdditionEnv, make_problem
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
+from skyrl_train.entrypoints.example_run import cpu_stack_overrides, output_overrides
 from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import get_embedded_model
-from skyrl_train.recipes.example_run import cpu_stack_overrides, output_overrides
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
 MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)

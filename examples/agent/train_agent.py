@@ -32,7 +32,7 @@ from skyrl_agent.warm_start import (
     get_agent_model,
 )
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.recipes.example_run import (
+from skyrl_train.entrypoints.example_run import (
     ExampleParser,
     ExampleRun,
     cpu_stack_overrides,

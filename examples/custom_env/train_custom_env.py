@@ -28,8 +28,7 @@ import skyrl_gym
 from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.synthetic.generate import generate_splits
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
-from skyrl_train.recipes.example_run import (
+from skyrl_train.entrypoints.example_run import (
     ExampleParser,
     ExampleRun,
     cpu_stack_overrides,
@@ -37,6 +36,7 @@ from skyrl_train.recipes.example_run import (
     print_first_and_last,
     print_resolved_config,
 )
+from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
 ENV_ID = "digit_credit"

@@ -23,8 +23,7 @@ from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
-from skyrl_train.recipes.example_run import (
+from skyrl_train.entrypoints.example_run import (
     ExampleParser,
     ExampleRun,
     cpu_stack_overrides,
@@ -32,6 +31,7 @@ from skyrl_train.recipes.example_run import (
     print_first_and_last,
     print_resolved_config,
 )
+from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
 MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)  # the quickstart's model

@@ -19,14 +19,14 @@ from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model, read_description
-from skyrl_train.recipes.example_run import (
+from skyrl_train.entrypoints.example_run import (
     ExampleParser,
     ExampleRun,
     cpu_stack_overrides,
     output_overrides,
     print_resolved_config,
 )
+from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model, read_description
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.weight_sync.strategy import resolve_strategy_name
 

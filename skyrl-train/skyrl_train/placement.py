@@ -21,6 +21,12 @@ from typing import Any, Optional
 import ray
 from ray.util.placement_group import placement_group
 
+from skyrl_train.inference.tensor_parallel import (  # noqa: F401 - the layout rules, also importable from here
+    TensorParallelLayout,
+    runs_vllm_ray_workers,
+    vllm_tensor_parallel_layout,
+)
+
 
 @dataclass
 class RoleSlot:
@@ -144,11 +150,6 @@ def bundle_nodes(group: Any) -> list[str]:
     return [table["bundles_to_node_id"][index] for index in sorted(table["bundles_to_node_id"])]
 
 
-def runs_vllm_ray_workers(backend: str, tensor_parallel_size: int, device: str) -> bool:
-    """Whether an engine runs its tensor-parallel ranks as Ray workers of vLLM's Ray executor (vllm, size > 1, CUDA)."""
-    return backend == "vllm" and tensor_parallel_size > 1 and device.split(":")[0] == "cuda"
-
-
 def engine_bundles(cfg: Any) -> tuple[int, int]:
     """(bundles, whole GPUs per bundle) of the engines' own group in a separate placement: one bundle of
     `tensor_parallel_size` GPUs per engine (sglang, or size 1), `num_engines * tensor_parallel_size` one-GPU bundles
@@ -160,33 +161,6 @@ def engine_bundles(cfg: Any) -> tuple[int, int]:
     if runs_vllm_ray_workers(engine.backend, engine.tensor_parallel_size, device):
         return engine.num_engines * engine.tensor_parallel_size, 1
     return engine.num_engines, engine.tensor_parallel_size
-
-
-@dataclass(frozen=True)
-class TensorParallelLayout:
-    """Where the pieces of one tensor-parallel vllm engine go in its placement group: its actor's bundle and GPU
-    share, and the bundles (one per tensor-parallel rank, rank order) and GPU share of the Ray workers vLLM starts."""
-
-    actor_bundle: int
-    actor_gpus: float
-    worker_bundles: tuple[int, ...]
-    worker_gpus: float
-
-
-def vllm_tensor_parallel_layout(
-    index: int, tensor_parallel_size: int, bundle_offset: int, gpu_share: float
-) -> TensorParallelLayout:
-    """Engine `index`'s layout: bundles `bundle_offset + index * tp` onwards, `tp` of them, each giving the engine
-    `gpu_share` of its GPU (colocated: 1 / the roles sharing it; separate: 1). The actor and rank 0's worker share
-    the first bundle's share half and half (the actor receives the weights on that GPU and hands them to vLLM); every
-    worker asks for the same half, so each rank's GPU keeps the other half of the engine's share unused."""
-    if tensor_parallel_size < 2:
-        raise ValueError(f"a tensor-parallel layout needs tensor_parallel_size >= 2, got {tensor_parallel_size}")
-    if not 0 < gpu_share <= 1:
-        raise ValueError(f"an engine's GPU share of a bundle must be in (0, 1], got {gpu_share}")
-    first = bundle_offset + index * tensor_parallel_size
-    half = gpu_share / 2
-    return TensorParallelLayout(first, half, tuple(range(first, first + tensor_parallel_size)), half)
 
 
 def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Placement:

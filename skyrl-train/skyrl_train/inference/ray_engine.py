@@ -34,9 +34,9 @@ import torch
 
 from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.inference.engine_builders import ENGINE_BUILDERS, EngineSettings, check_engine_backend
+from skyrl_train.inference.tensor_parallel import runs_vllm_ray_workers, vllm_tensor_parallel_layout
 from skyrl_train.inference.types import InferenceEngineInput, InferenceEngineOutput
 from skyrl_train.models.loading import resolve_dtype
-from skyrl_train.placement import runs_vllm_ray_workers, vllm_tensor_parallel_layout
 from skyrl_train.utils.local_channel import ChannelClient, ChannelClients, ChannelError, ChannelServer
 from skyrl_train.utils.memory import read_rss
 from skyrl_train.utils.threads import actor_threads
@@ -387,7 +387,7 @@ def create_engine_actors(
     tensor-parallel size on CUDA (one GPU per tensor-parallel worker) and 0 on CPU; `num_threads` is each actor's
     torch thread count (default: `num_cpus_per_engine` rounded down, at least 1). A tensor-parallel vllm engine on CUDA
     needs a placement group of one-GPU bundles: engine i spans `tp` of them from `bundle_offset + i * tp`, and
-    `num_gpus_per_engine` (default 1) is its share of each (`skyrl_train.placement.vllm_tensor_parallel_layout`).
+    `num_gpus_per_engine` (default 1) is its share of each (`skyrl_train.inference.tensor_parallel.vllm_tensor_parallel_layout`).
     """
     if num_engines < 1:
         raise ValueError(f"num_engines must be >= 1, got {num_engines}")

@@ -113,7 +113,7 @@ def tensor_parallel_environment(
     """The environment vLLM's Ray executor reads (when the engine is built) to place a tensor-parallel engine: rank r
     as a Ray worker in bundle `worker_bundles[r]` of the placement group this actor runs in (the actor captures its
     child tasks, so vLLM finds that group as the current one), each asking for `worker_gpus` of its bundle's GPU.
-    `skyrl_train.placement.vllm_tensor_parallel_layout` picks the bundles."""
+    `skyrl_train.inference.tensor_parallel.vllm_tensor_parallel_layout` picks the bundles."""
     if len(worker_bundles) != tensor_parallel_size or len(set(worker_bundles)) != tensor_parallel_size:
         raise ValueError(
             f"a vllm engine with tensor_parallel_size={tensor_parallel_size} needs that many distinct placement-group "
@@ -245,7 +245,7 @@ class VLLMInferenceEngine(VLLMStepLoop, QueuedEngine):
         tensor_parallel_size, gpu_memory_utilization, enable_prefix_caching, enforce_eager: vLLM's own settings.
         ray_worker_bundles, ray_worker_gpus: with `tensor_parallel_size` > 1 (CUDA only), the bundles of this actor's
             placement group its tensor-parallel ranks run in, one each, and the share of a GPU each asks for
-            (`skyrl_train.placement.vllm_tensor_parallel_layout`).
+            (`skyrl_train.inference.tensor_parallel.vllm_tensor_parallel_layout`).
         seed: the engine's base seed (for unseeded requests).
         num_threads: CPU threads (sets OMP_NUM_THREADS when unset).
         batch_wait_s: how long a request for a single completion waits for others to join its batch (a request for

@@ -4,5 +4,4 @@
 |---|---|
 | warm_start | supervised warm start of the tiny model on a synthetic task, stopped once held-out accuracy is in a band |
 | embedded | the embedded default model: warm-started once per settings and cached under `$SKYRL_CACHE/embedded/<key>` |
-| example_run | the command line, `--dry-run` and report lines the CPU example scripts share |
 """

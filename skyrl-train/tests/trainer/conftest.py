@@ -9,8 +9,8 @@ import pytest
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
+from skyrl_train.entrypoints.example_run import cpu_stack_overrides, output_overrides
 from skyrl_train.recipes.embedded import get_embedded_model
-from skyrl_train.recipes.example_run import cpu_stack_overrides, output_overrides
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
 

@@ -4,7 +4,7 @@ import math
 from pathlib import Path
 
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.recipes.example_run import ExampleRun, cpu_stack_overrides, output_overrides
+from skyrl_train.entrypoints.example_run import ExampleRun, cpu_stack_overrides, output_overrides
 from skyrl_train.trainer import TrainResult
 
 
