@@ -15,23 +15,23 @@ import argparse
 import functools
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the renderer modules beside this file
+
+from render_async_results import (  # noqa: E402 - after the path set-up
+    render_async_timeline,
+    render_async_vs_sync,
+    render_off_policy_corrections,
+    render_quickstart_modes,
+)
+from render_project_results import render_redesign_speed, render_same_numbers, render_upstream_scripts  # noqa: E402
+from results_format import overrides_note, plus_minus, with_note  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
 BLOCK = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
-
-
-def with_note(lines: list[str], note: str) -> str:
-    """A block's markdown: `lines` (a table), a blank line, then `note` (what was run, where and when)."""
-    return "\n".join([*lines, "", note]) + "\n"
-
-
-def overrides_note(data: dict) -> str:
-    """`; overrides: `a`, `b`` when the run had command-line overrides, else nothing."""
-    return "; overrides: " + ", ".join(f"`{o}`" for o in data["overrides"]) if data.get("overrides") else ""
 
 
 def render_dynamic_sampling(data: dict) -> str:
@@ -85,11 +85,6 @@ def render_minimal_grpo(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plus_minus(stat: dict, digits: int = 2, signed: bool = False) -> str:
-    sign = "+" if signed else ""
-    return f"{stat['mean']:{sign}.{digits}f} ± {stat['standard_error']:.{digits}f}"
-
-
 def render_vs_trl(data: dict) -> str:
     """TRL's GRPOTrainer against our stack (benchmarks/vs_trl.py), per seed and side: throughput, peak memory and
     held-out accuracy; then the means over seeds with their standard errors, the acceptance verdicts, each process's
@@ -112,11 +107,11 @@ def render_vs_trl(data: dict) -> str:
     memory = [s["ratios"]["peak_rss_total"] for s in data["seeds"] if s["ratios"].get("peak_rss_total")]
     lines.append("")
     lines.append(
-        f"Ours / TRL over {summary['seeds']} seed(s) (mean ± standard error): {_plus_minus(ratio)}x the "
+        f"Ours / TRL over {summary['seeds']} seed(s) (mean ± standard error): {plus_minus(ratio)}x the "
         f"completions per second (goal {summary['goal_ratio']}x: {'met' if summary['ratio_goal_met'] else 'not met'}); "
-        f"held-out accuracy after, ours - TRL: {_plus_minus(diff, 3, True)} "
+        f"held-out accuracy after, ours - TRL: {plus_minus(diff, 3, True)} "
         f"({'equal or better within one standard error' if summary['accuracy_goal_met'] else 'worse'}; gains "
-        f"{_plus_minus(gains['trl'], 3, True)} TRL, {_plus_minus(gains['ours'], 3, True)} ours)"
+        f"{plus_minus(gains['trl'], 3, True)} TRL, {plus_minus(gains['ours'], 3, True)} ours)"
         + (f"; peak memory, all processes: {sum(memory) / len(memory):.1f}x TRL's." if memory else ".")
     )
     first = data["seeds"][0]["runs"]
@@ -345,183 +340,6 @@ def render_tx_abuse(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _trailing_mean(values: list[float], window: int) -> list[float]:
-    return [
-        sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
-        for i in range(len(values))
-    ]
-
-
-def _mean_and_error(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f}±{statistics.stdev(values) / len(values) ** 0.5:.3f}"
-
-
-def render_async_vs_sync(data: dict, name: str) -> str:
-    """One run of benchmarks/async_vs_sync.py: per config, each mode's samples/s against sync's, its trailing-mean
-    training reward after a quarter, half, three quarters and all of the samples, and held-out accuracy (mean ±
-    standard error over the repeats), the way the benchmark prints them."""
-    window, lines = data["window"], []
-    groups: dict[str, dict[str, list[dict]]] = {}
-    for run in data["runs"]:
-        groups.setdefault(run["config"], {}).setdefault(run["mode"], []).append(run)
-    for config, modes in groups.items():
-        if len(groups) > 1:
-            lines += [f"**{config}**", ""]
-        sync_speed = statistics.mean(run["samples_per_s"] for run in modes["sync"])
-        lines += [
-            f"| mode | samples/s | vs sync | reward after 25 / 50 / 75 / 100 % of the samples ({window}-step trailing "
-            f"mean) | held-out after {data['steps']} steps |",
-            "|---|---|---|---|---|",
-        ]
-        for mode, runs in modes.items():
-            speed = statistics.mean(run["samples_per_s"] for run in runs)
-            marks = []
-            for run in runs:
-                smooth = _trailing_mean([point["reward"] for point in run["curve"]], window)
-                marks.append([smooth[max(0, round(len(smooth) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)])
-            quarters = " / ".join(_mean_and_error([run_marks[q] for run_marks in marks]) for q in range(4))
-            held_out = _mean_and_error([run["accuracy"] for run in runs])
-            label = "fully_async (`max_staleness=2`)" if mode == "fully_async_s2" else mode
-            lines.append(f"| {label} | {speed:.1f} | {speed / sync_speed:.2f}x | {quarters} | {held_out} |")
-        lines.append("")
-    repeats = data.get("repeats", 1)
-    runs_note = f"{repeats} runs of each mode (mean±standard error)" if repeats > 1 else "one run of each mode"
-    load = data.get("load_average_1min")
-    loads = f", 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end" if load else ""
-    arguments = data.get("arguments")
-    command = (
-        f"python benchmarks/async_vs_sync.py {' '.join(arguments)}" if arguments else "benchmarks/async_vs_sync.py"
-    )
-    lines.append(
-        f"{data['steps']} steps, {runs_note}, API wait {data['delay_ms']} ms{overrides_note(data)}. Measured on "
-        f"{data.get('machine', 'a 2-CPU machine')}, {data.get('date', 'a date the file does not record')}{loads} "
-        f"(`benchmarks/results/{name}.json`, `{command}`)."
-    )
-    return "\n".join(lines) + "\n"
-
-    return "\n".join(lines) + "\n"
-
-
-def render_quickstart_modes(data: dict) -> str:
-    """benchmarks/quickstart_seeds.py --modes ...: per seed, held-out accuracy after the quickstart in each mode and
-    each mode's gap to sync, then the verdict against the parity goal."""
-    modes = list(data["modes"])
-    by_seed: dict[int, dict[str, dict]] = {}
-    for run in data["runs"]:
-        by_seed.setdefault(run["seed"], {})[run["mode"]] = run
-    header = " | ".join(f"{mode}: before -> after (s/step)" for mode in modes)
-    others = [mode for mode in modes if mode != "sync"]
-    lines = [
-        f"| seed | {header} | " + " | ".join(f"{mode} − sync" for mode in others) + " |",
-        "|---|" + "---|" * (len(modes) + len(others)),
-    ]
-    gaps = []
-    for seed, runs in by_seed.items():
-        cells = [
-            f"{runs[m]['accuracy_before']:.3f} -> {runs[m]['accuracy_after']:.3f} ({runs[m]['mean_step_seconds']:.3f})"
-            for m in modes
-        ]
-        differences = [runs[m]["accuracy_after"] - runs["sync"]["accuracy_after"] for m in others]
-        gaps += [abs(d) for d in differences]
-        lines.append(f"| {seed} | " + " | ".join(cells + [f"{d:+.3f}" for d in differences]) + " |")
-    verdict = "on every seed" if max(gaps) <= data["parity"] else "not on every seed"
-    load = data["load_average_1min"]
-    lines += [
-        "",
-        f"Goal: held-out accuracy within {data['parity']} of sync on each seed; reached {verdict} (largest gap "
-        f"{max(gaps):.3f}). Each seed's runs back to back, same warm start. Measured on {data['machine']}, "
-        f"{data['date']}, 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end "
-        f"(`python benchmarks/quickstart_seeds.py --modes {' '.join(modes)}`, `benchmarks/results/quickstart_modes.json`).",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def render_off_policy_corrections(data: dict) -> str:
-    """benchmarks/off_policy_corrections.py: per correction, reward after each quarter of the steps and held-out
-    accuracy (mean ± standard error), and the mismatch KL and clip/mask fractions the runs logged."""
-    lines = [
-        "| run | overrides | reward after 25 / 50 / 75 / 100 % of the steps | held-out | mismatch KL | tokens clipped / masked |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, row in data["summary"].items():
-        overrides = ", ".join(f"`{o.split('off_policy_correction.', 1)[-1]}`" for o in data["corrections"][name])
-        overrides = overrides or "(sync)"
-        quarters = " / ".join(f"{mean:.3f} ± {error:.3f}" for mean, error in row["quarters"])
-        kl = f"{row['mismatch_kl']:.4f}" if "mismatch_kl" in row else "–"
-        labels = {"tis_clip_frac": "TIS-clipped", "token_mask_frac": "token-masked", "geo_mask_frac": "sequence-masked"}
-        shares = [f"{label} {100 * row[key]:.2f} %" for key, label in labels.items() if key in row]
-        accuracy = f"{row['accuracy'][0]:.3f} ± {row['accuracy'][1]:.3f}"
-        lines.append(f"| {name} | {overrides} | {quarters} | {accuracy} | {kl} | {' / '.join(shares) or '–'} |")
-    load = data["load_average_1min"]
-    lines += [
-        "",
-        f"fully_async on the `{data['config']}` config with `max_staleness={data['max_staleness']}`, lr "
-        f"{data['lr']}, {data['steps']} steps, {data['repeats']} runs each (mean ± standard error; reward: "
-        f"{data['window']}-step trailing mean); sync is the on-policy reference. Measured on {data['machine']}, "
-        f"{data['date']}, 1-minute load average {load[0]:.1f} at the start and {load[1]:.1f} at the end "
-        "(`benchmarks/off_policy_corrections.py`, `benchmarks/results/off_policy_corrections.json`).",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def render_async_timeline(data: dict) -> str:
-    """scripts/plot_timeline.py --results: each lane's busy share of the drawn window, and the plot."""
-    lines = ["| lane | busy |", "|---|---|"]
-    lines += [f"| {lane} | {100 * share:.0f} % |" for lane, share in data["busy"].items()]
-    low, high = data["window"]
-    lines += [
-        "",
-        f"![timeline]({data['image']})",
-        "",
-        f"Seconds {low:.0f}-{high:.0f} of `{data['run']}`, from the run's own `timeline.jsonl` "
-        f"(`trainer.record_timeline=true`; drawn by `scripts/plot_timeline.py`). Measured on {data['machine']}, "
-        f"{data['date']}.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def render_same_numbers(data: dict) -> str:
-    """benchmarks/same_numbers.py: how many steps of two seeded quickstart runs logged identical metrics, and their
-    held-out accuracy curves."""
-    labels = data["labels"]
-    lines = [f"| | {labels[0]} | {labels[1]} |", "|---|---|---|"]
-    for (step, before), (_, after) in zip(*data["eval_curves"]):
-        lines.append(f"| held-out accuracy at step {step} | {before:.3f} | {after:.3f} |")
-    compared = ", ".join(f"`{name}`" for name in data["compared_metrics"])
-    curves = "identical" if data["eval_curves_identical"] else "different"
-    return with_note(
-        lines,
-        f"{data['steps_identical']} of {data['steps']} steps logged identical {compared}; the eval curves are "
-        f"{curves}. Measured on {data['machine'][0]}, {data['date']} "
-        "(`benchmarks/results/redesign_same_numbers.json`, `benchmarks/same_numbers.py`).",
-    )
-
-
-def render_upstream_scripts(data: dict) -> str:
-    """scripts/count_upstream_scripts.py --summary: how many of upstream SkyRL's run scripts pass `--dry-run` here,
-    per layout, and the features that stop the others (all refused by name)."""
-    lines = ["| upstream layout (commit) | scripts | pass `--dry-run` | refused by name | other failures |"]
-    lines.append("|---|---|---|---|---|")
-    for name, layout in data["layouts"].items():
-        lines.append(
-            f"| {name} ({layout['commit']}) | {layout['scripts']} | {layout['passed']} | {layout['refused_by_name']} "
-            f"| {layout['other_failures']} |"
-        )
-    lines += ["", "| layout | feature refused here | scripts it stops | scripts only it stops |", "|---|---|---|---|"]
-    for name, layout in data["layouts"].items():
-        for blocker in layout["blockers"]:
-            feature = blocker["feature"].replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-            lines.append(f"| {name} | {feature} | {blocker['scripts']} | {blocker['alone']} |")
-    return with_note(
-        lines,
-        f"Counted {data['date']} with `python scripts/count_upstream_scripts.py <SkyRL clone> --in-process --summary "
-        "benchmarks/results/upstream_scripts.json`: each script as upstream ships it, with only its data and model "
-        "paths pointed at local folders (`benchmarks/results/upstream_scripts.json`).",
-    )
-
-
 RENDERERS = {
     "code_choices": render_code_choices,
     "dynamic_sampling": render_dynamic_sampling,
@@ -541,6 +359,7 @@ RENDERERS = {
     "off_policy_corrections": render_off_policy_corrections,
     "redesign_same_numbers": render_same_numbers,
     "upstream_scripts": render_upstream_scripts,
+    "redesign_speed": render_redesign_speed,
 }
 PREFIX_RENDERERS = {"async_vs_sync": render_async_vs_sync, "async_timeline": render_async_timeline}
 """Results files named `<prefix>...` (one benchmark, several measured configs); called with `name` too when they
