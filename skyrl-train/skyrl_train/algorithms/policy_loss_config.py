@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Optional, Union
 
 from skyrl_train.algorithms.off_policy import OffPolicyConfig
@@ -11,6 +12,26 @@ from skyrl_train.utils.plain_values import dataclass_from_mapping
 
 CISPO_ANCHORS = ("old", "rollout")
 """Allowed values of `PolicyLossConfig.cispo_anchor`."""
+
+
+ALGORITHM_KEYS: dict[str, str] = {
+    "eps_clip_low": "eps_clip_low",
+    "eps_clip_high": "eps_clip_high",
+    "clip_ratio_c": "clip_ratio_c",
+    "loss_reduction": "loss_reduction",
+    "max_seq_len": "max_seq_len",
+    "tau_pos": "sapo.tau_pos",
+    "tau_neg": "sapo.tau_neg",
+    "cispo_eps_clip_low": "cispo.eps_clip_low",
+    "cispo_eps_clip_high": "cispo.eps_clip_high",
+    "cispo_anchor": "cispo.anchor",
+    "clip_cov_ratio": "clip_cov.clip_ratio",
+    "clip_cov_lb": "clip_cov.clip_cov_lb",
+    "clip_cov_ub": "clip_cov.clip_cov_ub",
+    "kl_cov_frac": "kl_cov.kl_cov_frac",
+    "kl_cov_coef": "kl_cov.kl_cov_coef",
+}
+"""`PolicyLossConfig` field -> its key under `trainer.algorithm` (`off_policy` aside: `off_policy_correction`)."""
 
 
 @dataclass(frozen=True)
@@ -72,8 +93,9 @@ class PolicyLossConfig:
     def from_algorithm_config(cls, algorithm: Any, stale_data: bool = False) -> PolicyLossConfig:
         """Build from the run config's `trainer.algorithm` section (a `skyrl_train.config.AlgorithmConfig`).
 
-        The section nests per-loss knobs (`cispo.eps_clip_low`, `clip_cov.clip_ratio`, ...); this flattens them onto
-        the loss's field names. Duck-typed so the algorithm library does not import the config package.
+        The section nests per-loss knobs (`cispo.eps_clip_low`, `clip_cov.clip_ratio`, ...); `ALGORITHM_KEYS`
+        flattens them onto the loss's field names. Duck-typed so the algorithm library does not import the config
+        package.
         `off_policy_correction.tis_ratio_type: auto` becomes `token` when `stale_data` (the async trainers' batches
         were sampled by older weights), else null.
         """
@@ -82,24 +104,8 @@ class PolicyLossConfig:
         off_policy = asdict(algorithm.off_policy_correction)
         if off_policy["tis_ratio_type"] == "auto":
             off_policy["tis_ratio_type"] = "token" if stale_data else None
-        return cls(
-            eps_clip_low=algorithm.eps_clip_low,
-            eps_clip_high=algorithm.eps_clip_high,
-            clip_ratio_c=algorithm.clip_ratio_c,
-            loss_reduction=algorithm.loss_reduction,
-            max_seq_len=algorithm.max_seq_len,
-            tau_pos=algorithm.sapo.tau_pos,
-            tau_neg=algorithm.sapo.tau_neg,
-            cispo_eps_clip_low=algorithm.cispo.eps_clip_low,
-            cispo_eps_clip_high=algorithm.cispo.eps_clip_high,
-            cispo_anchor=algorithm.cispo.anchor,
-            clip_cov_ratio=algorithm.clip_cov.clip_ratio,
-            clip_cov_lb=algorithm.clip_cov.clip_cov_lb,
-            clip_cov_ub=algorithm.clip_cov.clip_cov_ub,
-            kl_cov_frac=algorithm.kl_cov.kl_cov_frac,
-            kl_cov_coef=algorithm.kl_cov.kl_cov_coef,
-            off_policy=off_policy,
-        )
+        values = {name: attrgetter(key)(algorithm) for name, key in ALGORITHM_KEYS.items()}
+        return cls(**values, off_policy=off_policy)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PolicyLossConfig:

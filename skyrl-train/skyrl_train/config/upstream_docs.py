@@ -2,6 +2,7 @@
 rules in `upstream_keys` (so the page and the translation cannot disagree). `scripts/gen_config_docs.py` writes it,
 adding the entrypoint-module table that `skyrl_train.entrypoints.upstream_modules` renders."""
 
+from collections.abc import Callable
 from typing import Any
 
 from skyrl_train.config.docgen import format_value
@@ -56,6 +57,47 @@ def _of_kind(kind: type) -> list[tuple[str, Any]]:
     return [(key, rule) for key, rule in RULES.items() if isinstance(rule, kind)]
 
 
+def _remote_row(key: str, rule: Remote) -> str:
+    return f"| {_key(key)} | {_cell(_REMOTE_PARTS[rule.part])} |"
+
+
+def _ignored_row(key: str, rule: Ignored) -> str:
+    return f"| {_key(key)} | {_cell(rule.feature)} | {_key(rule.switch)} |"
+
+
+def _checked_row(key: str, rule: Checked) -> str:
+    return f"| {_key(key)} | {_cell(rule.means)} |"
+
+
+_RULE_SECTIONS: tuple[tuple[str, list[str], type, Callable[[str, Any], str], tuple[str, ...]], ...] = (
+    ("Renamed keys", ["SkyRL key", "key here", "values translated"], Rename, _rename_row, ()),
+    ("Engines started elsewhere", ["SkyRL key", "here"], Remote, _remote_row, ()),
+    (
+        "Keys accepted at the values that describe what this project does",
+        ["SkyRL key", "accepted values", "what they are here", "other values ask for (refused)", "instead"],
+        Fixed,
+        _fixed_row,
+        (
+            "Accepted values are taken and nothing is stored; any other value asks for a feature this project",
+            "does not have and is refused before anything starts, naming that feature.",
+        ),
+    ),
+    (
+        "Settings of features that are off here",
+        ["SkyRL key", "feature", "its switch"],
+        Ignored,
+        _ignored_row,
+        (
+            "Upstream ignores these while their feature is off; the feature's switch is refused here, so they are",
+            "ignored too.",
+        ),
+    ),
+    ("Keys checked against the whole run", ["SkyRL key", "accepted when"], Checked, _checked_row, ()),
+)
+"""The page's sections of `RULES`, one per rule kind, in page order: title, table headers, the rule kind, how a
+`(key, rule)` pair renders as a row, and the lines above the table."""
+
+
 def _value_row(key: str, given: Any, rule: Replace | Refuse) -> str:
     if isinstance(rule, Refuse):
         here = f"refused: {rule.feature} is not supported here" + (f"; {rule.instead}" if rule.instead else "")
@@ -76,39 +118,8 @@ def render_upstream_markdown(modules_table: str = "") -> str:
         "under it that have no rule of their own. Keys spelled the same are not listed: they mean the same (see",
         "[Migrating from SkyRL](../migrating-from-skyrl.md) for the few that do not).",
     ]
-    lines += _section(
-        "Renamed keys",
-        ["SkyRL key", "key here", "values translated"],
-        [_rename_row(key, rule) for key, rule in _of_kind(Rename)],
-    )
-    lines += _section(
-        "Engines started elsewhere",
-        ["SkyRL key", "here"],
-        [f"| {_key(key)} | {_cell(_REMOTE_PARTS[rule.part])} |" for key, rule in _of_kind(Remote)],
-    )
-    lines += _section(
-        "Keys accepted at the values that describe what this project does",
-        ["SkyRL key", "accepted values", "what they are here", "other values ask for (refused)", "instead"],
-        [_fixed_row(key, rule) for key, rule in _of_kind(Fixed)],
-        intro=(
-            "Accepted values are taken and nothing is stored; any other value asks for a feature this project",
-            "does not have and is refused before anything starts, naming that feature.",
-        ),
-    )
-    lines += _section(
-        "Settings of features that are off here",
-        ["SkyRL key", "feature", "its switch"],
-        [f"| {_key(key)} | {_cell(rule.feature)} | {_key(rule.switch)} |" for key, rule in _of_kind(Ignored)],
-        intro=(
-            "Upstream ignores these while their feature is off; the feature's switch is refused here, so they are",
-            "ignored too.",
-        ),
-    )
-    lines += _section(
-        "Keys checked against the whole run",
-        ["SkyRL key", "accepted when"],
-        [f"| {_key(key)} | {_cell(rule.means)} |" for key, rule in _of_kind(Checked)],
-    )
+    for title, headers, kind, row, intro in _RULE_SECTIONS:
+        lines += _section(title, headers, [row(key, rule) for key, rule in _of_kind(kind)], intro)
     lines += _section(
         "Values of keys spelled alike",
         ["key", "SkyRL value", "here"],

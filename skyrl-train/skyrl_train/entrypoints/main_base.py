@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any, Optional
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional, TypeVar
 
 import ray
 
@@ -42,6 +43,7 @@ from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, RewardMod
 from skyrl_train.workers.group import WorkerGroup
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class BasePPOExp:
@@ -326,12 +328,17 @@ class BasePPOExp:
     def run(self) -> TrainResult:
         """Check names and load the data (`prepare`), start (or join) Ray, build everything, train, and release the
         actors."""
+        return self._launch(self._run)
+
+    def _launch(self, main: Callable[[], Awaitable[T]]) -> T:
+        """`prepare`, start (or join) Ray, run `main` to completion, and release the actors (`shutdown`) however it
+        ends: every entry point's frame around its own work."""
         if self.cfg.reward.function:
             load_reward_function(self.cfg.reward.function)  # a wrong path or name fails before Ray starts
         self.prepare()
         init_ray(self.cfg, self.roles(), address=self.cfg.trainer.placement.ray_address)
         try:
-            return asyncio.run(self._run())
+            return asyncio.run(main())
         finally:
             self.shutdown()
 

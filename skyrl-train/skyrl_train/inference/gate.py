@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 
 class WeightGate:
@@ -59,20 +59,21 @@ class WeightGate:
         """Requests holding the gate now."""
         return self._serving
 
-    @contextlib.asynccontextmanager
-    async def serving(self) -> AsyncIterator[None]:
+    def serving(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold the gate open for one request (waits while it is closed)."""
-        await asyncio.to_thread(self._enter_serving)
-        try:
-            yield
-        finally:
-            self._leave_serving()
+        return _held(self._enter_serving, self._leave_serving)
 
-    @contextlib.asynccontextmanager
-    async def closed(self) -> AsyncIterator[None]:
+    def closed(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Keep requests out (after the running ones finish) for the body of the block."""
-        await asyncio.to_thread(self._close)
-        try:
-            yield
-        finally:
-            self._open()
+        return _held(self._close, self._open)
+
+
+@contextlib.asynccontextmanager
+async def _held(enter: Callable[[], None], leave: Callable[[], None]) -> AsyncIterator[None]:
+    """Run `enter` (it may block on the gate's condition) in a worker thread, then the body, then `leave` however
+    the body ends."""
+    await asyncio.to_thread(enter)
+    try:
+        yield
+    finally:
+        leave()

@@ -166,18 +166,7 @@ def check_tensor_parallel_gpus(tp_size: int, visible: Optional[tuple[str, ...]])
 
 def engine_kwargs_from_settings(settings: Any) -> dict[str, Any]:
     """`engine_kwargs` for an `EngineSettings` (the config's `generator.inference_engine` keys, `trainer.seed`)."""
-    return engine_kwargs(
-        settings.model_path,
-        tokenizer_path=settings.tokenizer_path,
-        dtype=settings.dtype,
-        tensor_parallel_size=settings.tensor_parallel_size,
-        gpu_memory_utilization=settings.gpu_memory_utilization,
-        max_num_seqs=settings.max_batch_size,
-        seed=settings.seed,
-        enable_prefix_caching=settings.enable_prefix_caching,
-        enforce_eager=settings.enforce_eager,
-        extra=settings.engine_kwargs,
-    )
+    return engine_kwargs(settings.model_path, extra=settings.engine_kwargs, **settings.serving_engine_kwargs())
 
 
 def sampling_params_dict(

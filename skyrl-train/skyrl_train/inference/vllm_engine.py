@@ -168,39 +168,43 @@ def _prompt_logprobs(
     return values, (tops if top > 0 else None)
 
 
+LLM_DEFAULTS: dict[str, Any] = {
+    "dtype": "bfloat16",
+    "seed": 0,
+    "max_num_seqs": 64,
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.8,
+    "enable_prefix_caching": True,
+    "enforce_eager": False,
+}
+"""The `vllm.LLM` arguments our engine settings map to under vLLM's own names, with our defaults."""
+
+
 def llm_kwargs(
     model_path: str,
     tokenizer_path: Optional[str] = None,
-    dtype: str = "bfloat16",
-    seed: int = 0,
-    max_num_seqs: int = 64,
-    tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float = 0.8,
-    enable_prefix_caching: bool = True,
-    enforce_eager: bool = False,
     on_gpu: bool = False,
     max_model_len: Optional[int] = None,
     lora_rank: int = 0,
+    **same_named: Any,
 ) -> dict[str, Any]:
-    """The `vllm.LLM` arguments of our engine settings (the engine adds the user's `engine_kwargs` last): logprobs
-    after temperature only (`processed_logprobs`), sleep mode on CUDA, vLLM's LoRA support for a LoRA policy, and
-    vLLM's Ray executor for tensor parallelism (its ranks run as Ray workers in our placement group; vLLM's
-    multiprocessing executor would need every rank's GPU visible in this actor, which a colocated engine's bundles
-    cannot give it)."""
-    settings: dict[str, Any] = dict(
-        model=model_path,
-        tokenizer=tokenizer_path or model_path,
-        dtype=dtype,
-        seed=seed,
-        max_num_seqs=max_num_seqs,
-        tensor_parallel_size=tensor_parallel_size,
-        gpu_memory_utilization=gpu_memory_utilization,
-        enable_prefix_caching=enable_prefix_caching,
-        enforce_eager=enforce_eager,
-        logprobs_mode="processed_logprobs",
-        enable_sleep_mode=on_gpu,
-    )
-    if tensor_parallel_size > 1:
+    """The `vllm.LLM` arguments of our engine settings (the engine adds the user's `engine_kwargs` last): the
+    `LLM_DEFAULTS` keys as given in `same_named`, logprobs after temperature only (`processed_logprobs`), sleep mode
+    on CUDA, vLLM's LoRA support for a LoRA policy, and vLLM's Ray executor for tensor parallelism (its ranks run as
+    Ray workers in our placement group; vLLM's multiprocessing executor would need every rank's GPU visible in this
+    actor, which a colocated engine's bundles cannot give it)."""
+    unknown = sorted(set(same_named) - set(LLM_DEFAULTS))
+    if unknown:
+        raise TypeError(f"llm_kwargs got unknown settings {unknown}; it takes {sorted(LLM_DEFAULTS)} by name")
+    settings: dict[str, Any] = {
+        "model": model_path,
+        "tokenizer": tokenizer_path or model_path,
+        **LLM_DEFAULTS,
+        **same_named,
+        "logprobs_mode": "processed_logprobs",
+        "enable_sleep_mode": on_gpu,
+    }
+    if settings["tensor_parallel_size"] > 1:
         settings["distributed_executor_backend"] = "ray"
     if max_model_len is not None:
         settings["max_model_len"] = max_model_len
@@ -302,6 +306,9 @@ class VLLMInferenceEngine(VLLMStepLoop, QueuedEngine):
         settings = llm_kwargs(
             model_path,
             tokenizer_path=tokenizer_path,
+            on_gpu=self.on_gpu,
+            max_model_len=max_model_len,
+            lora_rank=lora_rank,
             dtype=dtype,
             seed=seed,
             max_num_seqs=max_num_seqs,
@@ -309,9 +316,6 @@ class VLLMInferenceEngine(VLLMStepLoop, QueuedEngine):
             gpu_memory_utilization=gpu_memory_utilization,
             enable_prefix_caching=enable_prefix_caching,
             enforce_eager=enforce_eager,
-            on_gpu=self.on_gpu,
-            max_model_len=max_model_len,
-            lora_rank=lora_rank,
         )
         settings.update(engine_kwargs)
         if self.on_gpu:  # vLLM checks this too, in its own words; ours names the keys to change

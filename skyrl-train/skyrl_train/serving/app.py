@@ -156,13 +156,18 @@ class OpenAIServer:
         versions = output.response_token_versions
         return {} if versions is None else {"token_versions": list(versions[index])}
 
+    def stream_event(self, response_id: str, created: int, kind: str, choice: dict[str, Any]) -> str:
+        """One server-sent event of a streamed response: a chunk of object type `kind` (`text_completion` or
+        `chat.completion.chunk`) holding `choice`."""
+        body = {"id": response_id, "object": kind, "created": created, "model": self.model_name, "choices": [choice]}
+        return f"data: {json.dumps(body)}\n\n"
+
     def stream_completion(self, response_id: str, created: int, choices: list, output: InferenceEngineOutput) -> Any:
         """The choices as `text_completion` chunks, one token each, then `[DONE]`."""
 
         def chunk(index: int, text: str, finish: Optional[str], extra: Optional[dict] = None) -> str:
             choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish, **(extra or {})}
-            body = {"id": response_id, "object": "text_completion", "created": created, "model": self.model_name}
-            return f"data: {json.dumps({**body, 'choices': [choice]})}\n\n"
+            return self.stream_event(response_id, created, "text_completion", choice)
 
         async def events() -> AsyncIterator[str]:
             for choice in choices:
@@ -266,8 +271,7 @@ class OpenAIServer:
 
         def chunk(index: int, delta: dict, finish: Optional[str], extra: Optional[dict] = None) -> str:
             choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish, **(extra or {})}
-            body = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": self.model_name}
-            return f"data: {json.dumps({**body, 'choices': [choice]})}\n\n"
+            return self.stream_event(response_id, created, "chat.completion.chunk", choice)
 
         async def events() -> AsyncIterator[str]:
             for choice in choices:

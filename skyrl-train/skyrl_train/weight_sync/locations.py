@@ -15,7 +15,7 @@ keeps CUDA out of its own process) describe themselves for free.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -108,6 +108,29 @@ def engines_on_node(sender: Location, engines: Sequence[Location]) -> list[int]:
     return [index for index, engine in enumerate(engines) if engine.node_id == sender.node_id]
 
 
+LOCAL_REACH: dict[str, Callable[[Location, Sequence[Location]], list[int]]] = {
+    "cuda_ipc": engines_sharing_gpu,
+    "shm": engines_on_node,
+}
+"""The engines each same-machine transport reaches from the sender."""
+
+
+def out_of_reach(transport: str, sender: Location, engines: Sequence[Location]) -> list[int]:
+    """Indices of the engines the same-machine `transport` (a `LOCAL_REACH` key) cannot reach, in order."""
+    reached = set(LOCAL_REACH[transport](sender, engines))
+    return [index for index in range(len(engines)) if index not in reached]
+
+
+_OUT_OF_REACH = {
+    "cuda_ipc": "weight_sync_backend=cuda_ipc: engines {engines} cannot see GPU {gpu} of the sender (policy rank 0; "
+    "Ray shows each actor only its own bundle's GPU), so they cannot open its CUDA IPC handles; use "
+    "weight_sync_backend=auto (cuda_ipc for the engine on rank 0's GPU, broadcast for the others)",
+    "shm": "weight_sync_backend=shm: engines {engines} run on another node than the sender (policy rank 0); use "
+    "weight_sync_backend=auto or broadcast",
+}
+"""`check_backend`'s error when a named same-machine transport misses engines."""
+
+
 def local_transport(device: str) -> str:
     """The transport between processes of one machine on `device`: `cuda_ipc` on GPUs, `shm` on CPU."""
     return "cuda_ipc" if device == "cuda" else "shm"
@@ -127,33 +150,20 @@ def plan_weight_sync(
     everyone = list(range(len(engines)))
     if not colocated:
         return [("broadcast", everyone)]
-    reach = engines_sharing_gpu if device == "cuda" else engines_on_node
-    local = reach(sender, engines)
-    rest = [index for index in everyone if index not in local]
-    return [(name, group) for name, group in ((local_transport(device), local), ("broadcast", rest)) if group]
+    transport = local_transport(device)
+    local, rest = LOCAL_REACH[transport](sender, engines), out_of_reach(transport, sender, engines)
+    return [(name, group) for name, group in ((transport, local), ("broadcast", rest)) if group]
 
 
 def check_backend(name: str, sender: Location, engines: Sequence[Location], device: str) -> None:
     """Refuse an explicitly named backend that cannot reach every engine from where they run:
     `cuda_ipc` needs every engine to see the sender's GPU, `shm` every engine on the sender's node, and `broadcast`
     on GPUs no engine on the sender's GPU. The error names the engines and `auto`, which picks per engine."""
-    if name == "cuda_ipc":
-        unreachable = sorted(set(range(len(engines))) - set(engines_sharing_gpu(sender, engines)))
-        if unreachable:
-            raise WeightSyncError(
-                f"weight_sync_backend=cuda_ipc: engines {unreachable} cannot see GPU {sender.device_gpu} of the "
-                "sender (policy rank 0; Ray shows each actor only its own bundle's GPU), so they cannot open its CUDA "
-                "IPC handles; use weight_sync_backend=auto (cuda_ipc for the engine on rank 0's GPU, broadcast for "
-                "the others)"
-            )
-    elif name == "shm":
-        elsewhere = sorted(set(range(len(engines))) - set(engines_on_node(sender, engines)))
-        if elsewhere:
-            raise WeightSyncError(
-                f"weight_sync_backend=shm: engines {elsewhere} run on another node than the sender (policy rank 0); "
-                "use weight_sync_backend=auto or broadcast"
-            )
-    elif name == "broadcast" and device == "cuda":
+    if name in LOCAL_REACH:
+        beyond = out_of_reach(name, sender, engines)
+        if beyond:
+            raise WeightSyncError(_OUT_OF_REACH[name].format(engines=beyond, gpu=sender.device_gpu))
+    if name == "broadcast" and device == "cuda":
         same_gpu = engines_sharing_gpu(sender, engines)
         if same_gpu:
             raise WeightSyncError(

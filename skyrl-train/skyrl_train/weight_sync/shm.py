@@ -38,6 +38,29 @@ def attach_block(name: str) -> shared_memory.SharedMemory:
         return block
 
 
+class MappedBlock:
+    """A block another process owns, mapped by name (`attach_block`) and kept mapped from chunk to chunk until a
+    chunk names another block (its owner replaced it with a bigger one); closing unmaps it, never unlinks it."""
+
+    def __init__(self) -> None:
+        self.block: Optional[shared_memory.SharedMemory] = None
+
+    def get(self, name: str) -> shared_memory.SharedMemory:
+        """The block called `name` (a leading `/` aside), mapped now unless it already is."""
+        if self.block is not None and self.block.name.lstrip("/") != name.lstrip("/"):
+            self.close()
+        if self.block is None:
+            self.block = attach_block(name)
+        return self.block
+
+    def close(self) -> None:
+        """Unmap the block."""
+        block, self.block = self.block, None
+        if block is not None:
+            with contextlib.suppress(BufferError):  # a failed write's or install's traceback may still hold views
+                block.close()
+
+
 class SharedMemorySender(WeightSender):
     """Writes each chunk into one shared-memory block on this machine, kept from sync to sync (see the module
     docstring)."""
@@ -132,30 +155,20 @@ class SharedMemoryReceiver(WeightReceiver):
 
     def __init__(self, init_info: dict[str, Any], engine: Any) -> None:
         super().__init__(init_info, engine)
-        self.block: Optional[shared_memory.SharedMemory] = None
+        self.mapped = MappedBlock()
 
     async def receive(self, chunk: WeightChunk) -> int:
         """Install tensors viewed straight from the block: the engine copies them (`update_weights` keeps no view),
         so the sender may overwrite the block with the next chunk once this returns."""
-        block = self._mapped(chunk.payload["shm_name"])
+        block = self.mapped.get(chunk.payload["shm_name"])
         raw = torch.frombuffer(block.buf, dtype=torch.uint8, count=chunk.payload["nbytes"])
         named = unpack(raw.view(dtype_from_name(chunk.dtype)), chunk.names, chunk.shapes)
         del raw
         return await self.install(chunk, named)
 
-    def _mapped(self, name: str) -> shared_memory.SharedMemory:
-        if self.block is not None and self.block.name != name:  # the sender replaced its block with a bigger one
-            self.close()
-        if self.block is None:
-            self.block = attach_block(name)
-        return self.block
-
     def close(self) -> None:
         """Unmap the block."""
-        block, self.block = self.block, None
-        if block is not None:
-            with contextlib.suppress(BufferError):  # a failed install's traceback may still hold views
-                block.close()
+        self.mapped.close()
 
 
 @register_weight_sync_strategy("shm", builtin=True)

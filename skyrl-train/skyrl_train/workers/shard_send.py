@@ -25,10 +25,8 @@ with an agreement.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
-from multiprocessing import shared_memory
 from typing import Any, Optional
 
 import torch
@@ -37,7 +35,7 @@ from torch.distributed.tensor import DTensor
 
 from skyrl_train.weight_sync.base import SendResult
 from skyrl_train.weight_sync.chunks import dtype_from_name, dtype_name, nbytes_as, plan_chunks
-from skyrl_train.weight_sync.shm import SharedMemorySender, attach_block
+from skyrl_train.weight_sync.shm import MappedBlock, SharedMemorySender
 from skyrl_train.workers.strategy.flat_gather import shard_rows
 
 
@@ -100,7 +98,7 @@ class ShardedSend:
         self.world_size = world_size
         self.distributed = world_size > 1  # a single rank has no peers to agree or wait on
         self.plan: Optional[ShardWritePlan] = None
-        self._block: Optional[shared_memory.SharedMemory] = None
+        self._mapped = MappedBlock()
         self._proposals = 0  # rank 0: plans proposed so far (ids start at 1)
         self._proposed_for: Optional[tuple[int, str, tuple]] = None  # rank 0: (sender id, block, layout) of the plan
         self._layout_of: Optional[tuple] = None  # rank 0: (state, sender settings, layout, chunk sizes) last planned
@@ -178,7 +176,7 @@ class ShardedSend:
         """Cast and copy this rank's rows of chunk `index`'s tensors into the block (rank 0 also writes the entries
         that are not sharded)."""
         plan = self.plan
-        block = self._mapped(plan.block_name)
+        block = self._mapped.get(plan.block_name)
         dtype = dtype_from_name(plan.dtype)
         target = torch.frombuffer(block.buf, dtype=torch.uint8, count=plan.chunk_bytes(index))
         try:
@@ -244,16 +242,6 @@ class ShardedSend:
             return None
         return sender.send_written(plan, version, write, writers=self.world_size, defer_final=defer_final)
 
-    def _mapped(self, name: str) -> shared_memory.SharedMemory:
-        if self._block is not None and self._block.name.lstrip("/") != name.lstrip("/"):
-            self.close()
-        if self._block is None:
-            self._block = attach_block(name)
-        return self._block
-
     def close(self) -> None:
         """Unmap the block (rank 0's sender owns and unlinks it)."""
-        block, self._block = self._block, None
-        if block is not None:
-            with contextlib.suppress(BufferError):
-                block.close()
+        self._mapped.close()
