@@ -186,6 +186,12 @@ def create_app(
     def threaded(function: Any, *args: Any) -> Any:
         return run_in_threadpool(function, *args)
 
+    async def queue_request(method: Any, owner: str, request: Request, *args: Any) -> Any:
+        """Call a queuing service method in a worker thread with the owner, the JSON body, the raw body (whose hash
+        tells a retried request from a reused sequence id) and then `args`."""
+        raw = await request.body()
+        return await threaded(method, owner, await body_json(request), raw, *args)
+
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:
         """`{"status": "ok"}`; with an accepted X-API-Key also that key's waiting requests and adapters in memory."""
@@ -260,8 +266,7 @@ def create_app(
 
     @route("create_model")
     async def create_model(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        request_id, model_id = await threaded(service.create_model, owner, await body_json(request), raw)
+        request_id, model_id = await queue_request(service.create_model, owner, request)
         return {"request_id": str(request_id), "model_id": model_id}
 
     @route("get_info")
@@ -283,24 +288,20 @@ def create_app(
 
     @route("optim_step")
     async def optim_step(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        request_id = await threaded(service.optim_step, owner, await body_json(request), raw)
+        request_id = await queue_request(service.optim_step, owner, request)
         return {"request_id": str(request_id)}
 
     @route("save_weights")
     async def save_weights(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        return {"request_id": str(await threaded(service.save, owner, await body_json(request), raw, False))}
+        return {"request_id": str(await queue_request(service.save, owner, request, False))}
 
     @route("save_weights_for_sampler")
     async def save_weights_for_sampler(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        return {"request_id": str(await threaded(service.save, owner, await body_json(request), raw, True))}
+        return {"request_id": str(await queue_request(service.save, owner, request, True))}
 
     @route("load_weights")
     async def load_weights(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        request_id, model_id = await threaded(service.load_weights, owner, await body_json(request), raw)
+        request_id, model_id = await queue_request(service.load_weights, owner, request)
         return {"request_id": str(request_id), "model_id": model_id}
 
     @route("create_sampling_session")
@@ -315,8 +316,7 @@ def create_app(
 
     @route("asample")
     async def asample(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        request_id, count = await threaded(service.asample, owner, await body_json(request), raw)
+        request_id, count = await queue_request(service.asample, owner, request)
         return {"request_id": str(request_id), "sample_sequence_ids": [f"{request_id}:{i}" for i in range(count)]}
 
     @route("retrieve_future")
