@@ -192,6 +192,19 @@ def create_app(
         raw = await request.body()
         return await threaded(method, owner, await body_json(request), raw, *args)
 
+    def queued_route(path: str, method: Any, *args: Any) -> None:
+        """Register a route that queues `method(owner, body, raw, *args)` and answers the request id, and the model
+        id when the method returns (request_id, model_id)."""
+
+        async def handler(owner: str, request: Request) -> dict[str, Any]:
+            queued = await queue_request(method, owner, request, *args)
+            if isinstance(queued, tuple):
+                request_id, model_id = queued
+                return {"request_id": str(request_id), "model_id": model_id}
+            return {"request_id": str(queued)}
+
+        route(path)(handler)
+
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:
         """`{"status": "ok"}`; with an accepted X-API-Key also that key's waiting requests and adapters in memory."""
@@ -264,10 +277,11 @@ def create_app(
         ]
         return {"supported_models": models}
 
-    @route("create_model")
-    async def create_model(owner: str, request: Request) -> dict[str, Any]:
-        request_id, model_id = await queue_request(service.create_model, owner, request)
-        return {"request_id": str(request_id), "model_id": model_id}
+    queued_route("create_model", service.create_model)
+    queued_route("optim_step", service.optim_step)
+    queued_route("save_weights", service.save, False)
+    queued_route("save_weights_for_sampler", service.save, True)
+    queued_route("load_weights", service.load_weights)
 
     @route("get_info")
     async def get_info(owner: str, request: Request) -> dict[str, Any]:
@@ -285,24 +299,6 @@ def create_app(
         call = await threaded(decode_forward_backward, raw, service.limits.max_datums)
         request_id = await threaded(service.forward_backward, owner, call, raw)
         return {"request_id": str(request_id), "model_id": call.model_id}
-
-    @route("optim_step")
-    async def optim_step(owner: str, request: Request) -> dict[str, Any]:
-        request_id = await queue_request(service.optim_step, owner, request)
-        return {"request_id": str(request_id)}
-
-    @route("save_weights")
-    async def save_weights(owner: str, request: Request) -> dict[str, Any]:
-        return {"request_id": str(await queue_request(service.save, owner, request, False))}
-
-    @route("save_weights_for_sampler")
-    async def save_weights_for_sampler(owner: str, request: Request) -> dict[str, Any]:
-        return {"request_id": str(await queue_request(service.save, owner, request, True))}
-
-    @route("load_weights")
-    async def load_weights(owner: str, request: Request) -> dict[str, Any]:
-        request_id, model_id = await queue_request(service.load_weights, owner, request)
-        return {"request_id": str(request_id), "model_id": model_id}
 
     @route("create_sampling_session")
     async def create_sampling_session(owner: str, request: Request) -> dict[str, Any]:
