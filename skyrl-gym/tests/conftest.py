@@ -1,12 +1,13 @@
-"""Fixtures shared by the gym tests: a real BM25 retrieval server and the example MCP server on 127.0.0.1, and a URL
-nothing listens on."""
+"""Fixtures shared by the gym tests: a real BM25 retrieval server and the example MCP server on 127.0.0.1, a URL
+nothing listens on, and a reader of this process's child pids."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,27 @@ def closed_port_url() -> str:
     port = sock.getsockname()[1]
     sock.close()
     return f"http://127.0.0.1:{port}"
+
+
+def _read_child_pids() -> set[int]:
+    children = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                children.add(int(entry))
+    return children
+
+
+@pytest.fixture
+def child_pids() -> Callable[[], set[int]]:
+    """`child_pids()`: the pids of this process's living or zombie children, read from /proc (to check that a
+    server subprocess started and was reaped)."""
+    return _read_child_pids
 
 
 MCP_SERVER_SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "mcp" / "calculator_server.py"

@@ -186,6 +186,25 @@ def create_app(
     def threaded(function: Any, *args: Any) -> Any:
         return run_in_threadpool(function, *args)
 
+    async def queue_request(method: Any, owner: str, request: Request, *args: Any) -> Any:
+        """Call a queuing service method in a worker thread with the owner, the JSON body, the raw body (whose hash
+        tells a retried request from a reused sequence id) and then `args`."""
+        raw = await request.body()
+        return await threaded(method, owner, await body_json(request), raw, *args)
+
+    def queued_route(path: str, method: Any, *args: Any) -> None:
+        """Register a route that queues `method(owner, body, raw, *args)` and answers the request id, and the model
+        id when the method returns (request_id, model_id)."""
+
+        async def handler(owner: str, request: Request) -> dict[str, Any]:
+            queued = await queue_request(method, owner, request, *args)
+            if isinstance(queued, tuple):
+                request_id, model_id = queued
+                return {"request_id": str(request_id), "model_id": model_id}
+            return {"request_id": str(queued)}
+
+        route(path)(handler)
+
     @app.get("/healthz")
     async def healthz(request: Request) -> dict[str, Any]:
         """`{"status": "ok"}`; with an accepted X-API-Key also that key's waiting requests and adapters in memory."""
@@ -258,11 +277,11 @@ def create_app(
         ]
         return {"supported_models": models}
 
-    @route("create_model")
-    async def create_model(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        request_id, model_id = await threaded(service.create_model, owner, await body_json(request), raw)
-        return {"request_id": str(request_id), "model_id": model_id}
+    queued_route("create_model", service.create_model)
+    queued_route("optim_step", service.optim_step)
+    queued_route("save_weights", service.save, False)
+    queued_route("save_weights_for_sampler", service.save, True)
+    queued_route("load_weights", service.load_weights)
 
     @route("get_info")
     async def get_info(owner: str, request: Request) -> dict[str, Any]:
@@ -281,28 +300,6 @@ def create_app(
         request_id = await threaded(service.forward_backward, owner, call, raw)
         return {"request_id": str(request_id), "model_id": call.model_id}
 
-    @route("optim_step")
-    async def optim_step(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        request_id = await threaded(service.optim_step, owner, await body_json(request), raw)
-        return {"request_id": str(request_id)}
-
-    @route("save_weights")
-    async def save_weights(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        return {"request_id": str(await threaded(service.save, owner, await body_json(request), raw, False))}
-
-    @route("save_weights_for_sampler")
-    async def save_weights_for_sampler(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        return {"request_id": str(await threaded(service.save, owner, await body_json(request), raw, True))}
-
-    @route("load_weights")
-    async def load_weights(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        request_id, model_id = await threaded(service.load_weights, owner, await body_json(request), raw)
-        return {"request_id": str(request_id), "model_id": model_id}
-
     @route("create_sampling_session")
     async def create_sampling_session(owner: str, request: Request) -> dict[str, Any]:
         sampling_id = await threaded(service.create_sampling_session, owner, await body_json(request))
@@ -315,8 +312,7 @@ def create_app(
 
     @route("asample")
     async def asample(owner: str, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        request_id, count = await threaded(service.asample, owner, await body_json(request), raw)
+        request_id, count = await queue_request(service.asample, owner, request)
         return {"request_id": str(request_id), "sample_sequence_ids": [f"{request_id}:{i}" for i in range(count)]}
 
     @route("retrieve_future")

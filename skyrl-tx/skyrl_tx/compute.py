@@ -16,7 +16,7 @@ import json
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
@@ -54,13 +54,7 @@ class LoraSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as JSON-able fields (stored in the database and next to checkpoints)."""
-        return {
-            "rank": self.rank,
-            "seed": self.seed,
-            "train_mlp": self.train_mlp,
-            "train_attn": self.train_attn,
-            "train_unembed": self.train_unembed,
-        }
+        return asdict(self)
 
 
 @dataclass

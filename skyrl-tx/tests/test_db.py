@@ -6,7 +6,7 @@ import threading
 import pytest
 from sqlalchemy import inspect
 
-from skyrl_tx.db import DONE, FAILED, PENDING, Database, ModelRow
+from skyrl_tx.db import DONE, FAILED, PENDING, Base, Database, ModelRow
 from skyrl_tx.futures import Conflict, FutureStore, Notifier
 
 
@@ -26,6 +26,22 @@ def test_migrations_create_every_table_and_rerunning_them_changes_nothing(databa
     if database_url.startswith("sqlite"):
         with db.engine.connect() as connection:
             assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    db.engine.dispose()
+
+
+def test_migrations_build_exactly_the_orm_schema_and_downgrade_removes_it(database_url):
+    from alembic import command
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from skyrl_tx.migrations import alembic_config
+
+    db = Database(database_url)
+    db.create_schema()
+    with db.engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+    command.downgrade(alembic_config(db.engine), "base")
+    assert set(inspect(db.engine).get_table_names()) == {"alembic_version"}
     db.engine.dispose()
 
 

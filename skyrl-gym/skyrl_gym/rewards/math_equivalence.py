@@ -16,7 +16,6 @@ whose evaluation would need huge integers (`2^{10^{10}}`) are never evaluated.
 from __future__ import annotations
 
 import logging
-import math
 import numbers
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -27,6 +26,7 @@ from math_verify import verify as math_verify_verify
 from skyrl_gym.rewards.answer_extraction import MAX_ANSWER_CHARS, extract_boxed_answer, extract_final_answer
 from skyrl_gym.rewards.deadline import DeadlineExceeded, run_with_deadline
 from skyrl_gym.rewards.math_normalization import canonical_answer_text, clean_latex_answer, rational_values
+from skyrl_gym.rewards.numbers import number_text
 from skyrl_gym.rewards.sympy_fallback import is_too_large, sympy_equivalent
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -106,12 +106,9 @@ def _answer_text(value: Any, field: str) -> str:
     """One ground-truth answer as text: a number, or a string (its last `\\boxed{}` content if it has one)."""
     if isinstance(value, bool) or value is None:
         raise ValueError(f"{field} must be an answer string or number (or a list of them), got {value!r}")
-    if isinstance(value, numbers.Integral):
-        return str(int(value))
-    if isinstance(value, numbers.Real):
-        if not math.isfinite(float(value)):
-            raise ValueError(f"{field} must be a finite number, got {value!r}")
-        return repr(float(value))
+    number = number_text(value, field)
+    if number is not None:
+        return number
     if not isinstance(value, str):
         raise ValueError(f"{field} must be an answer string or number (or a list of them), got {type(value).__name__}")
     text = value.strip()

@@ -96,6 +96,18 @@ def extract_gsm8k_answer(text: str, mode: ExtractionMode = "strict") -> Optional
     raise ValueError(f"GSM8K extraction mode must be one of {EXTRACTION_MODES}, got {mode!r}")
 
 
+def number_text(value: Any, field: str) -> Optional[str]:
+    """A numeric ground truth as text: an int as its digits, a float as its shortest repr; None when `value` is not a
+    number (bools count as not a number). Raises ValueError naming `field` for an infinite or NaN float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{field} must be a finite number, got {value!r}")
+    return repr(float(value))
+
+
 def parse_ground_truth_number(value: Any, field: str = "reward_spec.ground_truth") -> Fraction:
     """Read a numeric ground truth: an int/float, or a string such as "72", "1,234" or a full "... #### 72" solution.
 
@@ -103,12 +115,9 @@ def parse_ground_truth_number(value: Any, field: str = "reward_spec.ground_truth
     """
     if isinstance(value, bool) or value is None:
         raise ValueError(f"{field} must be a number or a numeric string such as '72' or '#### 72', got {value!r}")
-    if isinstance(value, numbers.Integral):
-        return Fraction(int(value))
-    if isinstance(value, numbers.Real):
-        if not math.isfinite(float(value)):
-            raise ValueError(f"{field} must be a finite number, got {value!r}")
-        return Fraction(repr(float(value)))  # via the shortest repr, so 0.1 means one tenth
+    number = number_text(value, field)
+    if number is not None:
+        return Fraction(number)  # via the shortest repr of a float, so 0.1 means one tenth
     if isinstance(value, str):
         text = value.rsplit("####", 1)[-1] if "####" in value else value
         parsed = parse_number(text)

@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -273,13 +274,13 @@ def test_tools_in_the_system_prompt_and_unknown_required_tools(http_server: dict
 
 @pytest.mark.integration
 @pytest.mark.filterwarnings("error")  # an unclosed loop, transport or pipe would fail the test
-def test_init_reuses_the_connection_and_close_stops_the_server() -> None:
+def test_init_reuses_the_connection_and_close_stops_the_server(child_pids: Callable[[], set[int]]) -> None:
     env = make_env({"calc": stdio_server("--debug-tools")}, {"answer": "42"})
     try:
         env.init(PROMPT)
         group = env.groups["calc"]
         pid = group.call("pid", {}).data["result"]
-        assert pid in _child_pids()
+        assert pid in child_pids()
         assert env.step("<answer>42</answer>")["reward"] == 1.0
         env.init(PROMPT)
         assert env.groups["calc"] is group and group.connected  # same session, same process
@@ -300,18 +301,3 @@ def test_an_unreachable_server_fails_init_with_the_reason(closed_port_url: str) 
             env.init(PROMPT)
     finally:
         env.close()
-
-
-def _child_pids() -> set[int]:
-    """The pids of this process's children (zombies included), read from /proc."""
-    children = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            if parent == os.getpid():
-                children.add(int(entry))
-    return children

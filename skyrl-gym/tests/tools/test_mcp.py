@@ -7,7 +7,7 @@ import gc
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,21 +29,6 @@ SERVER_SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "mcp" / "calc
 def stdio_config(**overrides: object) -> dict:
     """Config that starts the example server (with its debug tools) over stdio with this interpreter."""
     return {"transport": "stdio", "command": sys.executable, "args": [str(SERVER_SCRIPT), "--debug-tools"], **overrides}
-
-
-def child_pids() -> set[int]:
-    """The pids of this process's living or zombie children, read from /proc."""
-    children = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == os.getpid():
-                children.add(int(entry))
-    return children
 
 
 @pytest.fixture(scope="module", params=["stdio", "http"])
@@ -195,7 +180,7 @@ def test_a_tool_that_raises_on_the_server_gives_a_failed_result(calc: MCPToolGro
 
 @pytest.mark.integration
 @pytest.mark.filterwarnings("error")  # an unclosed loop, transport or pipe would fail the test
-def test_timeout_crash_and_close_over_stdio_leave_no_process_behind() -> None:
+def test_timeout_crash_and_close_over_stdio_leave_no_process_behind(child_pids: Callable[[], set[int]]) -> None:
     before, threads_before = child_pids(), set(threading.enumerate())
     group = MCPToolGroup("calc", stdio_config(call_timeout=0.5))
     pid = group.call("pid", {}).data["result"]

@@ -27,28 +27,45 @@ def read_mode(env_config: dict[str, Any], default: str = "strict") -> str:
     return mode
 
 
-class GSM8KEnv(BaseTextEnv):
-    """Single-turn GSM8K: the episode ends after one response, scored by its final number (see module docstring)."""
+class GSM8KBaseEnv(BaseTextEnv):
+    """What the GSM8K envs share: the `mode` and `format_reward` options, and the ground-truth number read at `init`.
+
+    Subclasses set `default_format_reward` and reset their episode state in `reset_episode`.
+    """
 
     config_keys = ("mode", "format_reward")
-
-    default_max_turns = 1
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.mode = read_mode(self.env_config)
-        self.format_reward = self.config_number("format_reward", 0.0)
+        self.format_reward = self.config_number("format_reward", self.default_format_reward())
         self._target: Optional[Fraction] = None
-        self._pred: Optional[str] = None
-        self._correct = False
+        self.reset_episode()
+
+    def default_format_reward(self) -> float:
+        """The `format_reward` used when env_config sets none."""
+        return 0.0
+
+    def reset_episode(self) -> None:
+        """Clear the previous episode's verdicts (at construction and at every `init`)."""
 
     def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
         """Start an episode; reads and validates `reward_spec.ground_truth` (ValueError if malformed)."""
         self._begin_episode()
         self._target = parse_ground_truth_number(self.ground_truth())
-        self._pred = None
-        self._correct = False
+        self.reset_episode()
         return prompt, {}
+
+
+class GSM8KEnv(GSM8KBaseEnv):
+    """Single-turn GSM8K: the episode ends after one response, scored by its final number (see module docstring)."""
+
+    default_max_turns = 1
+
+    def reset_episode(self) -> None:
+        """Forget the last prediction and verdict."""
+        self._pred: Optional[str] = None
+        self._correct = False
 
     def _step(self, action: str) -> BaseTextEnvStepOutput:
         assert self._target is not None  # set by init, which BaseTextEnv.step requires first

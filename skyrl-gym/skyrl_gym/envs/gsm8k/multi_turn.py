@@ -14,34 +14,25 @@ turns are left; after the last allowed turn the episode ends (metadata `truncate
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any, Optional
 
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType, final_step, reply_step
-from skyrl_gym.envs.gsm8k.env import read_mode
-from skyrl_gym.rewards.numbers import extract_gsm8k_answer, numbers_match, parse_ground_truth_number
+from skyrl_gym.envs.base_text_env import BaseTextEnvStepOutput, final_step, reply_step
+from skyrl_gym.envs.gsm8k.env import GSM8KBaseEnv
+from skyrl_gym.rewards.numbers import extract_gsm8k_answer, numbers_match
 
 
-class GSM8KMultiTurnEnv(BaseTextEnv):
+class GSM8KMultiTurnEnv(GSM8KBaseEnv):
     """Multi-turn GSM8K with feedback messages and turn-level rewards (see module docstring)."""
-
-    config_keys = ("mode", "format_reward")
 
     default_max_turns = 5
 
-    def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
-        super().__init__(env_config, extras)
-        self.mode = read_mode(self.env_config)
-        self.format_reward = self.config_number("format_reward", 0.2 / self.max_turns)
-        self._target: Optional[Fraction] = None
-        self._solved = False
+    def default_format_reward(self) -> float:
+        """`0.2 / max_turns`: the format credit of a whole unsolved episode stays at most 0.2."""
+        return 0.2 / self.max_turns
 
-    def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
-        """Start an episode; reads and validates `reward_spec.ground_truth` (ValueError if malformed)."""
-        self._begin_episode()
-        self._target = parse_ground_truth_number(self.ground_truth())
+    def reset_episode(self) -> None:
+        """Not solved yet."""
         self._solved = False
-        return prompt, {}
 
     def _feedback(self, pred: Optional[str]) -> str:
         """The user message after a wrong turn: what was wrong and how many turns are left."""

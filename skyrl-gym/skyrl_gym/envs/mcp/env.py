@@ -32,7 +32,6 @@ _CONFIG_KEYS = (
     "partial_credit",
     "max_tool_calls_per_turn",
     "max_observation_chars",
-    "max_turns",
 )
 
 NO_ACTION_HINT = (
@@ -54,13 +53,11 @@ class MCPEnv(BaseTextEnv):
     """
 
     default_max_turns = 5
+    config_keys = _CONFIG_KEYS
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         config = self.env_config
-        unknown = sorted(set(config) - set(_CONFIG_KEYS))
-        if unknown:
-            raise ValueError(f"MCPEnv: unknown env_config keys {unknown}; allowed keys are {list(_CONFIG_KEYS)}")
         self.server_configs = parse_server_configs(config.get("servers"))
         self.tools_in_system_prompt = _flag(config, "tools_in_system_prompt")
         self.partial_credit = _flag(config, "partial_credit")
