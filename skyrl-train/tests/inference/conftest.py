@@ -1,7 +1,11 @@
-"""References shared by the engine tests: what one plain HF forward pass says an engine should have returned."""
+"""References shared by the engine tests: what one plain HF forward pass says an engine should have returned, and the
+pair of tiny models a weight-update test serves before and after."""
 
 import pytest
 import torch
+
+from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 
 
 def _forward_logprobs(model, prompt: list[int], response: list[int], temperature: float) -> torch.Tensor:
@@ -34,6 +38,13 @@ def _penalised_greedy(model, prompt: list[int], penalty: float, steps: int) -> t
     return ids, logprobs
 
 
+def _is_greedy(model, prompt: list[int], response: list[int], tolerance: float = 1e-4) -> bool:
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], dim=-1)
+    chosen = logprobs.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
+    return bool((chosen >= logprobs.max(dim=-1).values - tolerance).all())
+
+
 @pytest.fixture(scope="session")
 def forward_logprobs():
     """`forward_logprobs(model, prompt, response, temperature)`: `model`'s log-prob of each response token after
@@ -53,3 +64,25 @@ def penalised_greedy():
     """`penalised_greedy(model, prompt, penalty, steps)`: `(ids, logprobs)` of greedy decoding by hand with a
     repetition penalty on every token of prompt + output so far (positive logits divided, negative multiplied)."""
     return _penalised_greedy
+
+
+@pytest.fixture(scope="session")
+def is_greedy():
+    """`is_greedy(model, prompt, response, tolerance=1e-4)`: every response token is (up to ties) the most likely next
+    token under `model` (one fp32 forward pass on CPU)."""
+    return _is_greedy
+
+
+@pytest.fixture
+def old_and_new_model(tmp_path):
+    """`(tokenizer, old, new)`: two tiny models with the char tokenizer, `old` saved with it in `tmp_path` (what an
+    engine loads) and `new` with weights scaled by 3 (what a weight update sends: a clearly different greedy
+    continuation)."""
+    tokenizer = build_char_tokenizer()
+    old, new = build_tiny_model(TinyModelSpec(size=2), seed=0), build_tiny_model(TinyModelSpec(size=2), seed=1)
+    with torch.no_grad():
+        for parameter in new.parameters():
+            parameter.mul_(3.0)
+    old.save_pretrained(tmp_path)
+    save_tokenizer(tokenizer, tmp_path)
+    return tokenizer, old, new
