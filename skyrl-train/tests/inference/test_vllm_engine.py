@@ -191,23 +191,24 @@ def test_an_update_between_two_steps_lands_in_running_requests_and_each_token_ke
 def test_pause_sleep_and_wake(engine, served, tokenizer):
     prompt = _prompts(tokenizer, 1)
 
-    async def scenario():
-        await engine.pause()
+    async def held_generate() -> asyncio.Task:
+        """A 3-token request started now, checked to be still waiting 50 ms later."""
         task = asyncio.create_task(
             engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=SamplingParams(max_tokens=3)))
         )
         await asyncio.sleep(0.05)
         assert not task.done()
+        return task
+
+    async def scenario():
+        await engine.pause()
+        paused = await held_generate()
         await engine.resume()
-        first = await task
+        first = await paused
         await engine.sleep(level=1)  # sleeping holds new calls like pause; they run after wake_up
-        held = asyncio.create_task(
-            engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=SamplingParams(max_tokens=3)))
-        )
-        await asyncio.sleep(0.05)
-        assert not held.done()
+        asleep = await held_generate()
         await engine.wake_up()
-        second = await held
+        second = await asleep
         return first, second
 
     first, second = asyncio.run(scenario())
