@@ -8,10 +8,15 @@ from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 
 
-def _forward_logprobs(model, prompt: list[int], response: list[int], temperature: float) -> torch.Tensor:
+def _forward_log_softmax(model, prompt: list[int], response: list[int], temperature: float = 1.0) -> torch.Tensor:
+    """Log-probabilities over the vocabulary at each response position, from one forward pass of prompt + response."""
     with torch.no_grad():
         logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
-    scaled = torch.log_softmax(logits / temperature, dim=-1)
+    return torch.log_softmax(logits / temperature, dim=-1)
+
+
+def _forward_logprobs(model, prompt: list[int], response: list[int], temperature: float) -> torch.Tensor:
+    scaled = _forward_log_softmax(model, prompt, response, temperature)
     return scaled.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
 
 
@@ -39,10 +44,18 @@ def _penalised_greedy(model, prompt: list[int], penalty: float, steps: int) -> t
 
 
 def _is_greedy(model, prompt: list[int], response: list[int], tolerance: float = 1e-4) -> bool:
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], dim=-1)
+    logprobs = _forward_log_softmax(model, prompt, response)
     chosen = logprobs.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
     return bool((chosen >= logprobs.max(dim=-1).values - tolerance).all())
+
+
+def _check_top_logprobs(model, prompts: list[list[int]], output, k: int, tolerance: float) -> None:
+    for prompt, response, tops in zip(prompts, output.response_ids, output.response_top_logprobs, strict=True):
+        assert len(tops) == len(response)
+        values, ids = torch.topk(_forward_log_softmax(model, prompt, response), k, dim=-1)
+        assert [[token for token, _ in step] for step in tops] == ids.tolist()
+        got = torch.tensor([[logprob for _, logprob in step] for step in tops])
+        assert (got - values).abs().max().item() < tolerance
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +77,13 @@ def penalised_greedy():
     """`penalised_greedy(model, prompt, penalty, steps)`: `(ids, logprobs)` of greedy decoding by hand with a
     repetition penalty on every token of prompt + output so far (positive logits divided, negative multiplied)."""
     return _penalised_greedy
+
+
+@pytest.fixture(scope="session")
+def check_top_logprobs():
+    """`check_top_logprobs(model, prompts, output, k, tolerance)`: asserts that at every response position the
+    engine's `k` top log-probs name the top-`k` tokens of `model`'s forward pass, in order, within `tolerance`."""
+    return _check_top_logprobs
 
 
 @pytest.fixture(scope="session")

@@ -215,21 +215,11 @@ def test_pause_sleep_and_wake(engine, served, tokenizer):
     assert len(first.response_ids[0]) == 3 and len(second.response_ids[0]) == 3
 
 
-def _forward_log_softmax(model, prompt, response):
-    with torch.no_grad():
-        return torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], dim=-1)
-
-
-def test_top_logprobs_equal_topk_of_the_hf_forward_pass(engine, served, tokenizer):
+def test_top_logprobs_equal_topk_of_the_hf_forward_pass(engine, served, tokenizer, check_top_logprobs):
     prompts = _prompts(tokenizer, 2)
     params = SamplingParams(max_tokens=8, temperature=1.0, seed=4, top_logprobs=3)
     output = _run(engine, prompt_token_ids=prompts, sampling_params=params)
-    for prompt, response, tops in zip(prompts, output.response_ids, output.response_top_logprobs):
-        assert len(tops) == len(response)
-        values, ids = torch.topk(_forward_log_softmax(served, prompt, response), 3, dim=-1)
-        assert [[token for token, _ in step] for step in tops] == ids.tolist()
-        got = torch.tensor([[logprob for _, logprob in step] for step in tops])
-        assert (got - values).abs().max().item() < LOGPROB_TOLERANCE
+    check_top_logprobs(served, prompts, output, k=3, tolerance=LOGPROB_TOLERANCE)
     plain = _run(engine, prompt_token_ids=prompts, sampling_params=SamplingParams(max_tokens=8, seed=4))
     assert plain.response_top_logprobs is None
 
