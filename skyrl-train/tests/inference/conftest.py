@@ -1,5 +1,7 @@
 """References shared by the engine tests: what one plain HF forward pass says an engine should have returned, and the
-pair of tiny models a weight-update test serves before and after."""
+pair of tiny models a weight-update test serves before and after, and a decode step held while an update queues."""
+
+import time
 
 import pytest
 import torch
@@ -77,6 +79,29 @@ def penalised_greedy():
     """`penalised_greedy(model, prompt, penalty, steps)`: `(ids, logprobs)` of greedy decoding by hand with a
     repetition penalty on every token of prompt + output so far (positive logits divided, negative multiplied)."""
     return _penalised_greedy
+
+
+def _hold_third_step(step, update_waiting):
+    calls: list[None] = []
+
+    def counted(*args):
+        out = step(*args)
+        calls.append(None)
+        if len(calls) == 3:
+            deadline = time.monotonic() + 30
+            while not update_waiting() and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return out
+
+    return counted, calls
+
+
+@pytest.fixture(scope="session")
+def hold_third_step():
+    """`hold_third_step(step, update_waiting)`: `(counted, calls)`, where `counted` runs an engine's decode `step`,
+    adds each call to `calls` and holds the third (up to 30 s) until `update_waiting()` is true, so a weight update
+    sent after the second step lands between the third and the fourth."""
+    return _hold_third_step
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ them. One engine is shared by the module: vLLM takes seconds to start.
 """
 
 import asyncio
-import time
 
 import pytest
 import torch
@@ -146,24 +145,15 @@ def test_half_sent_fused_group_fails_generate_by_name(engine, served, tokenizer)
 
 
 def test_an_update_between_two_steps_lands_in_running_requests_and_each_token_keeps_its_version(
-    engine, served, tokenizer, monkeypatch, forward_logprobs
+    engine, served, tokenizer, monkeypatch, forward_logprobs, hold_third_step
 ):
     """In-flight weight update: it runs between two engine steps of requests still decoding; vLLM recomputes their
     cache with the new weights, and each token reports the version that sampled it, with that version's logprob."""
     new_model = build_tiny_model(TinyModelSpec(size=2), seed=7)
     prompts = _prompts(tokenizer, 2)
     params = SamplingParams(max_tokens=16, temperature=1.0, ignore_eos=True, n=2)
-    steps, step = [], engine.llm.llm_engine.step
-
-    def counted():  # the engine's worker thread: hold the third step until the update waits behind it
-        outputs = step()
-        steps.append(len(outputs))
-        if len(steps) == 3:
-            deadline = time.monotonic() + 30
-            while not engine._calls_waiting and time.monotonic() < deadline:
-                time.sleep(0.001)
-        return outputs
-
+    # the engine's worker thread holds the third step until the update waits behind it
+    counted, steps = hold_third_step(engine.llm.llm_engine.step, lambda: engine._calls_waiting)
     monkeypatch.setattr(engine.llm.llm_engine, "step", counted)
 
     async def scenario():
