@@ -1,5 +1,5 @@
-"""References shared by the engine tests: what one plain HF forward pass says an engine should have returned, and the
-pair of tiny models a weight-update test serves before and after, and a decode step held while an update queues."""
+"""Shared by the engine tests: references from one plain HF forward pass (what an engine should have returned), the
+old/new tiny model pair a weight-update test serves, and a decode step held while a weight update queues."""
 
 import time
 
