@@ -267,22 +267,22 @@ def run_trl(shape: Shape, model_dir: Path, data_dir: Path, work: Path, steps: in
     )
     phases: dict[str, list[float]] = {"generate": [], "generate_and_score": []}
 
+    def timed(phase: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """`call(*args, **kwargs)`, its wall-clock time appended to `phases[phase]` (also when it raises)."""
+        began = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            phases[phase].append(time.perf_counter() - began)
+
     class TimedGRPOTrainer(GRPOTrainer):
         """`GRPOTrainer` that times its generation call and its whole generate-and-score phase once per step."""
 
         def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
-            began = time.perf_counter()
-            try:
-                return super()._generate_single_turn(*args, **kwargs)
-            finally:
-                phases["generate"].append(time.perf_counter() - began)
+            return timed("generate", super()._generate_single_turn, *args, **kwargs)
 
         def _generate_and_score_completions(self, *args: Any, **kwargs: Any) -> Any:
-            began = time.perf_counter()
-            try:
-                return super()._generate_and_score_completions(*args, **kwargs)
-            finally:
-                phases["generate_and_score"].append(time.perf_counter() - began)
+            return timed("generate_and_score", super()._generate_and_score_completions, *args, **kwargs)
 
     clock = Clock()
     # The embedded tokenizer is a plain `tokenizers` char tokenizer; AutoTokenizer (TRL's default loader) would

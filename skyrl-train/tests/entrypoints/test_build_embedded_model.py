@@ -9,10 +9,11 @@ from skyrl_train.recipes.warm_start import WarmStartSettings
 
 torch.set_num_threads(1)
 
-TINY_ARGS = [
-    "--size", "1", "--train-examples", "32", "--eval-examples", "4", "--max-steps", "2", "--batch-size", "8",
-    "--eval-every", "2", "--sample-prompts", "2", "--sample-n", "2",
-]  # fmt: skip
+TINY = dict(
+    size=1, train_examples=32, eval_examples=4, max_steps=2, batch_size=8, eval_every=2, sample_prompts=2, sample_n=2
+)
+"""A build of seconds, as WarmStartSettings fields; TINY_ARGS asks the command line for it (`--field-name value`)."""
+TINY_ARGS = [word for field, value in TINY.items() for word in (f"--{field.replace('_', '-')}", str(value))]
 
 
 def test_options_become_settings_and_unset_ones_keep_defaults():
@@ -38,16 +39,6 @@ def test_builds_then_prints_folder_and_accuracy(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SKYRL_CACHE", str(tmp_path))
     assert main(TINY_ARGS + ["--no-progress"]) == 0
     out = capsys.readouterr().out
-    settings = WarmStartSettings(
-        size=1,
-        train_examples=32,
-        eval_examples=4,
-        max_steps=2,
-        batch_size=8,
-        eval_every=2,
-        sample_prompts=2,
-        sample_n=2,
-    )
-    assert f"embedded model: {embedded_model_dir(settings)}" in out
+    assert f"embedded model: {embedded_model_dir(WarmStartSettings(**TINY))}" in out
     assert "greedy accuracy on 4 held-out problems:" in out
     assert "sampled (T=1, n=2, 2 prompts)" in out

@@ -293,23 +293,13 @@ def test_compute_clock_counts_decode_time_and_starts_over_when_read(tokenizer, m
     assert seconds["generate"] > 0 and engine.compute_clock.take() == {}
 
 
-def _forward_logprobs(model, prompt, response):
-    with torch.no_grad():
-        return torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], -1)
-
-
-def test_top_logprobs_equal_topk_of_a_plain_forward(tokenizer, model):
+def test_top_logprobs_equal_topk_of_a_plain_forward(tokenizer, model, check_top_logprobs):
     prompts = [_ids(p) for p in _prompts(tokenizer, 2)]
     engine = HFInferenceEngine(model, tokenizer)
     params = SamplingParams(max_tokens=8, temperature=1.0, top_logprobs=3, seed=5)
     out = _run(engine, prompt_token_ids=prompts, sampling_params=params)
     assert out.response_top_logprobs is not None
-    for prompt, response, tops in zip(prompts, out.response_ids, out.response_top_logprobs):
-        assert len(tops) == len(response)
-        values, ids = torch.topk(_forward_logprobs(model, prompt, response), 3, dim=-1)
-        assert [[token for token, _ in step] for step in tops] == ids.tolist()
-        got = torch.tensor([[logprob for _, logprob in step] for step in tops])
-        assert (got - values).abs().max().item() < LOGPROB_TOLERANCE
+    check_top_logprobs(model, prompts, out, k=3, tolerance=LOGPROB_TOLERANCE)
     plain = _run(engine, prompt_token_ids=prompts, sampling_params=SamplingParams(max_tokens=8, seed=5))
     assert plain.response_top_logprobs is None
 

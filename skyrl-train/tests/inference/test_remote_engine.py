@@ -5,7 +5,6 @@ the server checks, and a server that cannot take weights, refuses the credential
 the reason."""
 
 import asyncio
-import time
 from dataclasses import replace
 
 import pytest
@@ -108,7 +107,9 @@ def test_a_chunked_weight_sync_reaches_the_server_and_verifies(served, tokenizer
     asyncio.run(remote.teardown())
 
 
-def test_an_in_flight_update_through_the_server_lands_between_two_tokens(served, tokenizer, tmp_path, monkeypatch):
+def test_an_in_flight_update_through_the_server_lands_between_two_tokens(
+    served, tokenizer, tmp_path, monkeypatch, hold_third_step, forward_logprobs
+):
     """skyrl serve with in-flight updates: a folder posted while a completion decodes lands between two of its
     tokens; the choice reports each token's version and every logprob matches a fresh forward of that version."""
     access = ServingAccess(weight_update_token=TOKEN, weight_update_root=str(tmp_path))
@@ -120,17 +121,8 @@ def test_an_in_flight_update_through_the_server_lands_between_two_tokens(served,
         url, tokenizer, weights_dir=str(tmp_path / "w"), weight_update_token=TOKEN, in_flight_weight_updates=True
     )
     old, new = build_tiny_model(TinyModelSpec(size=2), seed=0), build_tiny_model(TinyModelSpec(size=2), seed=7)
-    steps, step = [], DecodeBatch.step
-
-    def counted(batch):  # the server's model thread: hold the third step until the update waits behind it
-        out = step(batch)
-        steps.append(len(batch))
-        if len(steps) == 3:
-            deadline = time.monotonic() + 30
-            while not local._weights_waiting and time.monotonic() < deadline:
-                time.sleep(0.001)
-        return out
-
+    # the server's model thread holds the third step until the update waits behind it
+    counted, steps = hold_third_step(DecodeBatch.step, lambda: local._weights_waiting)
     monkeypatch.setattr(DecodeBatch, "step", counted)
     prompt = [list(tokenizer("12+34=")["input_ids"])]
     params = SamplingParams(max_tokens=12, temperature=1.0, seed=3)  # this seed's sample runs all 12 tokens
@@ -152,11 +144,8 @@ def test_an_in_flight_update_through_the_server_lands_between_two_tokens(served,
         server.stop()
     ids, logprobs, versions = out.response_ids[0], out.response_logprobs[0], out.response_token_versions[0]
     assert versions == [0] * 3 + [1] * 9 and out.weight_version == 0
-    sequence = torch.tensor([prompt[0] + ids])
     for version, model in ((0, old), (1, new)):
-        with torch.no_grad():
-            logits = model(sequence).logits[0, len(prompt[0]) - 1 : -1]
-        expected = torch.log_softmax(logits, -1).gather(-1, sequence[0, len(prompt[0]) :, None]).squeeze(-1)
+        expected = forward_logprobs(model, prompt[0], ids, 1.0)
         for position, token_version in enumerate(versions):
             if token_version == version:
                 assert logprobs[position] == pytest.approx(float(expected[position]), abs=1e-4)

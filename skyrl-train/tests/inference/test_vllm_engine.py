@@ -6,7 +6,6 @@ them. One engine is shared by the module: vLLM takes seconds to start.
 """
 
 import asyncio
-import time
 
 import pytest
 import torch
@@ -146,24 +145,15 @@ def test_half_sent_fused_group_fails_generate_by_name(engine, served, tokenizer)
 
 
 def test_an_update_between_two_steps_lands_in_running_requests_and_each_token_keeps_its_version(
-    engine, served, tokenizer, monkeypatch, forward_logprobs
+    engine, served, tokenizer, monkeypatch, forward_logprobs, hold_third_step
 ):
     """In-flight weight update: it runs between two engine steps of requests still decoding; vLLM recomputes their
     cache with the new weights, and each token reports the version that sampled it, with that version's logprob."""
     new_model = build_tiny_model(TinyModelSpec(size=2), seed=7)
     prompts = _prompts(tokenizer, 2)
     params = SamplingParams(max_tokens=16, temperature=1.0, ignore_eos=True, n=2)
-    steps, step = [], engine.llm.llm_engine.step
-
-    def counted():  # the engine's worker thread: hold the third step until the update waits behind it
-        outputs = step()
-        steps.append(len(outputs))
-        if len(steps) == 3:
-            deadline = time.monotonic() + 30
-            while not engine._calls_waiting and time.monotonic() < deadline:
-                time.sleep(0.001)
-        return outputs
-
+    # the engine's worker thread holds the third step until the update waits behind it
+    counted, steps = hold_third_step(engine.llm.llm_engine.step, lambda: engine._calls_waiting)
     monkeypatch.setattr(engine.llm.llm_engine, "step", counted)
 
     async def scenario():
@@ -191,44 +181,35 @@ def test_an_update_between_two_steps_lands_in_running_requests_and_each_token_ke
 def test_pause_sleep_and_wake(engine, served, tokenizer):
     prompt = _prompts(tokenizer, 1)
 
-    async def scenario():
-        await engine.pause()
+    async def held_generate() -> asyncio.Task:
+        """A 3-token request started now, checked to be still waiting 50 ms later."""
         task = asyncio.create_task(
             engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=SamplingParams(max_tokens=3)))
         )
         await asyncio.sleep(0.05)
         assert not task.done()
+        return task
+
+    async def scenario():
+        await engine.pause()
+        paused = await held_generate()
         await engine.resume()
-        first = await task
+        first = await paused
         await engine.sleep(level=1)  # sleeping holds new calls like pause; they run after wake_up
-        held = asyncio.create_task(
-            engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=SamplingParams(max_tokens=3)))
-        )
-        await asyncio.sleep(0.05)
-        assert not held.done()
+        asleep = await held_generate()
         await engine.wake_up()
-        second = await held
+        second = await asleep
         return first, second
 
     first, second = asyncio.run(scenario())
     assert len(first.response_ids[0]) == 3 and len(second.response_ids[0]) == 3
 
 
-def _forward_log_softmax(model, prompt, response):
-    with torch.no_grad():
-        return torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], dim=-1)
-
-
-def test_top_logprobs_equal_topk_of_the_hf_forward_pass(engine, served, tokenizer):
+def test_top_logprobs_equal_topk_of_the_hf_forward_pass(engine, served, tokenizer, check_top_logprobs):
     prompts = _prompts(tokenizer, 2)
     params = SamplingParams(max_tokens=8, temperature=1.0, seed=4, top_logprobs=3)
     output = _run(engine, prompt_token_ids=prompts, sampling_params=params)
-    for prompt, response, tops in zip(prompts, output.response_ids, output.response_top_logprobs):
-        assert len(tops) == len(response)
-        values, ids = torch.topk(_forward_log_softmax(served, prompt, response), 3, dim=-1)
-        assert [[token for token, _ in step] for step in tops] == ids.tolist()
-        got = torch.tensor([[logprob for _, logprob in step] for step in tops])
-        assert (got - values).abs().max().item() < LOGPROB_TOLERANCE
+    check_top_logprobs(served, prompts, output, k=3, tolerance=LOGPROB_TOLERANCE)
     plain = _run(engine, prompt_token_ids=prompts, sampling_params=SamplingParams(max_tokens=8, seed=4))
     assert plain.response_top_logprobs is None
 

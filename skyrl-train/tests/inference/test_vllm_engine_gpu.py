@@ -17,8 +17,6 @@ from skyrl_train.inference.vllm_engine import (
     memory_problem,
     tensor_parallel_environment,
 )
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 
 
 def test_only_the_first_visible_gpu_is_accepted_since_vllm_takes_no_device():
@@ -74,14 +72,10 @@ GREEDY = SamplingParams(max_tokens=8, temperature=0)
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="vLLM's sleep mode needs a CUDA GPU")
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 @pytest.mark.parametrize("level", [1, 2])
-def test_sleep_frees_gpu_memory_and_a_sync_after_waking_serves_the_new_weights(tmp_path, level):
-    tokenizer = build_char_tokenizer()
-    old, new = build_tiny_model(TinyModelSpec(size=2), seed=0), build_tiny_model(TinyModelSpec(size=2), seed=1)
-    with torch.no_grad():
-        for parameter in new.parameters():
-            parameter.mul_(3.0)  # a clearly different greedy continuation
-    old.save_pretrained(tmp_path)
-    save_tokenizer(tokenizer, tmp_path)
+def test_sleep_frees_gpu_memory_and_a_sync_after_waking_serves_the_new_weights(
+    tmp_path, level, old_and_new_model, is_greedy
+):
+    tokenizer, old, new = old_and_new_model
     engine = VLLMInferenceEngine(str(tmp_path), dtype="float32", device="cuda", gpu_memory_utilization=0.3)
     prompt = [list(tokenizer("12+34=")["input_ids"])]
     request = InferenceEngineInput(prompt_token_ids=prompt, sampling_params=GREEDY)
@@ -102,12 +96,4 @@ def test_sleep_frees_gpu_memory_and_a_sync_after_waking_serves_the_new_weights(t
         asyncio.run(engine.teardown())
     assert free_asleep - free_awake > 0.2 * torch.cuda.mem_get_info()[1]  # the KV cache (and weights) left the GPU
     assert after.weight_version == 1
-    assert _is_greedy(old, prompt[0], before[0]) and _is_greedy(new, prompt[0], after.response_ids[0])
-
-
-def _is_greedy(model, prompt, response, tolerance=1e-4):
-    """Every response token is (up to ties) the most likely next token under `model` (fp32 forward on CPU)."""
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], dim=-1)
-    chosen = logprobs.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
-    return bool((chosen >= logprobs.max(dim=-1).values - tolerance).all())
+    assert is_greedy(old, prompt[0], before[0]) and is_greedy(new, prompt[0], after.response_ids[0])

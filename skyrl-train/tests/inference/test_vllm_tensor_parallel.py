@@ -9,39 +9,22 @@ workers).
 """
 
 import pytest
-import torch
 
 vllm = pytest.importorskip(
     "vllm", reason="vLLM is not installed: run `bash scripts/test_vllm.sh` (CPU build, own venv)"
 )
 
 from skyrl_train.inference.vllm_engine import prepare_vllm_environment, reload_weights  # noqa: E402
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model  # noqa: E402
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
-
-
-def _is_greedy(model, prompt, response, tolerance=1e-4):
-    """Every response token is (up to ties) the most likely next token under `model` (fp32 forward)."""
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], dim=-1)
-    chosen = logprobs.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
-    return bool((chosen >= logprobs.max(dim=-1).values - tolerance).all())
 
 
 def _ranks_parameter_shapes(worker):
     return {name: tuple(tensor.shape) for name, tensor in worker.model_runner.model.named_parameters()}
 
 
-def test_every_rank_loads_its_shard_of_the_full_tensors(tmp_path):
-    tokenizer = build_char_tokenizer()
-    old, new = build_tiny_model(TinyModelSpec(size=2), seed=0), build_tiny_model(TinyModelSpec(size=2), seed=1)
-    with torch.no_grad():
-        for parameter in new.parameters():
-            parameter.mul_(3.0)  # a clearly different greedy continuation
-    old.save_pretrained(tmp_path)
-    save_tokenizer(tokenizer, tmp_path)
+def test_every_rank_loads_its_shard_of_the_full_tensors(tmp_path, old_and_new_model, is_greedy):
+    tokenizer, old, new = old_and_new_model
     prepare_vllm_environment("cpu", num_threads=1)
     llm = vllm.LLM(
         model=str(tmp_path),
@@ -74,5 +57,5 @@ def test_every_rank_loads_its_shard_of_the_full_tensors(tmp_path):
     assert len(shards) == 2 and shards[0] == shards[1]
     assert shards[0]["model.embed_tokens.weight"][0] == new.config.vocab_size // 2
     assert shards[0]["model.layers.0.self_attn.qkv_proj.bias"] == (qkv_rows // 2,)
-    assert _is_greedy(old, prompt, before) and _is_greedy(new, prompt, after)
+    assert is_greedy(old, prompt, before) and is_greedy(new, prompt, after)
     assert before != after

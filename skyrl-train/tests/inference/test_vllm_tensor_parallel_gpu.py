@@ -13,8 +13,6 @@ import pytest
 import torch
 
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
-from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
 
 pytestmark = [
     pytest.mark.gpu,
@@ -28,27 +26,15 @@ pytestmark = [
 GREEDY = SamplingParams(max_tokens=8, temperature=0)
 
 
-def _is_greedy(model, prompt, response, tolerance=1e-4):
-    """Every response token is (up to ties) the most likely next token under `model` (fp32 forward on CPU)."""
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1], dim=-1)
-    chosen = logprobs.gather(-1, torch.tensor(response).unsqueeze(-1)).squeeze(-1)
-    return bool((chosen >= logprobs.max(dim=-1).values - tolerance).all())
-
-
-def test_a_tensor_parallel_engine_serves_the_weights_each_rank_loaded(tmp_path, ray_cluster):
+def test_a_tensor_parallel_engine_serves_the_weights_each_rank_loaded(
+    tmp_path, ray_cluster, old_and_new_model, is_greedy
+):
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
     from skyrl_train.inference.ray_engine import create_engine_actors
 
-    tokenizer = build_char_tokenizer()
-    old, new = build_tiny_model(TinyModelSpec(size=2), seed=0), build_tiny_model(TinyModelSpec(size=2), seed=1)
-    with torch.no_grad():
-        for parameter in new.parameters():
-            parameter.mul_(3.0)  # a clearly different greedy continuation
-    old.save_pretrained(tmp_path)
-    save_tokenizer(tokenizer, tmp_path)
+    tokenizer, old, new = old_and_new_model
     cfg = {
         "trainer": {"device": "cuda"},
         "generator": {
@@ -79,4 +65,4 @@ def test_a_tensor_parallel_engine_serves_the_weights_each_rank_loaded(tmp_path, 
         asyncio.run(engine.teardown())
         remove_placement_group(group)
     assert after.weight_version == 1
-    assert _is_greedy(old, prompt, before) and _is_greedy(new, prompt, after.response_ids[0])
+    assert is_greedy(old, prompt, before) and is_greedy(new, prompt, after.response_ids[0])

@@ -3,14 +3,7 @@
 import pytest
 import torch
 
-from skyrl_train.inference.vllm_weights import (
-    QWEN_PACKED_MODULES,
-    ModuleGroupBuffer,
-    fused_split_sizes,
-    module_groups,
-    unfuse,
-    unpad_vocab_rows,
-)
+from skyrl_train.inference import vllm_weights
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 
 ATTENTION = "model.layers.0.self_attn"
@@ -22,7 +15,7 @@ def _fuse_like_vllm(state: dict[str, torch.Tensor]) -> list[tuple[str, torch.Ten
     for name, tensor in state.items():
         prefix, _, parameter = name.rpartition(".")
         prefix, _, module = prefix.rpartition(".")
-        for group, parts in QWEN_PACKED_MODULES.items():
+        for group, parts in vllm_weights.QWEN_PACKED_MODULES.items():
             if module in parts:
                 key = f"{prefix}.{group}.{parameter}"
                 if key not in done:
@@ -42,12 +35,12 @@ def model():
 @pytest.fixture
 def buffer(model):
     vllm_names = [name for name, _ in _fuse_like_vllm(dict(model.named_parameters()))]
-    return ModuleGroupBuffer(module_groups(vllm_names, QWEN_PACKED_MODULES))
+    return vllm_weights.ModuleGroupBuffer(vllm_weights.module_groups(vllm_names, vllm_weights.QWEN_PACKED_MODULES))
 
 
 def test_module_groups_cover_every_part_and_parameter(model):
     vllm_names = [name for name, _ in _fuse_like_vllm(dict(model.named_parameters()))]
-    groups = module_groups(vllm_names, QWEN_PACKED_MODULES)
+    groups = vllm_weights.module_groups(vllm_names, vllm_weights.QWEN_PACKED_MODULES)
     assert groups[f"{ATTENTION}.qkv_proj"] == [
         f"{ATTENTION}.{p}.{k}" for k in ("weight", "bias") for p in ("q_proj", "k_proj", "v_proj")
     ]
@@ -83,18 +76,22 @@ def test_clear_drops_held_tensors(buffer):
 
 def test_unfuse_recovers_every_hf_tensor_of_the_tiny_model(model):
     state = dict(model.state_dict())
-    served = unfuse(_fuse_like_vllm(state), QWEN_PACKED_MODULES, fused_split_sizes(model.config))
+    served = vllm_weights.unfuse(
+        _fuse_like_vllm(state), vllm_weights.QWEN_PACKED_MODULES, vllm_weights.fused_split_sizes(model.config)
+    )
     assert set(served) == set(state)
     for name, tensor in state.items():
         assert torch.equal(served[name], tensor), name
 
 
 def test_unfuse_skips_repacked_parameters_and_rejects_wrong_sizes(model):
-    sizes = fused_split_sizes(model.config)
+    sizes = vllm_weights.fused_split_sizes(model.config)
     named = [("m.self_attn.qkv_proj.weight", torch.empty(0)), ("m.norm.weight", torch.ones(3))]
-    assert list(unfuse(named, QWEN_PACKED_MODULES, sizes)) == ["m.norm.weight"]  # vLLM CPU kernels repack weights
+    assert list(vllm_weights.unfuse(named, vllm_weights.QWEN_PACKED_MODULES, sizes)) == [
+        "m.norm.weight"
+    ]  # vLLM CPU kernels repack weights
     with pytest.raises(ValueError, match=r"'m.self_attn.qkv_proj.bias' has 5 rows, expected parts of sizes"):
-        unfuse([("m.self_attn.qkv_proj.bias", torch.ones(5))], QWEN_PACKED_MODULES, sizes)
+        vllm_weights.unfuse([("m.self_attn.qkv_proj.bias", torch.ones(5))], vllm_weights.QWEN_PACKED_MODULES, sizes)
 
 
 def test_vocabulary_rows_vllm_pads_are_cut_before_checksums():
@@ -104,10 +101,10 @@ def test_vocabulary_rows_vllm_pads_are_cut_before_checksums():
         "lm_head.weight": torch.ones(128, 4),
         "model.norm.weight": torch.ones(128),  # not a vocabulary parameter: left alone
     }
-    trimmed = unpad_vocab_rows(served, vocab_size=100)
+    trimmed = vllm_weights.unpad_vocab_rows(served, vocab_size=100)
     assert {name: tuple(tensor.shape) for name, tensor in trimmed.items()} == {
         "model.embed_tokens.weight": (100, 4),
         "lm_head.weight": (100, 4),
         "model.norm.weight": (128,),
     }
-    assert unpad_vocab_rows(served, vocab_size=128)["lm_head.weight"].shape[0] == 128
+    assert vllm_weights.unpad_vocab_rows(served, vocab_size=128)["lm_head.weight"].shape[0] == 128

@@ -14,16 +14,9 @@ import time
 import pytest
 import torch
 
+from skyrl_train.weight_sync import process_group
 from skyrl_train.weight_sync.base import WeightSyncError
 from skyrl_train.weight_sync.broadcast import rank_offsets
-from skyrl_train.weight_sync.process_group import (
-    broadcast_from_rank0,
-    connect_store,
-    host_store,
-    join_group,
-    mark_ready,
-    wait_ready,
-)
 
 TIMEOUT_S = 60.0
 
@@ -54,7 +47,7 @@ HELPER_RANK = textwrap.dedent("""
 
 @pytest.mark.integration
 def test_a_rank_made_by_torch_helpers_receives_our_broadcast():
-    store = host_store("127.0.0.1", TIMEOUT_S)
+    store = process_group.host_store("127.0.0.1", TIMEOUT_S)
     sent = torch.tensor([1.5, -2.0, 0.25, 3.0], dtype=torch.bfloat16)
     child = subprocess.Popen(
         [sys.executable, "-c", HELPER_RANK, str(store.port), "sync_g", "1", "2", str(sent.numel() * 2)],
@@ -63,8 +56,8 @@ def test_a_rank_made_by_torch_helpers_receives_our_broadcast():
         text=True,
     )
     try:
-        group = join_group("127.0.0.1", store.port, "sync_g", 0, 2, "gloo", TIMEOUT_S)
-        broadcast_from_rank0(group, sent.view(torch.uint8))
+        group = process_group.join_group("127.0.0.1", store.port, "sync_g", 0, 2, "gloo", TIMEOUT_S)
+        process_group.broadcast_from_rank0(group, sent.view(torch.uint8))
         out, err = child.communicate(timeout=TIMEOUT_S)
     finally:
         child.kill()
@@ -80,14 +73,14 @@ def test_engines_take_consecutive_ranks_after_the_sender():
 
 
 def _late_receiver(store_port, key, delay_s, results):
-    store = connect_store("127.0.0.1", store_port, TIMEOUT_S)
-    group = join_group("127.0.0.1", store_port, "late_g", 1, 2, "gloo", GROUP_TIMEOUT_S, store=store)
+    store = process_group.connect_store("127.0.0.1", store_port, TIMEOUT_S)
+    group = process_group.join_group("127.0.0.1", store_port, "late_g", 1, 2, "gloo", GROUP_TIMEOUT_S, store=store)
     time.sleep(delay_s)  # e.g. an SGLang engine finishing its in-flight generate calls before it joins
     if key is not None:
-        mark_ready(store, key, 1, 1)
+        process_group.mark_ready(store, key, 1, 1)
     received = torch.zeros(4, dtype=torch.uint8)
     try:
-        broadcast_from_rank0(group, received)
+        process_group.broadcast_from_rank0(group, received)
         results.append(received.tolist())
     except RuntimeError as error:
         results.append(error)
@@ -102,21 +95,21 @@ def test_a_receiver_joining_later_than_the_group_timeout_still_gets_the_chunk(ha
     """The sender waits on the store until every receiving rank is ready, then broadcasts: a late receiver (here
     1.2 s late, with a 0.5 s collective timeout) gets the bytes. Without the wait the collective times out: over NCCL
     its watchdog would also tear the sender's process down."""
-    store = host_store("127.0.0.1", TIMEOUT_S)
+    store = process_group.host_store("127.0.0.1", TIMEOUT_S)
     key = "late_g/ready/1" if handshake else None
     results = []
     receiver = threading.Thread(target=_late_receiver, args=(store.port, key, 1.2, results))
     receiver.start()
-    client = connect_store("127.0.0.1", store.port, TIMEOUT_S)
-    group = join_group("127.0.0.1", store.port, "late_g", 0, 2, "gloo", GROUP_TIMEOUT_S, store=client)
+    client = process_group.connect_store("127.0.0.1", store.port, TIMEOUT_S)
+    group = process_group.join_group("127.0.0.1", store.port, "late_g", 0, 2, "gloo", GROUP_TIMEOUT_S, store=client)
     sent = torch.tensor([7, 8, 9, 10], dtype=torch.uint8)
     try:
         if handshake:
-            wait_ready(client, key, TIMEOUT_S, check=lambda: None)
-            broadcast_from_rank0(group, sent)
+            process_group.wait_ready(client, key, TIMEOUT_S, check=lambda: None)
+            process_group.broadcast_from_rank0(group, sent)
         else:
             with pytest.raises(RuntimeError, match="[Tt]imed out|[Tt]imeout"):
-                broadcast_from_rank0(group, sent)
+                process_group.broadcast_from_rank0(group, sent)
     finally:
         receiver.join(timeout=TIMEOUT_S)
     if handshake:
@@ -126,13 +119,13 @@ def test_a_receiver_joining_later_than_the_group_timeout_still_gets_the_chunk(ha
 
 @pytest.mark.integration
 def test_waiting_for_readiness_ends_when_a_receiver_failed_or_after_its_timeout():
-    store = host_store("127.0.0.1", TIMEOUT_S)
+    store = process_group.host_store("127.0.0.1", TIMEOUT_S)
 
     def failed():
         raise WeightSyncError("engine 1 failed to install chunk 0 of version 3: boom")
 
     with pytest.raises(WeightSyncError, match="engine 1 failed"):
-        wait_ready(store, "g/ready/a", TIMEOUT_S, check=failed, poll_s=0.05)
-    mark_ready(store, "g/ready/b", 1, 2)  # one of two receiving ranks
+        process_group.wait_ready(store, "g/ready/a", TIMEOUT_S, check=failed, poll_s=0.05)
+    process_group.mark_ready(store, "g/ready/b", 1, 2)  # one of two receiving ranks
     with pytest.raises(WeightSyncError, match=r"only 1 receiving rank\(s\) were ready .* after 0.3 s"):
-        wait_ready(store, "g/ready/b", 0.3, check=lambda: None, poll_s=0.05)
+        process_group.wait_ready(store, "g/ready/b", 0.3, check=lambda: None, poll_s=0.05)
