@@ -38,6 +38,16 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
             "generator.use_conversation_multi_turn=false does not work with generator.step_wise_trajectories=true (a"
             " step's prompt is the conversation so far as chat messages): set one of them back"
         )
+    if generator.retokenize_chat_history and not generator.step_wise_trajectories:
+        yield (
+            "generator.retokenize_chat_history=true needs generator.step_wise_trajectories=true: each turn's prompt is"
+            " templated anew, so only step-wise samples (one per turn) can be trained on them"
+        )
+    if generator.retokenize_chat_history and generator.workflow not in (None, "env"):
+        yield (
+            f"generator.retokenize_chat_history=true has no effect with generator.workflow={generator.workflow}: the"
+            " workflow builds each episode's tokens itself; remove it"
+        )
     if not generator.use_conversation_multi_turn and generator.workflow not in (None, "env"):
         yield (
             f"generator.use_conversation_multi_turn=false has no effect with generator.workflow={generator.workflow}:"

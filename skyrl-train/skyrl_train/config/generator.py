@@ -269,6 +269,13 @@ class GeneratorConfig:
     """Train on each turn as its own sample (prompt = history so far) instead of one sample per trajectory; needs
     `batched: false`."""
 
+    retokenize_chat_history: bool = False
+    """Multi-turn rollouts: build each turn's prompt by applying the chat template to the conversation so far as
+    messages (the model's earlier turns as their decoded text) instead of extending the tokens so far. Use it when the
+    template renders earlier turns differently from how the model wrote them (Qwen3 drops their thinking), so training
+    sees the prompts the model sees at inference. SkyRL's key; needs `step_wise_trajectories: true` (each step trains
+    on its own templated prompt and the tokens generated from it)."""
+
     apply_overlong_filtering: bool = False
     """Mask the loss of responses cut off by the length limit (DAPO overlong filtering)."""
 

@@ -202,9 +202,6 @@ RULES: dict[str, Rule] = {
     ),
     "generator.rope_scaling": Fixed((None, "${trainer.rope_scaling}"), "RoPE overrides", "the model's own RoPE"),
     "generator.rope_theta": Fixed((None, "${trainer.rope_theta}"), "RoPE overrides", "the model's own RoPE"),
-    "generator.retokenize_chat_history": Fixed(
-        OFF, "re-tokenizing the chat history each turn", "token-in/token-out: the model's own tokens are kept"
-    ),
     # ----- generator (current layout)
     "generator.append_eos_token_after_stop_str_in_multi_turn": Fixed(
         (True,),
@@ -298,7 +295,7 @@ LEGACY_ONLY_PREFIXES = (
 )
 """Keys only the legacy layout has: seeing one means a legacy script (see `upstream_meanings`)."""
 
-PLUS_ADDED = ("trainer.algorithm.overlong_buffer.",)
+PLUS_ADDED = ("trainer.algorithm.overlong_buffer.", "generator.retokenize_chat_history")
 """Keys SkyRL's legacy scripts add with `+key=` (its YAML lacked them) that exist here: set, not refused."""
 
 VALUE_RULES: dict[str, tuple[tuple[Any, Replace | Refuse], ...]] = {

@@ -102,7 +102,9 @@ class ObservationRenderer:
         if at == -1:
             raise ValueError(
                 "the chat template does not end an assistant turn with the eos token "
-                f"({tokenizer.eos_token!r}); pass a template that does, or a custom generator"
+                f"({tokenizer.eos_token!r}) after the turn's own text; pass a template that does, set "
+                "generator.retokenize_chat_history=true (with step_wise_trajectories=true) to template each turn anew, "
+                "or use a custom generator"
             )
         self._base = base
         self._base_text = rendered

@@ -56,4 +56,5 @@ def generator_settings_from_config(cfg: Any) -> GeneratorSettings:
         apply_overlong_filtering=generator.apply_overlong_filtering,
         chat_template_kwargs=dict(generator.chat_template_kwargs),
         use_conversation_multi_turn=generator.use_conversation_multi_turn,
+        retokenize_chat_history=generator.retokenize_chat_history,
     )

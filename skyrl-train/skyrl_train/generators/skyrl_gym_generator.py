@@ -70,6 +70,11 @@ class GeneratorSettings:
     """Each observation is a new chat message (templated, followed by the next generation prompt). False: the episode
     is one assistant message, the model's turns and the observations' raw text one after the other (SkyRL's
     `use_conversation_multi_turn=false`); a turn's closing eos leaves the context when the episode goes on."""
+    retokenize_chat_history: bool = False
+    """Each turn's context is the chat template applied to the conversation so far as messages (the model's earlier
+    turns as their text) instead of the tokens so far, so a template that rewrites earlier turns (Qwen3 drops their
+    thinking) shows the model what it sees at inference. Needs `step_wise_trajectories`: each step then trains on its
+    own templated prompt and the tokens the model generated from it."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -82,6 +87,11 @@ class GeneratorSettings:
             raise ValueError(
                 "GeneratorSettings.step_wise_trajectories needs use_conversation_multi_turn=True (a step's prompt is"
                 " the conversation so far as chat messages)"
+            )
+        if self.retokenize_chat_history and not self.step_wise_trajectories:
+            raise ValueError(
+                "GeneratorSettings.retokenize_chat_history needs step_wise_trajectories=True (each turn's prompt is"
+                " templated anew, so the turns no longer form one token sequence)"
             )
 
 
@@ -140,6 +150,8 @@ class _Turn:
     input_ids: list[int]
     output_ids: list[int]
     reward: float
+    start: int
+    """Where `output_ids` start in the episode's response tokens (and its per-token lists)."""
 
 
 class SkyRLGymGenerator(GeneratorInterface):
@@ -151,7 +163,9 @@ class SkyRLGymGenerator(GeneratorInterface):
         self.client = client
         self.tokenizer = tokenizer
         self.settings = settings
+        # the tokens after a model turn are rendered once per observation, unless each turn is templated anew
         as_messages = settings.max_turns > 1 and settings.use_conversation_multi_turn
+        as_messages = as_messages and not settings.retokenize_chat_history
         self.renderer = ObservationRenderer(tokenizer, settings.chat_template_kwargs) if as_messages else None
         self.env_pool = EnvPool(settings.max_env_workers, settings.env_step_timeout_s)
         self.prompt_ids = PromptIdsCache()  # single-turn prompts seen again are not templated again
@@ -276,8 +290,12 @@ class SkyRLGymGenerator(GeneratorInterface):
         versions: list[int] = []
         turns: list[_Turn] = []
         stop_reason, env_error, version, text = "length", None, 0, ""
+        chat = list(messages) if self.settings.retokenize_chat_history else None
         for _ in range(self.settings.max_turns):
-            context = prompt_ids + response_ids
+            if chat is None or not turns:
+                context = prompt_ids + response_ids
+            else:
+                context = prompt_token_ids(self.tokenizer, chat, info.get("tools"), self.settings.chat_template_kwargs)
             if len(context) > self.settings.max_input_length:
                 stop_reason = "length"
                 break
@@ -289,6 +307,7 @@ class SkyRLGymGenerator(GeneratorInterface):
                 out.stop_reasons[0],
                 out.weight_version,
             )
+            start = len(response_ids)
             response_ids += ids
             loss_mask += [1] * len(ids)
             versions += out.response_token_versions[0] if out.response_token_versions else [version] * len(ids)
@@ -298,12 +317,15 @@ class SkyRLGymGenerator(GeneratorInterface):
             step = await self._safe_step(env, text)
             if ids:
                 token_rewards[-1] += step["reward"]
-            turns.append(_Turn(context, ids, step["reward"]))
+            turns.append(_Turn(context, ids, step["reward"], start))
             env_error = step["metadata"].get("env_error")
             if step["done"] or env_error or stop_reason != "stop":
                 break
             if not self.settings.use_conversation_multi_turn and ids and ids[-1] == self.tokenizer.eos_token_id:
                 _drop_closing_eos(token_rewards, response_ids, loss_mask, versions, logprobs, tops)
+            if chat is not None:  # the next context is templated from `chat`; the steps need no continuation
+                chat += [{"role": "assistant", "content": text}, *step["observations"]]
+                continue
             continuation = self._continuation(ids, step["observations"])
             response_ids += continuation
             loss_mask += [0] * len(continuation)
@@ -331,7 +353,7 @@ class SkyRLGymGenerator(GeneratorInterface):
         self._apply_reward_rules(final)
         if not self.settings.step_wise_trajectories:
             return [final]
-        return self._step_wise(final, turns, logprobs, len(prompt_ids))
+        return self._step_wise(final, turns, logprobs)
 
     def _continuation(self, generated: list[int], observations) -> list[int]:
         """Tokens between this model turn and the next: eos if the model stopped on a stop string, then the
@@ -351,11 +373,11 @@ class SkyRLGymGenerator(GeneratorInterface):
         if self.settings.apply_overlong_filtering and trajectory.stop_reason == "length" and trajectory.is_valid:
             trajectory.filtered = "overlong"
 
-    def _step_wise(self, final: Trajectory, turns: list[_Turn], logprobs: list[float], prompt_len: int):
+    def _step_wise(self, final: Trajectory, turns: list[_Turn], logprobs: list[float]):
         """One trajectory per turn; every step carries the episode's return as its reward on its last token."""
         steps = []
         for index, turn in enumerate(turns):
-            start = len(turn.input_ids) - prompt_len
+            start = turn.start
             step_logprobs = logprobs[start : start + len(turn.output_ids)]
             rewards = [0.0] * len(turn.output_ids)
             if rewards:

@@ -370,6 +370,8 @@ def test_plus_on_an_existing_key_stays_an_error_except_for_the_keys_skyrl_added_
         build("+trainer.algorithm.overlong_buffer.penalty_factor=0.5").trainer.algorithm.overlong_buffer.penalty_factor
         == 0.5
     )
+    step_wise = ("generator.max_turns=3", "generator.step_wise_trajectories=true", "generator.batched=false")
+    assert build(*step_wise, "+generator.retokenize_chat_history=true").generator.retokenize_chat_history is True
 
 
 def test_a_section_given_as_a_dict_in_upstream_spelling_is_translated_key_by_key():

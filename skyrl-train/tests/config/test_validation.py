@@ -89,6 +89,20 @@ CASES = {
         ["generator.batched=true", "generator.step_wise_trajectories=true"],
         "generator.step_wise_trajectories=true does not work with generator.batched=true",
     ),
+    "retokenized chat without step-wise samples": (
+        ["generator.max_turns=3", "generator.retokenize_chat_history=true"],
+        "generator.retokenize_chat_history=true needs generator.step_wise_trajectories=true",
+    ),
+    "retokenized chat with a workflow": (
+        [
+            "generator.max_turns=3",
+            "generator.step_wise_trajectories=true",
+            "generator.batched=false",
+            "generator.retokenize_chat_history=true",
+            "generator.workflow=my_agent",
+        ],
+        "generator.retokenize_chat_history=true has no effect with generator.workflow=my_agent",
+    ),
     "colocated engines with a different GPU count": (
         ["generator.inference_engine.num_engines=1"],
         "colocate_all=true needs as many engine GPUs (num_engines * tensor_parallel_size = 1 * 1 = 1) as policy GPUs",

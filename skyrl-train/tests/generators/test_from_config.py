@@ -51,6 +51,7 @@ def test_every_generator_and_environment_key_reaches_the_generator_settings():
             "generator.max_turns=3",
             "generator.max_input_length=900",
             "generator.step_wise_trajectories=true",
+            "generator.retokenize_chat_history=true",
             "generator.zero_reward_on_non_stop=true",
             "generator.apply_overlong_filtering=true",
             "generator.chat_template_kwargs={enable_thinking: false}",
@@ -62,7 +63,7 @@ def test_every_generator_and_environment_key_reaches_the_generator_settings():
     )
     settings = generator_settings_from_config(cfg)
     assert (settings.max_turns, settings.max_input_length, settings.step_wise_trajectories) == (3, 900, True)
-    assert settings.zero_reward_on_non_stop and settings.apply_overlong_filtering
+    assert settings.zero_reward_on_non_stop and settings.apply_overlong_filtering and settings.retokenize_chat_history
     assert settings.chat_template_kwargs == {"enable_thinking": False}
     assert settings.sampling_params.temperature == 0.5
     assert (settings.max_env_workers, settings.env_step_timeout_s) == (3, 7.5)
