@@ -72,6 +72,18 @@ def check_generator(cfg: "SkyRLConfig") -> Iterator[str]:
             f"generator.inference_engine.remote_urls is set but backend={engine.backend}: the URLs are only read by"
             " backend=remote"
         )
+    expert = engine.expert_parallel_size
+    if expert != 1 and expert != engine.tensor_parallel_size:
+        yield (
+            f"generator.inference_engine.expert_parallel_size={expert} must be 1 or equal tensor_parallel_size"
+            f" ({engine.tensor_parallel_size}): an engine's experts spread over its data x tensor ranks, and an engine"
+            " has one data-parallel replica here"
+        )
+    if expert > 1 and engine.backend not in ("vllm", "sglang"):
+        yield (
+            f"generator.inference_engine.expert_parallel_size={expert} needs backend=vllm or sglang (GPU engines with"
+            f" expert parallelism); backend={engine.backend} runs every expert on each engine"
+        )
     if engine.backend == "sglang" and cfg.trainer.device == "cpu":
         yield "generator.inference_engine.backend=sglang needs a GPU: use backend=vllm or hf with trainer.device=cpu"
     if generator.max_input_length is not None and generator.max_input_length < cfg.data.max_prompt_length:

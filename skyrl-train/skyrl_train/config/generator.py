@@ -62,6 +62,12 @@ class InferenceEngineConfig:
     tensor_parallel_size: int = 1
     """GPUs each engine shards its model over (vLLM's `tensor_parallel_size`, SGLang's `tp_size`)."""
 
+    expert_parallel_size: int = 1
+    """Ranks each engine spreads a mixture-of-experts model's experts over instead of sharding every expert (vLLM's
+    `enable_expert_parallel`, SGLang's `ep_size`). 1: off. Otherwise it must equal `tensor_parallel_size` (an engine
+    here has one data-parallel replica, and the expert-parallel group spans an engine's data x tensor ranks); needs
+    backend `vllm` or `sglang` on GPUs."""
+
     model_dtype: AutoDtype = "auto"
     """Dtype the engines hold weights in (synced weights are cast to it). `auto`: the policy's compute dtype
     (`trainer.policy.fsdp.mixed_precision.param_dtype`, itself `bfloat16` on CUDA and `float32` on CPU by default)."""

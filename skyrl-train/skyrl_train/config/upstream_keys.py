@@ -217,7 +217,6 @@ RULES: dict[str, Rule] = {
     f"{ENGINE}.external_server_urls": Remote("urls"),
     f"{ENGINE}.external_proxy_url": Remote("proxy"),
     f"{ENGINE}.pipeline_parallel_size": Fixed((1,), "pipeline parallelism inside an inference engine", "none"),
-    f"{ENGINE}.expert_parallel_size": Fixed((1,), "expert parallelism inside an inference engine", "none"),
     f"{ENGINE}.data_parallel_size": Fixed(
         (1,),
         "data parallelism inside one inference engine",

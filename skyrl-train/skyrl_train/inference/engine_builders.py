@@ -42,6 +42,8 @@ class EngineSettings:
     max_batch_size: int = 64
     num_threads: int = 1
     tensor_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    """Ranks a mixture-of-experts model's experts are spread over (1: off; else the tensor-parallel ranks)."""
     gpu_memory_utilization: float = 0.8
     enable_prefix_caching: bool = True
     enforce_eager: bool = False
@@ -85,6 +87,7 @@ class EngineSettings:
             device=cfg.resolved_device(),
             max_batch_size=engine.max_num_seqs,
             tensor_parallel_size=engine.tensor_parallel_size,
+            expert_parallel_size=engine.expert_parallel_size,
             gpu_memory_utilization=engine.gpu_memory_utilization,
             enable_prefix_caching=engine.enable_prefix_caching,
             enforce_eager=engine.enforce_eager,
@@ -138,8 +141,15 @@ def build_vllm_engine(settings: EngineSettings) -> InferenceEngine:
 
     vllm_only = {name: getattr(settings, name) for name in VLLM_ENGINE_FIELDS}
     return VLLMInferenceEngine(
-        settings.model_path, **vllm_only, **settings.serving_engine_kwargs(), **settings.engine_kwargs
+        settings.model_path, **vllm_only, **settings.serving_engine_kwargs(), **vllm_extra(settings)
     )
+
+
+def vllm_extra(settings: EngineSettings) -> dict[str, Any]:
+    """`vllm.LLM` arguments beyond our engine's own: expert parallelism (`enable_expert_parallel`, over the engine's
+    tensor-parallel ranks), then the user's `engine_kwargs`, which win."""
+    expert = {"enable_expert_parallel": True} if settings.expert_parallel_size > 1 else {}
+    return {**expert, **settings.engine_kwargs}
 
 
 def vllm_preflight(settings: EngineSettings) -> None:

@@ -287,7 +287,6 @@ REFUSED = [
     ("trainer.policy.torch_profiler_config.enable=true", "the torch profiler"),
     ("generator.append_eos_token_after_stop_str_in_multi_turn=false", "without an eos after a stop string"),
     (f"{ENGINE}.data_parallel_size=2", "data parallelism inside one inference engine"),
-    (f"{ENGINE}.expert_parallel_size=4", "expert parallelism inside an inference engine"),
     (f"{ENGINE}.enable_pd=true", "prefill/decode (PD) disaggregation"),
     (f"{ENGINE}.enable_return_routed_experts=true", "routed-expert replay (R3)"),
     ("trainer.policy.megatron_config.moe_enable_routing_replay=true", "routed-expert replay (R3)"),
@@ -337,7 +336,7 @@ def test_every_problem_is_listed_at_once_with_the_replacement():
     [
         "generator.backend=sglang",
         f"{ENGINE}.run_engines_locally=true",
-        f"{ENGINE}.expert_parallel_size=1",
+        f"{ENGINE}.data_parallel_size=1",
         f"{ENGINE}.enable_pd=false",
         "trainer.algorithm.tis_imp_ratio_cap=2.0",
         "generator.num_inference_engines=2",

@@ -103,6 +103,18 @@ CASES = {
         ],
         "generator.retokenize_chat_history=true has no effect with generator.workflow=my_agent",
     ),
+    "engine expert parallelism over other ranks than its tensor-parallel ones": (
+        [
+            "generator.inference_engine.backend=vllm",
+            "generator.inference_engine.tensor_parallel_size=2",
+            "generator.inference_engine.expert_parallel_size=4",
+        ],
+        "generator.inference_engine.expert_parallel_size=4 must be 1 or equal tensor_parallel_size (2)",
+    ),
+    "engine expert parallelism on the hf engine": (
+        ["generator.inference_engine.expert_parallel_size=2", "generator.inference_engine.tensor_parallel_size=2"],
+        "generator.inference_engine.expert_parallel_size=2 needs backend=vllm or sglang",
+    ),
     "colocated engines with a different GPU count": (
         ["generator.inference_engine.num_engines=1"],
         "colocate_all=true needs as many engine GPUs (num_engines * tensor_parallel_size = 1 * 1 = 1) as policy GPUs",
