@@ -182,9 +182,11 @@ def test_pause_sleep_and_wake(engine, served, tokenizer):
     prompt = _prompts(tokenizer, 1)
 
     async def held_generate() -> asyncio.Task:
-        """A 3-token request started now, checked to be still waiting 50 ms later."""
+        """A 3-token request (eos ignored: unseeded sampling may end early) started now, checked to be still waiting
+        50 ms later."""
+        params = SamplingParams(max_tokens=3, ignore_eos=True)
         task = asyncio.create_task(
-            engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=SamplingParams(max_tokens=3)))
+            engine.generate(InferenceEngineInput(prompt_token_ids=prompt, sampling_params=params))
         )
         await asyncio.sleep(0.05)
         assert not task.done()
