@@ -192,18 +192,32 @@ def tiny_reward_model_dir(tmp_path_factory):
     return _build_tiny_reward_model(tmp_path_factory.mktemp("tiny_reward_model"))
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """One local Ray cluster (4 CPUs) shared by every test of the session that asks for it; left running if the
-    session found Ray already up."""
+def _local_ray(**resources):
+    """Start a local Ray cluster with `resources` for as long as the generator runs, unless Ray is already up (then
+    it is left as it was)."""
     import ray
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+        ray.init(**resources, include_dashboard=False, log_to_driver=False)
     yield
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster (4 CPUs) shared by every test of the session that asks for it; left running if the
+    session found Ray already up."""
+    yield from _local_ray(num_cpus=4)
+
+
+@pytest.fixture
+def gpu_ray_cluster():
+    """A local Ray cluster seeing this machine's GPUs (4 CPUs), for one GPU test; left running if Ray is already up."""
+    import torch
+
+    yield from _local_ray(num_cpus=4, num_gpus=torch.cuda.device_count())
 
 
 @pytest.fixture(scope="module")

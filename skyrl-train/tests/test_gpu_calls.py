@@ -266,6 +266,12 @@ def test_each_call_matches_the_pinned_library(name):
 TOKENIZER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 
 
+def _unknown_field(call: str, defined: str, keyword: str, accepts: str) -> tuple[LibraryCall, tuple]:
+    """A row whose fields-checked constructor (`defined`, also taking the fields of `accepts`) is called with
+    `keyword`, which neither has, and the site of that call."""
+    return LibraryCall("m", call, defined=defined, check="fields", kwargs=(keyword,), accepts=(accepts,)), (0, ())
+
+
 @pytest.mark.parametrize(
     "name, call, site",
     [
@@ -280,15 +286,7 @@ TOKENIZER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
         ("sglang", LibraryCall("m", TOKENIZER + ".context_length"), (-1, ())),
         (
             "sglang",
-            LibraryCall(
-                "m",
-                "e",
-                defined="sglang.srt.entrypoints.engine.Engine",
-                check="fields",
-                kwargs=("tp",),
-                accepts=("sglang.srt.arg_groups.fields.*",),
-            ),
-            (0, ()),
+            *_unknown_field("e", "sglang.srt.entrypoints.engine.Engine", "tp", "sglang.srt.arg_groups.fields.*"),
         ),
         *(
             pytest.param("vllm", call, site, marks=pytest.mark.vllm)
@@ -296,17 +294,7 @@ TOKENIZER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
                 (LibraryCall("m", "vllm.entrypoints.llm.LLM.generate"), (1, ("use_tqmd",))),
                 (LibraryCall("m", "vllm.entrypoints.llm.LLM.sleep"), (3, ())),
                 (LibraryCall("m", "x", defined="vllm.v1.engine.llm_engine.LLMEngine.model_cfg"), (-1, ())),
-                (
-                    LibraryCall(
-                        "m",
-                        "vllm.LLM",
-                        defined="vllm.entrypoints.llm.LLM",
-                        check="fields",
-                        kwargs=("max_lora",),
-                        accepts=("vllm.engine.arg_utils.EngineArgs",),
-                    ),
-                    (0, ()),
-                ),
+                _unknown_field("vllm.LLM", "vllm.entrypoints.llm.LLM", "max_lora", "vllm.engine.arg_utils.EngineArgs"),
             )
         ),
     ],

@@ -17,6 +17,7 @@ padding: log-probs, entropies and values equal the padded forward's up to float 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -26,49 +27,26 @@ from skyrl_train.algorithms.entropy import entropy_from_logits
 from skyrl_train.models.varlen_attention import PACKED_ATTENTION, VarlenSegments, varlen_kernel
 
 
+@dataclass(eq=False, slots=True)
 class PackedRows:
     """A micro-batch packed into one sequence, with the maps that put per-token results back in the row layout."""
 
-    __slots__ = (
-        "input_ids",
-        "position_ids",
-        "segments",
-        "predict_positions",
-        "target_ids",
-        "target_slots",
-        "rows",
-        "response_width",
-        "shared_prompt_rows",
-    )
-
-    def __init__(
-        self,
-        input_ids: torch.Tensor,
-        position_ids: torch.Tensor,
-        segments: VarlenSegments,
-        predict_positions: torch.Tensor,
-        target_ids: torch.Tensor,
-        target_slots: torch.Tensor,
-        rows: int,
-        response_width: int,
-        shared_prompt_rows: int,
-    ) -> None:
-        self.input_ids = input_ids
-        """[1, T] token ids of the packed sequence."""
-        self.position_ids = position_ids
-        """[1, T] each token's position within its own row."""
-        self.segments = segments
-        """Which keys each query attends to."""
-        self.predict_positions = predict_positions
-        """[N] packed position whose output predicts each response token that is read back."""
-        self.target_ids = target_ids
-        """[N] the response token predicted there."""
-        self.target_slots = target_slots
-        """[N] where it goes in the row layout: `row * response_width + column`."""
-        self.rows = rows
-        self.response_width = response_width
-        self.shared_prompt_rows = shared_prompt_rows
-        """Rows whose prompt was not packed again because an earlier row of the micro-batch has the same one."""
+    input_ids: torch.Tensor
+    """[1, T] token ids of the packed sequence."""
+    position_ids: torch.Tensor
+    """[1, T] each token's position within its own row."""
+    segments: VarlenSegments
+    """Which keys each query attends to."""
+    predict_positions: torch.Tensor
+    """[N] packed position whose output predicts each response token that is read back."""
+    target_ids: torch.Tensor
+    """[N] the response token predicted there."""
+    target_slots: torch.Tensor
+    """[N] where it goes in the row layout: `row * response_width + column`."""
+    rows: int
+    response_width: int
+    shared_prompt_rows: int
+    """Rows whose prompt was not packed again because an earlier row of the micro-batch has the same one."""
 
     @property
     def num_tokens(self) -> int:

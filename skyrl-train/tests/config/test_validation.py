@@ -367,6 +367,40 @@ CASES = {
         ["trainer.device=cuda", "generator.inference_engine.weight_sync_backend=broadcast"],
         "puts engine 0 on policy rank 0's GPU, and NCCL refuses two ranks of one group on one GPU",
     ),
+    "health warm-up below 0": (["trainer.health.warmup_steps=-1"], "trainer.health.warmup_steps must be 0 or more"),
+    "health patience of 0": (["trainer.health.patience=0"], "trainer.health.patience must be at least 1"),
+    "health no-signal window of 0": (
+        ["trainer.health.no_signal_steps=0"],
+        "trainer.health.no_signal_steps must be at least 1",
+    ),
+    "health clip fraction of 0": (
+        ["trainer.health.max_clip_frac=0.0"],
+        "trainer.health.max_clip_frac must be positive",
+    ),
+    "health entropy collapse ratio above 1": (
+        ["trainer.health.entropy_collapse_ratio=1.5"],
+        "trainer.health.entropy_collapse_ratio is a fraction",
+    ),
+    "health grad-norm spike factor below 1": (
+        ["trainer.health.grad_norm_spike_factor=0.5"],
+        "trainer.health.grad_norm_spike_factor must be above 1",
+    ),
+    "LoRA on the frozen reference": (
+        ["trainer.ref.model.lora.rank=4"],
+        "trainer.ref.model.lora.rank=4 is not supported here yet",
+    ),
+    "critic LoRA without a critic": (
+        ["trainer.critic.model.lora.rank=4"],
+        "trainer.critic.model.lora.rank=4 has no effect without a critic",
+    ),
+    "critic LoRA alpha without a rank": (
+        ["trainer.critic.model.lora.alpha=32"],
+        "trainer.critic.model.lora.alpha=32 has no effect with lora.rank=0",
+    ),
+    "policy LoRA alpha without a rank": (
+        ["trainer.policy.model.lora.alpha=32"],
+        "trainer.policy.model.lora.alpha=32 has no effect with lora.rank=0",
+    ),
 }
 
 

@@ -9,6 +9,7 @@ SGLang 0.5.23's `tokenizer_manager.py` and `weight_sync/tensor_bucket.py`.
 import dataclasses
 import importlib.util
 import io
+import json
 import pickle
 import pickletools
 import tomllib
@@ -41,40 +42,8 @@ from skyrl_train.weight_sync import WeightChunk
 from skyrl_train.weight_sync.chunks import pack
 from skyrl_train.weight_sync.cuda_ipc import DEVICE_ARGUMENT
 
-SGLANG_FIELDS = (  # SGLang 0.5.23's SamplingParams struct fields (sampling/sampling_params.py)
-    "max_new_tokens",
-    "stop",
-    "stop_token_ids",
-    "stop_regex",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "frequency_penalty",
-    "presence_penalty",
-    "repetition_penalty",
-    "min_new_tokens",
-    "n",
-    "beam_width",
-    "json_schema",
-    "regex",
-    "ebnf",
-    "structural_tag",
-    "ignore_eos",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "no_stop_trim",
-    "stream_interval",
-    "logit_bias",
-    "sampling_seed",
-    "custom_params",
-    "watermark",
-    "stop_strs",
-    "stop_regex_strs",
-    "stop_str_max_len",
-    "stop_regex_max_len",
-    "is_normalized",
-    "ebnf_full_assistant",
+SGLANG_FIELDS = tuple(  # SGLang 0.5.23's SamplingParams struct fields, recorded apart from the package's lists
+    json.loads((Path(__file__).parent / "sglang_0_5_23_sampling_fields.json").read_text())["fields"]
 )
 
 

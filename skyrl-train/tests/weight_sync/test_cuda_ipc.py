@@ -4,7 +4,6 @@ machine, strategies refuse engines on the wrong device."""
 import asyncio
 
 import pytest
-import ray
 import torch
 
 from skyrl_train.inference.hf_engine import HFInferenceEngine
@@ -27,33 +26,28 @@ def test_colocated_strategies_refuse_engines_on_the_other_device(name, device):
 @pytest.mark.gpu
 @pytest.mark.integration
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="cuda_ipc needs a CUDA GPU")
-async def test_cuda_ipc_sync_from_this_process_into_a_colocated_engine(tmp_path, save_varied_tiny_model):
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+async def test_cuda_ipc_sync_from_this_process_into_a_colocated_engine(
+    gpu_ray_cluster, tmp_path, save_varied_tiny_model
+):
+    path_a, path_b = save_varied_tiny_model(tmp_path / "a", 0), save_varied_tiny_model(tmp_path / "b", 1)
+    cfg = {"generator": {"inference_engine": {"backend": "hf", "model_dtype": "float32"}}}
+    engines = create_engine_actors(1, path_a, {**cfg, "trainer": {"device": "cuda"}}, num_gpus_per_engine=0.5)
+    prompts = [[3, 20, 30, 40, 4, 3]]
+    reference = HFInferenceEngine(load_causal_lm(path_b, device="cuda"), load_tokenizer(path_b))
+    request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=GREEDY)
+    expected = (await reference.generate(request)).response_ids
+    strategy = make_weight_sync_strategy("cuda_ipc", chunk_bytes=64 * 1024, compute_checksums=True)
+    await strategy.init(None, engines)
     try:
-        path_a, path_b = save_varied_tiny_model(tmp_path / "a", 0), save_varied_tiny_model(tmp_path / "b", 1)
-        cfg = {"generator": {"inference_engine": {"backend": "hf", "model_dtype": "float32"}}}
-        engines = create_engine_actors(1, path_a, {**cfg, "trainer": {"device": "cuda"}}, num_gpus_per_engine=0.5)
-        prompts = [[3, 20, 30, 40, 4, 3]]
-        reference = HFInferenceEngine(load_causal_lm(path_b, device="cuda"), load_tokenizer(path_b))
-        request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=GREEDY)
-        expected = (await reference.generate(request)).response_ids
-        strategy = make_weight_sync_strategy("cuda_ipc", chunk_bytes=64 * 1024, compute_checksums=True)
-        await strategy.init(None, engines)
-        try:
-            model_b = load_causal_lm(path_b, device="cuda")
-            result = await strategy.sync(model_b.state_dict().items())
-            assert result.num_chunks > 1
-            output = await engines[0].generate(request)
-            assert output.response_ids == expected and output.weight_version == result.version
-            assert (await strategy.verify(result.checksums)).ok
-        finally:
-            await strategy.close()
-            await asyncio.gather(*(engine.teardown() for engine in engines))
+        model_b = load_causal_lm(path_b, device="cuda")
+        result = await strategy.sync(model_b.state_dict().items())
+        assert result.num_chunks > 1
+        output = await engines[0].generate(request)
+        assert output.response_ids == expected and output.weight_version == result.version
+        assert (await strategy.verify(result.checksums)).ok
     finally:
-        if started:
-            ray.shutdown()
+        await strategy.close()
+        await asyncio.gather(*(engine.teardown() for engine in engines))
 
 
 def test_every_consumer_of_a_chunk_gets_a_handle_of_its_own():

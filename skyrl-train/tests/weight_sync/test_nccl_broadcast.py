@@ -34,35 +34,28 @@ class GpuSender(WeightSenderHost):
         return self.weight_sender.send(self.model.state_dict().items()).report()
 
 
-async def test_nccl_broadcast_into_an_engine_on_another_gpu(tmp_path, save_varied_tiny_model):
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+async def test_nccl_broadcast_into_an_engine_on_another_gpu(gpu_ray_cluster, tmp_path, save_varied_tiny_model):
+    path_a, path_b = save_varied_tiny_model(tmp_path / "a", 0), save_varied_tiny_model(tmp_path / "b", 1)
+    cfg = {
+        "generator": {"inference_engine": {"backend": "hf", "model_dtype": "float32"}},
+        "trainer": {"device": "cuda"},
+    }
+    engines = create_engine_actors(1, path_a, cfg, num_gpus_per_engine=1)
+    sender = ray.remote(num_gpus=1)(GpuSender).remote(path_b)
+    prompts = [[3, 20, 30, 40, 4, 3]]
+    reference = HFInferenceEngine(load_causal_lm(path_b, device="cuda"), load_tokenizer(path_b))
+    request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=GREEDY)
+    expected = (await reference.generate(request)).response_ids
+    strategy = await connect_weight_sync(
+        "broadcast", sender, engines, colocated=False, device="cuda", chunk_bytes=64 * 1024, compute_checksums=True
+    )
     try:
-        path_a, path_b = save_varied_tiny_model(tmp_path / "a", 0), save_varied_tiny_model(tmp_path / "b", 1)
-        cfg = {
-            "generator": {"inference_engine": {"backend": "hf", "model_dtype": "float32"}},
-            "trainer": {"device": "cuda"},
-        }
-        engines = create_engine_actors(1, path_a, cfg, num_gpus_per_engine=1)
-        sender = ray.remote(num_gpus=1)(GpuSender).remote(path_b)
-        prompts = [[3, 20, 30, 40, 4, 3]]
-        reference = HFInferenceEngine(load_causal_lm(path_b, device="cuda"), load_tokenizer(path_b))
-        request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=GREEDY)
-        expected = (await reference.generate(request)).response_ids
-        strategy = await connect_weight_sync(
-            "broadcast", sender, engines, colocated=False, device="cuda", chunk_bytes=64 * 1024, compute_checksums=True
-        )
-        try:
-            report = await sender.push.remote()
-            await strategy.confirm(report["version"], report["served_versions"])
-            output = await engines[0].generate(request)
-            assert output.response_ids == expected and output.weight_version == report["version"]
-            assert (await strategy.verify(report["checksums"])).ok
-        finally:
-            await strategy.close()
-            await asyncio.gather(*(engine.teardown() for engine in engines))
-            ray.kill(sender)
+        report = await sender.push.remote()
+        await strategy.confirm(report["version"], report["served_versions"])
+        output = await engines[0].generate(request)
+        assert output.response_ids == expected and output.weight_version == report["version"]
+        assert (await strategy.verify(report["checksums"])).ok
     finally:
-        if started:
-            ray.shutdown()
+        await strategy.close()
+        await asyncio.gather(*(engine.teardown() for engine in engines))
+        ray.kill(sender)

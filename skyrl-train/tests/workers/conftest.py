@@ -82,9 +82,10 @@ def grpo_advantages():
     return build
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def worker_config(tiny_model_dir):
-    """`worker_config(*overrides)`: a CPU, float32 run config for the tiny model as a plain dict."""
+    """`worker_config(*overrides)`: a CPU, float32 run config for the tiny model as a plain dict (session-scoped, so
+    module fixtures that start worker groups can build theirs from it too)."""
 
     def build(*overrides: str) -> dict:
         base = [

@@ -7,7 +7,6 @@ import random
 import pytest
 import torch
 
-from skyrl_train.config import SkyRLConfig
 from skyrl_train.generators.types import Trajectory
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.workers import PolicyWorker, WorkerGroup
@@ -48,22 +47,16 @@ def _drop_gradients(worker) -> None:
 
 
 @pytest.fixture(scope="module")
-def groups(ray_cluster, tiny_model_dir):
+def groups(ray_cluster, worker_config):
     """A 1-rank and a 2-rank policy group, shared by every reduction (each call passes its own `loss_reduction`)."""
-    overrides = [
-        "trainer.device=cpu",
-        f"trainer.policy.model.path={tiny_model_dir}",
-        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
-        "trainer.policy.gradient_checkpointing=false",
-        "trainer.algorithm.use_kl_loss=false",
+    cfg = worker_config(
         # an entropy bonus: a term that does not vanish with the advantages (padding rows get advantage 0), so only
         # their loss mask keeps them out
         "trainer.algorithm.use_entropy_loss=true",
         "trainer.algorithm.entropy_loss_coef=0.1",
         "trainer.algorithm.max_seq_len=16",
         "trainer.micro_train_batch_size_per_gpu=2",
-    ]
-    cfg = SkyRLConfig.from_cli_overrides(overrides, validate=False)
+    )
     made = {}
     try:
         for world_size in (1, 2):

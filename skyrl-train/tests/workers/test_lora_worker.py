@@ -3,7 +3,6 @@ model, adapter-only checkpoints resume exactly, and the exports (adapter, merged
 
 import json
 
-import pytest
 import torch
 from peft import PeftModel
 
@@ -102,22 +101,6 @@ def test_lora_export_writes_the_adapter_and_the_merged_model(
     merged = load_causal_lm(str(tmp_path / "export" / "merged")).eval()
     assert not any("lora" in name for name, _ in merged.named_parameters())
     assert torch.allclose(merged(ids).logits, expected, atol=1e-4)
-
-
-@pytest.mark.parametrize(
-    "override, message",
-    [
-        ("trainer.ref.model.lora.rank=4", "trainer.ref.model.lora.rank=4 is not supported here yet"),
-        ("trainer.critic.model.lora.rank=4", "trainer.critic.model.lora.rank=4 has no effect without a critic"),
-        ("trainer.critic.model.lora.alpha=32", "trainer.critic.model.lora.alpha=32 has no effect with lora.rank=0"),
-        ("trainer.policy.model.lora.alpha=32", "has no effect with lora.rank=0"),
-    ],
-)
-def test_lora_settings_that_would_do_nothing_are_refused(override, message):
-    from skyrl_train.config import ConfigValidationError, SkyRLConfig
-
-    with pytest.raises(ConfigValidationError, match=message):
-        SkyRLConfig.from_cli_overrides(["trainer.policy.model.path=/tmp/x", override])
 
 
 def test_lora_keys_reach_the_adapters(single_rank_group, worker_config):

@@ -10,7 +10,6 @@ import asyncio
 import pytest
 import torch
 
-from skyrl_train.config import SkyRLConfig
 from skyrl_train.inference.ray_engine import create_engine_actors
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
@@ -30,25 +29,13 @@ ENGINE_CFG = {
 CHUNK_BYTES = 16 * 1024  # the size-1 model is ~0.2 MB in bf16: a sync moves many chunks
 
 
-def _policy_config(model_dir):
-    overrides = [
-        "trainer.device=cpu",
-        f"trainer.policy.model.path={model_dir}",
-        "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
-        "trainer.policy.optimizer.lr=1e-2",
-        "trainer.algorithm.use_kl_loss=false",
-        "trainer.micro_train_batch_size_per_gpu=2",
-        "trainer.micro_forward_batch_size_per_gpu=2",
-    ]
-    return SkyRLConfig.from_cli_overrides(overrides, validate=False)
-
-
 @pytest.fixture(scope="module")
-def parts(ray_cluster, tiny_model_dir, tmp_path_factory):
+def parts(ray_cluster, worker_config, tmp_path_factory):
     other = tmp_path_factory.mktemp("other_model")
     build_tiny_model(TinyModelSpec(size=1), seed=1).save_pretrained(other)
     save_tokenizer(build_char_tokenizer(), other)
-    group = WorkerGroup("policy", PolicyWorker, 2, _policy_config(tiny_model_dir))
+    micro_batches = ("trainer.micro_train_batch_size_per_gpu=2", "trainer.micro_forward_batch_size_per_gpu=2")
+    group = WorkerGroup("policy", PolicyWorker, 2, worker_config("trainer.policy.optimizer.lr=1e-2", *micro_batches))
     group.init_model(num_training_steps=4)
     engines = create_engine_actors(2, str(other), ENGINE_CFG)
     strategy = make_weight_sync_strategy("shm", chunk_bytes=CHUNK_BYTES, compute_checksums=True, timeout_s=60)
