@@ -2,12 +2,14 @@
 
 A redesign that keeps behaviour must also keep speed. This runs, in each of two checkouts (each with its own
 `.venv`), that checkout's `benchmarks/step_breakdown.py` (the quickstart's step, phase by phase, and the share
-outside model compute) and `benchmarks/async_vs_sync.py` on the grader-wait config (rollouts wait on a remote
-grader; samples/s of each async mode over sync), alternating the order every round so that a drift of the machine
-hits both alike. Only ratios taken in this one run are compared: machines of one kind differ by up to 2x in speed.
+outside model compute) and `benchmarks/async_vs_sync.py` on one config (`--async-config`, default plain: the
+quickstart task; samples/s of sync and each async mode's ratio to it), alternating the order every round so that a
+drift of the machine hits both alike. Only ratios taken in this one run are compared: machines of one kind differ by
+up to 2x in speed.
 
-    python benchmarks/redesign_speed.py --before /work/wt/pre46 --after . --labels 7b0d386 44e359c \\
-        [--rounds 3] [--steps 30] [--async-steps 16] [--results benchmarks/results/redesign_speed.json]
+    python benchmarks/redesign_speed.py --before /work/wt/pre46 --after /work/wt/r46 --labels 7b0d386 0c8995b \\
+        [--rounds 3] [--steps 30] [--async-config plain] [--async-steps 16] [--delay-ms 20-50] \\
+        [--results benchmarks/results/redesign_speed.json]
 """
 
 from __future__ import annotations
@@ -46,12 +48,23 @@ def step_breakdown(checkout: Path, steps: int, scratch: Path) -> dict[str, float
     return {part: rows[part] for part in STEP_PARTS}
 
 
-def async_ratios(checkout: Path, steps: int, scratch: Path) -> dict[str, float]:
-    """samples/s of each async mode over sync on grader-wait, from one async_vs_sync.py run of `checkout`."""
+def async_ratios(checkout: Path, config: str, steps: int, delay_ms: str, scratch: Path) -> dict[str, float]:
+    """samples/s of each async mode over sync on `config`, from one async_vs_sync.py run of `checkout`."""
     run_in(
         checkout,
         "async_vs_sync.py",
-        ["--configs", "grader-wait", "--modes", *ASYNC_MODES, "--steps", str(steps), "--out", str(scratch)],
+        [
+            "--configs",
+            config,
+            "--modes",
+            *ASYNC_MODES,
+            "--steps",
+            str(steps),
+            "--delay-ms",
+            delay_ms,
+            "--out",
+            str(scratch),
+        ],
     )
     runs = json.loads((scratch / "async_vs_sync.json").read_text())["runs"]
     speed = {run["mode"]: run["samples_per_s"] for run in runs}
@@ -87,6 +100,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each benchmark per checkout")
     parser.add_argument("--steps", type=int, default=30, help="step_breakdown.py steps per run")
     parser.add_argument("--async-steps", type=int, default=16, help="async_vs_sync.py steps per mode and run")
+    parser.add_argument(
+        "--async-config",
+        default="plain",
+        help="async_vs_sync.py config (plain: the quickstart task, nothing to wait on)",
+    )
+    parser.add_argument(
+        "--delay-ms", default="20-50", help="the API wait of the waiting configs (async_vs_sync.py --delay-ms)"
+    )
     parser.add_argument("--results", type=Path, help="write the rounds and the table to this JSON file")
     args = parser.parse_args()
     labels = tuple(args.labels)
@@ -99,7 +120,9 @@ def main() -> int:
         for label in order:
             with tempfile.TemporaryDirectory(prefix=f"redesign_speed_{label}_") as scratch:
                 measured[label]["step_breakdown"] = step_breakdown(checkouts[label], args.steps, Path(scratch))
-                measured[label]["async_vs_sync"] = async_ratios(checkouts[label], args.async_steps, Path(scratch))
+                measured[label]["async_vs_sync"] = async_ratios(
+                    checkouts[label], args.async_config, args.async_steps, args.delay_ms, Path(scratch)
+                )
         rounds.append(measured)
         print(json.dumps(measured, indent=1), flush=True)
     table = summarize(rounds, labels)
@@ -114,6 +137,8 @@ def main() -> int:
             "table": table,
             "steps": args.steps,
             "async_steps": args.async_steps,
+            "async_config": args.async_config,
+            "delay_ms": args.delay_ms,
             "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
             "date": datetime.date.today().isoformat(),
             "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, {platform.python_version()}",

@@ -54,7 +54,7 @@ def render_redesign_speed(data: dict) -> str:
     return with_note(
         lines,
         f"Medians of {len(data['rounds'])} rounds, the two checkouts alternating (step_breakdown: {data['steps']} "
-        f"steps, seconds per step; async_vs_sync: grader-wait, {data['async_steps']} steps per mode, samples/s of "
+        f"steps, seconds per step; async_vs_sync: the {data['async_config']} config, {data['async_steps']} steps per mode, samples/s of "
         f"sync and each async mode's ratio to it). Measured on {data['machine']}, {data['date']}, 1-minute load "
         f"average {load['before']:.1f} at the start and {load['after']:.1f} at the end "
         "(`benchmarks/results/redesign_speed.json`, `benchmarks/redesign_speed.py`).",
