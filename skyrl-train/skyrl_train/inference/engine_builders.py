@@ -30,6 +30,17 @@ SERVING_ENGINE_FIELDS = (
 """`EngineSettings` fields the vllm and sglang engines take under the same argument name."""
 
 
+CONFIG_NAMED_FIELDS = (
+    "backend",
+    "tensor_parallel_size",
+    "expert_parallel_size",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "enforce_eager",
+)
+"""`EngineSettings` fields read from the `generator.inference_engine` keys of the same name."""
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """Everything an `EngineActor` needs to build its engine (plain data, shipped to the actor)."""
@@ -82,15 +93,10 @@ class EngineSettings:
         engine = cfg.generator.inference_engine
         values = dict(
             model_path=model_path,
-            backend=engine.backend,
             dtype=engine.model_dtype,
             device=cfg.resolved_device(),
             max_batch_size=engine.max_num_seqs,
-            tensor_parallel_size=engine.tensor_parallel_size,
-            expert_parallel_size=engine.expert_parallel_size,
-            gpu_memory_utilization=engine.gpu_memory_utilization,
-            enable_prefix_caching=engine.enable_prefix_caching,
-            enforce_eager=engine.enforce_eager,
+            **{name: getattr(engine, name) for name in CONFIG_NAMED_FIELDS},
             seed=cfg.trainer.seed,
             lora_rank=cfg.trainer.policy.model.lora.rank,
             lora_alpha=float(cfg.trainer.policy.model.lora.alpha),

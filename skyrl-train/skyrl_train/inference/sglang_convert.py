@@ -82,7 +82,6 @@ def engine_kwargs(
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float = 0.8,
     max_num_seqs: int = 1024,
-    expert_parallel_size: int = 1,
     seed: int = 0,
     enable_prefix_caching: bool = True,
     enforce_eager: bool = False,
@@ -103,7 +102,6 @@ def engine_kwargs(
         "tokenizer_path": tokenizer_path or model_path,
         "dtype": dtype,
         "tp_size": tensor_parallel_size,
-        "ep_size": expert_parallel_size,
         "mem_fraction_static": gpu_memory_utilization,
         "max_running_requests": max_num_seqs,
         "random_seed": seed,
@@ -168,12 +166,8 @@ def check_tensor_parallel_gpus(tp_size: int, visible: Optional[tuple[str, ...]])
 
 def engine_kwargs_from_settings(settings: Any) -> dict[str, Any]:
     """`engine_kwargs` for an `EngineSettings` (the config's `generator.inference_engine` keys, `trainer.seed`)."""
-    return engine_kwargs(
-        settings.model_path,
-        extra=settings.engine_kwargs,
-        expert_parallel_size=settings.expert_parallel_size,
-        **settings.serving_engine_kwargs(),
-    )
+    extra = {"ep_size": settings.expert_parallel_size, **settings.engine_kwargs}  # SGLang's name; the user's win
+    return engine_kwargs(settings.model_path, extra=extra, **settings.serving_engine_kwargs())
 
 
 def sampling_params_dict(

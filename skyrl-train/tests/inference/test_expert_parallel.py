@@ -45,6 +45,13 @@ def test_expert_parallelism_sets_sglangs_ep_size():
     kwargs = engine_kwargs_from_settings(settings)
     assert (kwargs["tp_size"], kwargs["ep_size"]) == (2, 2)
     assert engine_kwargs_from_settings(_settings("generator.inference_engine.backend=sglang"))["ep_size"] == 1
+    users = _settings(
+        "generator.inference_engine.backend=sglang",
+        "generator.inference_engine.tensor_parallel_size=2",
+        "generator.inference_engine.expert_parallel_size=2",
+        "generator.inference_engine.engine_init_kwargs={ep_size: 1}",
+    )
+    assert engine_kwargs_from_settings(users)["ep_size"] == 1  # engine_init_kwargs win, as for every SGLang argument
 
 
 @pytest.mark.vllm
