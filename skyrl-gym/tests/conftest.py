@@ -1,5 +1,5 @@
 """Fixtures shared by the gym tests: a real BM25 retrieval server and the example MCP server on 127.0.0.1, a URL
-nothing listens on, and a reader of this process's child pids."""
+nothing listens on, a reader of this process's child pids, and the parametrization of reader tables (`READINGS`)."""
 
 import json
 import os
@@ -101,3 +101,15 @@ def mcp_http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.kill()
             process.wait()
         log.close()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test taking `reader, given, expected` runs once per row of its module's `READINGS`, a dict mapping each
+    reader (an extractor or parser under test) to its (input, expected return value) rows; ids name the reader."""
+    if "reader" in metafunc.fixturenames:
+        rows = [
+            pytest.param(reader, given, expected, id=f"{reader.__name__}-{index}")
+            for reader, cases in metafunc.module.READINGS.items()
+            for index, (given, expected) in enumerate(cases)
+        ]
+        metafunc.parametrize("reader, given, expected", rows)
