@@ -1,5 +1,6 @@
 """Fixtures shared by the gym tests: a real BM25 retrieval server and the example MCP server on 127.0.0.1, a URL
-nothing listens on, a reader of this process's child pids, and the parametrization of reader tables (`READINGS`)."""
+nothing listens on, a maker of search envs on the server, a reader of this process's child pids, and the parametrization of reader tables (`READINGS`).
+"""
 
 import json
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import skyrl_gym
 from skyrl_gym.tools.retrieval_server import RetrievalServer
 
 
@@ -36,6 +38,25 @@ def closing():
     yield track
     for env in reversed(opened):
         env.close()
+
+
+@pytest.fixture
+def make_search_env(request, closing):
+    """`make_search_env(url, ground_truth=None, max_turns=None, **env_config)`: an env on the retrieval server at `url`,
+    started on the module's `PROMPT` and closed after the test. The requesting module's `SEARCH_ENV` gives the env id,
+    its env_config defaults and the ground truth used when none is passed."""
+    name, defaults, default_truth = request.module.SEARCH_ENV
+
+    def make(url: str, ground_truth=None, max_turns=None, **config):
+        truth = default_truth if ground_truth is None else ground_truth
+        extras = {"reward_spec": {"method": "rule", "ground_truth": truth}}
+        if max_turns is not None:
+            extras["max_turns"] = max_turns
+        env = closing(skyrl_gym.make(name, env_config={"search_url": url, **defaults, **config}, extras=extras))
+        env.init(request.module.PROMPT)
+        return env
+
+    return make
 
 
 @pytest.fixture
