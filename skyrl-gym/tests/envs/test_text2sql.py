@@ -230,6 +230,17 @@ def test_size_caps_from_config_reach_the_tool_and_the_scorer(db_dir):
     assert out["reward"] == 0.0 and "the 30-byte cap on a query's result" in out["metadata"]["solution_error"]
 
 
+def test_score_row_cap_and_timeout_from_config_reach_the_scorer(db_dir):
+    env = make_env(db_dir, score_max_rows=2, score_timeout_s=0.2)
+    env.init(PROMPT)
+    out = env.step("<solution>SELECT name FROM customers</solution>")  # 3 rows; the gold query has 2
+    assert out["reward"] == 0.0 and out["metadata"]["solution_error"] == "the solution returns more than 2 rows"
+    env.init(PROMPT)
+    slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT max(i) FROM n"
+    out = env.step(f"<solution>{slow}</solution>")
+    assert out["reward"] == 0.0 and "timed out after 0.2 s" in out["metadata"]["solution_error"]
+
+
 def test_the_scorer_refuses_a_huge_value_from_the_solution(db_dir):
     reward, details = score_solution(db_dir / "shop.sqlite", "SELECT zeroblob(200000000)", GOLD)
     assert reward == 0.0

@@ -107,17 +107,20 @@ class Text2SQLEnv(BaseTextEnv):
         if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty > 0:
             raise ValueError(f"Text2SQLEnv: env_config['format_penalty'] must be a number <= 0, got {penalty!r}")
         self.format_penalty = float(penalty)
-        self.score_timeout_s = _positive(config, "score_timeout_s", DEFAULT_SCORE_TIMEOUT_S)
-        self.score_max_rows = int(_positive(config, "score_max_rows", DEFAULT_SCORE_MAX_ROWS))
-        self.score_max_result_bytes = int(_positive(config, "score_max_result_bytes", DEFAULT_SCORE_MAX_RESULT_BYTES))
-        self.max_value_bytes = int(_positive(config, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES))
+        self.score_limits: dict[str, Any] = {
+            "timeout_s": _positive(config, "score_timeout_s", DEFAULT_SCORE_TIMEOUT_S),
+            "max_rows": int(_positive(config, "score_max_rows", DEFAULT_SCORE_MAX_ROWS)),
+            "max_result_bytes": int(_positive(config, "score_max_result_bytes", DEFAULT_SCORE_MAX_RESULT_BYTES)),
+            "max_value_bytes": int(_positive(config, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES)),
+        }
+        """`score_solution`'s caps from env_config (`max_value_bytes` also caps the SQL tool's values)."""
         self.toolbox.add_group(
             SQLToolGroup(
                 self.db_file,
                 timeout_s=_positive(config, "query_timeout_s", DEFAULT_TIMEOUT_S),
                 max_rows=int(_positive(config, "max_rows", DEFAULT_MAX_ROWS)),
                 max_cell_chars=int(_positive(config, "max_cell_chars", DEFAULT_MAX_CELL_CHARS)),
-                max_value_bytes=self.max_value_bytes,
+                max_value_bytes=self.score_limits["max_value_bytes"],
                 max_result_bytes=int(_positive(config, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)),
                 max_sql_bytes=int(_positive(config, "max_sql_bytes", DEFAULT_MAX_SQL_BYTES)),
             )
@@ -147,14 +150,7 @@ class Text2SQLEnv(BaseTextEnv):
         if solution is not None:
             self.gave_solution = True
             reward, details = score_solution(
-                self.db_file,
-                solution,
-                self.gold_sql,
-                self.order_matters,
-                self.score_timeout_s,
-                self.score_max_rows,
-                max_result_bytes=self.score_max_result_bytes,
-                max_value_bytes=self.max_value_bytes,
+                self.db_file, solution, self.gold_sql, self.order_matters, **self.score_limits
             )
             self.solved = reward == 1.0
             metadata = {"solution": solution, "correct": self.solved, **details}
