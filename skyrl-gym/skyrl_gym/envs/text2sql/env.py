@@ -79,6 +79,7 @@ class Text2SQLEnv(BaseTextEnv):
     )
 
     default_max_turns = 5
+    episode_tallies = {"sql_calls": 0, "sql_errors": 0, "gave_solution": False, "solved": False}
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
@@ -125,18 +126,10 @@ class Text2SQLEnv(BaseTextEnv):
                 max_sql_bytes=int(_positive(config, "max_sql_bytes", DEFAULT_MAX_SQL_BYTES)),
             )
         )
-        self._reset_tallies()
-
-    def _reset_tallies(self) -> None:
-        self.sql_calls = 0
-        self.sql_errors = 0
-        self.solved = False
-        self.gave_solution = False
 
     def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
         """Start an episode; the prompt (question and schema from the dataset) is passed through unchanged."""
         self._begin_episode()
-        self._reset_tallies()
         return prompt, {"db_id": self.db_id}
 
     def _turns_left_note(self) -> str:
@@ -157,25 +150,10 @@ class Text2SQLEnv(BaseTextEnv):
             return final_step(reward, metadata)
         if self.is_last_turn:
             return final_step(self.format_penalty, {"truncated": True, "no_solution": True})
-        query = strip_code_fence(extract_tag(action, "sql"))
-        metadata: dict[str, Any] = {}
-        if query is None:
-            body = NO_ACTION_HINT
-            metadata["no_action"] = True
-        else:
+        result, metadata = self.query_tool("sql", strip_code_fence(extract_tag(action, "sql")))
+        if result is not None:
             self.sql_calls += 1
-            result = self.toolbox.call("sql", {"query": query})
-            body = result.text
             if not result.ok:
                 self.sql_errors += 1
-                metadata["tool_error"] = result.error
-        content = f"<observation>\n{body}\n{self._turns_left_note()}\n</observation>"
-        return reply_step(content, metadata)
-
-    def get_metrics(self) -> dict[str, Any]:
-        """Base metrics plus `sql_calls`, `sql_errors`, `gave_solution` and `solved`."""
-        metrics = super().get_metrics()
-        metrics.update(
-            sql_calls=self.sql_calls, sql_errors=self.sql_errors, gave_solution=self.gave_solution, solved=self.solved
-        )
-        return metrics
+        body = NO_ACTION_HINT if result is None else result.text
+        return reply_step(f"<observation>\n{body}\n{self._turns_left_note()}\n</observation>", metadata)
