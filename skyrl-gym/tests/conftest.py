@@ -1,5 +1,6 @@
 """Fixtures shared by the gym tests: a real BM25 retrieval server and the example MCP server on 127.0.0.1, a URL
-nothing listens on, a maker of search envs on the server, a reader of this process's child pids, and the parametrization of reader tables (`READINGS`).
+nothing listens on, a maker of search envs on the server, the expected
+whole output of a step, a reader of this process's child pids, and the parametrization of reader tables (`READINGS`).
 """
 
 import json
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -38,6 +40,25 @@ def closing():
     yield track
     for env in reversed(opened):
         env.close()
+
+
+@pytest.fixture
+def step_output():
+    """`step_output(reward, done, metadata, observation=None)`: the whole dict a text env's `step` should return (one
+    user message `observation`, or none, and the action not rewritten), written out here rather than taken from the
+    package's `reply_step`/`final_step`, so that a test comparing against it checks those too."""
+
+    def build(reward: float, done: bool, metadata: dict, observation: Optional[str] = None) -> dict:
+        observations = [] if observation is None else [{"role": "user", "content": observation}]
+        return {
+            "observations": observations,
+            "reward": reward,
+            "done": done,
+            "postprocessed_action": None,
+            "metadata": metadata,
+        }
+
+    return build
 
 
 @pytest.fixture

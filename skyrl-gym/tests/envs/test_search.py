@@ -79,7 +79,7 @@ def test_parse_targets_shapes():
 
 # ----- trajectories against a real server ---------------------------------------------------------------------------
 @pytest.mark.integration
-def test_search_then_correct_answer(server):
+def test_search_then_correct_answer(server, step_output):
     env = skyrl_gym.make(
         "search",
         env_config={"search_url": server.url, "topk": 2},
@@ -88,25 +88,13 @@ def test_search_then_correct_answer(server):
     assert isinstance(env, SearchEnv) and env.max_turns == 4
     assert env.init(PROMPT) == (PROMPT, {})
     first = env.step("<think>I should look it up.</think><search>highest mountain Alps</search>")
-    assert first["done"] is False and first["reward"] == 0.0
-    assert first["observations"] == [
-        {
-            "role": "user",
-            "content": (
-                "<information>Doc 1 (Title: Mont Blanc): Mont Blanc is the highest mountain in the Alps, "
-                "at 4808 metres.\nDoc 2 (Title: Alps): The Alps are a mountain range in Europe.</information>"
-            ),
-        }
-    ]
-    assert first["metadata"] == {"search_query": "highest mountain Alps"}
+    passages = (
+        "<information>Doc 1 (Title: Mont Blanc): Mont Blanc is the highest mountain in the Alps, "
+        "at 4808 metres.\nDoc 2 (Title: Alps): The Alps are a mountain range in Europe.</information>"
+    )
+    assert first == step_output(0.0, False, {"search_query": "highest mountain Alps"}, passages)
     final = env.step("<answer>The Mont Blanc</answer>")
-    assert final == {
-        "observations": [],
-        "reward": 1.0,
-        "done": True,
-        "postprocessed_action": None,
-        "metadata": {"answer": "The Mont Blanc", "correct": True},
-    }
+    assert final == step_output(1.0, True, {"answer": "The Mont Blanc", "correct": True})
     assert env.get_metrics() == {
         "turns": 2,
         "episode_reward": 1.0,

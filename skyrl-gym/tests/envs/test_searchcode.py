@@ -81,7 +81,7 @@ def test_step_before_init_is_refused():
 
 # ----- episodes -----------------------------------------------------------------------------------------------------
 @pytest.mark.integration
-def test_search_then_python_then_solution(server, make_search_env):
+def test_search_then_python_then_solution(server, make_search_env, step_output):
     env = make_search_env(server.url, max_turns=3)
     found = env.step("<tool><search>hen eggs per day</search></tool>")
     assert found["done"] is False and found["reward"] == 0.0
@@ -91,13 +91,9 @@ def test_search_then_python_then_solution(server, make_search_env):
     assert computed["observations"] == [{"role": "user", "content": "32"}]
     assert computed["metadata"] == {"tool": "sandbox__python", "tool_input": "print(16 * 2)"}
     final = env.step("<solution>She makes 32 dollars.\n#### 32</solution>")
-    assert final == {
-        "observations": [],
-        "reward": 1.0,
-        "done": True,
-        "postprocessed_action": None,
-        "metadata": {"solution": "She makes 32 dollars.\n#### 32", "pred": "32", "correct": True},
-    }
+    assert final == step_output(
+        1.0, True, {"solution": "She makes 32 dollars.\n#### 32", "pred": "32", "correct": True}
+    )
     assert env.get_metrics() == {
         "turns": 3,
         "episode_reward": 1.0,

@@ -44,7 +44,7 @@ def make_env(db_dir, gold=GOLD, db_id="shop", **config) -> Text2SQLEnv:
     return Text2SQLEnv({"db_path": str(db_dir), **config}, extras)
 
 
-def test_full_trajectory_query_error_then_correct_solution(db_dir):
+def test_full_trajectory_query_error_then_correct_solution(db_dir, step_output):
     env = skyrl_gym.make(
         "text2sql",
         env_config={"db_path": str(db_dir)},
@@ -55,17 +55,11 @@ def test_full_trajectory_query_error_then_correct_solution(db_dir):
     assert prompt == PROMPT and info == {"db_id": "shop"}
 
     first = env.step("Let me look.\n<sql>SELECT name, city FROM customers ORDER BY id</sql>")
-    assert first["done"] is False and first["reward"] == 0.0
-    assert first["observations"] == [
-        {
-            "role": "user",
-            "content": (
-                "<observation>\n| name | city |\n| --- | --- |\n| Ann | Oslo |\n| Bob | Lima |\n| Cid | Oslo |\n"
-                "(3 rows)\nYou have 4 turns left.\n</observation>"
-            ),
-        }
-    ]
-    assert first["metadata"] == {}
+    table = (
+        "<observation>\n| name | city |\n| --- | --- |\n| Ann | Oslo |\n| Bob | Lima |\n| Cid | Oslo |\n"
+        "(3 rows)\nYou have 4 turns left.\n</observation>"
+    )
+    assert first == step_output(0.0, False, {}, table)
 
     second = env.step("<sql>SELECT nme FROM customers</sql>")
     assert second["done"] is False and second["reward"] == 0.0
