@@ -1,5 +1,7 @@
 """Fixtures shared by the gym tests: a real BM25 retrieval server and the example MCP server on 127.0.0.1, a URL
-nothing listens on, and a reader of this process's child pids."""
+nothing listens on, a maker of search envs on the server, the expected
+whole output of a step, a reader of this process's child pids, and the parametrization of reader tables (`READINGS`).
+"""
 
 import json
 import os
@@ -9,9 +11,11 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
+import skyrl_gym
 from skyrl_gym.tools.retrieval_server import RetrievalServer
 
 
@@ -36,6 +40,44 @@ def closing():
     yield track
     for env in reversed(opened):
         env.close()
+
+
+@pytest.fixture
+def step_output():
+    """`step_output(reward, done, metadata, observation=None)`: the whole dict a text env's `step` should return (one
+    user message `observation`, or none, and the action not rewritten), written out here rather than taken from the
+    package's `reply_step`/`final_step`, so that a test comparing against it checks those too."""
+
+    def build(reward: float, done: bool, metadata: dict, observation: Optional[str] = None) -> dict:
+        observations = [] if observation is None else [{"role": "user", "content": observation}]
+        return {
+            "observations": observations,
+            "reward": reward,
+            "done": done,
+            "postprocessed_action": None,
+            "metadata": metadata,
+        }
+
+    return build
+
+
+@pytest.fixture
+def make_search_env(request, closing):
+    """`make_search_env(url, ground_truth=None, max_turns=None, **env_config)`: an env on the retrieval server at `url`,
+    started on the module's `PROMPT` and closed after the test. The requesting module's `SEARCH_ENV` gives the env id,
+    its env_config defaults and the ground truth used when none is passed."""
+    name, defaults, default_truth = request.module.SEARCH_ENV
+
+    def make(url: str, ground_truth=None, max_turns=None, **config):
+        truth = default_truth if ground_truth is None else ground_truth
+        extras = {"reward_spec": {"method": "rule", "ground_truth": truth}}
+        if max_turns is not None:
+            extras["max_turns"] = max_turns
+        env = closing(skyrl_gym.make(name, env_config={"search_url": url, **defaults, **config}, extras=extras))
+        env.init(request.module.PROMPT)
+        return env
+
+    return make
 
 
 @pytest.fixture
@@ -101,3 +143,15 @@ def mcp_http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.kill()
             process.wait()
         log.close()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test taking `reader, given, expected` runs once per row of its module's `READINGS`, a dict mapping each
+    reader (an extractor or parser under test) to its (input, expected return value) rows; ids name the reader."""
+    if "reader" in metafunc.fixturenames:
+        rows = [
+            pytest.param(reader, given, expected, id=f"{reader.__name__}-{index}")
+            for reader, cases in metafunc.module.READINGS.items()
+            for index, (given, expected) in enumerate(cases)
+        ]
+        metafunc.parametrize("reader, given, expected", rows)

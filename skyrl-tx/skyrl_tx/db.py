@@ -56,14 +56,19 @@ class SessionRow(Base):
     last_heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class ModelRow(Base):
+class _SessionClient:
+    """The columns of a client that a session opened on a base model: a training run or a sampling client."""
+
+    session_id: Mapped[str] = mapped_column(String(64), index=True)
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    base_model: Mapped[str] = mapped_column(String(256))
+
+
+class ModelRow(_SessionClient, Base):
     """A training client's model (a training run): LoRA adapter on a base model plus its optimizer."""
 
     __tablename__ = "models"
     model_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    session_id: Mapped[str] = mapped_column(String(64), index=True)
-    owner: Mapped[str] = mapped_column(String(64), index=True)
-    base_model: Mapped[str] = mapped_column(String(256))
     lora_config: Mapped[Any] = mapped_column(JSON)
     user_metadata: Mapped[Any] = mapped_column(JSON, default=dict)
     status: Mapped[str] = mapped_column(String(16), default="creating")
@@ -93,14 +98,11 @@ class FutureRow(Base):
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
-class SamplingSessionRow(Base):
+class SamplingSessionRow(_SessionClient, Base):
     """A sampling client: the base model and (optionally) the sampler weights it samples from."""
 
     __tablename__ = "sampling_sessions"
     sampling_session_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    session_id: Mapped[str] = mapped_column(String(64), index=True)
-    owner: Mapped[str] = mapped_column(String(64), index=True)
-    base_model: Mapped[str] = mapped_column(String(256))
     model_path: Mapped[Optional[str]] = mapped_column(String(512), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -192,22 +194,24 @@ class Database:
 
     def checkpoints_of(self, owner: str, model_id: Optional[str], limit: int, offset: int) -> tuple[list, int]:
         """A key's checkpoints (of one run, or all), newest first, and their total count."""
-        with self.session() as s:
-            query = select(CheckpointRow).where(CheckpointRow.owner == owner)
-            if model_id is not None:
-                query = query.where(CheckpointRow.model_id == model_id)
-            total = s.scalar(select(func.count()).select_from(query.subquery()))
-            rows = s.scalars(query.order_by(CheckpointRow.id.desc()).limit(limit).offset(offset)).all()
-        return list(rows), int(total or 0)
+        return self._newest_first(CheckpointRow, CheckpointRow.id, owner, limit, offset, model_id=model_id)
 
     def runs_of(
         self, owner: str, limit: int, offset: int, session_id: Optional[str] = None
     ) -> tuple[list[ModelRow], int]:
         """A key's training runs (of one session, or all), newest first, and their total count."""
+        return self._newest_first(ModelRow, ModelRow.created_at, owner, limit, offset, session_id=session_id)
+
+    def _newest_first(
+        self, table: type[Base], order_by: Any, owner: str, limit: int, offset: int, **match: Optional[str]
+    ) -> tuple[list, int]:
+        """One page (`limit` rows from `offset`) of a key's rows of `table` whose columns equal the `match` values
+        that are not None, newest (largest `order_by`) first, and the total count of such rows."""
+        query = select(table).where(table.owner == owner)
+        for column, value in match.items():
+            if value is not None:
+                query = query.where(getattr(table, column) == value)
         with self.session() as s:
-            query = select(ModelRow).where(ModelRow.owner == owner)
-            if session_id is not None:
-                query = query.where(ModelRow.session_id == session_id)
             total = s.scalar(select(func.count()).select_from(query.subquery()))
-            rows = s.scalars(query.order_by(ModelRow.created_at.desc()).limit(limit).offset(offset)).all()
+            rows = s.scalars(query.order_by(order_by.desc()).limit(limit).offset(offset)).all()
         return list(rows), int(total or 0)

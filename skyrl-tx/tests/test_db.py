@@ -140,3 +140,34 @@ def test_a_notifier_event_lives_only_while_someone_polls():
         assert notifier.watched() == 0
 
     asyncio.run(scenario())
+
+
+
+def test_listings_page_through_one_keys_rows_newest_first_with_an_optional_filter(database_url):
+    import datetime as dt
+
+    db = Database(database_url)
+    db.create_schema()
+    with db.session() as s:
+        for day, (owner, session_id) in enumerate([("a", "s1"), ("a", "s2"), ("a", "s1"), ("b", "s1")]):
+            created = dt.datetime(2026, 1, 1 + day, tzinfo=dt.UTC)
+            row = ModelRow(model_id=f"m{day}", session_id=session_id, owner=owner, base_model="tiny", lora_config={})
+            row.user_metadata, row.created_at = {}, created
+            s.add(row)
+    for owner, model_id, name in [("a", "m0", "c0"), ("a", "m1", "c1"), ("a", "m0", "c2"), ("b", "m3", "c3")]:
+        db.record_checkpoint(owner, model_id, "training", name, f"tinker://{model_id}/{name}", 1, {})
+
+    def runs(*args, **kwargs):
+        rows, total = db.runs_of(*args, **kwargs)
+        return [row.model_id for row in rows], total
+
+    def checkpoints(*args):
+        rows, total = db.checkpoints_of(*args)
+        return [row.name for row in rows], total
+
+    assert runs("a", 10, 0) == (["m2", "m1", "m0"], 3)
+    assert runs("a", 1, 1) == (["m1"], 3)
+    assert runs("a", 10, 0, session_id="s1") == (["m2", "m0"], 2)
+    assert checkpoints("a", None, 10, 0) == (["c2", "c1", "c0"], 3)
+    assert checkpoints("a", "m0", 1, 0) == (["c2"], 2)
+    db.engine.dispose()

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Optional, TypedDict
 
 from skyrl_gym.core import Env
 from skyrl_gym.errors import EnvOutputError, EnvStateError
+from skyrl_gym.tools.core import ToolResult
 from skyrl_gym.tools.toolbox import Toolbox
 
 ConversationType = list[dict[str, str]]
@@ -137,6 +138,9 @@ class BaseTextEnv(Env[ConversationType, str]):
     default_max_turns: int = 1
     config_keys: ClassVar[Optional[tuple[str, ...]]] = None
     """The env_config keys this env reads (besides `max_turns`); None: the subclass checks its keys itself."""
+    episode_tallies: ClassVar[dict[str, Any]] = {}
+    """Per-episode tallies by attribute name, with their start values (immutable: numbers, bools): set on the env at
+    construction and at every episode start, and reported by `get_metrics` under their own names."""
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         self.env_config: dict[str, Any] = dict(env_config or {})
@@ -154,6 +158,7 @@ class BaseTextEnv(Env[ConversationType, str]):
         self.toolbox = Toolbox()
         self.turns = 0
         self.episode_reward = 0.0
+        self._reset_episode_tallies()
         self._started = False
         self._implicit = False  # the current episode was started by `step`, not by `init`
         self._done = False
@@ -198,14 +203,19 @@ class BaseTextEnv(Env[ConversationType, str]):
         return prompt, {}
 
     def _begin_episode(self) -> None:
-        """Reset turn accounting; subclasses overriding `init` call this (or `super().init`)."""
+        """Reset turn accounting and the `episode_tallies`; subclasses overriding `init` call this (or `super().init`)."""
         if self._closed:
             raise EnvStateError(f"{type(self).__name__}.init called after close()")
         self.turns = 0
         self.episode_reward = 0.0
+        self._reset_episode_tallies()
         self._started = True
         self._implicit = False
         self._done = False
+
+    def _reset_episode_tallies(self) -> None:
+        for name, start in self.episode_tallies.items():
+            setattr(self, name, start)
 
     def _begin_implicit_episode(self) -> None:
         """Start the episode `step` needs when `init` was not called: only for single-turn envs (see class doc)."""
@@ -254,10 +264,20 @@ class BaseTextEnv(Env[ConversationType, str]):
             self._closed = True
             self.toolbox.close()
 
+    def query_tool(self, tool: str, query: Optional[str]) -> tuple[Optional[ToolResult], dict[str, Any]]:
+        """Call `tool` with `{"query": query}` for a turn that asked it something, and return the result and the
+        step metadata (`tool_error` when the call failed); a turn that asked nothing (`query` None) gets no result
+        and the metadata `{"no_action": True}`."""
+        if query is None:
+            return None, {"no_action": True}
+        result = self.toolbox.call(tool, {"query": query})
+        return result, ({} if result.ok else {"tool_error": result.error})
+
     # ----- metrics --------------------------------------------------------------------------------------------
     def get_metrics(self) -> dict[str, Any]:
-        """Per-episode metrics; subclasses add their own keys to this dict."""
-        return {"turns": self.turns, "episode_reward": self.episode_reward}
+        """Per-episode metrics: `turns`, `episode_reward` and the `episode_tallies`; subclasses may add keys."""
+        tallies = {name: getattr(self, name) for name in self.episode_tallies}
+        return {"turns": self.turns, "episode_reward": self.episode_reward, **tallies}
 
     @classmethod
     def aggregate_metrics(cls, metrics: list[dict[str, Any]]) -> dict[str, float]:

@@ -115,6 +115,29 @@ def test_aggregate_metrics_averages_numeric_keys_only():
 
 
 # ----- implicit episodes (stepping a single-turn env without init, as SkyRL's examples do) --------------------------
+class TallyingEnv(EchoEnv):
+    """EchoEnv that tallies its "go" actions and whether it was told to stop, as `episode_tallies`."""
+
+    episode_tallies = {"goes": 0, "stopped": False}
+
+    def _step(self, action):
+        self.goes += action == "go"
+        self.stopped = action == "stop"
+        return super()._step(action)
+
+
+def test_episode_tallies_start_at_their_values_every_episode_and_are_reported():
+    env = TallyingEnv()
+    assert (env.goes, env.stopped) == (0, False)
+    env.init([])
+    env.step("go")
+    env.step("go")
+    env.step("stop")
+    assert env.get_metrics() == {"turns": 3, "episode_reward": 1.5, "goes": 2, "stopped": True}
+    env.init([])
+    assert env.get_metrics() == {"turns": 0, "episode_reward": 0.0, "goes": 0, "stopped": False}
+
+
 class CountingEnv(BaseTextEnv):
     """Single-turn: records every init prompt; the reward is 1.0 when the action equals the ground truth."""
 

@@ -34,9 +34,8 @@ def make_env(tests, env_config=None, extra_info=None) -> CodeEnv:
 
 
 # ----- extraction -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "response, expected",
-    [
+READINGS = {
+    extract_code_block: [
         ("```python\nprint(1)\n```", "print(1)\n"),
         ("```\nprint(2)\n```", "print(2)\n"),
         ("```py\nprint(3)\n```", "print(3)\n"),
@@ -47,10 +46,13 @@ def make_env(tests, env_config=None, extra_info=None) -> CodeEnv:
         ("no code at all", None),
         ("```python\nprint('never closed')", None),
         ("```cpp\nint main() {}\n```", None),
-    ],
-)
-def test_extract_code_block(response, expected):
-    assert extract_code_block(response) == expected
+    ]
+}
+"""The code block each response yields (None: no runnable block); the conftest parametrizes the test below."""
+
+
+def test_extract_code_block(reader, given, expected):
+    assert reader(given) == expected
 
 
 def test_normalize_output_ignores_trailing_whitespace_per_line_only():

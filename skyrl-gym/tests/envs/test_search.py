@@ -13,21 +13,8 @@ CORPUS = [
     {"id": "d3", "title": "Danube", "text": "The Danube flows through Vienna and Budapest."},
 ]
 PROMPT = [{"role": "user", "content": "What is the highest mountain in the Alps?"}]
-
-
-@pytest.fixture
-def make_env(closing):
-    """`make_env(url, ground_truth, **env_config)`: a search env on `url`, closed after the test."""
-
-    def make(url: str, ground_truth=None, **config) -> SearchEnv:
-        truth = {"target": ["Mont Blanc", "Monte Bianco"]} if ground_truth is None else ground_truth
-        return closing(
-            SearchEnv(
-                {"search_url": url, "topk": 2, **config}, {"reward_spec": {"method": "rule", "ground_truth": truth}}
-            )
-        )
-
-    return make
+SEARCH_ENV = ("search", {"topk": 2}, {"target": ["Mont Blanc", "Monte Bianco"]})
+"""The `make_search_env` fixture's env id, env_config defaults and default ground truth."""
 
 
 # ----- the reward rule ----------------------------------------------------------------------------------------------
@@ -92,7 +79,7 @@ def test_parse_targets_shapes():
 
 # ----- trajectories against a real server ---------------------------------------------------------------------------
 @pytest.mark.integration
-def test_search_then_correct_answer(server):
+def test_search_then_correct_answer(server, step_output):
     env = skyrl_gym.make(
         "search",
         env_config={"search_url": server.url, "topk": 2},
@@ -101,25 +88,13 @@ def test_search_then_correct_answer(server):
     assert isinstance(env, SearchEnv) and env.max_turns == 4
     assert env.init(PROMPT) == (PROMPT, {})
     first = env.step("<think>I should look it up.</think><search>highest mountain Alps</search>")
-    assert first["done"] is False and first["reward"] == 0.0
-    assert first["observations"] == [
-        {
-            "role": "user",
-            "content": (
-                "<information>Doc 1 (Title: Mont Blanc): Mont Blanc is the highest mountain in the Alps, "
-                "at 4808 metres.\nDoc 2 (Title: Alps): The Alps are a mountain range in Europe.</information>"
-            ),
-        }
-    ]
-    assert first["metadata"] == {"search_query": "highest mountain Alps"}
+    passages = (
+        "<information>Doc 1 (Title: Mont Blanc): Mont Blanc is the highest mountain in the Alps, "
+        "at 4808 metres.\nDoc 2 (Title: Alps): The Alps are a mountain range in Europe.</information>"
+    )
+    assert first == step_output(0.0, False, {"search_query": "highest mountain Alps"}, passages)
     final = env.step("<answer>The Mont Blanc</answer>")
-    assert final == {
-        "observations": [],
-        "reward": 1.0,
-        "done": True,
-        "postprocessed_action": None,
-        "metadata": {"answer": "The Mont Blanc", "correct": True},
-    }
+    assert final == step_output(1.0, True, {"answer": "The Mont Blanc", "correct": True})
     assert env.get_metrics() == {
         "turns": 2,
         "episode_reward": 1.0,
@@ -132,9 +107,8 @@ def test_search_then_correct_answer(server):
 
 
 @pytest.mark.integration
-def test_wrong_answer_and_query_without_matches(server, make_env):
-    env = make_env(server.url)
-    env.init(PROMPT)
+def test_wrong_answer_and_query_without_matches(server, make_search_env):
+    env = make_search_env(server.url)
     miss = env.step("<search>zebra</search>")
     assert miss["observations"][0]["content"] == "<information>No documents matched the query.</information>"
     out = env.step("<answer>Matterhorn</answer>")
@@ -142,9 +116,8 @@ def test_wrong_answer_and_query_without_matches(server, make_env):
 
 
 @pytest.mark.integration
-def test_no_answer_within_max_turns_scores_zero(server, make_env):
-    env = make_env(server.url, max_turns=2)
-    env.init(PROMPT)
+def test_no_answer_within_max_turns_scores_zero(server, make_search_env):
+    env = make_search_env(server.url, max_turns=2)
     hint = env.step("hmm")
     assert hint["observations"] == [{"role": "user", "content": NO_ACTION_HINT}]
     assert hint["metadata"] == {"no_action": True}
@@ -155,10 +128,9 @@ def test_no_answer_within_max_turns_scores_zero(server, make_env):
 
 
 @pytest.mark.integration
-def test_unreachable_server_is_an_observation_not_an_exception(closed_port_url, make_env):
+def test_unreachable_server_is_an_observation_not_an_exception(closed_port_url, make_search_env):
     url = closed_port_url
-    env = make_env(url, max_attempts=2, backoff_base=0.01)
-    env.init(PROMPT)
+    env = make_search_env(url, max_attempts=2, backoff_base=0.01)
     out = env.step("<search>highest mountain</search>")
     assert not out["done"]
     reason = out["metadata"]["tool_error"]
@@ -169,22 +141,21 @@ def test_unreachable_server_is_an_observation_not_an_exception(closed_port_url, 
     assert env.get_metrics()["search_errors"] == 1
 
 
-def test_answer_ends_even_with_a_search_in_the_same_turn(closed_port_url, make_env):
-    env = make_env(closed_port_url)  # never contacted
-    env.init(PROMPT)
+def test_answer_ends_even_with_a_search_in_the_same_turn(closed_port_url, make_search_env):
+    env = make_search_env(closed_port_url)  # never contacted
     out = env.step("<search>x</search><answer>Mont Blanc</answer>")
     assert out["done"] and out["reward"] == 1.0
 
 
-def test_close_releases_the_client(make_env):
-    env = make_env("http://127.0.0.1:9")
+def test_close_releases_the_client(make_search_env):
+    env = make_search_env("http://127.0.0.1:9")
     env.close()
     env.close()
     assert env.toolbox.groups[0]._client.is_closed
 
 
-def test_config_errors(make_env):
+def test_config_errors(make_search_env):
     with pytest.raises(ValueError, match="topk"):
-        make_env("http://127.0.0.1:9", topk=0)
+        make_search_env("http://127.0.0.1:9", topk=0)
     with pytest.raises(ValueError, match="search_url"):
-        make_env("127.0.0.1:9")
+        make_search_env("127.0.0.1:9")

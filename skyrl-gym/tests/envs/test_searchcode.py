@@ -2,7 +2,6 @@
 
 import pytest
 
-import skyrl_gym
 from skyrl_gym import EnvStateError, guarded_step
 from skyrl_gym.envs.searchcode import SearchCodeEnv, parse_tool_tag
 from skyrl_gym.envs.searchcode.env import EMPTY_TOOL_HINT, NO_TOOL_HINT
@@ -13,23 +12,8 @@ CORPUS = [
     {"id": "d3", "title": "Danube", "text": "The Danube flows through Vienna."},
 ]
 PROMPT = [{"role": "user", "content": "A hen lays eggs sold at the market. How much per day? End with #### N."}]
-
-
-@pytest.fixture
-def make_env(closing):
-    """`make_env(url, ground_truth, max_turns, **env_config)`: a started searchcode env on `url`, closed after the
-    test."""
-
-    def make(url: str, ground_truth="32", max_turns=None, **config) -> SearchCodeEnv:
-        extras = {"reward_spec": {"method": "rule", "ground_truth": ground_truth}}
-        if max_turns is not None:
-            extras["max_turns"] = max_turns
-        env = skyrl_gym.make("searchcode", env_config={"search_url": url, "topk": 1, **config}, extras=extras)
-        closing(env)
-        env.init(PROMPT)
-        return env
-
-    return make
+SEARCH_ENV = ("searchcode", {"topk": 1}, "32")
+"""The `make_search_env` fixture's env id, env_config defaults and default ground truth."""
 
 
 # ----- parsing (pure) -----------------------------------------------------------------------------------------------
@@ -97,8 +81,8 @@ def test_step_before_init_is_refused():
 
 # ----- episodes -----------------------------------------------------------------------------------------------------
 @pytest.mark.integration
-def test_search_then_python_then_solution(server, make_env):
-    env = make_env(server.url, max_turns=3)
+def test_search_then_python_then_solution(server, make_search_env, step_output):
+    env = make_search_env(server.url, max_turns=3)
     found = env.step("<tool><search>hen eggs per day</search></tool>")
     assert found["done"] is False and found["reward"] == 0.0
     assert found["observations"] == [{"role": "user", "content": "Doc 1 (Title: Eggs): A hen lays 16 eggs per day."}]
@@ -107,13 +91,9 @@ def test_search_then_python_then_solution(server, make_env):
     assert computed["observations"] == [{"role": "user", "content": "32"}]
     assert computed["metadata"] == {"tool": "sandbox__python", "tool_input": "print(16 * 2)"}
     final = env.step("<solution>She makes 32 dollars.\n#### 32</solution>")
-    assert final == {
-        "observations": [],
-        "reward": 1.0,
-        "done": True,
-        "postprocessed_action": None,
-        "metadata": {"solution": "She makes 32 dollars.\n#### 32", "pred": "32", "correct": True},
-    }
+    assert final == step_output(
+        1.0, True, {"solution": "She makes 32 dollars.\n#### 32", "pred": "32", "correct": True}
+    )
     assert env.get_metrics() == {
         "turns": 3,
         "episode_reward": 1.0,
@@ -126,29 +106,29 @@ def test_search_then_python_then_solution(server, make_env):
 
 
 @pytest.mark.integration
-def test_wrong_and_unformatted_solutions_score_zero(server, make_env):
-    wrong = make_env(server.url).step("<solution>#### 31</solution>")
+def test_wrong_and_unformatted_solutions_score_zero(server, make_search_env):
+    wrong = make_search_env(server.url).step("<solution>#### 31</solution>")
     assert wrong["done"] and wrong["reward"] == 0.0 and wrong["metadata"]["pred"] == "31"
-    bare = make_env(server.url).step("<solution>32</solution>")  # strict rule: no `####`, no answer
+    bare = make_search_env(server.url).step("<solution>32</solution>")  # strict rule: no `####`, no answer
     assert bare["reward"] == 0.0 and bare["metadata"]["pred"] is None
 
 
 @pytest.mark.integration
-def test_the_last_marker_in_the_models_turns_counts_and_tool_output_never_does(server, make_env):
-    env = make_env(server.url, max_turns=3)
+def test_the_last_marker_in_the_models_turns_counts_and_tool_output_never_does(server, make_search_env):
+    env = make_search_env(server.url, max_turns=3)
     printed = env.step("First guess #### 30\n<tool><python>print('#' * 4, 16 * 2)</python></tool>")
     assert printed["observations"][0]["content"] == "#### 32"
     final = env.step("<solution>I am not sure.</solution>")  # '#### 32' appeared only in the tool's output
     assert final["reward"] == 0.0 and final["metadata"]["pred"] == "30"
-    env = make_env(server.url, max_turns=3)
+    env = make_search_env(server.url, max_turns=3)
     env.step("First guess #### 30\n<tool><python>print(16 * 2)</python></tool>")
     final = env.step("<solution>#### $32.00</solution>")
     assert final["reward"] == 1.0 and final["metadata"]["pred"] == "32"  # the last `####`, compared as a number
 
 
 @pytest.mark.integration
-def test_last_turn_is_scored_and_runs_no_tool(server, make_env):
-    env = make_env(server.url)  # max_turns 2
+def test_last_turn_is_scored_and_runs_no_tool(server, make_search_env):
+    env = make_search_env(server.url)  # max_turns 2
     env.step("<tool><python>print(16 * 2)</python></tool>")
     last = env.step("So #### 32 <tool><python>import time; time.sleep(30)</python></tool>")
     assert last["done"] and last["reward"] == 1.0 and last["observations"] == []
@@ -157,8 +137,8 @@ def test_last_turn_is_scored_and_runs_no_tool(server, make_env):
 
 
 @pytest.mark.integration
-def test_model_mistakes_are_observations(server, make_env):
-    env = make_env(server.url, max_turns=6)
+def test_model_mistakes_are_observations(server, make_search_env):
+    env = make_search_env(server.url, max_turns=6)
     missing = env.step("Let me think about eggs.")
     assert missing["observations"] == [{"role": "user", "content": NO_TOOL_HINT}]
     assert missing["metadata"] == {"tool_error": NO_TOOL_HINT} and missing["done"] is False
@@ -177,17 +157,17 @@ def test_model_mistakes_are_observations(server, make_env):
 
 
 @pytest.mark.integration
-def test_python_time_limit_from_env_config(server, make_env):
-    env = make_env(server.url, sandbox={"timeout_s": 1.0})
+def test_python_time_limit_from_env_config(server, make_search_env):
+    env = make_search_env(server.url, sandbox={"timeout_s": 1.0})
     out = env.step("<tool><python>while True:\n    pass</python></tool>")
     assert out["done"] is False
     assert out["observations"][0]["content"] == "Error: the program exceeded the time limit of 1 s"
 
 
 @pytest.mark.integration
-def test_search_server_down_is_a_failed_step_not_a_zero(closed_port_url, make_env):
+def test_search_server_down_is_a_failed_step_not_a_zero(closed_port_url, make_search_env):
     url = closed_port_url
-    env = make_env(url, max_attempts=2, backoff_base=0.01)
+    env = make_search_env(url, max_attempts=2, backoff_base=0.01)
     out = guarded_step(env, "<tool><search>hen eggs</search></tool>", timeout_s=30)
     assert out["done"] is True and out["reward"] == 0.0 and out["observations"] == []
     error = out["metadata"]["env_error"]
@@ -201,15 +181,15 @@ def test_search_server_down_is_a_failed_step_not_a_zero(closed_port_url, make_en
 
 
 @pytest.mark.integration
-def test_search_server_rejecting_the_request_is_a_failed_step(server, make_env):
-    env = make_env(server.url, topk=500)  # the server allows at most 100
+def test_search_server_rejecting_the_request_is_a_failed_step(server, make_search_env):
+    env = make_search_env(server.url, topk=500)  # the server allows at most 100
     error = env.step("<tool><search>eggs</search></tool>")["metadata"]["env_error"]
     assert error["kind"] == "tool_unavailable" and "rejected the query (HTTP 422)" in error["reason"]
 
 
 @pytest.mark.integration
-def test_broken_sandbox_is_a_failed_step(server, make_env):
-    env = make_env(server.url, sandbox={"python_executable": "/nonexistent/python3"})
+def test_broken_sandbox_is_a_failed_step(server, make_search_env):
+    env = make_search_env(server.url, sandbox={"python_executable": "/nonexistent/python3"})
     out = env.step("<tool><python>print(1)</python></tool>")
     assert out["done"] and out["metadata"]["env_error"]["kind"] == "tool_unavailable"
     assert (

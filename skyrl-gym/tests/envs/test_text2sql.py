@@ -44,7 +44,7 @@ def make_env(db_dir, gold=GOLD, db_id="shop", **config) -> Text2SQLEnv:
     return Text2SQLEnv({"db_path": str(db_dir), **config}, extras)
 
 
-def test_full_trajectory_query_error_then_correct_solution(db_dir):
+def test_full_trajectory_query_error_then_correct_solution(db_dir, step_output):
     env = skyrl_gym.make(
         "text2sql",
         env_config={"db_path": str(db_dir)},
@@ -55,17 +55,11 @@ def test_full_trajectory_query_error_then_correct_solution(db_dir):
     assert prompt == PROMPT and info == {"db_id": "shop"}
 
     first = env.step("Let me look.\n<sql>SELECT name, city FROM customers ORDER BY id</sql>")
-    assert first["done"] is False and first["reward"] == 0.0
-    assert first["observations"] == [
-        {
-            "role": "user",
-            "content": (
-                "<observation>\n| name | city |\n| --- | --- |\n| Ann | Oslo |\n| Bob | Lima |\n| Cid | Oslo |\n"
-                "(3 rows)\nYou have 4 turns left.\n</observation>"
-            ),
-        }
-    ]
-    assert first["metadata"] == {}
+    table = (
+        "<observation>\n| name | city |\n| --- | --- |\n| Ann | Oslo |\n| Bob | Lima |\n| Cid | Oslo |\n"
+        "(3 rows)\nYou have 4 turns left.\n</observation>"
+    )
+    assert first == step_output(0.0, False, {}, table)
 
     second = env.step("<sql>SELECT nme FROM customers</sql>")
     assert second["done"] is False and second["reward"] == 0.0
@@ -228,6 +222,17 @@ def test_size_caps_from_config_reach_the_tool_and_the_scorer(db_dir):
     assert "longer than 100 bytes, the cap on one value (max_value_bytes=100)" in out["metadata"]["tool_error"]
     out = env.step("<solution>SELECT name FROM customers, orders</solution>")  # 12 rows of 3 bytes
     assert out["reward"] == 0.0 and "the 30-byte cap on a query's result" in out["metadata"]["solution_error"]
+
+
+def test_score_row_cap_and_timeout_from_config_reach_the_scorer(db_dir):
+    env = make_env(db_dir, score_max_rows=2, score_timeout_s=0.2)
+    env.init(PROMPT)
+    out = env.step("<solution>SELECT name FROM customers</solution>")  # 3 rows; the gold query has 2
+    assert out["reward"] == 0.0 and out["metadata"]["solution_error"] == "the solution returns more than 2 rows"
+    env.init(PROMPT)
+    slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT max(i) FROM n"
+    out = env.step(f"<solution>{slow}</solution>")
+    assert out["reward"] == 0.0 and "timed out after 0.2 s" in out["metadata"]["solution_error"]
 
 
 def test_the_scorer_refuses_a_huge_value_from_the_solution(db_dir):

@@ -14,10 +14,18 @@ from skyrl_gym.rewards.answer_extraction import (
     strip_end_markers,
 )
 
+END_MARKED_SEVENS = [
+    "\\boxed{7}<|im_end|>",
+    "Answer: 7<|endoftext|>",
+    "Answer: 7<|eot_id|>",
+    "Answer: 7 <|eot_id|><|end_of_text|>\n",
+    "Answer: 7</s>",
+]
+"""Answers of 7 followed by end-of-turn markers, which extraction strips."""
 
-@pytest.mark.parametrize(
-    "response, expected",
-    [
+
+READINGS = {
+    extract_boxed_answer: [
         ("so the answer is \\boxed{42}.", "42"),
         ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
         ("\\boxed{\\left\\{ 1, 2 \\right\\}}", "\\left\\{ 1, 2 \\right\\}"),  # escaped braces do not count
@@ -32,23 +40,7 @@ from skyrl_gym.rewards.answer_extraction import (
         ("no box here", None),
         ("\\boxedx{3}", None),
     ],
-)
-def test_boxed_extraction(response, expected):
-    assert extract_boxed_answer(response) == expected
-
-
-def test_brace_depth_and_answer_length_are_bounded():
-    ok = "\\boxed{" + "{" * (MAX_BRACE_DEPTH - 1) + "1" + "}" * (MAX_BRACE_DEPTH - 1) + "}"
-    assert extract_boxed_answer(ok) is not None
-    too_deep = "\\boxed{" + "{" * MAX_BRACE_DEPTH + "1" + "}" * MAX_BRACE_DEPTH + "}"
-    assert extract_boxed_answer(too_deep) is None
-    too_long = "\\boxed{" + "1" * (MAX_ANSWER_CHARS + 5) + "}"
-    assert extract_boxed_answer(too_long) is None
-
-
-@pytest.mark.parametrize(
-    "response, expected",
-    [
+    extract_answer_line: [
         ("Reasoning...\nAnswer: 42", "42"),
         ("Answer: $\\frac{3}{4}$.", "\\frac{3}{4}"),
         ("**Final Answer:** 17", "17"),
@@ -58,28 +50,28 @@ def test_brace_depth_and_answer_length_are_bounded():
         ("Answer:", None),
         ("no final line", None),
     ],
-)
-def test_answer_line_extraction(response, expected):
-    assert extract_answer_line(response) == expected
-
-
-def test_boxed_wins_over_an_answer_line():
-    assert extract_final_answer("\\boxed{5}\nAnswer: 6") == "5"
-    assert extract_final_answer("Answer: 6") == "6"
-
-
-@pytest.mark.parametrize(
-    "response",
-    [
-        "\\boxed{7}<|im_end|>",
-        "Answer: 7<|endoftext|>",
-        "Answer: 7<|eot_id|>",
-        "Answer: 7 <|eot_id|><|end_of_text|>\n",
-        "Answer: 7</s>",
+    extract_final_answer: [
+        ("\\boxed{5}\nAnswer: 6", "5"),  # a box wins over an answer line
+        ("Answer: 6", "6"),
+        ("I think it is probably seven.", None),
+        ("Answer: 7<|im_end", "7<|im_end"),  # a mangled marker is not stripped
+        *[(response, "7") for response in END_MARKED_SEVENS],
     ],
-)
-def test_end_of_turn_markers_are_stripped(response):
-    assert extract_final_answer(response) == "7"
+}
+"""Each extractor, a response and what it extracts (None: no answer); the conftest parametrizes the test below."""
+
+
+def test_extractor_returns_the_expected_answer(reader, given, expected):
+    assert reader(given) == expected
+
+
+def test_brace_depth_and_answer_length_are_bounded():
+    ok = "\\boxed{" + "{" * (MAX_BRACE_DEPTH - 1) + "1" + "}" * (MAX_BRACE_DEPTH - 1) + "}"
+    assert extract_boxed_answer(ok) is not None
+    too_deep = "\\boxed{" + "{" * MAX_BRACE_DEPTH + "1" + "}" * MAX_BRACE_DEPTH + "}"
+    assert extract_boxed_answer(too_deep) is None
+    too_long = "\\boxed{" + "1" * (MAX_ANSWER_CHARS + 5) + "}"
+    assert extract_boxed_answer(too_long) is None
 
 
 def test_every_end_of_turn_marker_is_stripped_by_the_math_and_the_synthetic_envs():
@@ -93,11 +85,6 @@ def test_every_end_of_turn_marker_is_stripped_by_the_math_and_the_synthetic_envs
 
 def test_mangled_marker_is_not_stripped():
     assert strip_end_markers("Answer: 7<|im_end") == "Answer: 7<|im_end"
-    assert extract_final_answer("Answer: 7<|im_end") == "7<|im_end"
-
-
-def test_no_answer_returns_none():
-    assert extract_final_answer("I think it is probably seven.") is None
 
 
 @pytest.mark.parametrize(

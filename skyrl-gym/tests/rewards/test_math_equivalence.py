@@ -13,10 +13,8 @@ from skyrl_gym.rewards.math_equivalence import (
 )
 from skyrl_gym.rewards.math_normalization import canonical_answer_text, clean_latex_answer, rational_values
 
-
-@pytest.mark.parametrize(
-    "answer, cleaned",
-    [
+READINGS = {
+    clean_latex_answer: [
         ("\\dfrac{3}{4}", "\\frac{3}{4}"),
         ("\\tfrac12", "\\frac12"),
         ("\\left( 1, 2 \\right)", "( 1, 2 )"),
@@ -33,9 +31,20 @@ from skyrl_gym.rewards.math_normalization import canonical_answer_text, clean_la
         ("7.", "7"),
         ("1,\\!000", "1, 000"),
     ],
-)
-def test_clean_latex_answer(answer, cleaned):
-    assert clean_latex_answer(answer) == cleaned
+    parse_math_ground_truth: [
+        ("\\frac{1}{2}", ["\\frac{1}{2}"]),
+        ("The answer is $\\boxed{\\frac{1}{2}}$.", ["\\frac{1}{2}"]),
+        (7, ["7"]),
+        (0.5, ["0.5"]),
+        (["1", "\\frac{2}{2}"], ["1", "\\frac{2}{2}"]),
+    ],
+    parse_aime_ground_truth: [(33, 33), ("33", 33), ("033", 33), ("\\boxed{204}", 204), (0, 0)],
+}
+"""Each reader, what it is given and what it returns; the conftest parametrizes the test below."""
+
+
+def test_reader_returns_the_expected_value(reader, given, expected):
+    assert reader(given) == expected
 
 
 def test_canonical_text_expands_short_forms_and_drops_spaces():
@@ -150,30 +159,11 @@ def test_grade_math_response():
 
 
 @pytest.mark.parametrize(
-    "ground_truth, answers",
-    [
-        ("\\frac{1}{2}", ["\\frac{1}{2}"]),
-        ("The answer is $\\boxed{\\frac{1}{2}}$.", ["\\frac{1}{2}"]),
-        (7, ["7"]),
-        (0.5, ["0.5"]),
-        (["1", "\\frac{2}{2}"], ["1", "\\frac{2}{2}"]),
-    ],
-)
-def test_math_ground_truth_reader(ground_truth, answers):
-    assert parse_math_ground_truth(ground_truth) == answers
-
-
-@pytest.mark.parametrize(
     "bad", [None, True, "", "   ", [], {"answer": 1}, float("nan"), "\\boxed{1", "x" * 5000, ["1", None]]
 )
 def test_malformed_math_ground_truth_raises_naming_the_field(bad):
     with pytest.raises(ValueError, match=r"reward_spec\.ground_truth"):
         parse_math_ground_truth(bad)
-
-
-@pytest.mark.parametrize("ground_truth, value", [(33, 33), ("33", 33), ("033", 33), ("\\boxed{204}", 204), (0, 0)])
-def test_aime_ground_truth_reader(ground_truth, value):
-    assert parse_aime_ground_truth(ground_truth) == value
 
 
 @pytest.mark.parametrize("bad", [1000, -1, "1000", "3.5", 3.0, "\\frac{1}{2}", "abc", None, True, [33]])

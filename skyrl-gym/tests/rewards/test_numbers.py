@@ -14,10 +14,8 @@ from skyrl_gym.rewards.numbers import (
     parse_ground_truth_number,
 )
 
-
-@pytest.mark.parametrize(
-    "written, canonical",
-    [
+READINGS = {
+    normalize_number: [
         ("1,234", "1234"),
         ("$1,234", "1234"),
         ("$ 18", "18"),
@@ -32,20 +30,10 @@ from skyrl_gym.rewards.numbers import (
         ("1,234,567.125", "1234567.125"),
         ("42.", "42"),
         (" 7 ", "7"),
+        *[(written, None) for written in ["", "abc", "1.2.3", "+-5", "--5", "12a", "$", "1" * 300]],
     ],
-)
-def test_normalize_number_canonical_forms(written, canonical):
-    assert normalize_number(written) == canonical
-
-
-@pytest.mark.parametrize("written", ["", "abc", "1.2.3", "+-5", "--5", "12a", "$", "1" * 300])
-def test_normalize_number_rejects_non_numbers(written):
-    assert normalize_number(written) is None
-
-
-@pytest.mark.parametrize(
-    "response, expected",
-    [
+    # strict: the number after the last `####` marker, or nothing
+    extract_strict_answer: [
         ("She has 3 apples.\n#### 1,234", "1234"),
         ("#### $18.00", "18"),
         ("####72", "72"),
@@ -53,34 +41,33 @@ def test_normalize_number_rejects_non_numbers(written):
         ("first #### 5 then corrected #### 6", "6"),
         ("#### 12 dollars", "12"),
         ("#### 0.5", "0.5"),
+        *[(response, None) for response in ["The answer is 72.", "#### seventy-two", "####", "# 72", ""]],
     ],
-)
-def test_strict_reads_the_number_after_the_last_marker(response, expected):
-    assert extract_strict_answer(response) == expected
-
-
-@pytest.mark.parametrize("response", ["The answer is 72.", "#### seventy-two", "####", "# 72", ""])
-def test_strict_finds_nothing_without_a_marked_number(response):
-    assert extract_strict_answer(response) is None
-
-
-@pytest.mark.parametrize(
-    "response, expected",
-    [
+    # flexible: the last number anywhere
+    extract_flexible_answer: [
         ("3 + 4 = 7, so she pays $18.", "18"),
         ("The total is 1,234 dollars", "1234"),
         ("It drops by -4 degrees", "-4"),
         ("The date 2023-05 has 05 last", "5"),  # a hyphen glued to a number is not a sign
         ("Answer: 2.50 and nothing else", "2.5"),
         ("#### 9", "9"),
+        ("no digits here at all", None),
     ],
-)
-def test_flexible_reads_the_last_number(response, expected):
-    assert extract_flexible_answer(response) == expected
+    parse_ground_truth_number: [
+        ("72", Fraction(72)),
+        (72, Fraction(72)),
+        (72.0, Fraction(72)),
+        (0.1, Fraction(1, 10)),
+        ("1,234", Fraction(1234)),
+        ("Natalia sold 48/2 = 24 clips.\n#### 72", Fraction(72)),
+        ("-3.5", Fraction(-7, 2)),
+    ],
+}
+"""Each reader, what it is given and what it returns (None: no number); the conftest parametrizes the test below."""
 
 
-def test_flexible_finds_nothing_without_digits():
-    assert extract_flexible_answer("no digits here at all") is None
+def test_reader_returns_the_expected_value(reader, given, expected):
+    assert reader(given) == expected
 
 
 def test_mode_dispatch_and_unknown_mode():
@@ -97,22 +84,6 @@ def test_only_the_tail_of_a_huge_response_is_scanned_quickly():
     assert extract_flexible_answer(huge) == "42"
     # A marker older than the scan window is not seen.
     assert extract_strict_answer("#### 42 " + "x" * (MAX_SCAN_CHARS + 10)) is None
-
-
-@pytest.mark.parametrize(
-    "ground_truth, value",
-    [
-        ("72", Fraction(72)),
-        (72, Fraction(72)),
-        (72.0, Fraction(72)),
-        (0.1, Fraction(1, 10)),
-        ("1,234", Fraction(1234)),
-        ("Natalia sold 48/2 = 24 clips.\n#### 72", Fraction(72)),
-        ("-3.5", Fraction(-7, 2)),
-    ],
-)
-def test_ground_truth_reader(ground_truth, value):
-    assert parse_ground_truth_number(ground_truth) == value
 
 
 @pytest.mark.parametrize("bad", [None, True, "seventy", "", [72], {"answer": 72}, float("nan"), float("inf")])

@@ -31,24 +31,12 @@ class SearchEnv(BaseTextEnv):
     config_keys = ("search_url", "topk", "timeout", "max_attempts", "backoff_base", "backoff_max", "log_requests")
 
     default_max_turns = 4
+    episode_tallies = {"searches": 0, "search_errors": 0, "answered": False, "correct": False}
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.targets: list[str] = parse_targets(self.ground_truth())
         self.toolbox.add_group(SearchToolGroup.from_env_config(self.env_config))
-        self._reset_tallies()
-
-    def _reset_tallies(self) -> None:
-        self.searches = 0
-        self.search_errors = 0
-        self.answered = False
-        self.correct = False
-
-    def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
-        """Start an episode; the prompt is passed through unchanged."""
-        self._begin_episode()
-        self._reset_tallies()
-        return prompt, {}
 
     def _step(self, action: str) -> BaseTextEnvStepOutput:
         answer = extract_tag(action, "answer")
@@ -61,24 +49,11 @@ class SearchEnv(BaseTextEnv):
         if self.is_last_turn:
             return final_step(0.0, {"truncated": True, "no_answer": True})
         query = extract_tag(action, "search")
-        metadata: dict[str, Any] = {}
-        if query is None:
-            content = NO_ACTION_HINT
-            metadata["no_action"] = True
-        else:
-            self.searches += 1
-            result = self.toolbox.call("search", {"query": query})
-            metadata["search_query"] = query
-            if not result.ok:
-                self.search_errors += 1
-                metadata["tool_error"] = result.error
-            content = f"<information>{result.text}</information>"
-        return reply_step(content, metadata)
-
-    def get_metrics(self) -> dict[str, Any]:
-        """Base metrics plus `searches`, `search_errors`, `answered` and `correct`."""
-        metrics = super().get_metrics()
-        metrics.update(
-            searches=self.searches, search_errors=self.search_errors, answered=self.answered, correct=self.correct
-        )
-        return metrics
+        result, metadata = self.query_tool("search", query)
+        if result is None:
+            return reply_step(NO_ACTION_HINT, metadata)
+        self.searches += 1
+        if not result.ok:
+            self.search_errors += 1
+        metadata["search_query"] = query
+        return reply_step(f"<information>{result.text}</information>", metadata)

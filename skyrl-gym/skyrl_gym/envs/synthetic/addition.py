@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from skyrl_gym.envs.synthetic.arithmetic import ArithmeticEnv
-from skyrl_gym.envs.synthetic.base import Problem, SyntheticTask, check_difficulty
+from skyrl_gym.envs.synthetic.base import Problem, check_difficulty, family_task
 from skyrl_gym.envs.synthetic.expressions import evaluate, parse_expression
 
 
@@ -39,10 +39,4 @@ class AdditionEnv(ArithmeticEnv):
     task_name = "addition"
 
 
-TASK = SyntheticTask(
-    name="addition",
-    make_problem=make_problem,
-    count_problems=count_problems,
-    solve=solve,
-    description="a+b with operands of `difficulty` digits (answer: the sum)",
-)
+TASK = family_task(__name__, "a+b with operands of `difficulty` digits (answer: the sum)")

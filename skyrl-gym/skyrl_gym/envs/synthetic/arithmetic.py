@@ -77,18 +77,8 @@ def score_response(response: str, truth: int) -> base.Score:
     return base.exact_verdict(answer, str(value), value == truth, truth)
 
 
-class ArithmeticEnv(base.SyntheticEnv):
+class ArithmeticEnv(base.SyntheticEnv, family=__name__):
     """Env `arithmetic`: one turn; the response (or its last `<answer>` tag) must be the exact integer result."""
 
-    task_name = "arithmetic"
-    parse_ground_truth = staticmethod(parse_ground_truth)
-    score_response = staticmethod(score_response)
 
-
-TASK = base.SyntheticTask(
-    name="arithmetic",
-    make_problem=make_problem,
-    count_problems=count_problems,
-    solve=solve,
-    description="integer expressions with + - * (answer: the integer)",
-)
+TASK = base.family_task(__name__, "integer expressions with + - * (answer: the integer)")

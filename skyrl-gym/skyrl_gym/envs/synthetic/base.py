@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, TypedDict
@@ -48,6 +49,14 @@ class SyntheticTask:
     def data_source(self) -> str:
         """The `data_source` column value of this family's dataset rows."""
         return f"synthetic/{self.name}"
+
+
+def family_task(module_name: str, description: str) -> SyntheticTask:
+    """The task record of a family module, called at its end as `family_task(__name__, description)`: the family is
+    named after the module and served by the module's `make_problem`, `count_problems` and `solve`."""
+    module = sys.modules[module_name]
+    name = module_name.rsplit(".", 1)[-1]
+    return SyntheticTask(name, module.make_problem, module.count_problems, module.solve, description)
 
 
 def check_difficulty(difficulty: Any) -> int:
@@ -113,9 +122,10 @@ class SyntheticEnv(BaseTextEnv):
     """Single-turn env base for the synthetic families: reads and checks the ground truth at `init`, scores the one
     response with the family's rule and ends the episode.
 
-    Subclasses set `task_name` and the family module's `parse_ground_truth` and `score_response` (as staticmethods);
-    an env_config knob of the rule is read by `read_score_options` into `score_options`, the keyword arguments
-    `score_response` is called with.
+    A family's env subclasses it as `class XEnv(SyntheticEnv, family=__name__)`, which sets `task_name` to the module's
+    name and takes the module's `parse_ground_truth` and `score_response` as the rule (`__init_subclass__`); a subclass
+    of such an env may override `task_name` alone. An env_config knob of the rule is read by `read_score_options` into
+    `score_options`, the keyword arguments `score_response` is called with.
     """
 
     config_keys = ()
@@ -126,6 +136,15 @@ class SyntheticEnv(BaseTextEnv):
     score_response: ClassVar[Callable[..., Score]]
     """`score_response(response, truth, **score_options)`: the family's scoring rule."""
     nonblocking = True  # parsing and scoring a short string: pure Python, microseconds a call
+
+    def __init_subclass__(cls, family: Optional[str] = None, **kwargs: Any) -> None:
+        """With `family` (a family module's `__name__`), take that module's name and scoring rule (see above)."""
+        super().__init_subclass__(**kwargs)
+        if family is not None:
+            module = sys.modules[family]
+            cls.task_name = family.rsplit(".", 1)[-1]
+            cls.parse_ground_truth = staticmethod(module.parse_ground_truth)
+            cls.score_response = staticmethod(module.score_response)
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)

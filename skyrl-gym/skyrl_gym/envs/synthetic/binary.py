@@ -102,18 +102,10 @@ def score_response(response: str, truth: str) -> base.Score:
     return base.exact_verdict(answer, answer, answer == truth, truth)
 
 
-class BinaryEnv(base.SyntheticEnv):
+class BinaryEnv(base.SyntheticEnv, family=__name__):
     """Env `binary`: one turn; the response's last `<answer>` tag (or the whole response) must be the number's bits."""
 
-    task_name = "binary"
-    parse_ground_truth = staticmethod(parse_ground_truth)
-    score_response = staticmethod(score_response)
 
-
-TASK = base.SyntheticTask(
-    name="binary",
-    make_problem=make_problem,
-    count_problems=count_problems,
-    solve=solve,
-    description="write a decimal number in binary, showing the halving (answers of ~100-300 characters)",
+TASK = base.family_task(
+    __name__, "write a decimal number in binary, showing the halving (answers of ~100-300 characters)"
 )

@@ -266,17 +266,13 @@ def score_response(response: str, truth: CountdownTruth, format_reward: float = 
     return base.Score(float(format_reward), False, answer, None, reason, details)
 
 
-class CountdownEnv(base.SyntheticEnv):
+class CountdownEnv(base.SyntheticEnv, family=__name__):
     """Env `countdown`: one turn; the response (or its last `<answer>` tag) is an expression over the given numbers.
 
     env_config: `format_reward` (float in [0, 1), default 0.0) is the reward for a valid expression with a wrong value.
     """
 
     config_keys = ("format_reward",)
-
-    task_name = "countdown"
-    parse_ground_truth = staticmethod(parse_ground_truth)
-    score_response = staticmethod(score_response)
 
     def read_score_options(self) -> dict[str, Any]:
         """`format_reward`: a number in [0, 1)."""
@@ -286,10 +282,4 @@ class CountdownEnv(base.SyntheticEnv):
         return {"format_reward": float(format_reward)}
 
 
-TASK = base.SyntheticTask(
-    name="countdown",
-    make_problem=make_problem,
-    count_problems=count_problems,
-    solve=solve,
-    description="reach the target with + - * / over the given numbers, each at most once",
-)
+TASK = base.family_task(__name__, "reach the target with + - * / over the given numbers, each at most once")

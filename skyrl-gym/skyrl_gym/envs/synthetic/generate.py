@@ -237,17 +237,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI; returns the exit status (2 with a message on bad arguments)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    split_args = {
+        key: getattr(args, key) for key in ("train_size", "test_size", "difficulty", "seed", "prompt_template")
+    }
     try:
         paths = write_dataset(
-            args.out,
-            args.task,
-            train_size=args.train_size,
-            test_size=args.test_size,
-            difficulty=args.difficulty,
-            seed=args.seed,
-            fmt=args.format,
-            prompt_template=args.prompt_template,
-            progress=False if args.no_progress else None,
+            args.out, args.task, fmt=args.format, progress=False if args.no_progress else None, **split_args
         )
     except ValueError as exc:
         parser.error(str(exc))

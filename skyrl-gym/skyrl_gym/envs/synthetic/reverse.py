@@ -81,17 +81,13 @@ def score_response(response: str, truth: str, partial_credit: bool = False) -> b
     return base.Score(reward, False, answer, parse_error, reason, details)
 
 
-class ReverseEnv(base.SyntheticEnv):
+class ReverseEnv(base.SyntheticEnv, family=__name__):
     """Env `reverse`: one turn; the response (or its last `<answer>` tag) must be the question's string reversed.
 
     env_config: `partial_credit` (bool, default False) rewards a wrong answer with the fraction of positions right.
     """
 
     config_keys = ("partial_credit",)
-
-    task_name = "reverse"
-    parse_ground_truth = staticmethod(parse_ground_truth)
-    score_response = staticmethod(score_response)
 
     def read_score_options(self) -> dict[str, Any]:
         """`partial_credit`: true or false."""
@@ -101,10 +97,4 @@ class ReverseEnv(base.SyntheticEnv):
         return {"partial_credit": partial_credit}
 
 
-TASK = base.SyntheticTask(
-    name="reverse",
-    make_problem=make_problem,
-    count_problems=count_problems,
-    solve=solve,
-    description="write the given string backwards",
-)
+TASK = base.family_task(__name__, "write the given string backwards")

@@ -79,6 +79,7 @@ class Text2SQLEnv(BaseTextEnv):
     )
 
     default_max_turns = 5
+    episode_tallies = {"sql_calls": 0, "sql_errors": 0, "gave_solution": False, "solved": False}
 
     def __init__(self, env_config: Optional[dict[str, Any]] = None, extras: Optional[dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
@@ -107,33 +108,28 @@ class Text2SQLEnv(BaseTextEnv):
         if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or penalty > 0:
             raise ValueError(f"Text2SQLEnv: env_config['format_penalty'] must be a number <= 0, got {penalty!r}")
         self.format_penalty = float(penalty)
-        self.score_timeout_s = _positive(config, "score_timeout_s", DEFAULT_SCORE_TIMEOUT_S)
-        self.score_max_rows = int(_positive(config, "score_max_rows", DEFAULT_SCORE_MAX_ROWS))
-        self.score_max_result_bytes = int(_positive(config, "score_max_result_bytes", DEFAULT_SCORE_MAX_RESULT_BYTES))
-        self.max_value_bytes = int(_positive(config, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES))
+        self.score_limits: dict[str, Any] = {
+            "timeout_s": _positive(config, "score_timeout_s", DEFAULT_SCORE_TIMEOUT_S),
+            "max_rows": int(_positive(config, "score_max_rows", DEFAULT_SCORE_MAX_ROWS)),
+            "max_result_bytes": int(_positive(config, "score_max_result_bytes", DEFAULT_SCORE_MAX_RESULT_BYTES)),
+            "max_value_bytes": int(_positive(config, "max_value_bytes", DEFAULT_MAX_VALUE_BYTES)),
+        }
+        """`score_solution`'s caps from env_config (`max_value_bytes` also caps the SQL tool's values)."""
         self.toolbox.add_group(
             SQLToolGroup(
                 self.db_file,
                 timeout_s=_positive(config, "query_timeout_s", DEFAULT_TIMEOUT_S),
                 max_rows=int(_positive(config, "max_rows", DEFAULT_MAX_ROWS)),
                 max_cell_chars=int(_positive(config, "max_cell_chars", DEFAULT_MAX_CELL_CHARS)),
-                max_value_bytes=self.max_value_bytes,
+                max_value_bytes=self.score_limits["max_value_bytes"],
                 max_result_bytes=int(_positive(config, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)),
                 max_sql_bytes=int(_positive(config, "max_sql_bytes", DEFAULT_MAX_SQL_BYTES)),
             )
         )
-        self._reset_tallies()
-
-    def _reset_tallies(self) -> None:
-        self.sql_calls = 0
-        self.sql_errors = 0
-        self.solved = False
-        self.gave_solution = False
 
     def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
         """Start an episode; the prompt (question and schema from the dataset) is passed through unchanged."""
         self._begin_episode()
-        self._reset_tallies()
         return prompt, {"db_id": self.db_id}
 
     def _turns_left_note(self) -> str:
@@ -147,39 +143,17 @@ class Text2SQLEnv(BaseTextEnv):
         if solution is not None:
             self.gave_solution = True
             reward, details = score_solution(
-                self.db_file,
-                solution,
-                self.gold_sql,
-                self.order_matters,
-                self.score_timeout_s,
-                self.score_max_rows,
-                max_result_bytes=self.score_max_result_bytes,
-                max_value_bytes=self.max_value_bytes,
+                self.db_file, solution, self.gold_sql, self.order_matters, **self.score_limits
             )
             self.solved = reward == 1.0
             metadata = {"solution": solution, "correct": self.solved, **details}
             return final_step(reward, metadata)
         if self.is_last_turn:
             return final_step(self.format_penalty, {"truncated": True, "no_solution": True})
-        query = strip_code_fence(extract_tag(action, "sql"))
-        metadata: dict[str, Any] = {}
-        if query is None:
-            body = NO_ACTION_HINT
-            metadata["no_action"] = True
-        else:
+        result, metadata = self.query_tool("sql", strip_code_fence(extract_tag(action, "sql")))
+        if result is not None:
             self.sql_calls += 1
-            result = self.toolbox.call("sql", {"query": query})
-            body = result.text
             if not result.ok:
                 self.sql_errors += 1
-                metadata["tool_error"] = result.error
-        content = f"<observation>\n{body}\n{self._turns_left_note()}\n</observation>"
-        return reply_step(content, metadata)
-
-    def get_metrics(self) -> dict[str, Any]:
-        """Base metrics plus `sql_calls`, `sql_errors`, `gave_solution` and `solved`."""
-        metrics = super().get_metrics()
-        metrics.update(
-            sql_calls=self.sql_calls, sql_errors=self.sql_errors, gave_solution=self.gave_solution, solved=self.solved
-        )
-        return metrics
+        body = NO_ACTION_HINT if result is None else result.text
+        return reply_step(f"<observation>\n{body}\n{self._turns_left_note()}\n</observation>", metadata)
