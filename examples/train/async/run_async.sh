@@ -22,8 +22,6 @@ gsm8k_inputs
 shared_overrides separate "$NUM_POLICY_GPUS" "$NUM_INFERENCE_GPUS"
 exec "$PYTHON" -m skyrl_train.entrypoints.main_base \
   trainer.mode=one_step_off \
-  data.train_data="['$DATA_DIR/train.parquet']" \
-  data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \
   trainer.algorithm.off_policy_correction.tis_ratio_type=token \
   trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high=$TIS_IMP_RATIO_CAP \

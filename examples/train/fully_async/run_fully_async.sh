@@ -24,8 +24,6 @@ gsm8k_inputs
 
 shared_overrides separate "$NUM_POLICY_GPUS" "$NUM_INFERENCE_GPUS"
 exec "$PYTHON" -m skyrl_train.entrypoints.main_base \
-  data.train_data="['$DATA_DIR/train.parquet']" \
-  data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.fully_async.enabled=true \
   trainer.fully_async.max_staleness_steps=$MAX_STALENESS_STEPS \
   trainer.algorithm.advantage_estimator="grpo" \
