@@ -43,6 +43,12 @@ def _render(tmp_path, name: str, data: dict) -> str:
     return renderer.rendered_page(f"<!-- results: {name} -->\n<!-- /results -->\n", tmp_path)
 
 
+def assert_all_in(text: str, *fragments: str) -> None:
+    """Every fragment is in the rendered `text`; a failure names each one that is missing."""
+    missing = [fragment for fragment in fragments if fragment not in text]
+    assert not missing, f"missing from the rendered text: {missing}\n{text}"
+
+
 def test_every_results_block_is_up_to_date():
     stale = [
         str(page.relative_to(REPO))
@@ -57,9 +63,12 @@ def test_renders_the_dynamic_sampling_shape(tmp_path):
     page = "before\n<!-- results: dynamic_sampling -->\nold numbers\n<!-- /results -->\nafter\n"
     text = renderer.rendered_page(page, tmp_path)
     assert "old numbers" not in text and text.startswith("before\n") and text.endswith("<!-- /results -->\nafter\n")
-    assert "| dapo | 10 | 410 | 0.400 | not reached |" in text
-    assert "| grpo | 10 | 320 | 0.500 | 320 |" in text
-    assert "Measured on 2-core CPU, 2026-11-23" in text
+    assert_all_in(
+        text,
+        "| dapo | 10 | 410 | 0.400 | not reached |",
+        "| grpo | 10 | 320 | 0.500 | 320 |",
+        "Measured on 2-core CPU, 2026-11-23",
+    )
     assert renderer.rendered_page(text, tmp_path) == text  # rendering is idempotent
 
 
@@ -99,9 +108,12 @@ def test_renders_the_minimal_grpo_shape(tmp_path):
         "seconds": 150.0,
     }
     text = _render(tmp_path, "minimal_grpo", run)
-    assert "| 300 | 32 x 8 | 0.0002 | 2 | 0.250 -> 0.600 (200 problems, greedy) | 150 s | 0.50 s |" in text
-    assert "Held-out accuracy by step: 0: 0.250, 150: 0.500, 300: 0.600." in text
-    assert "Measured on 2 CPUs, x86_64, torch 2.13.0+cpu, 2026-11-23" in text
+    assert_all_in(
+        text,
+        "| 300 | 32 x 8 | 0.0002 | 2 | 0.250 -> 0.600 (200 problems, greedy) | 150 s | 0.50 s |",
+        "Held-out accuracy by step: 0: 0.250, 150: 0.500, 300: 0.600.",
+        "Measured on 2 CPUs, x86_64, torch 2.13.0+cpu, 2026-11-23",
+    )
 
 
 def _vs_trl_run(seconds: float, completions: float, accuracy: float, peaks: dict, **extra) -> dict:
@@ -168,14 +180,17 @@ def test_renders_the_vs_trl_shape(tmp_path):
         "Ours / TRL over 2 seed(s) (mean ± standard error): 2.00 ± 0.00x the completions per second (goal 1.5x: met)"
         in text
     )
-    assert "ours - TRL: +0.050 ± 0.050 (equal or better within one standard error" in text
-    assert "peak memory, all processes: 1.5x TRL's." in text
-    assert "Peak RSS per process, MB (seed 0): trl: trainer 800; ours: driver 500, policy_0 700." in text
-    assert "totals trl 400 MB; ours 600 MB." in text
-    assert "Our side's `auto` settings: `trainer.policy.fsdp.shard_layers=False`." in text
-    assert "300 steps per seed and side, 128 held-out problems (binary difficulty 6, model size 7)" in text
-    assert "1-minute load average 0.5-2.5 around the runs" in text
-    assert "(`benchmarks/results/vs_trl_long.json`, `benchmarks/vs_trl.py`)" in text
+    assert_all_in(
+        text,
+        "ours - TRL: +0.050 ± 0.050 (equal or better within one standard error",
+        "peak memory, all processes: 1.5x TRL's.",
+        "Peak RSS per process, MB (seed 0): trl: trainer 800; ours: driver 500, policy_0 700.",
+        "totals trl 400 MB; ours 600 MB.",
+        "Our side's `auto` settings: `trainer.policy.fsdp.shard_layers=False`.",
+        "300 steps per seed and side, 128 held-out problems (binary difficulty 6, model size 7)",
+        "1-minute load average 0.5-2.5 around the runs",
+        "(`benchmarks/results/vs_trl_long.json`, `benchmarks/vs_trl.py`)",
+    )
     assert renderer.rendered_page(text, tmp_path) == text
 
 
@@ -208,11 +223,14 @@ def test_renders_the_step_breakdown_of_either_configuration(tmp_path):
     (tmp_path / "step_breakdown_long.json").write_text(json.dumps({**STEP_BREAKDOWN, "configuration": "long"}))
     page = "<!-- results: step_breakdown -->\n<!-- /results -->\n<!-- results: step_breakdown_long -->\n<!-- /results -->\n"
     text = renderer.rendered_page(page, tmp_path)
-    assert "| **outside model compute** | 0.200 | 5.0% |" in text
-    assert "steps 4-20 of the quickstart configuration. Load average 0.5 before, 1.5 after." in text
-    assert "(`benchmarks/results/step_breakdown.json`, `benchmarks/step_breakdown.py`)" in text
-    assert "steps 4-20 of the long-response shape (default keys)." in text
-    assert "(`benchmarks/results/step_breakdown_long.json`, `benchmarks/step_breakdown.py`)" in text
+    assert_all_in(
+        text,
+        "| **outside model compute** | 0.200 | 5.0% |",
+        "steps 4-20 of the quickstart configuration. Load average 0.5 before, 1.5 after.",
+        "(`benchmarks/results/step_breakdown.json`, `benchmarks/step_breakdown.py`)",
+        "steps 4-20 of the long-response shape (default keys).",
+        "(`benchmarks/results/step_breakdown_long.json`, `benchmarks/step_breakdown.py`)",
+    )
 
 
 QUICKSTART = {
@@ -246,20 +264,26 @@ def test_renders_the_quickstart_seeds(tmp_path):
         "runs": [dict(run, seed=0), dict(run, seed=1, accuracy_after=0.5)],
     }
     text = _render(tmp_path, "quickstart_seeds", seeds)
-    assert "| 0 | 0.250 -> 0.600 | +0.350 | 8.0 min | 0.900 |" in text
-    assert "| 1 | 0.250 -> 0.500 | +0.250 | 8.0 min | 0.900 |" in text
-    assert "Goal: a gain of at least +0.45 on each seed; not every seed reaches it." in text
+    assert_all_in(
+        text,
+        "| 0 | 0.250 -> 0.600 | +0.350 | 8.0 min | 0.900 |",
+        "| 1 | 0.250 -> 0.500 | +0.250 | 8.0 min | 0.900 |",
+        "Goal: a gain of at least +0.45 on each seed; not every seed reaches it.",
+    )
 
 
 def test_renders_the_quickstart_run(tmp_path):
     text = _render(tmp_path, "quickstart", QUICKSTART)
-    assert "| embedded model | 0.41 M parameters; warm start: 270 steps, greedy accuracy 0.262 on 256 held-out" in text
-    assert "| eval accuracy (greedy pass@1) | 0.250 before, 0.600 after |" in text
-    assert "| eval curve (step: accuracy) | 0: 0.250, 450: 0.600 |" in text
-    assert "| training steps | 450, of which 0 raised a health alert |" in text
-    assert "| wall-clock time | 8.0 min for `run_quickstart.py` (Ray start-up, data, training" in text
-    assert "not `scripts/setup.sh`'s install); 0.90 s per step on average |" in text
-    assert "Measured on 2 CPUs, x86_64, 2026-11-23, by `python benchmarks/quickstart_run.py` (the quickstart's" in text
+    assert_all_in(
+        text,
+        "| embedded model | 0.41 M parameters; warm start: 270 steps, greedy accuracy 0.262 on 256 held-out",
+        "| eval accuracy (greedy pass@1) | 0.250 before, 0.600 after |",
+        "| eval curve (step: accuracy) | 0: 0.250, 450: 0.600 |",
+        "| training steps | 450, of which 0 raised a health alert |",
+        "| wall-clock time | 8.0 min for `run_quickstart.py` (Ray start-up, data, training",
+        "not `scripts/setup.sh`'s install); 0.90 s per step on average |",
+        "Measured on 2 CPUs, x86_64, 2026-11-23, by `python benchmarks/quickstart_run.py` (the quickstart's",
+    )
     text = _render(tmp_path, "quickstart", dict(QUICKSTART, fresh_clone=True))
     assert "| wall-clock time | 8.0 min from `git clone` to the last line of `bash scripts/quickstart.sh`" in text
     assert "by `python benchmarks/quickstart_run.py --fresh-clone` (the quickstart's default settings" in text
@@ -357,6 +381,9 @@ def test_renders_the_quickstart_modes_with_each_seeds_gap_to_sync(tmp_path):
         ],
     }
     text = _render(tmp_path, "quickstart_modes", data)
-    assert "| 0 | 0.250 -> 0.600 (0.900) | 0.250 -> 0.550 (0.900) | -0.050 |" in text
-    assert "| 1 | 0.250 -> 0.600 (0.900) | 0.250 -> 0.620 (0.900) | +0.020 |" in text
-    assert "reached not on every seed (largest gap 0.050)" in text
+    assert_all_in(
+        text,
+        "| 0 | 0.250 -> 0.600 (0.900) | 0.250 -> 0.550 (0.900) | -0.050 |",
+        "| 1 | 0.250 -> 0.600 (0.900) | 0.250 -> 0.620 (0.900) | +0.020 |",
+        "reached not on every seed (largest gap 0.050)",
+    )

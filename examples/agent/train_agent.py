@@ -15,10 +15,8 @@ The last line is always `agent: eval success before=<float> after=<float>`.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-import time
 from pathlib import Path
 
 import skyrl_agent.training  # noqa: F401  (registers the skyrl_agent workflow and env class in this driver)
@@ -32,13 +30,7 @@ from skyrl_agent.warm_start import (
     get_agent_model,
 )
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.entrypoints.example_run import (
-    ExampleParser,
-    ExampleRun,
-    cpu_stack_overrides,
-    output_overrides,
-    print_resolved_config,
-)
+from skyrl_train.entrypoints import example_run
 
 HERE = Path(__file__).resolve().parent
 AGENT_CONFIG = HERE / "tool_arithmetic.yaml"
@@ -50,7 +42,9 @@ def train_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
     """The CPU config (every value can be overridden from the command line)."""
     return [
         # 1 FSDP2 rank on a CPU worker, 1 hf engine sharing its slot, float32 throughout
-        *cpu_stack_overrides(model_dir, data_dir / "train.jsonl", data_dir / "test.jsonl", ranks=1, num_engines=1),
+        *example_run.cpu_stack_overrides(
+            model_dir, data_dir / "train.jsonl", data_dir / "test.jsonl", ranks=1, num_engines=1
+        ),
         "data.max_prompt_length=64",
         "generator.workflow=skyrl_agent",
         f"generator.workflow_args.config={AGENT_CONFIG}",
@@ -67,12 +61,11 @@ def train_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
         "trainer.max_training_steps=80",
         "generator.n_samples_per_prompt=8",
         "generator.sampling_params.seed=0",
-        "generator.sampling_params.max_generate_length=96",  # per model turn
-        "generator.eval_sampling_params.max_generate_length=96",
+        *example_run.answer_length_overrides(96),  # per model turn
         "trainer.eval_interval=20",
         "trainer.eval_before_train=true",
         "trainer.ckpt_interval=0",
-        *output_overrides(out_dir),
+        *example_run.output_overrides(out_dir),
         "trainer.project_name=agent",
         "trainer.run_name=react_tool_arithmetic",
     ]
@@ -80,7 +73,7 @@ def train_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> tuple[float, float]:
     """Build, train, report; returns held-out success (before, after) (NaN, NaN for --dry-run)."""
-    parser = ExampleParser(__doc__, out="outputs/agent", train_size=1024, test_size=64, max_test_size=None)
+    parser = example_run.ExampleParser(__doc__, out="outputs/agent", train_size=1024, test_size=64, max_test_size=None)
     parser.add_argument(
         "--warm-start-steps",
         type=int,
@@ -89,15 +82,14 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
     )
     args = parser.parse(argv)
     settings = capped_settings(args.warm_start_steps, MODEL)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    started = time.perf_counter()
-    out_dir = Path(args.out).resolve()
+    started = example_run.start_run()
+    out_dir = args.out
     agent_cfg = load_agent_config(AGENT_CONFIG)
     if agent_cfg.task_args != {"digits": MODEL.digits, "operations": MODEL.operations}:
         parser.error(f"{AGENT_CONFIG.name}: task_args {agent_cfg.task_args} differ from the model's settings")
     if args.dry_run:
         overrides = train_overrides(str(agent_model_dir(settings)), out_dir / "data", out_dir) + args.overrides
-        print_resolved_config(overrides)
+        example_run.print_resolved_config(overrides)
         return float("nan"), float("nan")
 
     print("agent: [1/3] embedded agent model (built once, then cached)", flush=True)
@@ -113,10 +105,9 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
 
     cfg = SkyRLConfig.from_cli_overrides(train_overrides(str(model_dir), data_dir, out_dir) + args.overrides)
     print("agent: [3/3] GRPO with the skyrl_agent workflow on Ray (1 FSDP2 rank + 1 colocated hf engine)", flush=True)
-    run = ExampleRun.train(cfg)
+    run = example_run.ExampleRun.train(cfg)
     before, after = run.eval_accuracy()
-    print(f"  steps: {run.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
-    print(f"  curves: {run.experiment.plot_path}")
+    run.print_summary(started)
     print(f"agent: eval success before={before:.4f} after={after:.4f}", flush=True)
     return before, after
 

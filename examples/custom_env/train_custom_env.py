@@ -15,11 +15,9 @@ and changes the reward: a reply whose digits are partly right earns part of the 
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -28,14 +26,7 @@ import skyrl_gym
 from skyrl_gym import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.synthetic.generate import generate_splits
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.entrypoints.example_run import (
-    ExampleParser,
-    ExampleRun,
-    cpu_stack_overrides,
-    output_overrides,
-    print_first_and_last,
-    print_resolved_config,
-)
+from skyrl_train.entrypoints import example_run
 from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
@@ -155,7 +146,7 @@ def custom_env_overrides(model_dir: str, data: dict[str, Path], out_dir: Path) -
     """GRPO on CPU with the quickstart's settings, pointed at the user env (every value can be overridden)."""
     return [
         # the quickstart's stack: 2 FSDP2 ranks on CPU workers, 2 hf engines sharing their slots, float32 throughout
-        *cpu_stack_overrides(model_dir, data["train"], data["test"], ranks=2, num_engines=2),
+        *example_run.cpu_stack_overrides(model_dir, data["train"], data["test"], ranks=2, num_engines=2),
         "data.max_prompt_length=64",
         f"environment.env_class={ENV_ID}",  # the default for rows without env_class; every row here names it
         f"environment.env_configs.{ENV_ID}.exact_bonus=0.5",  # reaches DigitCreditEnv as env_config
@@ -173,12 +164,11 @@ def custom_env_overrides(model_dir: str, data: dict[str, Path], out_dir: Path) -
         "trainer.micro_forward_batch_size_per_gpu=64",
         "trainer.max_training_steps=20",
         "generator.n_samples_per_prompt=8",
-        "generator.sampling_params.max_generate_length=8",
-        "generator.eval_sampling_params.max_generate_length=8",
+        *example_run.answer_length_overrides(8),
         "trainer.eval_before_train=true",
         "trainer.eval_interval=-1",
         "trainer.ckpt_interval=-1",
-        *output_overrides(out_dir),
+        *example_run.output_overrides(out_dir),
         "trainer.project_name=custom_env",
         f"trainer.run_name=grpo_{ENV_ID}",
     ]
@@ -186,40 +176,37 @@ def custom_env_overrides(model_dir: str, data: dict[str, Path], out_dir: Path) -
 
 def train_custom_env(
     out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000, test_size: int = 128
-) -> ExampleRun:
+) -> example_run.ExampleRun:
     """Register the env, build (or reuse) the embedded model, write the rows under `out_dir` and train."""
-    if test_size > MODEL.eval_examples:
-        raise ValueError(f"test_size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
+    example_run.check_test_size(test_size, MODEL.eval_examples)
     register_env()
     model_dir = str(get_embedded_model(MODEL))
     data = write_rows(out_dir / "data", train_size, test_size)
     cfg = SkyRLConfig.from_cli_overrides(custom_env_overrides(model_dir, data, out_dir) + list(overrides))
-    return ExampleRun.train(cfg)
+    return example_run.ExampleRun.train(cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train and report."""
-    parser = ExampleParser(
+    register_env()  # before anything resolves `environment.env_class`: the dry run's config check or the run
+    parser = example_run.ExampleParser(
         __doc__, out="outputs/custom_env", train_size=2000, test_size=128, max_test_size=MODEL.eval_examples
     )
     args = parser.parse(argv)
     if args.dry_run:  # the config the run would use, with the model's cache folder (which may not exist yet)
-        register_env()
-        out_dir = Path(args.out).resolve()
-        data = {split: out_dir / "data" / f"{split}.parquet" for split in ("train", "test")}
+        data = {split: args.out / "data" / f"{split}.parquet" for split in ("train", "test")}
         model_dir = str(embedded_model_dir(MODEL))
-        print_resolved_config(custom_env_overrides(model_dir, data, out_dir) + args.overrides)
+        example_run.print_resolved_config(custom_env_overrides(model_dir, data, args.out) + args.overrides)
         return 0
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    started = time.perf_counter()
+    started = example_run.start_run()
     print(f"custom_env: GRPO on the user env {ENV_ID!r} (registered in this driver)", flush=True)
-    run = train_custom_env(Path(args.out).resolve(), args.overrides, args.train_size, args.test_size)
-    print_first_and_last(
+    run = train_custom_env(args.out, args.overrides, args.train_size, args.test_size)
+    example_run.print_first_and_last(
         run.result.history, ("reward/mean", f"environment/{ENV_ID}/digit_share", f"environment/{ENV_ID}/exact")
     )
     accuracy = run.eval_accuracy()
     reward = run.eval_value("mean_reward")
-    print(f"  steps: {run.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
+    run.print_summary(started, curves=False)
     print(
         f"custom_env: eval accuracy before={accuracy[0]:.4f} after={accuracy[1]:.4f}"
         f" mean reward before={reward[0]:.4f} after={reward[1]:.4f}",

@@ -14,23 +14,14 @@ The last line is always `ppo: eval accuracy before=<float> after=<float>`.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.entrypoints.example_run import (
-    ExampleParser,
-    ExampleRun,
-    cpu_stack_overrides,
-    output_overrides,
-    print_first_and_last,
-    print_resolved_config,
-)
+from skyrl_train.entrypoints import example_run
 from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
@@ -42,7 +33,9 @@ def ppo_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
     """The CPU PPO config (every value can be overridden from the command line)."""
     return [
         # policy, critic, ref and the 2 hf engines take turns on the same two CPU worker slots, float32 throughout
-        *cpu_stack_overrides(model_dir, data_dir / "train.parquet", data_dir / "test.parquet", ranks=2, num_engines=2),
+        *example_run.cpu_stack_overrides(
+            model_dir, data_dir / "train.parquet", data_dir / "test.parquet", ranks=2, num_engines=2
+        ),
         # the critic: a value head on a copy of the policy's backbone; setting its path is what enables it
         f"trainer.critic.model.path={model_dir}",
         "trainer.placement.critic_num_gpus_per_node=2",
@@ -77,22 +70,22 @@ def ppo_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[str]:
         "trainer.micro_forward_batch_size_per_gpu=64",
         "trainer.max_training_steps=20",
         "generator.n_samples_per_prompt=8",
-        "generator.sampling_params.max_generate_length=8",
-        "generator.eval_sampling_params.max_generate_length=8",
+        *example_run.answer_length_overrides(8),
         "trainer.eval_interval=10",
         "trainer.eval_before_train=true",
         "trainer.ckpt_interval=20",
         "trainer.max_ckpts_to_keep=1",
-        *output_overrides(out_dir),
+        *example_run.output_overrides(out_dir),
         "trainer.project_name=ppo_example",
         "trainer.run_name=gae_addition",
     ]
 
 
-def run_ppo(out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000, test_size: int = 200) -> ExampleRun:
+def run_ppo(
+    out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000, test_size: int = 200
+) -> example_run.ExampleRun:
     """Build (or reuse) the embedded model, write the addition data under `out_dir`, and train with PPO."""
-    if test_size > MODEL.eval_examples:
-        raise ValueError(f"test_size must be at most {MODEL.eval_examples} (the warm start's held-out problems)")
+    example_run.check_test_size(test_size, MODEL.eval_examples)
     model_dir = str(get_embedded_model(MODEL))
     data_dir = out_dir / "data"
     # the warm start's seed and a test size within its held-out split: no test problem was seen in the warm start
@@ -100,30 +93,27 @@ def run_ppo(out_dir: Path, overrides: Sequence[str] = (), train_size: int = 2000
         data_dir, MODEL.task, train_size=train_size, test_size=test_size, difficulty=MODEL.difficulty, seed=MODEL.seed
     )
     cfg = SkyRLConfig.from_cli_overrides(ppo_overrides(model_dir, data_dir, out_dir) + list(overrides))
-    return ExampleRun.train(cfg)
+    return example_run.ExampleRun.train(cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train and report."""
-    parser = ExampleParser(
+    parser = example_run.ExampleParser(
         __doc__, out="outputs/ppo", train_size=2000, test_size=200, max_test_size=MODEL.eval_examples
     )
     args = parser.parse(argv)
     if args.dry_run:  # the config the run would use, with the model's cache folder (which may not exist yet)
-        out_dir = Path(args.out).resolve()
         model_dir = str(embedded_model_dir(MODEL))
-        print_resolved_config(ppo_overrides(model_dir, out_dir / "data", out_dir) + args.overrides)
+        example_run.print_resolved_config(ppo_overrides(model_dir, args.out / "data", args.out) + args.overrides)
         return 0
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    started = time.perf_counter()
+    started = example_run.start_run()
     print("ppo: policy + critic (GAE) + reference on Ray, 2 FSDP2 ranks each, 2 colocated hf engines", flush=True)
-    run = run_ppo(Path(args.out).resolve(), args.overrides, args.train_size, args.test_size)
-    print_first_and_last(
+    run = run_ppo(args.out, args.overrides, args.train_size, args.test_size)
+    example_run.print_first_and_last(
         run.result.history, ("reward/mean", "critic/value_loss", "critic/values_mean", "policy/kl_to_ref_k3")
     )
     before, after = run.eval_accuracy()
-    print(f"  steps: {run.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
-    print(f"  curves: {run.experiment.plot_path}")
+    run.print_summary(started)
     print(f"ppo: eval accuracy before={before:.4f} after={after:.4f}", flush=True)
     return 0
 

@@ -11,21 +11,13 @@ The last line is always `quickstart: eval accuracy before=<float> after=<float>`
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-import time
 from pathlib import Path
 
 from skyrl_gym.envs.synthetic.generate import write_dataset
 from skyrl_train.config import SkyRLConfig
-from skyrl_train.entrypoints.example_run import (
-    ExampleParser,
-    ExampleRun,
-    cpu_stack_overrides,
-    output_overrides,
-    print_resolved_config,
-)
+from skyrl_train.entrypoints import example_run
 from skyrl_train.recipes.embedded import embedded_model_dir, get_embedded_model, read_description
 from skyrl_train.recipes.warm_start import WarmStartSettings
 from skyrl_train.weight_sync.strategy import resolve_strategy_name
@@ -49,7 +41,9 @@ def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[
     """The CPU config of the quickstart (every value can be overridden from the command line)."""
     return [
         # 2 FSDP2 ranks on CPU workers, 2 hf engines sharing their slots, float32 throughout
-        *cpu_stack_overrides(model_dir, data_dir / "train.parquet", data_dir / "test.parquet", ranks=2, num_engines=2),
+        *example_run.cpu_stack_overrides(
+            model_dir, data_dir / "train.parquet", data_dir / "test.parquet", ranks=2, num_engines=2
+        ),
         "data.max_prompt_length=64",
         "environment.env_class=addition",
         "generator.batched=true",  # single-turn: one engine call for the whole batch
@@ -73,13 +67,12 @@ def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[
         # 0.7 rather than 1: from the weakest warm start measured, the three seeds gained +0.47/+0.535/+0.485 where
         # temperature 1 gave +0.475/+0.415/+0.455 (docs/quickstart.md, "Sampling temperature")
         "generator.sampling_params.temperature=0.7",
-        "generator.sampling_params.max_generate_length=8",
-        "generator.eval_sampling_params.max_generate_length=8",
+        *example_run.answer_length_overrides(8),
         "trainer.eval_interval=50",
         "trainer.eval_before_train=true",
         "trainer.ckpt_interval=150",
         "trainer.max_ckpts_to_keep=2",
-        *output_overrides(out_dir),
+        *example_run.output_overrides(out_dir),
         "trainer.project_name=quickstart",
         "trainer.run_name=grpo_addition",
     ]
@@ -87,7 +80,7 @@ def quickstart_overrides(model_dir: str, data_dir: Path, out_dir: Path) -> list[
 
 def main() -> int:
     """Build, train, report."""
-    parser = ExampleParser(
+    parser = example_run.ExampleParser(
         __doc__, out="outputs/quickstart", train_size=8000, test_size=200, max_test_size=MODEL.eval_examples
     )
     parser.add_argument(
@@ -96,11 +89,10 @@ def main() -> int:
         help="after every weight sync, compare each engine's weight checksums with the policy's (fails on a mismatch)",
     )
     args = parser.parse()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    started = time.perf_counter()
-    out_dir = Path(args.out).resolve()
+    started = example_run.start_run()
+    out_dir = args.out
     if args.dry_run:  # the config the run would use, with the model's cache folder (which may not exist yet)
-        print_resolved_config(
+        example_run.print_resolved_config(
             quickstart_overrides(str(embedded_model_dir(MODEL)), out_dir / "data", out_dir) + args.overrides
         )
         return 0
@@ -127,10 +119,10 @@ def main() -> int:
 
     cfg = SkyRLConfig.from_cli_overrides(quickstart_overrides(str(model_dir), data_dir, out_dir) + args.overrides)
     print(f"quickstart: [3/3] GRPO on Ray ({describe_stack(cfg)})", flush=True)
-    run = ExampleRun.train(cfg, verify_weight_sync=args.verify_weight_sync)
+    run = example_run.ExampleRun.train(cfg, verify_weight_sync=args.verify_weight_sync)
     before, after = run.eval_accuracy()
     checkpoints = run.experiment.trainer.checkpoints
-    print(f"  steps: {run.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
+    run.print_summary(started, curves=False)
     print(f"  checkpoint: {checkpoints.saved_paths[-1] if checkpoints.saved_paths else 'none'}")
     print(f"  HF export: {checkpoints.exported_paths[-1] if checkpoints.exported_paths else 'none'}")
     print(f"  curves: {run.experiment.plot_path}")

@@ -1,11 +1,14 @@
 """The embedded model's task for the Tinker loops: 2-digit addition prompts, rewards, and held-out accuracy measured
-through a tinker SamplingClient. Shared by `sl_loop.py` and `rl_loop.py`."""
+through a tinker SamplingClient; plus the plumbing both loops share (options, the server and its client). Shared by
+`sl_loop.py` and `rl_loop.py`."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
+import random
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,8 +50,10 @@ def held_out_accuracy(sampler: tinker.SamplingClient, tokenizer: Any, rows: list
     return sum(reward(row, answer) for row, answer in zip(rows, answers)) / len(rows)
 
 
-def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options both loops take: which server (`--base-url`, `--api-key`), the held-out size and the seed."""
+def loop_parser(description: str, steps: int) -> argparse.ArgumentParser:
+    """The options both loops take: which server (`--base-url`, `--api-key`), the held-out size, the seed, the run
+    length (`--steps`, default `steps`) and the LoRA rank; each loop adds its own batch and optimiser options."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", default=None, help="a running server (default: TINKER_BASE_URL, else start one)")
     parser.add_argument(
         "--api-key",
@@ -57,6 +62,60 @@ def add_shared_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--eval-size", type=int, default=256, help="held-out problems, at most 256")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--rank", type=int, default=8, help="LoRA rank")
+    return parser
+
+
+def parse_checked(
+    parser: argparse.ArgumentParser, argv: Optional[list[str]], positive: list[str]
+) -> argparse.Namespace:
+    """Parse `argv`; exit with a usage error unless every option in `positive` is >= 1 and `--eval-size` is in
+    [1, 256] (the task has 256 held-out problems)."""
+    args = parser.parse_args(argv)
+    if min(getattr(args, name) for name in positive) < 1 or not 1 <= args.eval_size <= 256:
+        flags = [f"--{name}" for name in positive]
+        parser.error(f"{', '.join(flags[:-1])} and {flags[-1]} must be >= 1 and --eval-size in [1, 256]")
+    return args
+
+
+@dataclasses.dataclass
+class LoopRun:
+    """What a loop trains with: the service session, its LoRA training client and tokenizer, the train and held-out
+    rows, and the seeded generator that draws the batches."""
+
+    service: tinker.ServiceClient
+    training: tinker.TrainingClient
+    tokenizer: Any
+    train_rows: list[dict]
+    eval_rows: list[dict]
+    rng: random.Random
+
+    def accuracy(self, sampler: tinker.SamplingClient) -> float:
+        """Held-out accuracy of `sampler` (see `held_out_accuracy`)."""
+        return held_out_accuracy(sampler, self.tokenizer, self.eval_rows)
+
+    def starting_accuracy(self) -> tuple[tinker.SamplingClient, float]:
+        """(a sampler on the untrained weights, its held-out accuracy), printed as step 0."""
+        sampler = self.training.save_weights_and_get_sampling_client().result()
+        before = self.accuracy(sampler)
+        print(f"step 0: held-out accuracy {before:.3f} on {len(self.eval_rows)} problems", flush=True)
+        return sampler, before
+
+
+@contextlib.contextmanager
+def lora_run(args: argparse.Namespace, **lora_options: Any) -> Iterator[LoopRun]:
+    """A LoRA training client (`--rank`, `--seed`, plus `lora_options`) on the server `--base-url` names, or on one
+    started for the run (see `server_url`); the session is closed as a success when the block ends without an error."""
+    rng = random.Random(args.seed)
+    train_rows, eval_rows = load_problems(args.eval_size)
+    with server_url(args.base_url, args.api_key) as url:
+        service = tinker.ServiceClient(base_url=url, api_key=args.api_key)
+        training = service.create_lora_training_client(
+            base_model=BASE_MODEL, rank=args.rank, seed=args.seed, **lora_options
+        ).result()
+        yield LoopRun(service, training, training.get_tokenizer(), train_rows, eval_rows, rng)
+        service.close("success")
 
 
 @contextlib.contextmanager

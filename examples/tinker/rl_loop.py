@@ -15,47 +15,30 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import sys
 import time
 from pathlib import Path
 from typing import Optional
 
-import tinker
 from tinker import types
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arithmetic import (  # noqa: E402  (the shared task helpers next to this file)
-    BASE_MODEL,
-    MAX_TOKENS,
-    add_shared_arguments,
-    held_out_accuracy,
-    load_problems,
-    prompt_tokens,
-    reward,
-    server_url,
-)
+import arithmetic  # noqa: E402  (the shared task helpers next to this file)
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     """Run length, batch shape, loss, learning rate, evaluation."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_shared_arguments(parser)
-    parser.add_argument("--steps", type=int, default=300)
+    parser = arithmetic.loop_parser(__doc__, steps=300)
     parser.add_argument("--prompts", type=int, default=32, help="prompts per step")
     parser.add_argument("--group", type=int, default=8, help="answers per prompt")
     parser.add_argument("--loss", choices=["importance_sampling", "ppo", "cispo"], default="importance_sampling")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (cosine schedule)")
     parser.add_argument("--warmup", type=int, default=10, help="linear warm-up steps")
-    parser.add_argument("--rank", type=int, default=8, help="LoRA rank")
     parser.add_argument(
         "--train-unembed", action="store_true", help="also put LoRA on the unembedding (Tinker's default; off here)"
     )
     parser.add_argument("--eval-every", type=int, default=50, help="steps between evaluations (0: first and last)")
-    args = parser.parse_args(argv)
-    if min(args.steps, args.prompts, args.group, args.rank) < 1 or not 1 <= args.eval_size <= 256:
-        parser.error("--steps, --prompts, --group and --rank must be >= 1 and --eval-size in [1, 256]")
-    return args
+    return arithmetic.parse_checked(parser, argv, positive=["steps", "prompts", "group", "rank"])
 
 
 def learning_rate(args: argparse.Namespace, step: int) -> float:
@@ -90,36 +73,30 @@ def build_datums(prompt: list[int], sequences: list, advantages: list[float]) ->
 def main(argv: Optional[list[str]] = None) -> tuple[float, float]:
     """Train; returns (held-out accuracy before, after)."""
     args = parse_args(argv)
-    rng = random.Random(args.seed)
-    train_rows, eval_rows = load_problems(args.eval_size)
-    with server_url(args.base_url, args.api_key) as url:
-        service = tinker.ServiceClient(base_url=url, api_key=args.api_key)
-        training = service.create_lora_training_client(
-            base_model=BASE_MODEL, rank=args.rank, seed=args.seed, train_unembed=args.train_unembed
-        ).result()
-        tokenizer = training.get_tokenizer()
-        sampler = training.save_weights_and_get_sampling_client().result()
-        before = held_out_accuracy(sampler, tokenizer, eval_rows)
-        print(f"step 0: held-out accuracy {before:.3f} on {len(eval_rows)} problems", flush=True)
+    with arithmetic.lora_run(args, train_unembed=args.train_unembed) as run:
+        training, tokenizer, rng = run.training, run.tokenizer, run.rng
+        sampler, before = run.starting_accuracy()
         after, started = before, time.perf_counter()
         # skyrl-train's AdamW settings: Tinker's defaults (beta2 0.95, eps 1e-12) let near-zero gradients take
         # lr-sized steps, which made this loop collapse late in a 300-step run (held-out 0.30 -> 0.05)
         adam = dict(beta1=0.9, beta2=0.999, eps=1e-8, grad_clip_norm=1.0)
         for step in range(1, args.steps + 1):
-            rows = rng.sample(train_rows, args.prompts)
-            prompts = [prompt_tokens(tokenizer, row) for row in rows]
+            rows = rng.sample(run.train_rows, args.prompts)
+            prompts = [arithmetic.prompt_tokens(tokenizer, row) for row in rows]
             futures = [  # seeded per prompt (sample j uses seed + j): a run repeats on the same machine
                 sampler.sample(
                     types.ModelInput.from_ints(prompt),
                     args.group,
-                    types.SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0, seed=rng.randrange(2**31)),
+                    types.SamplingParams(max_tokens=arithmetic.MAX_TOKENS, temperature=1.0, seed=rng.randrange(2**31)),
                 )
                 for prompt in prompts
             ]
             datums, rewards, skipped = [], [], 0
             for row, prompt, future in zip(rows, prompts, futures):
                 sequences = future.result().sequences
-                scores = [reward(row, tokenizer.decode(s.tokens, skip_special_tokens=True)) for s in sequences]
+                scores = [
+                    arithmetic.reward(row, tokenizer.decode(s.tokens, skip_special_tokens=True)) for s in sequences
+                ]
                 rewards.extend(scores)
                 mean = sum(scores) / len(scores)
                 if all(score == mean for score in scores):
@@ -139,9 +116,8 @@ def main(argv: Optional[list[str]] = None) -> tuple[float, float]:
                 flush=True,
             )
             if (args.eval_every and step % args.eval_every == 0) or step == args.steps:
-                after = held_out_accuracy(sampler, tokenizer, eval_rows)
+                after = run.accuracy(sampler)
                 print(f"step {step}: held-out accuracy {after:.3f}", flush=True)
-        service.close("success")
     print(f"rl_loop: held-out accuracy before={before:.3f} after={after:.3f}", flush=True)
     return before, after
 

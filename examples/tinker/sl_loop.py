@@ -12,43 +12,28 @@ weights for the held-out evaluation. The last line is `sl_loop: held-out accurac
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from pathlib import Path
 from typing import Optional
 
-import tinker
 from tinker import types
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arithmetic import (  # noqa: E402  (the shared task helpers next to this file)
-    BASE_MODEL,
-    add_shared_arguments,
-    held_out_accuracy,
-    load_problems,
-    prompt_tokens,
-    server_url,
-)
+import arithmetic  # noqa: E402  (the shared task helpers next to this file)
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     """Run length, batch size, learning rate, evaluation."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_shared_arguments(parser)
-    parser.add_argument("--steps", type=int, default=100)
+    parser = arithmetic.loop_parser(__doc__, steps=100)
     parser.add_argument("--batch", type=int, default=64, help="examples per step")
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--rank", type=int, default=8, help="LoRA rank")
-    args = parser.parse_args(argv)
-    if min(args.steps, args.batch, args.rank) < 1 or not 1 <= args.eval_size <= 256:
-        parser.error("--steps, --batch and --rank must be >= 1 and --eval-size in [1, 256]")
-    return args
+    return arithmetic.parse_checked(parser, argv, positive=["steps", "batch", "rank"])
 
 
 def example(tokenizer, row: dict) -> tuple[list[int], list[int]]:
     """(prompt + answer + end-of-turn tokens, per-position 1/0 marks of the answer tokens among the targets)."""
-    prompt = prompt_tokens(tokenizer, row)
+    prompt = arithmetic.prompt_tokens(tokenizer, row)
     answer = tokenizer.encode(row["extra_info"]["answer"], add_special_tokens=False) + [tokenizer.eos_token_id]
     tokens = prompt + answer
     return tokens, [0] * (len(prompt) - 1) + [1] * len(answer)
@@ -57,17 +42,12 @@ def example(tokenizer, row: dict) -> tuple[list[int], list[int]]:
 def main(argv: Optional[list[str]] = None) -> tuple[float, float]:
     """Train; returns (held-out accuracy before, after)."""
     args = parse_args(argv)
-    rng = random.Random(args.seed)
-    train_rows, eval_rows = load_problems(args.eval_size)
-    with server_url(args.base_url, args.api_key) as url:
-        service = tinker.ServiceClient(base_url=url, api_key=args.api_key)
-        training = service.create_lora_training_client(base_model=BASE_MODEL, rank=args.rank, seed=args.seed).result()
-        tokenizer = training.get_tokenizer()
-        before = held_out_accuracy(training.save_weights_and_get_sampling_client().result(), tokenizer, eval_rows)
-        print(f"step 0: held-out accuracy {before:.3f} on {len(eval_rows)} problems", flush=True)
+    with arithmetic.lora_run(args) as run:
+        training, tokenizer = run.training, run.tokenizer
+        _, before = run.starting_accuracy()
         started = time.perf_counter()
         for step in range(1, args.steps + 1):
-            examples = [example(tokenizer, row) for row in rng.sample(train_rows, args.batch)]
+            examples = [example(tokenizer, row) for row in run.rng.sample(run.train_rows, args.batch)]
             answer_tokens = sum(sum(marks) for _, marks in examples)
             data = [
                 types.Datum(
@@ -84,10 +64,11 @@ def main(argv: Optional[list[str]] = None) -> tuple[float, float]:
                 per_step = (time.perf_counter() - started) / step
                 print(f"step {step}: answer-token NLL {loss:.4f}, {per_step:.2f} s/step", flush=True)
         state = training.save_state("final").result().path
-        sampler = service.create_sampling_client(model_path=training.save_weights_for_sampler("final").result().path)
-        after = held_out_accuracy(sampler.result(), tokenizer, eval_rows)
+        sampler = run.service.create_sampling_client(
+            model_path=training.save_weights_for_sampler("final").result().path
+        )
+        after = run.accuracy(sampler.result())
         print(f"saved {state}", flush=True)
-        service.close("success")
     print(f"sl_loop: held-out accuracy before={before:.3f} after={after:.3f}", flush=True)
     return before, after
 

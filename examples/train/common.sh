@@ -95,7 +95,8 @@ gsm8k_inputs() {
 
 # shared_overrides colocated | shared_overrides separate POLICY_GPUS ENGINES: set SHARED_OVERRIDES to the config
 # overrides every run script passes, read from the variables above and the script's own (MODEL, DATA_DIR, ...), so
-# call it once the script has set them. Colocated, the policy, the reference model and NUM_GPUS inference engines take
+# call it once the script has set them. DATA_DIR's train.parquet and test.parquet are the data; a script whose
+# entrypoint writes its own data leaves DATA_DIR unset. Colocated, the policy, the reference model and NUM_GPUS inference engines take
 # turns on NUM_GPUS devices; separate, the policy and the reference model train on POLICY_GPUS devices while ENGINES
 # engines (of one device each) generate.
 shared_overrides() {
@@ -106,7 +107,11 @@ shared_overrides() {
     echo "error: shared_overrides takes colocated or separate, not '$1'" >&2
     exit 2
   fi
-  SHARED_OVERRIDES=(
+  SHARED_OVERRIDES=()
+  if [[ -n "${DATA_DIR:-}" ]]; then
+    SHARED_OVERRIDES+=(data.train_data="['$DATA_DIR/train.parquet']" data.val_data="['$DATA_DIR/test.parquet']")
+  fi
+  SHARED_OVERRIDES+=(
     trainer.policy.model.path="$MODEL"
     trainer.strategy=fsdp2
     trainer.placement.colocate_all=$colocate_all
@@ -144,6 +149,16 @@ shared_overrides() {
     trainer.eval_batch_size="$EVAL_BATCH_SIZE"
     trainer.eval_before_train=true
     trainer.eval_interval="$EVAL_INTERVAL"
+  )
+}
+
+# multi_turn_overrides: set MULTI_TURN_OVERRIDES to the keys of a run whose env answers the model over several turns:
+# one conversation per engine call, at most MAX_TURNS model turns, MAX_INPUT_LENGTH for the whole conversation.
+multi_turn_overrides() {
+  MULTI_TURN_OVERRIDES=(
+    generator.batched=false
+    generator.max_turns="$MAX_TURNS"
+    generator.max_input_length="$MAX_INPUT_LENGTH"
   )
 }
 

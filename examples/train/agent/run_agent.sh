@@ -25,6 +25,7 @@ if [[ "$ON_GPU" == true ]]; then
 else
   cpu_inputs agent
 fi
+unset DATA_DIR  # not read here: the entrypoint writes the task's data under OUT_DIR
 
 shared_overrides colocated
 exec "$PYTHON" -m skyrl_agent.entrypoint --agent-config "$AGENT_CONFIG" --out "$OUT_DIR" \

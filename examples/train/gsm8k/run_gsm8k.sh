@@ -17,8 +17,6 @@ gsm8k_inputs "${CPU_DATA:-addition}"  # on CPU, the kind of local_inputs.py (../
 
 shared_overrides colocated
 exec "$PYTHON" -m skyrl_train.entrypoints.main_base \
-  data.train_data="['$DATA_DIR/train.parquet']" \
-  data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \
   generator.batched=true \
   environment.env_class=$ENV_CLASS \

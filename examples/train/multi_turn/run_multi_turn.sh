@@ -29,15 +29,12 @@ else
 fi
 
 shared_overrides colocated
+multi_turn_overrides
 exec "$PYTHON" -m skyrl_train.entrypoints.main_base \
-  data.train_data="['$DATA_DIR/train.parquet']" \
-  data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \
-  generator.max_input_length=$MAX_INPUT_LENGTH \
-  generator.batched=false \
-  generator.max_turns=$MAX_TURNS \
   environment.env_class=gsm8k_multi_turn \
   environment.skyrl_gym.gsm8k_multi_turn.mode=$ANSWER_MODE \
   trainer.project_name="gsm8k_multi_turn" \
+  "${MULTI_TURN_OVERRIDES[@]}" \
   "${SHARED_OVERRIDES[@]}" \
   "$@"

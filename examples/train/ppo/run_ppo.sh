@@ -24,8 +24,6 @@ gsm8k_inputs
 
 shared_overrides colocated
 exec "$PYTHON" -m skyrl_train.entrypoints.main_base \
-  data.train_data="['$DATA_DIR/train.parquet']" \
-  data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="gae" \
   trainer.algorithm.gamma=1.0 \
   trainer.algorithm.lambd=1.0 \

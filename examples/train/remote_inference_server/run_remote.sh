@@ -36,8 +36,6 @@ URL_LIST="$(printf "'%s'," "${URLS[@]}")"
 
 shared_overrides separate "$NUM_POLICY_GPUS" "${#URLS[@]}"
 "$PYTHON" -m skyrl_train.entrypoints.main_base \
-  data.train_data="['$DATA_DIR/train.parquet']" \
-  data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \
   generator.inference_engine.remote_urls="[${URL_LIST%,}]" \
   generator.batched=true \

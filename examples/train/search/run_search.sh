@@ -42,17 +42,13 @@ else
 fi
 
 shared_overrides colocated
+multi_turn_overrides
 "$PYTHON" -m skyrl_train.entrypoints.main_base \
-  data.train_data="['$DATA_DIR/train.parquet']" \
-  data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \
   trainer.policy.optimizer_config.max_grad_norm=0.5 \
   trainer.algorithm.kl_loss_coef=0.001 \
   trainer.algorithm.off_policy_correction.tis_ratio_type=token \
   trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high=$TIS_IMP_RATIO_CAP \
-  generator.max_input_length=$MAX_INPUT_LENGTH \
-  generator.batched=false \
-  generator.max_turns=$MAX_TURNS \
   generator.sampling_params.top_p=1.0 \
   generator.sampling_params.stop='["</search>", "</answer>"]' \
   generator.append_eos_token_after_stop_str_in_multi_turn=true \
@@ -65,5 +61,6 @@ shared_overrides colocated
   generator.eval_sampling_params.temperature=0 \
   generator.eval_sampling_params.stop='["</search>", "</answer>"]' \
   generator.eval_sampling_params.max_generate_length=$MAX_GENERATE_LENGTH \
+  "${MULTI_TURN_OVERRIDES[@]}" \
   "${SHARED_OVERRIDES[@]}" \
   "$@"

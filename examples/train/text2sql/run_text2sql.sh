@@ -34,19 +34,16 @@ else
 fi
 
 shared_overrides colocated
+multi_turn_overrides
 exec "$PYTHON" -m skyrl_train.entrypoints.main_base \
-  data.train_data="['$DATA_DIR/train.parquet']" \
-  data.val_data="['$DATA_DIR/test.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \
-  generator.max_input_length=$MAX_INPUT_LENGTH \
   generator.sampling_params.stop='["</sql>", "</solution>"]' \
   generator.eval_sampling_params.stop='["</sql>", "</solution>"]' \
   generator.eval_sampling_params.max_generate_length=$MAX_GENERATE_LENGTH \
   generator.append_eos_token_after_stop_str_in_multi_turn=true \
-  generator.batched=false \
-  generator.max_turns=$MAX_TURNS \
   environment.env_class=text2sql \
   environment.skyrl_gym.text2sql.db_path="$DB_DIR" \
   trainer.project_name="skyrl-sql" \
+  "${MULTI_TURN_OVERRIDES[@]}" \
   "${SHARED_OVERRIDES[@]}" \
   "$@"

@@ -3,13 +3,16 @@ and the report.
 
 Each example (`examples/quickstart`, `ppo`, `custom_env`, `agent`) keeps its algorithm, batch shape and schedule as an
 explicit list of overrides; this module holds the plumbing they would otherwise each write again: the overrides that
-put a run on CPU workers with hf engines (`cpu_stack_overrides`) and send its outputs under one folder
-(`output_overrides`), and `ExampleRun`, a finished run.
+put a run on CPU workers with hf engines (`cpu_stack_overrides`), give rollouts and evaluation one answer budget
+(`answer_length_overrides`) and send its outputs under one folder (`output_overrides`); the start of a run
+(`start_run`); and `ExampleRun`, a finished run and its summary lines.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +28,7 @@ from skyrl_train.trainer import TrainResult
 class ExampleParser(argparse.ArgumentParser):
     """An example's command line: `--out`, `--train-size`, `--test-size`, `--dry-run` and key=value overrides.
 
-    Options and overrides may come in any order (`parse`). With `max_test_size` (the warm start's held-out count),
+    Options and overrides may come in any order (`parse`); `--out` comes back as an absolute path. With `max_test_size` (the warm start's held-out count),
     a larger `--test-size` is refused: the test split must be problems the warm start never trained on. An example
     adds its own options with `add_argument` as usual.
     """
@@ -35,7 +38,7 @@ class ExampleParser(argparse.ArgumentParser):
     ) -> None:
         super().__init__(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
         self.max_test_size = max_test_size
-        self.add_argument("--out", default=out, help="where data, checkpoints and exports go")
+        self.add_argument("--out", type=Path, default=out, help="where data, checkpoints and exports go")
         self.add_argument("--train-size", type=int, default=train_size)
         limit = None if max_test_size is None else f"at most {max_test_size}: the warm start's held-out problems"
         self.add_argument("--test-size", type=int, default=test_size, help=limit)
@@ -49,7 +52,15 @@ class ExampleParser(argparse.ArgumentParser):
         args = self.parse_intermixed_args(argv)
         if self.max_test_size is not None and args.test_size > self.max_test_size:
             self.error(f"--test-size must be at most {self.max_test_size} (the warm start's held-out problems)")
+        args.out = args.out.resolve()
         return args
+
+
+def check_test_size(test_size: int, max_test_size: int) -> None:
+    """Refuse (ValueError) a test split larger than the warm start's `max_test_size` held-out problems: only those
+    were never trained on. What `ExampleParser` checks on the command line, for an example called from Python."""
+    if test_size > max_test_size:
+        raise ValueError(f"test_size must be at most {max_test_size} (the warm start's held-out problems)")
 
 
 def cpu_stack_overrides(
@@ -71,6 +82,14 @@ def cpu_stack_overrides(
         "generator.inference_engine.model_dtype=float32",
         "trainer.policy.fsdp.mixed_precision.param_dtype=float32",
         "trainer.policy.gradient_checkpointing=false",
+    ]
+
+
+def answer_length_overrides(max_tokens: int) -> list[str]:
+    """The same answer budget, `max_tokens` generated tokens (per model turn), for training rollouts and evaluation."""
+    return [
+        f"generator.sampling_params.max_generate_length={max_tokens}",
+        f"generator.eval_sampling_params.max_generate_length={max_tokens}",
     ]
 
 
@@ -100,6 +119,13 @@ class ExampleRun:
         result = experiment.run()
         return cls(cfg, result, experiment)
 
+    def print_summary(self, started: float, *, curves: bool = True) -> None:
+        """The report's closing lines: steps trained and seconds since `started` (a `start_run` time, so set-up is
+        included), and, with `curves`, where the curve plot is."""
+        print(f"  steps: {self.result.global_step} in {time.perf_counter() - started:.0f} s (including set-up)")
+        if curves:
+            print(f"  curves: {self.experiment.plot_path}")
+
     def eval_value(self, metric: str) -> tuple[float, float]:
         """`eval/all/<metric>` before and after training (NaN when that evaluation did not run)."""
         return eval_before_after(self.result, metric)
@@ -107,6 +133,13 @@ class ExampleRun:
     def eval_accuracy(self) -> tuple[float, float]:
         """Held-out pass@n before and after training (NaN when evaluation was off)."""
         return self.eval_value(f"pass_at_{self.cfg.generator.eval_n_samples_per_prompt}")
+
+
+def start_run() -> float:
+    """Start an example's run: library logging to the console from WARNING up; returns the start time (a
+    `time.perf_counter` value) that `ExampleRun.print_summary` measures from."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return time.perf_counter()
 
 
 def print_resolved_config(overrides: Sequence[str]) -> None:
