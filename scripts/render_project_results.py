@@ -45,17 +45,26 @@ def render_upstream_scripts(data: dict) -> str:
 
 
 def render_redesign_speed(data: dict) -> str:
-    """benchmarks/redesign_speed.py: each figure's median over the rounds in both checkouts and after / before."""
+    """benchmarks/redesign_speed.py: each figure's median (and range) over the rounds in both checkouts, and the
+    ratio of the medians, after / before."""
     before, after = data["labels"]
-    lines = [f"| figure | {before} | {after} | after / before |", "|---|---|---|---|"]
+
+    def spread(label: str, figure: str, median: float) -> str:
+        bench, key = figure.split(":")
+        values = [measured[label][bench][key] for measured in data["rounds"]]
+        return f"{median:.4g} ({min(values):.4g}-{max(values):.4g})"
+
+    lines = [f"| figure | {before}: median (range) | {after}: median (range) | after / before |", "|---|---|---|---|"]
     for row in data["table"]:
-        lines.append(f"| {row['figure']} | {row[before]:.4f} | {row[after]:.4f} | {row['after_over_before']:.3f} |")
+        figure = row["figure"]
+        cells = [spread(before, figure, row[before]), spread(after, figure, row[after])]
+        lines.append(f"| {figure} | {cells[0]} | {cells[1]} | {row['after_over_before']:.3f} |")
     load = data["load_average_1min"]
     return with_note(
         lines,
-        f"Medians of {len(data['rounds'])} rounds, the two checkouts alternating (step_breakdown: {data['steps']} "
-        f"steps, seconds per step; async_vs_sync: the {data['async_config']} config, {data['async_steps']} steps per mode, samples/s of "
-        f"sync and each async mode's ratio to it). Measured on {data['machine']}, {data['date']}, 1-minute load "
+        f"{len(data['rounds'])} rounds, the two checkouts alternating (step_breakdown: {data['steps']} steps, seconds "
+        f"per step; async_vs_sync: the {data['async_config']} config, {data['async_steps']} steps per mode, samples/s "
+        f"of sync and each async mode's ratio to it). Measured on {data['machine']}, {data['date']}, 1-minute load "
         f"average {load['before']:.1f} at the start and {load['after']:.1f} at the end "
         "(`benchmarks/results/redesign_speed.json`, `benchmarks/redesign_speed.py`).",
     )
