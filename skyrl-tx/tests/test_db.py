@@ -142,7 +142,6 @@ def test_a_notifier_event_lives_only_while_someone_polls():
     asyncio.run(scenario())
 
 
-
 def test_listings_page_through_one_keys_rows_newest_first_with_an_optional_filter(database_url):
     import datetime as dt
 
