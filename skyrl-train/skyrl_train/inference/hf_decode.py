@@ -88,6 +88,9 @@ class DecodeBatch:
         self.stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
         self.top_k = min(params.top_logprobs, int(model.config.vocab_size))
         self.stop_strings = StopChecker(params, set(), params.max_tokens) if params.stop else None
+        self.stop_window = 4 * max(map(len, params.stop)) + 8 if params.stop else 0
+        """Trailing tokens decoded for the stop-string check: a stop string the newest token completes lies within
+        them (a character takes at most 4 byte-level tokens), so a step decodes a bounded tail, not the whole row."""
         self.rows: list[DecodeRow] = []
         self.cache: Optional[DynamicCache] = None
         self.attention: Optional[torch.Tensor] = None  # [rows, cache columns]: 1 where a row has a real token
@@ -330,7 +333,8 @@ class DecodeBatch:
             if self.top_k > 0:
                 row.tops.append(top_pairs[index])
             stop = stopped[index] or (
-                self.stop_strings is not None and self.stop_strings.check([], self.tokenizer.decode(row.tokens))
+                self.stop_strings is not None
+                and self.stop_strings.check([], self._tail_text(row.tokens))
             )
             if stop or len(row.tokens) >= row.budget:
                 row.reason = "stop" if stop else "length"
@@ -355,6 +359,11 @@ class DecodeBatch:
         ).logits[:, -1, :]
         self.positions = self.positions + 1
         return finished
+
+    def _tail_text(self, tokens: list[int]) -> str:
+        """The text of a row's last `stop_window` tokens, special tokens skipped as in the text the caller gets (so
+        a stop string matches what vLLM's detokenized output would show)."""
+        return self.tokenizer.decode(tokens[-self.stop_window :], skip_special_tokens=True)
 
     def _select(self, keep: torch.Tensor) -> None:
         """Keep the rows at `keep`; drop the cache columns no remaining row attends to (left padding)."""
