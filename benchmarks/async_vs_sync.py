@@ -314,7 +314,9 @@ def cpu_table(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     """Per (config, mode): the mean CPU seconds per training step of each part of the run, their total, and that
     total as a share of the machine's cores over the loop's wall time."""
     cores = os.cpu_count() or 1
-    lines = [f"{'config':>13} | {'mode':>14} | " + " | ".join(f"{kind:>15}" for kind in KINDS) + " |  total | cores busy"]
+    lines = [
+        f"{'config':>13} | {'mode':>14} | " + " | ".join(f"{kind:>15}" for kind in KINDS) + " |  total | cores busy"
+    ]
     for (config, mode), runs in grouped(rows).items():
         per_step = {kind: statistics.mean(run["cpu_seconds"][kind] / run["steps"] for run in runs) for kind in KINDS}
         busy = statistics.mean(sum(run["cpu_seconds"].values()) / (run["loop_seconds"] * cores) for run in runs)
@@ -495,7 +497,9 @@ def main() -> None:
         print(f"(means over {args.repeats} runs of each mode)")
     if args.overrides:
         print(f"overrides of every run: {' '.join(args.overrides)}")
-    print("\nCPU seconds per step in the training loop, by process (mean over the runs); cores busy: their total over the")
+    print(
+        "\nCPU seconds per step in the training loop, by process (mean over the runs); cores busy: their total over the"
+    )
     print("loop's wall time, as a share of the machine's cores:")
     print("\n".join(cpu_table(rows)))
     print(f"\ntraining reward per sample ({args.window}-step trailing mean; every mode trains the same samples):")

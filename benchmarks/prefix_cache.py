@@ -38,13 +38,17 @@ SETTINGS = {"off": False, "on": True}
 def first_prompts(tokenizer: Any, count: int) -> list[list[int]]:
     """One chat prompt per session (distinct questions)."""
     rendered = [
-        tokenizer.apply_chat_template([{"role": "user", "content": f"Add {i} and {7 * i + 3}."}], add_generation_prompt=True)
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"Add {i} and {7 * i + 3}."}], add_generation_prompt=True
+        )
         for i in range(count)
     ]
     return [list(r["input_ids"] if hasattr(r, "keys") else r) for r in rendered]
 
 
-async def conversations(engine: HFInferenceEngine, prompts: list[list[int]], args: argparse.Namespace) -> list[list[int]]:
+async def conversations(
+    engine: HFInferenceEngine, prompts: list[list[int]], args: argparse.Namespace
+) -> list[list[int]]:
     """Run every session's turns concurrently; returns each session's final conversation."""
     params = SamplingParams(max_tokens=args.new_tokens, temperature=0, ignore_eos=True)
 
@@ -106,7 +110,9 @@ def main() -> None:
         f"tiny model size={args.size} ({params / 1e6:.2f} M params), {args.sessions} sessions x {args.turns} turns of "
         f"{args.new_tokens} new + {args.observation_tokens} observation tokens, {args.rounds} rounds, 1 thread"
     )
-    print(f"{'prefix cache':>12} | {'median s':>8} | {'range s':>13} | {'prompt tokens prefilled':>23} | {'speed-up':>8}")
+    print(
+        f"{'prefix cache':>12} | {'median s':>8} | {'range s':>13} | {'prompt tokens prefilled':>23} | {'speed-up':>8}"
+    )
     print("-" * 78)
     rows = []
     for name in SETTINGS:

@@ -27,7 +27,9 @@ def process_kind(pid: int, command: str) -> str | None:
         return "trainer workers"
     if "retrieval_server" in command:
         return "API server"
-    if any(name in command for name in ("raylet", "gcs_server", "ray/dashboard", "log_monitor", "ray::", "ray/_private")):
+    if any(
+        name in command for name in ("raylet", "gcs_server", "ray/dashboard", "log_monitor", "ray::", "ray/_private")
+    ):
         return "Ray daemons"
     return None
 

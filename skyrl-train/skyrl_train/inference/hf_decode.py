@@ -243,7 +243,11 @@ class DecodeBatch:
                     columns[index, :, kept - reuse :] = getattr(entry, part)[layer][:, :reuse]
                 stacked.append(columns.to(self.device))
             cache.update(*stacked, layer)
-        input_ids, attention, positions = input_ids.to(self.device), attention.to(self.device), positions.to(self.device)
+        input_ids, attention, positions = (
+            input_ids.to(self.device),
+            attention.to(self.device),
+            positions.to(self.device),
+        )
         logits = self.model(
             input_ids=input_ids,
             attention_mask=attention,
@@ -333,8 +337,7 @@ class DecodeBatch:
             if self.top_k > 0:
                 row.tops.append(top_pairs[index])
             stop = stopped[index] or (
-                self.stop_strings is not None
-                and self.stop_strings.check([], self._tail_text(row.tokens))
+                self.stop_strings is not None and self.stop_strings.check([], self._tail_text(row.tokens))
             )
             if stop or len(row.tokens) >= row.budget:
                 row.reason = "stop" if stop else "length"
