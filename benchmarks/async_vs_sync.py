@@ -68,6 +68,9 @@ from skyrl_train.entrypoints.main_base import BasePPOExp
 from skyrl_train.recipes.embedded import get_embedded_model
 from skyrl_train.recipes.warm_start import WarmStartSettings
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from process_cpu import KINDS, cpu_snapshot, cpu_spent  # noqa: E402 - the benchmarks folder is not a package
+
 MODEL = WarmStartSettings(task="addition", difficulty=2, size=2, seed=0, train_examples=8192)
 FOLLOW_UP = "Lookup: {previous_answer} is a number\n{question}"
 """How the multi-turn models see a later question: what `CheckedAdditionEnv` shows after a right answer (the search
@@ -157,6 +160,8 @@ class TimedExp(BasePPOExp):
 
     loop_seconds = 0.0
     step_seconds: dict[int, float] = {}
+    cpu_seconds: dict[str, float] = {}
+    """CPU seconds the run's processes spent in the training loop, by part (`process_cpu.KINDS`)."""
 
     def get_trainer(self, **parts: Any):
         trainer = super().get_trainer(**parts)
@@ -165,9 +170,10 @@ class TimedExp(BasePPOExp):
         TimedExp.step_seconds = {}
 
         async def timed(max_steps: int) -> None:
-            started[0] = time.perf_counter()
+            started[0], before = time.perf_counter(), cpu_snapshot()
             await original(max_steps)
             TimedExp.loop_seconds = time.perf_counter() - started[0]
+            TimedExp.cpu_seconds = cpu_spent(before, cpu_snapshot())
 
         def logged(metrics: dict[str, Any], step: int) -> None:
             if "reward/mean" in metrics and started[0]:
@@ -298,7 +304,25 @@ def run(
         # mean held-out reward: accuracy for single-turn configs, the fraction of questions right for multi-turn ones
         "accuracy": result.final_eval.get("eval/all/mean_reward", float("nan")),
         "staleness": max((v for _, v in result.history.get("async/staleness_max", [])), default=0.0),
+        "loop_seconds": TimedExp.loop_seconds,
+        "steps": result.global_step,
+        "cpu_seconds": dict(TimedExp.cpu_seconds),
     }
+
+
+def cpu_table(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    """Per (config, mode): the mean CPU seconds per training step of each part of the run, their total, and that
+    total as a share of the machine's cores over the loop's wall time."""
+    cores = os.cpu_count() or 1
+    lines = [
+        f"{'config':>13} | {'mode':>14} | " + " | ".join(f"{kind:>15}" for kind in KINDS) + " |  total | cores busy"
+    ]
+    for (config, mode), runs in grouped(rows).items():
+        per_step = {kind: statistics.mean(run["cpu_seconds"][kind] / run["steps"] for run in runs) for kind in KINDS}
+        busy = statistics.mean(sum(run["cpu_seconds"].values()) / (run["loop_seconds"] * cores) for run in runs)
+        cells = " | ".join(f"{per_step[kind]:>15.2f}" for kind in KINDS)
+        lines.append(f"{config:>13} | {mode:>14} | {cells} | {sum(per_step.values()):>6.2f} | {100 * busy:>9.0f}%")
+    return lines
 
 
 def start_search_server(directory: Path, delay_ms: str) -> subprocess.Popen:
@@ -473,6 +497,11 @@ def main() -> None:
         print(f"(means over {args.repeats} runs of each mode)")
     if args.overrides:
         print(f"overrides of every run: {' '.join(args.overrides)}")
+    print(
+        "\nCPU seconds per step in the training loop, by process (mean over the runs); cores busy: their total over the"
+    )
+    print("loop's wall time, as a share of the machine's cores:")
+    print("\n".join(cpu_table(rows)))
     print(f"\ntraining reward per sample ({args.window}-step trailing mean; every mode trains the same samples):")
     print("\n".join(curve_table(rows, args.window)))
     if args.out is not None:

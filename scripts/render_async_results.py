@@ -31,9 +31,10 @@ def render_async_vs_sync(data: dict, name: str) -> str:
                 marks.append([smooth[max(0, round(len(smooth) * q) - 1)] for q in (0.25, 0.5, 0.75, 1.0)])
             quarters = " / ".join(mean_and_error([run_marks[q] for run_marks in marks]) for q in range(4))
             held_out = mean_and_error([run["accuracy"] for run in runs])
-            label = "fully_async (`max_staleness=2`)" if mode == "fully_async_s2" else mode
-            lines.append(f"| {label} | {speed:.1f} | {speed / sync_speed:.2f}x | {quarters} | {held_out} |")
+            lines.append(f"| {mode_label(mode)} | {speed:.1f} | {speed / sync_speed:.2f}x | {quarters} | {held_out} |")
         lines.append("")
+        if all("cpu_seconds" in run for runs in modes.values() for run in runs):
+            lines += cpu_lines(modes)
     repeats = data.get("repeats", 1)
     runs_note = f"{repeats} runs of each mode (mean±standard error)" if repeats > 1 else "one run of each mode"
     load = data.get("load_average_1min")
@@ -48,6 +49,31 @@ def render_async_vs_sync(data: dict, name: str) -> str:
         f"(`benchmarks/results/{name}.json`, `{command}`)."
     )
     return "\n".join(lines) + "\n"
+
+
+def mode_label(mode: str) -> str:
+    """How a benchmark mode is named in the tables."""
+    return "fully_async (`max_staleness=2`)" if mode == "fully_async_s2" else mode
+
+
+def cpu_lines(modes: dict[str, list[dict]]) -> list[str]:
+    """A config's CPU table: per mode, the CPU seconds per training step of each part of the run (mean over its runs),
+    their total, and the share of the machine's cores that total kept busy over the loop's wall time."""
+    kinds = list(next(iter(modes.values()))[0]["cpu_seconds"])
+    lines = [
+        "| mode | " + " | ".join(kinds) + " | total | cores busy |",
+        "|---|" + "---|" * (len(kinds) + 2),
+    ]
+    for mode, runs in modes.items():
+        per_step = [statistics.mean(run["cpu_seconds"][kind] / run["steps"] for run in runs) for kind in kinds]
+        busy = statistics.mean(sum(run["cpu_seconds"].values()) / run["loop_seconds"] for run in runs)
+        cells = " | ".join(f"{seconds:.2f}" for seconds in per_step)
+        lines.append(f"| {mode_label(mode)} | {cells} | {sum(per_step):.2f} | {busy:.2f} |")
+    note = (
+        "CPU seconds per training step by process, read from `/proc` around the training loop; cores busy: their"
+        " total over the loop's wall time."
+    )
+    return [*lines, "", note, ""]
 
 
 def render_quickstart_modes(data: dict) -> str:

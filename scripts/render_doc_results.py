@@ -303,6 +303,27 @@ def render_packing(data: dict) -> str:
     )
 
 
+def render_prefix_cache(data: dict) -> str:
+    """benchmarks/prefix_cache.py: multi-turn rollouts through the hf engine with its prefix cache off and on."""
+    lines = ["| prefix cache | seconds (median, range) | prompt tokens prefilled | speed-up |", "|---|---|---|---|"]
+    off = next(row for row in data["rows"] if row["setting"] == "off")
+    for row in data["rows"]:
+        spread = f"{row['median_s']:.2f} ({min(row['seconds']):.2f}-{max(row['seconds']):.2f})"
+        speedup = off["median_s"] / row["median_s"]
+        lines.append(f"| {row['setting']} | {spread} | {row['prefilled']:,} | {speedup:.2f}x |")
+    work, model = data["workload"], data["model"]
+    start, end = data["load_average_1min"]
+    same = "the same tokens" if data["same_tokens"] else "DIFFERENT tokens"
+    return with_note(
+        lines,
+        f"{work['sessions']} concurrent conversations x {work['turns']} turns of {work['new_tokens']} greedy tokens "
+        f"plus a {work['observation_tokens']}-token observation each, on the tiny model size {model['size']} "
+        f"({model['parameters'] / 1e6:.2f} M parameters); {data['rounds']} alternating rounds, both settings gave "
+        f"{same}. 1-minute load average {start:.1f} at the start and {end:.1f} at the end. Measured on "
+        f"{data['machine']}, {data['date']} (`benchmarks/results/prefix_cache.json`, `benchmarks/prefix_cache.py`).",
+    )
+
+
 def render_tx_abuse(data: dict) -> str:
     """benchmarks/tx_abuse.py: each attack and the server's answer, then the good clients alone and under attack."""
     lines = ["| attack | answer | server RSS after |", "|---|---|---|"]
@@ -345,6 +366,7 @@ RENDERERS = {
     "dynamic_sampling": render_dynamic_sampling,
     "minimal_grpo": render_minimal_grpo,
     "packing": render_packing,
+    "prefix_cache": render_prefix_cache,
     "quickstart": render_quickstart,
     "quickstart_seeds": render_quickstart_seeds,
     "lora_quickstart": render_quickstart_seeds,

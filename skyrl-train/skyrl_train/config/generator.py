@@ -95,9 +95,11 @@ class InferenceEngineConfig:
     on this machine)."""
 
     enable_prefix_caching: bool = True
-    """Reuse the KV cache of shared prompt prefixes (the samples of one prompt, earlier turns) in the `vllm` and
-    `sglang` engines (false sets SGLang's `disable_radix_cache`). The `hf` engine keeps no cache between calls, so
-    there this has no effect."""
+    """Reuse the KV cache of shared prompt prefixes (the samples of one prompt, earlier turns): vLLM's automatic prefix
+    caching, SGLang's radix cache (false sets `disable_radix_cache`), and in the `hf` engine each conversation's keys
+    and values kept between its turns (by session id, at most `engine_init_kwargs.prefix_cache_bytes`, 512 MiB by
+    default), so a multi-turn rollout's next turn prefills only its new tokens. Kept keys and values are dropped
+    when the weights change."""
 
     enforce_eager: bool = False
     """Disable CUDA graphs in vLLM (`enforce_eager`) and SGLang (`disable_prefill_cuda_graph` and

@@ -120,7 +120,11 @@ def build_hf_engine(settings: EngineSettings) -> InferenceEngine:
 
     model = load_causal_lm(settings.model_path, dtype=settings.dtype, device=settings.device)
     tokenizer = load_tokenizer(settings.tokenizer_path or settings.model_path)
-    kwargs = {"max_batch_size": settings.max_batch_size, **settings.engine_kwargs}
+    kwargs = {
+        "max_batch_size": settings.max_batch_size,
+        "enable_prefix_caching": settings.enable_prefix_caching,
+        **settings.engine_kwargs,
+    }
     if settings.lora_rank > 0:
         kwargs["lora_alpha"] = settings.lora_alpha
     if settings.in_flight_weight_updates:

@@ -9,6 +9,7 @@ batch with (up to float summation order).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -17,6 +18,7 @@ from torch.nn import functional
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from skyrl_train.inference.hf_prefix_cache import CachedPrefix, PrefixCache
 from skyrl_train.inference.sampling import sample_next_tokens, seeded_uniforms, top_logprobs
 from skyrl_train.inference.stopping import StopChecker
 from skyrl_train.inference.types import SamplingParams
@@ -42,6 +44,9 @@ class DecodeRow:
     versions: list[int] = field(default_factory=list)
     reason: Optional[str] = None
     seed: Optional[int] = None
+    session: Optional[Hashable] = None
+    """The conversation the row belongs to: with a `PrefixCache`, its prompt may reuse the keys and values the
+    session's previous row left there, and it leaves its own when it finishes."""
 
 
 def _left_pad_columns(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -59,7 +64,9 @@ class DecodeBatch:
     `admit(rows)` prefills new rows and adds them (between steps); `step()` samples the next token of every live
     row, returns the rows that finished (removed from the batch) and runs the model once for the rest. `version` is
     the weight version that computed the cache and the next-token logits; after the model's weights change between
-    steps, `recompute(version)` rebuilds both from every row's prompt and tokens so far.
+    steps, `recompute(version)` rebuilds both from every row's prompt and tokens so far. With a `prefix_cache`, a row
+    with a `session` prefills only what its session's kept keys and values do not cover, and leaves its own there
+    when it finishes.
     """
 
     def __init__(
@@ -70,6 +77,7 @@ class DecodeBatch:
         pad_token_id: int,
         tokenizer: Any,
         version: int = 0,
+        prefix_cache: Optional[PrefixCache] = None,
     ) -> None:
         self.model = model
         self.version = version
@@ -80,6 +88,9 @@ class DecodeBatch:
         self.stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long, device=self.device)
         self.top_k = min(params.top_logprobs, int(model.config.vocab_size))
         self.stop_strings = StopChecker(params, set(), params.max_tokens) if params.stop else None
+        self.stop_window = 4 * max(map(len, params.stop)) + 8 if params.stop else 0
+        """Trailing tokens decoded for the stop-string check: a stop string the newest token completes lies within
+        them (a character takes at most 4 byte-level tokens), so a step decodes a bounded tail, not the whole row."""
         self.rows: list[DecodeRow] = []
         self.cache: Optional[DynamicCache] = None
         self.attention: Optional[torch.Tensor] = None  # [rows, cache columns]: 1 where a row has a real token
@@ -91,6 +102,10 @@ class DecodeBatch:
         self.joinable = True
         """False when the model's cache is not a plain dynamic one (e.g. sliding windows): rows join only while the
         batch is empty."""
+        plain_cache = all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+        self.prefix_cache = prefix_cache if plain_cache else None
+        """Where rows with a session find and leave their keys and values (None: off, or a cache that is not plain
+        dynamic layers, e.g. sliding windows, whose kept columns would not be the whole prefix)."""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -108,9 +123,32 @@ class DecodeBatch:
             return
         if not self.accepts_new_rows:
             raise RuntimeError("this model's KV cache cannot take rows mid-decode; wait for the batch to finish")
-        # Rows that repeat a prompt (the samples of one group) share its prefill: each distinct prompt runs once
-        # and its cache, logits and columns are copied to every row that asked for it.
-        cache, logits, attention, positions = self._prefill([row.prompt for row in rows])
+        cached: list[tuple[DecodeRow, CachedPrefix, int]] = []
+        fresh: list[DecodeRow] = []
+        for row in rows:
+            found = None
+            if self.prefix_cache is not None and row.session is not None:
+                found = self.prefix_cache.take(row.session, row.prompt, self.version)
+            if found is None:
+                fresh.append(row)
+            else:
+                cached.append((row, *found))
+        if fresh:
+            # Rows that repeat a prompt (the samples of one group) share its prefill: each distinct prompt runs once
+            # and its cache, logits and columns are copied to every row that asked for it.
+            self._join(fresh, *self._prefill([row.prompt for row in fresh]))
+        if cached:
+            self._join([row for row, _, _ in cached], *self._extend(cached))
+
+    def _join(
+        self,
+        rows: list[DecodeRow],
+        cache: DynamicCache,
+        logits: torch.Tensor,
+        attention: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> None:
+        """Add prefilled `rows` (their cache, last logits, attention columns and positions) to the batch."""
         width = attention.shape[1]
         seen = self._seen_tokens(rows)
         uniforms = self._stack_uniforms(rows)
@@ -158,6 +196,8 @@ class DecodeBatch:
             attention[index, width - len(sequence) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        if self.prefix_cache is not None:
+            self.prefix_cache.prefilled_tokens += sum(len(sequence) for sequence in unique)
         cache = DynamicCache(config=self.model.config)
         logits = self.model(  # only the last position's logits: the full [rows, width, vocab] of a real vocabulary
             input_ids=input_ids,  # would be the largest tensor of the prefill
@@ -172,6 +212,67 @@ class DecodeBatch:
             cache.batch_select_indices(expand)
             logits, attention, positions = logits[expand], attention[expand], positions[expand]
         return cache, logits, attention, positions
+
+    def _extend(
+        self, cached: list[tuple[DecodeRow, CachedPrefix, int]]
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Prefill rows whose first `reuse` prompt tokens have kept keys and values: those are stacked (left-padded)
+        as the cache, and only the rest of each prompt (left-padded after them) runs through the model. Returns what
+        `_prefill` does; a row's columns may hold a gap of padding between its kept and its new tokens, which its
+        attention mask and positions skip."""
+        kept = max(reuse for _, _, reuse in cached)
+        width = max(len(row.prompt) - reuse for row, _, reuse in cached)
+        count = len(cached)
+        input_ids = torch.full((count, width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((count, kept + width), dtype=torch.long)
+        positions = torch.zeros((count, width), dtype=torch.long)
+        for index, (row, _, reuse) in enumerate(cached):
+            new = row.prompt[reuse:]
+            input_ids[index, width - len(new) :] = torch.tensor(new)
+            attention[index, kept - reuse : kept] = 1
+            attention[index, kept + width - len(new) :] = 1
+            positions[index, width - len(new) :] = torch.arange(reuse, len(row.prompt))
+        self.prefix_cache.prefilled_tokens += sum(len(row.prompt) - reuse for row, _, reuse in cached)
+        cache = DynamicCache(config=self.model.config)
+        for layer in range(len(cache.layers)):
+            stacked = []
+            for part in ("keys", "values"):
+                first = getattr(cached[0][1], part)[layer]
+                columns = first.new_zeros((count, first.shape[0], kept, first.shape[-1]))
+                for index, (_, entry, reuse) in enumerate(cached):
+                    columns[index, :, kept - reuse :] = getattr(entry, part)[layer][:, :reuse]
+                stacked.append(columns.to(self.device))
+            cache.update(*stacked, layer)
+        input_ids, attention, positions = (
+            input_ids.to(self.device),
+            attention.to(self.device),
+            positions.to(self.device),
+        )
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
+        return cache, logits, attention, positions
+
+    def _keep_prefixes(self, finished: list[tuple[int, DecodeRow]]) -> None:
+        """Leave the keys and values of finished rows that have a session in the prefix cache: their prompt and every
+        token but the last (which was sampled, never fed)."""
+        if self.prefix_cache is None:
+            return
+        for index, row in finished:
+            if row.session is None:
+                continue
+            real = self.attention[index].bool()
+            tokens = row.prompt + row.tokens[:-1]
+            if int(real.sum()) != len(tokens):  # not this row's whole prefix (never expected): keep nothing
+                continue
+            keys = [layer.keys[index][:, real].clone() for layer in self.cache.layers]
+            values = [layer.values[index][:, real].clone() for layer in self.cache.layers]
+            self.prefix_cache.put(row.session, CachedPrefix(tokens, keys, values, self.version))
 
     @torch.inference_mode()
     def recompute(self, version: int) -> None:
@@ -228,7 +329,7 @@ class DecodeBatch:
         self.generated += 1
         stopped = torch.isin(tokens, self.stop_tensor).tolist() if self.stop_tensor.numel() else [False] * count
         keep: list[int] = []
-        finished: list[DecodeRow] = []
+        leaving: list[tuple[int, DecodeRow]] = []
         for index, (row, token, logprob) in enumerate(zip(self.rows, tokens.tolist(), logprobs.float().tolist())):
             row.tokens.append(token)
             row.logprobs.append(logprob)
@@ -236,13 +337,15 @@ class DecodeBatch:
             if self.top_k > 0:
                 row.tops.append(top_pairs[index])
             stop = stopped[index] or (
-                self.stop_strings is not None and self.stop_strings.check([], self.tokenizer.decode(row.tokens))
+                self.stop_strings is not None and self.stop_strings.check([], self._tail_text(row.tokens))
             )
             if stop or len(row.tokens) >= row.budget:
                 row.reason = "stop" if stop else "length"
-                finished.append(row)
+                leaving.append((index, row))
             else:
                 keep.append(index)
+        self._keep_prefixes(leaving)
+        finished = [row for _, row in leaving]
         if not keep:
             self._clear()
             return finished
@@ -259,6 +362,11 @@ class DecodeBatch:
         ).logits[:, -1, :]
         self.positions = self.positions + 1
         return finished
+
+    def _tail_text(self, tokens: list[int]) -> str:
+        """The text of a row's last `stop_window` tokens, special tokens skipped as in the text the caller gets (so
+        a stop string matches what vLLM's detokenized output would show)."""
+        return self.tokenizer.decode(tokens[-self.stop_window :], skip_special_tokens=True)
 
     def _select(self, keep: torch.Tensor) -> None:
         """Keep the rows at `keep`; drop the cache columns no remaining row attends to (left padding)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Optional, TypeVar
@@ -18,6 +18,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from skyrl_train.inference.hf_decode import DecodeBatch, DecodeRow
+from skyrl_train.inference.hf_prefix_cache import PrefixCache
 from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.stopping import trim_stop_string
 from skyrl_train.inference.types import SamplingParams
@@ -46,6 +47,10 @@ class HFInferenceEngine(QueuedEngine):
         in_flight_weight_updates: `update_weights` does not wait for running requests: it lands between two of their
             decode steps, their KV cache is rebuilt from their tokens so far with the new weights, and each token
             records the version that sampled it (the fully_async trainer's `weight_update_boundary: token`).
+        enable_prefix_caching: keep each conversation's keys and values between calls (`hf_prefix_cache`): a prompt
+            with a session id (every turn of a multi-turn rollout) prefills only what the session's previous call
+            did not cover.
+        prefix_cache_bytes: the most bytes of keys and values kept for that; the oldest go first.
     """
 
     def __init__(
@@ -58,6 +63,8 @@ class HFInferenceEngine(QueuedEngine):
         lora_alpha: Optional[float] = None,
         admit_after_steps: int = 4,
         in_flight_weight_updates: bool = False,
+        enable_prefix_caching: bool = True,
+        prefix_cache_bytes: int = 512 * 2**20,
     ) -> None:
         super().__init__(
             tokenizer,
@@ -86,6 +93,8 @@ class HFInferenceEngine(QueuedEngine):
         """Weight updates land between two tokens of running requests, and `pause` does not wait for them."""
         self.adapter_merger = AdapterMerger(lora_alpha) if lora_alpha is not None else None
         """Merges synced LoRA adapters into the base weights (None: the engine takes full weights only)."""
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if enable_prefix_caching else None
+        """Each conversation's keys and values between calls (None: off); emptied when the weights change."""
 
     # ----- generation -----------------------------------------------------------------------------------------
     def _check_servable(self) -> None:
@@ -126,23 +135,32 @@ class HFInferenceEngine(QueuedEngine):
         return replace(params, seed=None)  # a seed is per row (its own numbers), so seeded requests share a batch
 
     def _decode_rows(
-        self, prompts: list[list[int]], seeds: list[Optional[int]], params: SamplingParams, tag: Callable[[int], Any]
+        self,
+        prompts: list[list[int]],
+        seeds: list[Optional[int]],
+        params: SamplingParams,
+        tag: Callable[[int], Any],
+        sessions: Sequence[Optional[Hashable]] = (),
     ) -> list[DecodeRow]:
-        """The prompt x n rows to decode, prompt-major; row k (its result index) is tagged `tag(k)`."""
+        """The prompt x n rows to decode, prompt-major; row k (its result index) is tagged `tag(k)`, and a prompt's
+        rows carry its session (when `sessions` is given)."""
         rows = []
-        for index, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
+        sessions = list(sessions) or [None] * len(prompts)
+        for index, (prompt, seed, session) in enumerate(zip(prompts, seeds, sessions, strict=True)):
             budget = min(params.max_tokens, self.max_model_len - len(prompt))
             for j in range(params.n):
                 # sample j of a prompt seeded `seed` draws from the stream of `seed + j`: its tokens do not depend
                 # on the batch it shares (unseeded rows draw from torch's global generator when they join)
                 row_seed = None if seed is None else seed + j
-                rows.append(DecodeRow(list(prompt), budget, tag=tag(index * params.n + j), seed=row_seed))
+                rows.append(
+                    DecodeRow(list(prompt), budget, tag=tag(index * params.n + j), seed=row_seed, session=session)
+                )
         return rows
 
     def _rows_of(self, item: PendingRequest) -> list[DecodeRow]:
         """The prompt x n rows of one request, tagged with (request, result index); sizes `item.results`."""
         item.results = [None] * (len(item.prompts) * item.params.n)
-        return self._decode_rows(item.prompts, item.seeds, item.params, lambda k: (item, k))
+        return self._decode_rows(item.prompts, item.seeds, item.params, lambda k: (item, k), item.sessions)
 
     async def _decode_continuously(self, items: list[PendingRequest], key: SamplingParams, join: bool = True) -> None:
         """Run one `DecodeBatch` until no row is live: between steps it takes queued requests with the same params
@@ -155,7 +173,9 @@ class HFInferenceEngine(QueuedEngine):
         backlog = [row for item in items for row in self._rows_of(item)]
         live: dict[int, PendingRequest] = {id(item): item for item in items}
         remaining = {id(item): len(item.results) for item in items}
-        batch = DecodeBatch(self.model, key, self._stop_ids(key), self.pad_token_id, self.tokenizer, self._version)
+        batch = DecodeBatch(
+            self.model, key, self._stop_ids(key), self.pad_token_id, self.tokenizer, self._version, self.prefix_cache
+        )
         waited = 0  # decode steps the oldest waiting row has waited
         try:
             while True:
@@ -264,6 +284,7 @@ class HFInferenceEngine(QueuedEngine):
             raise ValueError(f"sleep level must be 1 or 2, got {level}")
         await self.pause_and_drain()
         with self._model_lock:
+            self._drop_prefixes()
             if level == 2:
                 # Buffers (e.g. rotary inv_freq, non-persistent so never in a state dict or a weight sync) are small
                 # and derived from the config: keep them so wake_up does not leave them as uninitialised memory.
@@ -331,9 +352,16 @@ class HFInferenceEngine(QueuedEngine):
                     target.copy_(tensor.to(device=target.device, dtype=target.dtype))
             self._weights_discarded = False
             self._version = version
+            self._drop_prefixes()
 
     async def reset_prefix_cache(self) -> None:
-        """No prefix cache is kept between calls, so there is nothing to drop."""
+        """Drop every conversation's kept keys and values."""
+        with self._model_lock:
+            self._drop_prefixes()
+
+    def _drop_prefixes(self) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
 
     async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
         """Checksums of the served parameters (all, or the named ones)."""

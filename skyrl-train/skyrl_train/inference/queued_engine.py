@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -32,6 +33,8 @@ class PendingRequest:
     seeds: list[Optional[int]]
     future: asyncio.Future
     results: list[tuple] = field(default_factory=list)
+    sessions: list[Optional[Hashable]] = field(default_factory=list)
+    """The conversation of each prompt (`InferenceEngineInput.session_ids`; empty when the caller gave none)."""
 
 
 class QueuedEngine(InferenceEngine):
@@ -114,7 +117,8 @@ class QueuedEngine(InferenceEngine):
         self._inflight += 1
         try:
             future = asyncio.get_running_loop().create_future()
-            self._queue.append(PendingRequest(prompts, params, request.prompt_seeds(), future))
+            sessions = list(request.session_ids or [])
+            self._queue.append(PendingRequest(prompts, params, request.prompt_seeds(), future, sessions=sessions))
             if self._drainer is None or self._drainer.done():
                 self._drainer = asyncio.create_task(self._drain())
             rows = await future

@@ -2,6 +2,7 @@
 sampling options, batching of concurrent calls, and the sleep / pause / weight-update lifecycle."""
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 import torch
@@ -97,6 +98,18 @@ def test_stop_token_ids_stop_strings_and_length(tokenizer, model):
     )
     assert by_str.stop_reasons == ["stop"]
     assert by_str.responses[0] == text[: text.index(stop)]
+
+
+def test_a_stop_string_far_into_a_long_response_still_stops_it(tokenizer, model):
+    """The stop-string check decodes only a row's last tokens each step; a match 30 tokens in is still found."""
+    engine = HFInferenceEngine(model, tokenizer)
+    prompt = [_ids(_prompts(tokenizer, 1)[0])]
+    sampled = SamplingParams(max_tokens=48, temperature=1.0, seed=3, ignore_eos=True)
+    free = _run(engine, prompt_token_ids=prompt, sampling_params=sampled)
+    text = tokenizer.decode(free.response_ids[0], skip_special_tokens=True)
+    stop = next(text[i : i + 3] for i in range(30, 44) if text.index(text[i : i + 3]) == i)  # first seen late
+    out = _run(engine, prompt_token_ids=prompt, sampling_params=replace(sampled, stop=(stop,)))
+    assert out.stop_reasons == ["stop"] and out.responses[0] == text[: text.index(stop)]
 
 
 def test_prompt_longer_than_context_is_rejected(tokenizer, model):
