@@ -199,14 +199,7 @@ class DecodeBatch:
         if self.prefix_cache is not None:
             self.prefix_cache.prefilled_tokens += sum(len(sequence) for sequence in unique)
         cache = DynamicCache(config=self.model.config)
-        logits = self.model(  # only the last position's logits: the full [rows, width, vocab] of a real vocabulary
-            input_ids=input_ids,  # would be the largest tensor of the prefill
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        ).logits[:, -1, :]
+        logits = self._last_logits(input_ids, attention, positions, cache)
         if len(unique) < len(sequences):
             expand = torch.tensor(row_sequence, dtype=torch.long, device=self.device)
             cache.batch_select_indices(expand)
@@ -243,12 +236,15 @@ class DecodeBatch:
                     columns[index, :, kept - reuse :] = getattr(entry, part)[layer][:, :reuse]
                 stacked.append(columns.to(self.device))
             cache.update(*stacked, layer)
-        input_ids, attention, positions = (
-            input_ids.to(self.device),
-            attention.to(self.device),
-            positions.to(self.device),
-        )
-        logits = self.model(
+        attention, positions = attention.to(self.device), positions.to(self.device)
+        return cache, self._last_logits(input_ids.to(self.device), attention, positions, cache), attention, positions
+
+    def _last_logits(
+        self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: DynamicCache
+    ) -> torch.Tensor:
+        """Run `input_ids` after what `cache` holds (which it extends) and return each row's last-position logits:
+        the full [rows, width, vocab] of a real vocabulary would be the largest tensor of a prefill."""
+        return self.model(
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=positions,
@@ -256,7 +252,6 @@ class DecodeBatch:
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]
-        return cache, logits, attention, positions
 
     def _keep_prefixes(self, finished: list[tuple[int, DecodeRow]]) -> None:
         """Leave the keys and values of finished rows that have a session in the prefix cache: their prompt and every

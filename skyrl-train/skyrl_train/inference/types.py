@@ -92,7 +92,8 @@ Messages = list[dict[str, str]]
 class InferenceEngineInput:
     """One generate call: either token ids (preferred: token-in/token-out) or chat messages, one entry per prompt.
 
-    `session_ids` (optional, one per prompt) let a client route every turn of a conversation to the same engine.
+    `session_ids` (optional, one per prompt) let a client route every turn of a conversation to the same engine, and
+    let the `hf` engine keep the conversation's KV cache between its turns (`enable_prefix_caching`).
     `seeds` (optional, one per prompt, None entries allowed) replace `sampling_params.seed` prompt by prompt, so one
     call can carry differently seeded prompts and still be decoded as one batch.
     """
