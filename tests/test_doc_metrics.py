@@ -45,6 +45,8 @@ NOT_IN_SHORT_RUN = {
     "policy/off_policy/": "only with an off-policy correction on (auto: the async modes); logged by "
     "skyrl_train/algorithms/off_policy.py: skyrl-train/tests/algorithms/test_off_policy.py",
     "timing/trainer_idle": "only with trainer.mode one_step_off / fully_async: tests/trainer/test_trainer_async.py",
+    "generate/prefix_cache_hit_rate": "only when prompts carry session ids (multi-turn rollouts); the short run is "
+    "single-turn: skyrl-train/tests/inference/test_ray_engine.py",
     "timing/wait_generation": "only with trainer.mode=one_step_off: skyrl_train/rollouts/sources.py",
     "timing/weight_sync": "only when the sync is a call of its own (async modes, an OpenAI endpoint, engines that "
     "sleep while training); this run syncs inside the update call: tests/trainer/test_trainer_endpoint.py",

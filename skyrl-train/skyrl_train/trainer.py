@@ -36,7 +36,7 @@ from skyrl_train.generators.from_config import sampling_params_from_config
 from skyrl_train.generators.metrics import rewards_by_uid, solved_share
 from skyrl_train.generators.types import GeneratorOutput
 from skyrl_train.health import HealthMonitor
-from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.client import InferenceEngineClient, prefix_cache_metrics
 from skyrl_train.rollouts import (
     DynamicSampling,
     FullyAsyncSource,
@@ -274,6 +274,7 @@ class RayPPOTrainer:
             metrics.update(await self.evaluate())
         if self.memory is not None:
             metrics.update(await self.memory.sample())
+        metrics.update(await prefix_cache_metrics(getattr(self.client, "engines", [])))
         self.tracker.log(metrics, step=self.global_step)
         if self.timeline is not None:
             await self.timeline.collect(self.global_step)

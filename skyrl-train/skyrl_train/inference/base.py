@@ -56,6 +56,11 @@ class InferenceEngine(abc.ABC):
     async def reset_prefix_cache(self) -> None:
         """Drop cached prefixes computed with older weights."""
 
+    async def take_cache_counts(self) -> dict[str, int]:
+        """Counts of the engine's own prefix cache since the last call (`hits`, `misses`, `reused_tokens`,
+        `prefilled_tokens`); `{}` for engines that report none."""
+        return {}
+
     async def weights_checksum(self, names: Optional[list[str]] = None) -> dict[str, float]:
         """A per-parameter checksum of the served weights, for verifying a sync; engines may not support it."""
         raise NotImplementedError(f"{type(self).__name__} cannot report weight checksums")

@@ -175,3 +175,23 @@ def merge_parts(count: int, n: int, parts: Iterable[tuple[list[int], InferenceEn
         weight_version=min(versions),
         response_token_versions=None if any(v is None for v in token_versions) else token_versions,
     )
+
+
+async def prefix_cache_metrics(engines: Iterable[InferenceEngine]) -> dict[str, float]:
+    """`generate/prefix_cache_*` metrics from the engines' cache counts since the last call, summed over engines:
+    the share of a conversation's turns that found its earlier turns' keys and values (`hit_rate`), and the prompt
+    tokens reused and prefilled. `{}` when no engine reports counts (no hf engine, or its cache off)."""
+    counts: dict[str, int] = {}
+    for engine_counts in await asyncio.gather(*(engine.take_cache_counts() for engine in engines)):
+        for name, count in engine_counts.items():
+            counts[name] = counts.get(name, 0) + count
+    if not counts:
+        return {}
+    lookups = counts["hits"] + counts["misses"]
+    metrics = {
+        "generate/prefix_cache_reused_tokens": float(counts["reused_tokens"]),
+        "generate/prefix_cache_prefilled_tokens": float(counts["prefilled_tokens"]),
+    }
+    if lookups:
+        metrics["generate/prefix_cache_hit_rate"] = counts["hits"] / lookups
+    return metrics

@@ -354,6 +354,11 @@ class HFInferenceEngine(QueuedEngine):
             self._version = version
             self._drop_prefixes()
 
+    async def take_cache_counts(self) -> dict[str, int]:
+        """The prefix cache's counts since the last call (`{}` with it off)."""
+        with self._model_lock:
+            return self.prefix_cache.take_counts() if self.prefix_cache is not None else {}
+
     async def reset_prefix_cache(self) -> None:
         """Drop every conversation's kept keys and values."""
         with self._model_lock:

@@ -21,6 +21,9 @@ from typing import Optional
 
 import torch
 
+COUNTERS = ("hits", "misses", "reused_tokens", "prefilled_tokens")
+"""`PrefixCache`'s counters, which `take_counts` reports."""
+
 
 @dataclass
 class CachedPrefix:
@@ -98,6 +101,13 @@ class PrefixCache:
         while self.nbytes > self.max_bytes:
             _, oldest = self.entries.popitem(last=False)
             self.nbytes -= oldest.nbytes
+
+    def take_counts(self) -> dict[str, int]:
+        """The counters since the last call (then zeroed): `hits`, `misses`, `reused_tokens`, `prefilled_tokens`."""
+        counts = {name: getattr(self, name) for name in COUNTERS}
+        for name in COUNTERS:
+            setattr(self, name, 0)
+        return counts
 
     def clear(self) -> None:
         """Drop every entry (weights changed, or the caller reset the cache)."""

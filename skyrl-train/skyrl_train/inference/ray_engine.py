@@ -48,7 +48,16 @@ from skyrl_train.weight_sync.strategy import make_receiver
 logger = logging.getLogger(__name__)
 
 
-PASS_THROUGH = ("sleep", "wake_up", "pause", "resume", "init_weight_update", "reset_prefix_cache", "weights_checksum")
+PASS_THROUGH = (
+    "sleep",
+    "wake_up",
+    "pause",
+    "resume",
+    "init_weight_update",
+    "reset_prefix_cache",
+    "weights_checksum",
+    "take_cache_counts",
+)
 """`InferenceEngine` calls forwarded unchanged: by `EngineActor` to its engine, by `RayEngineProxy` to its actor."""
 
 

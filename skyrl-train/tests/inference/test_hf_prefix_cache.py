@@ -7,6 +7,7 @@ import asyncio
 import pytest
 import torch
 
+from skyrl_train.inference.client import prefix_cache_metrics
 from skyrl_train.inference.engine_builders import EngineSettings, build_hf_engine
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.hf_prefix_cache import CachedPrefix, PrefixCache, common_prefix_length
@@ -130,3 +131,14 @@ def test_the_cache_takes_matching_entries_once_and_drops_the_oldest_past_its_byt
     assert "e" not in cache.entries
     with pytest.raises(ValueError, match="max_bytes"):
         PrefixCache(max_bytes=-1)
+
+
+def test_counts_are_taken_once_and_engines_without_a_cache_report_none(tokenizer, model):
+    engine = HFInferenceEngine(model, tokenizer)
+    _two_turns(engine, tokenizer)
+    counts = asyncio.run(engine.take_cache_counts())
+    assert (counts["hits"], counts["misses"]) == (2, 4)  # turn 2 of a and b; turn 1 of a, b, c and d's only turn
+    assert asyncio.run(engine.take_cache_counts()) == dict.fromkeys(counts, 0)
+    off = HFInferenceEngine(model, tokenizer, enable_prefix_caching=False)
+    assert asyncio.run(off.take_cache_counts()) == {}
+    assert asyncio.run(prefix_cache_metrics([off])) == {}

@@ -13,7 +13,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.inference.base import InferenceEngine
-from skyrl_train.inference.client import InferenceEngineClient
+from skyrl_train.inference.client import InferenceEngineClient, prefix_cache_metrics
 from skyrl_train.inference.engine_builders import build_hf_engine, sglang_preflight
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.ray_engine import (
@@ -90,6 +90,24 @@ async def test_client_over_proxies_routes_like_a_client_over_local_engines(clust
     local_client = InferenceEngineClient([_local_engine(cluster["path"]) for _ in range(2)])
     local = await local_client.generate(request)
     assert remote.response_ids == local.response_ids and remote.stop_reasons == local.stop_reasons
+
+
+async def test_a_conversations_second_turn_is_a_prefix_cache_hit_in_the_actor(cluster):
+    """The session's turn 2 reuses turn 1's keys and values inside the engine actor, and the counts reach the trainer's
+    metrics through the proxies (a call takes them: the next one starts from zero)."""
+    engines, prompt = cluster["engines"], _prompts(1)[0]
+    client = InferenceEngineClient(engines)
+    await prefix_cache_metrics(engines)  # earlier tests' counts
+    first = await client.generate(
+        InferenceEngineInput(prompt_token_ids=[prompt], sampling_params=GREEDY, session_ids=["chat"])
+    )
+    follow = prompt + first.response_ids[0] + [5, 6, 7]
+    await client.generate(InferenceEngineInput(prompt_token_ids=[follow], sampling_params=GREEDY, session_ids=["chat"]))
+    metrics = await prefix_cache_metrics(engines)
+    assert metrics["generate/prefix_cache_hit_rate"] == 0.5  # turn 1 found nothing, turn 2 its own conversation
+    assert metrics["generate/prefix_cache_reused_tokens"] == len(prompt) + len(first.response_ids[0]) - 1
+    assert metrics["generate/prefix_cache_prefilled_tokens"] == len(prompt) + 4  # turn 2: last token + 3 new
+    assert "generate/prefix_cache_hit_rate" not in await prefix_cache_metrics(engines)
 
 
 async def test_lifecycle_calls_and_weight_updates_reach_the_actor(cluster):
