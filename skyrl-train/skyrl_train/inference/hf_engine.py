@@ -93,7 +93,7 @@ class HFInferenceEngine(QueuedEngine):
         """Weight updates land between two tokens of running requests, and `pause` does not wait for them."""
         self.adapter_merger = AdapterMerger(lora_alpha) if lora_alpha is not None else None
         """Merges synced LoRA adapters into the base weights (None: the engine takes full weights only)."""
-        self.prefix_cache = PrefixCache(prefix_cache_bytes) if enable_prefix_caching else None
+        self.prefix_cache = PrefixCache(prefix_cache_bytes, self._weights_stamp) if enable_prefix_caching else None
         """Each conversation's keys and values between calls (None: off); emptied when the weights change."""
 
     # ----- generation -----------------------------------------------------------------------------------------
@@ -363,6 +363,11 @@ class HFInferenceEngine(QueuedEngine):
         """Drop every conversation's kept keys and values."""
         with self._model_lock:
             self._drop_prefixes()
+
+    def _weights_stamp(self) -> int:
+        """The sum of the parameters' in-place version counters: it changes whenever a weight is written in place
+        (an optimizer step on this very model object, a copy into it), which the prefix cache must notice."""
+        return sum(parameter._version for parameter in self.model.parameters())
 
     def _drop_prefixes(self) -> None:
         if self.prefix_cache is not None:

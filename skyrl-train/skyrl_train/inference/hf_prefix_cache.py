@@ -8,14 +8,16 @@ tokens fed so far) are kept here under the session id; the session's next prompt
 the two, so only the new tokens (the env's observation, the next turn's header) run through the model.
 
 An entry belongs to the weight version that computed it: one from another version is never reused, and a weight
-update or `reset_prefix_cache` drops them all. The oldest entries go first once the kept keys and values pass
+update or `reset_prefix_cache` drops them all. Weights changed in place without `update_weights` (a caller training
+the engine's own model object) drop them too: `weights_stamp` (the sum of the parameters' in-place version counters)
+is checked before every lookup and store. The oldest entries go first once the kept keys and values pass
 `max_bytes`.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -60,10 +62,14 @@ class PrefixCache:
     with and without a usable entry).
     """
 
-    def __init__(self, max_bytes: int = 512 * 2**20) -> None:
+    def __init__(self, max_bytes: int = 512 * 2**20, weights_stamp: Optional[Callable[[], Hashable]] = None) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
+        self.weights_stamp = weights_stamp
+        """Called before every lookup and store: a different value than last time means the weights changed (in
+        place, unseen by `update_weights`), and every entry is dropped."""
+        self._stamp: Optional[Hashable] = None
         self.entries: OrderedDict[Hashable, CachedPrefix] = OrderedDict()
         self.nbytes = 0
         self.reused_tokens = self.prefilled_tokens = self.hits = self.misses = 0
@@ -75,6 +81,7 @@ class PrefixCache:
         """The session's entry and the count of `prompt`'s leading tokens it covers (at most all but the last, whose
         logits the prefill must compute); None when there is no entry of this `version` sharing a prefix. The entry
         leaves the cache either way: the row that takes it stores the longer conversation when it finishes."""
+        self._check_weights()
         entry = self.entries.pop(session, None)
         if entry is not None:
             self.nbytes -= entry.nbytes
@@ -91,6 +98,7 @@ class PrefixCache:
 
     def put(self, session: Hashable, entry: CachedPrefix) -> None:
         """Keep `entry` as the session's (replacing an older one), then drop the oldest entries past `max_bytes`."""
+        self._check_weights()
         previous = self.entries.pop(session, None)
         if previous is not None:
             self.nbytes -= previous.nbytes
@@ -108,6 +116,13 @@ class PrefixCache:
         for name in COUNTERS:
             setattr(self, name, 0)
         return counts
+
+    def _check_weights(self) -> None:
+        if self.weights_stamp is not None:
+            stamp = self.weights_stamp()
+            if stamp != self._stamp:
+                self.clear()
+                self._stamp = stamp
 
     def clear(self) -> None:
         """Drop every entry (weights changed, or the caller reset the cache)."""

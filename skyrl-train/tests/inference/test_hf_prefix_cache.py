@@ -142,3 +142,18 @@ def test_counts_are_taken_once_and_engines_without_a_cache_report_none(tokenizer
     off = HFInferenceEngine(model, tokenizer, enable_prefix_caching=False)
     assert asyncio.run(off.take_cache_counts()) == {}
     assert asyncio.run(prefix_cache_metrics([off])) == {}
+
+
+def test_weights_changed_in_place_drop_the_kept_prefixes(tokenizer, model, max_logprob_error, is_greedy):
+    """A caller that trains the engine's own model object (no `update_weights`, no new version): the next turn must
+    not reuse keys and values of the old weights."""
+    engine = HFInferenceEngine(model, tokenizer)
+    prompt = _chat(tokenizer, "What is 2+3?")
+    out = _generate(engine, [prompt], ["a"])
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(1.5)  # what an optimizer step does: write the weights in place
+    follow = prompt + out.response_ids[0] + [5, 6]
+    again = _generate(engine, [follow], ["a"])
+    assert engine.prefix_cache.hits == 0
+    _check_against_full_forward(model, [follow], again, max_logprob_error, is_greedy)
