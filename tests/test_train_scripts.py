@@ -169,7 +169,12 @@ SMOKE_STEPS = 5
 """Steps of a run that only has to train and evaluate."""
 MIN_RISE = 0.05
 """The least rise in held-out accuracy that counts as learning: 10 of the 200 test problems."""
-EVAL_LINE = re.compile(r"^step (\d+)/\d+ \| eval/all/pass_at_1 ([0-9.]+)", re.MULTILINE)
+EVAL_EVERY = 10
+"""Steps between held-out evaluations of the runs that must learn. The rise is measured on the mean of the last three
+(steps 40, 50 and 60) against the start: one evaluation swings by about +-0.05 from one ten steps to the next (LoRA:
+0.32 0.315 0.38 0.405 0.33 0.345 on one run, 0.365 0.34 0.28 0.34 0.365 0.395 on another), and a single final one
+read a rise of 0.025 on a CI run where six other 60-step LoRA runs read 0.085 to 0.165."""
+EVAL_LINE = re.compile(r"^step (\d+)/\d+ \|.*?eval/all/pass_at_1 ([0-9.]+)", re.MULTILINE)
 
 
 TRAIN_LINE = re.compile(r"^step (\d+)/\d+ \| reward/mean [0-9.]+", re.MULTILINE)
@@ -195,14 +200,21 @@ def test_a_short_cpu_run_trains(tmp_path, script, rises):
     steps = STEPS if rises else SMOKE_STEPS
     env = {k: v for k, v in os.environ.items() if k not in ("NUM_GPUS", "MODEL", "DATA_DIR")}
     env.update(PYTHON=sys.executable, OUT_DIR=str(tmp_path), MAX_STEPS=str(steps))
+    if rises:
+        env["EVAL_INTERVAL"] = str(EVAL_EVERY)
     done = subprocess.run(["bash", str(TRAIN / script)], env=env, cwd=tmp_path, capture_output=True, text=True)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     assert [int(step) for step in TRAIN_LINE.findall(output)] == list(range(1, steps + 1)), output[-3000:]
     evals = [(int(step), float(accuracy)) for step, accuracy in EVAL_LINE.findall(output)]
-    assert [step for step, _ in evals] == [0, steps], output[-3000:]
-    (_, before), (_, after) = evals
+    every = EVAL_EVERY if rises else steps
+    assert [step for step, _ in evals] == list(range(0, steps + 1, every)), output[-3000:]
     if rises:
+        before, last = evals[0][1], [accuracy for _, accuracy in evals[-3:]]
+        after = sum(last) / len(last)
         rewards = " ".join(REWARD.findall(output))
-        message = f"{script}: held-out accuracy {before} -> {after} in {steps} steps; reward/mean by step: {rewards}"
+        message = (
+            f"{script}: held-out accuracy by step {evals}: {before} -> {after:.3f} (the last three's mean) in {steps}"
+            f" steps; reward/mean by step: {rewards}"
+        )
         assert round(after - before, 6) >= MIN_RISE, message
