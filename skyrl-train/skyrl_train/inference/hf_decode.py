@@ -125,6 +125,8 @@ class DecodeBatch:
             raise RuntimeError("this model's KV cache cannot take rows mid-decode; wait for the batch to finish")
         cached: list[tuple[DecodeRow, CachedPrefix, int]] = []
         fresh: list[DecodeRow] = []
+        if self.prefix_cache is not None and any(row.session is not None for row in rows):
+            self.prefix_cache.check_weights()
         for row in rows:
             found = None
             if self.prefix_cache is not None and row.session is not None:
@@ -256,8 +258,9 @@ class DecodeBatch:
     def _keep_prefixes(self, finished: list[tuple[int, DecodeRow]]) -> None:
         """Leave the keys and values of finished rows that have a session in the prefix cache: their prompt and every
         token but the last (which was sampled, never fed)."""
-        if self.prefix_cache is None:
+        if self.prefix_cache is None or all(row.session is None for _, row in finished):
             return
+        self.prefix_cache.check_weights()
         for index, row in finished:
             if row.session is None:
                 continue

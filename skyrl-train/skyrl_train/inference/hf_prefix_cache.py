@@ -10,7 +10,7 @@ the two, so only the new tokens (the env's observation, the next turn's header) 
 An entry belongs to the weight version that computed it: one from another version is never reused, and a weight
 update or `reset_prefix_cache` drops them all. Weights changed in place without `update_weights` (a caller training
 the engine's own model object) drop them too: `weights_stamp` (the sum of the parameters' in-place version counters)
-is checked before every lookup and store. The oldest entries go first once the kept keys and values pass
+is compared by `check_weights`, which a decode batch calls once before its lookups and once before its stores. The oldest entries go first once the kept keys and values pass
 `max_bytes`.
 """
 
@@ -67,8 +67,8 @@ class PrefixCache:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
         self.weights_stamp = weights_stamp
-        """Called before every lookup and store: a different value than last time means the weights changed (in
-        place, unseen by `update_weights`), and every entry is dropped."""
+        """Read by `check_weights`: a different value than last time means the weights changed (in place, unseen by
+        `update_weights`), and every entry is dropped."""
         self._stamp: Optional[Hashable] = None
         self.entries: OrderedDict[Hashable, CachedPrefix] = OrderedDict()
         self.nbytes = 0
@@ -81,7 +81,6 @@ class PrefixCache:
         """The session's entry and the count of `prompt`'s leading tokens it covers (at most all but the last, whose
         logits the prefill must compute); None when there is no entry of this `version` sharing a prefix. The entry
         leaves the cache either way: the row that takes it stores the longer conversation when it finishes."""
-        self._check_weights()
         entry = self.entries.pop(session, None)
         if entry is not None:
             self.nbytes -= entry.nbytes
@@ -98,7 +97,6 @@ class PrefixCache:
 
     def put(self, session: Hashable, entry: CachedPrefix) -> None:
         """Keep `entry` as the session's (replacing an older one), then drop the oldest entries past `max_bytes`."""
-        self._check_weights()
         previous = self.entries.pop(session, None)
         if previous is not None:
             self.nbytes -= previous.nbytes
@@ -117,7 +115,9 @@ class PrefixCache:
             setattr(self, name, 0)
         return counts
 
-    def _check_weights(self) -> None:
+    def check_weights(self) -> None:
+        """Drop every entry if the weights changed since the last check (`weights_stamp`); call it before a round of
+        `take`s or `put`s (it reads every parameter's version counter, so once per round, not per row)."""
         if self.weights_stamp is not None:
             stamp = self.weights_stamp()
             if stamp != self._stamp:
