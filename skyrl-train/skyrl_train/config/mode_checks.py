@@ -24,10 +24,10 @@ def check_async(cfg: "SkyRLConfig") -> Iterator[str]:
             " override"
         )
     backend = cfg.generator.inference_engine.backend
-    if boundary == "token" and backend not in ("hf", "vllm", "remote"):
+    if boundary == "token" and backend not in ("hf", "vllm", "sglang", "remote"):
         yield (
-            f"trainer.async_rl.weight_update_boundary=token is supported on the hf, vllm and remote engines, not on"
-            f" generator.inference_engine.backend={backend}: use turn (or auto)"
+            "trainer.async_rl.weight_update_boundary=token is supported on the hf, vllm, sglang and remote engines,"
+            f" not on generator.inference_engine.backend={backend}: use turn (or auto)"
         )
     if boundary == "token" and backend == "vllm" and cfg.trainer.policy.model.lora.rank > 0:
         yield (

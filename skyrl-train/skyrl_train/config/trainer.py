@@ -83,9 +83,11 @@ class AsyncRLConfig:
     weight_update_boundary: Literal["auto", "token", "turn"] = "auto"
     """Async modes: where a weight sync meets rollouts in progress. `token`: engines stop between two tokens, take
     the new weights, rebuild the running rows' KV cache from their tokens so far and go on (every token records the
-    version that sampled it; no sync waits for a long generation): hf, vllm (not with LoRA) and remote (skyrl serve
-    started with `--in-flight-weight-updates`); `turn`: a sync waits until the running generate calls finish, so
-    each turn comes from one version. `auto`: `token` on hf and on vllm without LoRA, `turn` on the others."""
+    version that sampled it; no sync waits for a long generation): hf, vllm (not with LoRA), sglang (SGLang retracts
+    the running requests and recomputes them with the new weights) and remote (skyrl serve started with
+    `--in-flight-weight-updates`); `turn`: a sync waits until the running generate calls finish, so each turn comes
+    from one version. `auto`: `token` on hf and on vllm without LoRA, `turn` on the others (on sglang `token` is
+    opt-in: its test runs on GPUs only)."""
 
 
 @dataclass

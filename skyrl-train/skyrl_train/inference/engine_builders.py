@@ -66,7 +66,7 @@ class EngineSettings:
     """The adapters' alpha (scale `alpha / rank`)."""
     in_flight_weight_updates: bool = False
     """Weight updates land between two tokens of running requests (`SkyRLConfig.in_flight_weight_updates`) instead
-    of waiting for them, and `pause` does not wait for them either (hf, vllm, and remote over skyrl serve)."""
+    of waiting for them, and `pause` does not wait for them either (hf, vllm, sglang, and remote over skyrl serve)."""
     remote_urls: tuple[str, ...] = ()
     """Servers of the `remote` backend (`generator.inference_engine.remote_urls`); each actor gets one."""
     ray_worker_bundles: tuple[int, ...] = ()
@@ -194,7 +194,11 @@ def build_sglang_engine(settings: EngineSettings) -> InferenceEngine:
     from skyrl_train.inference.sglang_convert import engine_kwargs_from_settings
     from skyrl_train.inference.sglang_engine import SGLangInferenceEngine
 
-    return SGLangInferenceEngine(engine_kwargs_from_settings(settings), device=settings.device)
+    return SGLangInferenceEngine(
+        engine_kwargs_from_settings(settings),
+        device=settings.device,
+        in_flight_weight_updates=settings.in_flight_weight_updates,
+    )
 
 
 build_sglang_engine.preflight = sglang_preflight  # type: ignore[attr-defined]

@@ -289,6 +289,33 @@ def parse_output(
     return text, ids, logprobs, reason, tops
 
 
+def token_versions(meta: Mapping[str, Any], count: int, row: int = 0) -> Optional[list[int]]:
+    """Per generated token, the weight version that sampled it, from `meta_info.weight_versions`: the spans
+    (`{"version", "start", "end"}`, back to back over the output tokens) with which SGLang 0.5.23 labels a finished
+    output once a weight version changed while it ran. None when SGLang sent no spans. Versions are the integer
+    labels this engine gives SGLang (its `weight_version` argument, then `update_weight_version` after each sync);
+    `count` is the output's token count and `row` only names the output in errors."""
+    spans = meta.get("weight_versions")
+    if spans is None:
+        return None
+    versions: list[int] = []
+    for span in spans:
+        try:
+            version, start, end = int(span["version"]), int(span["start"]), int(span["end"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"SGLang output {row}: weight_versions span {span!r} is not {{version: <integer>, start, end}}"
+            ) from exc
+        if start != len(versions) or end < start:
+            raise ValueError(f"SGLang output {row}: weight_versions spans {list(spans)} leave a gap or overlap")
+        versions.extend([version] * (end - start))
+    if len(versions) != count:
+        raise ValueError(
+            f"SGLang output {row}: weight_versions spans cover {len(versions)} tokens, the output has {count}"
+        )
+    return versions
+
+
 def byte_bucket_layout(shapes: Sequence[Sequence[int]], dtype: torch.dtype) -> list[tuple[tuple[int, ...], int, int]]:
     """`(shape, start byte, end byte)` of each tensor in a chunk packed by `weight_sync.chunks.pack`, read as bytes.
 

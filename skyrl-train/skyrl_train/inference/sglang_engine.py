@@ -15,7 +15,13 @@ same seed, so the samples of one prompt would all be equal. Logprobs are SGLang'
 `SamplingParams`.
 
 Lifecycle: `pause` holds new calls, waits for the running ones and pauses SGLang's scheduler
-(`pause_generation(mode="in_place")`), `resume` continues it; `sleep` pauses and releases GPU memory
+(`pause_generation(mode="in_place")`), `resume` continues it. With `in_flight_weight_updates` (the async trainers'
+`weight_update_boundary: token`) `pause` waits for nothing: SGLang retracts the running requests
+(`pause_generation(mode="retract")`: their KV cache is freed, their tokens so far kept), the new weights load, and on
+`resume` SGLang prefills each one's prompt and tokens again with the new weights and goes on decoding. Every sync
+labels SGLang's weights with its version (`update_weight_version`; the engine starts at `weight_version="0"`), and
+SGLang reports which output tokens each label sampled (`meta_info.weight_versions`), so every token keeps its
+version next to its logprob. `sleep` pauses and releases GPU memory
 (`release_memory_occupation`: weights to host memory with `enable_weights_cpu_backup`, KV cache and CUDA graphs
 dropped), `wake_up` resumes it. Weights: `update_weights` loads HF-named tensors with `update_weights_from_tensor`
 inside SGLang's weight-update session (`begin_weight_update` / `end_weight_update`); the `broadcast` and `cuda_ipc`
@@ -41,6 +47,7 @@ from skyrl_train.inference.sglang_convert import (
     logprob_request,
     parse_output,
     sampling_params_dict,
+    token_versions,
     unpad,
 )
 from skyrl_train.inference.types import SamplingParams
@@ -75,7 +82,18 @@ class SGLangInferenceEngine(QueuedEngine):
             several completions starts at once).
     """
 
-    def __init__(self, engine_args: dict[str, Any], device: str = "cuda", batch_wait_s: float = 0.002) -> None:
+    def __init__(
+        self,
+        engine_args: dict[str, Any],
+        device: str = "cuda",
+        batch_wait_s: float = 0.002,
+        in_flight_weight_updates: bool = False,
+    ) -> None:
+        if "weight_version" in engine_args:
+            raise ValueError(
+                "engine_init_kwargs.weight_version is set by the sglang engine itself (it labels every synced version"
+                " with its number, from 0): remove it"
+            )
         if torch.device(device).type != "cuda":
             raise ValueError(f"the sglang engine runs on CUDA GPUs only; device is {device!r}")
         check_tensor_parallel_gpus(int(engine_args.get("tp_size", 1)), process_gpus())
@@ -87,7 +105,7 @@ class SGLangInferenceEngine(QueuedEngine):
         self.io = io_struct
         self.serializer = MultiprocessingSerializer
         self.sampling_fields = tuple(SGLangSamplingParams.__struct_fields__)
-        self.settings = dict(engine_args)
+        self.settings = {**engine_args, "weight_version": "0"}
         self.engine = sglang.Engine(**self.settings)
         self.manager = self.engine.tokenizer_manager
         tokenizer = load_tokenizer(self.settings.get("tokenizer_path") or self.settings["model_path"])
@@ -97,6 +115,7 @@ class SGLangInferenceEngine(QueuedEngine):
         """The model's classes by Hugging Face name (which `weights_checksum` checks SGLang can read back)."""
         super().__init__(tokenizer, int(self.manager.context_len), batch_wait_s)
         self.tensor_parallel_size = int(self.settings.get("tp_size", 1))
+        self.in_flight_weight_updates = in_flight_weight_updates
         self.compute_clock = ComputeClock()
         """Seconds spent in SGLang's generate (read by the framework-overhead benchmark)."""
         self._version = 0
@@ -159,7 +178,9 @@ class SGLangInferenceEngine(QueuedEngine):
             raise RuntimeError(f"SGLang returned {len(outputs)} outputs for {len(owners)} requests")
         rows: list[list[tuple]] = [[] for _ in pending]
         for row, (owner, output) in enumerate(zip(owners, outputs)):
-            rows[owner].append(parse_output(output, pending[owner].params, self._decode, row))
+            parsed = parse_output(output, pending[owner].params, self._decode, row)
+            versions = token_versions(output["meta_info"], len(parsed[1]), row)
+            rows[owner].append(parsed if versions is None else (*parsed, versions))
         for item, item_rows in zip(pending, rows):
             item.future.set_result(item_rows)
 
@@ -168,10 +189,12 @@ class SGLangInferenceEngine(QueuedEngine):
 
     # ----- lifecycle --------------------------------------------------------------------------------------------
     async def pause(self) -> None:
-        """Hold new generate calls, wait for the running ones, then pause SGLang's scheduler (in place)."""
+        """Hold new generate calls, wait for the running ones, then pause SGLang's scheduler (in place). With
+        `in_flight_weight_updates` the running ones are not waited for: SGLang retracts them until `resume`."""
         await super().pause()
         if not self._scheduler_paused:
-            await self.manager.pause_generation(self.io.PauseGenerationReqInput(mode="in_place"))
+            mode = "retract" if self.in_flight_weight_updates else "in_place"
+            await self.manager.pause_generation(self.io.PauseGenerationReqInput(mode=mode))
             self._scheduler_paused = True
 
     async def resume(self) -> None:
@@ -189,6 +212,7 @@ class SGLangInferenceEngine(QueuedEngine):
             raise ValueError(f"sleep level must be 1 or 2, got {level}")
         if self._asleep:
             return
+        await self.pause_and_drain()  # memory is released only with no request left, in-flight updates or not
         await self.pause()
         await self.manager.release_memory_occupation(self.io.ReleaseMemoryOccupationReqInput(), None)
         self._asleep = True
@@ -229,6 +253,10 @@ class SGLangInferenceEngine(QueuedEngine):
             if version is not None:
                 self._weights_discarded = False
                 self._version = version
+                # SGLang labels the tokens sampled from here on with this version (retracted requests included)
+                await self.manager.update_weight_version(
+                    self.io.UpdateWeightVersionReqInput(new_version=str(version), abort_all_requests=False)
+                )
         finally:
             if self._paused_for_update:
                 self._paused_for_update = False

@@ -6,6 +6,7 @@ import pytest
 
 from skyrl_train.config import ConfigValidationError, ConfigWarning, SkyRLConfig
 from skyrl_train.config.validation import ERROR_CHECKS, find_problems, role_data_parallel_size
+from skyrl_train.inference.ray_engine import ENGINE_BUILDERS
 
 # A small valid non-colocated setup the cases below start from: 2 policy GPUs, 2 engines.
 BASE = [
@@ -156,16 +157,6 @@ CASES = {
     "weight update boundary without fully_async": (
         ["trainer.async_rl.weight_update_boundary=token"],
         "weight_update_boundary=token has no effect with trainer.mode=sync",
-    ),
-    "token boundary on sglang": (
-        [
-            "trainer.mode=fully_async",
-            "trainer.placement.colocate_all=false",
-            "generator.inference_engine.num_engines=1",
-            "generator.inference_engine.backend=sglang",
-            "trainer.async_rl.weight_update_boundary=token",
-        ],
-        "weight_update_boundary=token is supported on the hf, vllm and remote engines, not on",
     ),
     "token boundary on vllm with LoRA": (
         [
@@ -452,6 +443,25 @@ def test_the_sglang_engine_passes_validation_on_gpu_with_its_own_sampling_kwargs
         "generator.sampling_params.additional_kwargs={presence_penalty: 0.5}",
     ]
     assert problems_of(*overrides) == []
+
+
+TOKEN_BOUNDARY = [
+    "trainer.mode=fully_async",
+    "trainer.placement.colocate_all=false",
+    "generator.inference_engine.num_engines=1",
+    "trainer.async_rl.weight_update_boundary=token",
+]
+
+
+def test_the_token_boundary_passes_on_sglang_and_is_refused_on_an_engine_that_cannot_take_it():
+    assert problems_of(*TOKEN_BOUNDARY, "trainer.device=cuda", "generator.inference_engine.backend=sglang") == []
+    ENGINE_BUILDERS.add("my_engine", lambda settings: None)  # a user's backend: in-flight updates are not known
+    try:
+        found = problems_of(*TOKEN_BOUNDARY, "generator.inference_engine.backend=my_engine")
+    finally:
+        ENGINE_BUILDERS.unregister("my_engine")
+    message = "weight_update_boundary=token is supported on the hf, vllm, sglang and remote engines, not on"
+    assert any(message in problem for problem in found), found
 
 
 def test_repetition_penalty_on_training_rollouts_warns_about_the_logprob_gap():

@@ -33,6 +33,7 @@ from skyrl_train.inference.sglang_convert import (
     logprob_request,
     parse_output,
     sampling_params_dict,
+    token_versions,
     unpad,
 )
 from skyrl_train.inference.sglang_sync import SharedCudaBytes, bucket_payload
@@ -91,6 +92,37 @@ def test_every_engine_key_reaches_the_sglang_engine_arguments():
     assert (defaults["disable_radix_cache"], defaults["disable_decode_cuda_graph"]) == (False, False)
     assert "disable_cuda_graph" not in defaults  # SGLang's legacy switch (no CLI flag in 0.5.23)
     assert (defaults["enable_weights_cpu_backup"], defaults["dtype"]) == (True, "bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("mode", "boundary", "in_flight"), [("fully_async", "token", True), ("fully_async", "auto", False)]
+)
+def test_the_weight_update_boundary_reaches_the_sglang_engine(monkeypatch, mode, boundary, in_flight):
+    import skyrl_train.inference.sglang_engine as sglang_engine
+    from skyrl_train.inference.engine_builders import build_sglang_engine
+
+    built = {}
+    # SGLang cannot start here (CUDA only): the engine class is replaced by a recorder of what the builder hands it
+    monkeypatch.setattr(sglang_engine, "SGLangInferenceEngine", lambda args, **kwargs: built.update(kwargs, args=args))
+    cfg = SkyRLConfig.from_cli_overrides(
+        [
+            "trainer.device=cuda",
+            f"trainer.mode={mode}",
+            "trainer.placement.colocate_all=false",
+            "generator.inference_engine.backend=sglang",
+            f"trainer.async_rl.weight_update_boundary={boundary}",
+        ],
+        validate=False,
+    )
+    build_sglang_engine(EngineSettings.from_config(cfg, "/models/m"))
+    assert built["in_flight_weight_updates"] is in_flight and built["device"] == "cuda"
+
+
+def test_the_sglang_engine_labels_weight_versions_itself():
+    from skyrl_train.inference.sglang_engine import SGLangInferenceEngine
+
+    with pytest.raises(ValueError, match="engine_init_kwargs.weight_version is set by the sglang engine itself"):
+        SGLangInferenceEngine({"model_path": "/models/m", "weight_version": "default"})
 
 
 def test_sampling_params_map_one_to_one_and_fit_the_context():
@@ -205,6 +237,30 @@ def test_malformed_outputs_name_the_row_and_what_is_wrong():
             SamplingParams(top_logprobs=1),
             decode,
         )
+
+
+def _spans(*triples):
+    """`meta_info.weight_versions` as SGLang 0.5.23's `add_weight_versions_to_meta_info` writes it."""
+    return {"weight_versions": [{"version": v, "start": start, "end": end} for v, start, end in triples]}
+
+
+def test_weight_version_spans_become_one_version_per_token():
+    # the weights changed from "0" to "1" after the request's third token, then to "2" after its fifth
+    assert token_versions(_spans(("0", 0, 3), ("1", 3, 5), ("2", 5, 7)), 7) == [0, 0, 0, 1, 1, 2, 2]
+    assert token_versions(_spans(("4", 0, 6)), 6) == [4] * 6  # no change while it ran
+    assert token_versions(_spans(("0", 0, 0)), 0) == []  # nothing generated
+    assert token_versions({"weight_version": "3"}, 5) is None  # no spans: the caller keeps its own label
+
+
+def test_weight_version_spans_that_do_not_label_every_token_once_name_the_row():
+    with pytest.raises(
+        ValueError, match=r"SGLang output 2: weight_versions span .*'default'.* not \{version: <integer>"
+    ):
+        token_versions(_spans(("default", 0, 4)), 4, row=2)
+    with pytest.raises(ValueError, match="SGLang output 0: weight_versions spans .* leave a gap or overlap"):
+        token_versions(_spans(("0", 0, 3), ("1", 4, 6)), 6)
+    with pytest.raises(ValueError, match="SGLang output 1: weight_versions spans cover 5 tokens, the output has 6"):
+        token_versions(_spans(("0", 0, 5)), 6, row=1)
 
 
 def test_a_packed_chunk_read_as_sglang_byte_bucket_gives_back_every_tensor():

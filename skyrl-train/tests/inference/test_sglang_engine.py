@@ -10,6 +10,7 @@ of the first call).
 
 import asyncio
 import importlib.util
+import time
 
 import pytest
 import pytest_asyncio
@@ -186,6 +187,50 @@ async def test_chunked_updates_then_checksums(engine, served, tokenizer, max_log
     assert set(checksums) == set(state)
     for name, value in checksums.items():
         assert value == pytest.approx(tensor_checksum(state[name]), rel=1e-9), name
+
+
+async def _first_tokens_out(engine, running, count=3, fallback_s=0.15):
+    """Wait until SGLang reports `count` tokens of a running request (or `fallback_s` passed: SGLang may hand a
+    non-streamed request's tokens over only when it finishes), while the call is still running."""
+    deadline = time.monotonic() + fallback_s
+    while time.monotonic() < deadline and not running.done():
+        if any(len(getattr(state, "output_ids", ())) >= count for state in list(engine.manager.rid_to_state.values())):
+            return
+        await asyncio.sleep(0.002)
+
+
+async def test_an_in_flight_update_lands_between_two_tokens_and_each_token_keeps_its_version_and_logprob(
+    engine, served, tokenizer, forward_logprobs
+):
+    prompts = _prompts(tokenizer, 2)
+    new_model = _tiny_llama(7)
+    old_version = engine.weight_version
+    params = SamplingParams(max_tokens=110, temperature=1.0, n=2, ignore_eos=True)
+    engine.in_flight_weight_updates = True  # the shared engine takes this one update between two tokens
+    try:
+        request = InferenceEngineInput(prompt_token_ids=prompts, sampling_params=params, seeds=[5, 6])
+        running = asyncio.create_task(engine.generate(request))
+        await _first_tokens_out(engine, running)
+        await engine.pause()  # returns at once: SGLang retracts the running requests, keeping their tokens
+        assert not running.done()
+        await engine.update_weights(new_model.state_dict().items(), version=old_version + 1)
+        await engine.resume()  # SGLang prefills each request's prompt and tokens so far again, with the new weights
+        out = await running
+    finally:
+        engine.in_flight_weight_updates = False
+    assert out.weight_version == old_version  # the oldest version among the tokens
+    spanning = 0
+    rows = zip(out.response_ids, out.response_logprobs, out.response_token_versions, strict=True)
+    for row, (ids, logprobs, versions) in enumerate(rows):
+        assert len(versions) == len(ids) == 110 and versions == sorted(versions)
+        assert set(versions) <= {old_version, old_version + 1}
+        spanning += len(set(versions)) == 2
+        for version, model in ((old_version, served), (old_version + 1, new_model)):  # each token against its version
+            recomputed = forward_logprobs(model, prompts[row // 2], ids, 1.0)
+            for position, token_version in enumerate(versions):
+                if token_version == version:
+                    assert abs(logprobs[position] - float(recomputed[position])) < LOGPROB_TOLERANCE, (row, position)
+    assert spanning > 0, "the update landed before or after every row's tokens, not between two of them"
 
 
 async def test_pause_sleep_and_wake(engine, served, tokenizer):
