@@ -168,7 +168,7 @@ VLLM_SAMPLING_KWARGS = (
 SGLANG_ENGINE_KWARGS = (
     "model_path", "tokenizer_path", "dtype", "tp_size", "mem_fraction_static", "max_running_requests", "random_seed",
     "disable_radix_cache", "disable_prefill_cuda_graph", "disable_decode_cuda_graph", "enable_memory_saver",
-    "enable_weights_cpu_backup", "enable_deterministic_inference", "attention_backend",
+    "enable_weights_cpu_backup", "enable_deterministic_inference", "attention_backend", "weight_version",
 )  # fmt: skip
 """`sglang_convert.engine_kwargs`."""
 
@@ -286,6 +286,7 @@ CALLS: tuple[LibraryCall, ...] = (
         (TOKENIZER_MANAGER + ".init_weights_update_group", dict(audit="S18")),
         (TOKENIZER_MANAGER + ".destroy_weights_update_group", dict(audit="S19")),
         (TOKENIZER_MANAGER + ".get_weights_by_name", dict(audit="S21")),
+        (TOKENIZER_MANAGER + ".update_weight_version", dict(audit="new: in-flight updates label versions")),
         (IO + ".PauseGenerationReqInput", dict(audit="S10")),
         (IO + ".ContinueGenerationReqInput", dict(audit="S11")),
         (IO + ".ReleaseMemoryOccupationReqInput", dict(audit="S12")),
@@ -297,6 +298,7 @@ CALLS: tuple[LibraryCall, ...] = (
         (IO + ".InitWeightsUpdateGroupReqInput", dict(audit="S18")),
         (IO + ".DestroyWeightsUpdateGroupReqInput", dict(audit="S19")),
         (IO + ".GetWeightsByNameReqInput", dict(audit="S21")),
+        (IO + ".UpdateWeightVersionReqInput", dict(audit="new: in-flight updates label versions")),
         (SERIALIZER + ".serialize", dict(audit="S20")),
     ),
     *_calls(

@@ -113,7 +113,13 @@ def engine_kwargs(
         "enable_deterministic_inference": True,
         "attention_backend": "triton",
     }
+    if "weight_version" in (extra or {}):
+        raise ValueError(
+            "engine_init_kwargs.weight_version is set by the sglang engine itself (it labels every synced version"
+            " with its number, from 0): remove it"
+        )
     kwargs.update(extra or {})
+    kwargs["weight_version"] = "0"  # the engine's first version; every sync relabels (update_weight_version)
     return kwargs
 
 

@@ -89,7 +89,7 @@ class SGLangInferenceEngine(QueuedEngine):
         batch_wait_s: float = 0.002,
         in_flight_weight_updates: bool = False,
     ) -> None:
-        if "weight_version" in engine_args:
+        if engine_args.get("weight_version", "0") != "0":
             raise ValueError(
                 "engine_init_kwargs.weight_version is set by the sglang engine itself (it labels every synced version"
                 " with its number, from 0): remove it"
@@ -105,7 +105,7 @@ class SGLangInferenceEngine(QueuedEngine):
         self.io = io_struct
         self.serializer = MultiprocessingSerializer
         self.sampling_fields = tuple(SGLangSamplingParams.__struct_fields__)
-        self.settings = {**engine_args, "weight_version": "0"}
+        self.settings = {**engine_args, "weight_version": "0"}  # as `engine_kwargs` sets it
         self.engine = sglang.Engine(**self.settings)
         self.manager = self.engine.tokenizer_manager
         tokenizer = load_tokenizer(self.settings.get("tokenizer_path") or self.settings["model_path"])

@@ -84,6 +84,7 @@ def test_every_engine_key_reaches_the_sglang_engine_arguments():
         "enable_deterministic_inference": True,
         "attention_backend": "triton",
         "context_length": 512,
+        "weight_version": "0",
     }
     # SGLang runs on CUDA, where `model_dtype: auto` is the policy's bfloat16
     cuda_defaults = SkyRLConfig.from_cli_overrides(["trainer.device=cuda"], validate=False)
@@ -123,6 +124,8 @@ def test_the_sglang_engine_labels_weight_versions_itself():
 
     with pytest.raises(ValueError, match="engine_init_kwargs.weight_version is set by the sglang engine itself"):
         SGLangInferenceEngine({"model_path": "/models/m", "weight_version": "default"})
+    with pytest.raises(ValueError, match="engine_init_kwargs.weight_version is set by the sglang engine itself"):
+        engine_kwargs_from_settings(EngineSettings(model_path="/models/m", engine_kwargs={"weight_version": "v7"}))
 
 
 def test_sampling_params_map_one_to_one_and_fit_the_context():
