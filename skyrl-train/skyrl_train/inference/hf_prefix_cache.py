@@ -10,8 +10,8 @@ the two, so only the new tokens (the env's observation, the next turn's header) 
 An entry belongs to the weight version that computed it: one from another version is never reused, and a weight
 update or `reset_prefix_cache` drops them all. Weights changed in place without `update_weights` (a caller training
 the engine's own model object) drop them too: `weights_stamp` (the sum of the parameters' in-place version counters)
-is compared by `check_weights`, which a decode batch calls once before its lookups and once before its stores. The oldest entries go first once the kept keys and values pass
-`max_bytes`.
+is compared by `check_weights`, which a decode batch calls once before its lookups and once before its stores. The
+oldest entries go first once the kept keys and values pass `max_bytes`.
 """
 
 from __future__ import annotations

@@ -75,6 +75,16 @@ def import_sglang() -> Any:
     return sglang
 
 
+FIRST_WEIGHT_VERSION = "0"
+"""SGLang's `weight_version` label of the weights an engine starts with; every sync relabels them with its version
+number (`update_weight_version`), so the labels SGLang reports per token are our versions."""
+
+WEIGHT_VERSION_IS_OURS = (
+    "engine_init_kwargs.weight_version is set by the sglang engine itself (it labels every synced version with its"
+    " number, from 0): remove it"
+)
+
+
 def engine_kwargs(
     model_path: str,
     tokenizer_path: Optional[str] = None,
@@ -114,12 +124,9 @@ def engine_kwargs(
         "attention_backend": "triton",
     }
     if "weight_version" in (extra or {}):
-        raise ValueError(
-            "engine_init_kwargs.weight_version is set by the sglang engine itself (it labels every synced version"
-            " with its number, from 0): remove it"
-        )
+        raise ValueError(WEIGHT_VERSION_IS_OURS)
     kwargs.update(extra or {})
-    kwargs["weight_version"] = "0"  # the engine's first version; every sync relabels (update_weight_version)
+    kwargs["weight_version"] = FIRST_WEIGHT_VERSION
     return kwargs
 
 

@@ -41,6 +41,8 @@ from transformers import AutoConfig
 
 from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.sglang_convert import (
+    FIRST_WEIGHT_VERSION,
+    WEIGHT_VERSION_IS_OURS,
     check_tensor_parallel_gpus,
     check_weights_readable,
     import_sglang,
@@ -89,11 +91,8 @@ class SGLangInferenceEngine(QueuedEngine):
         batch_wait_s: float = 0.002,
         in_flight_weight_updates: bool = False,
     ) -> None:
-        if engine_args.get("weight_version", "0") != "0":
-            raise ValueError(
-                "engine_init_kwargs.weight_version is set by the sglang engine itself (it labels every synced version"
-                " with its number, from 0): remove it"
-            )
+        if engine_args.get("weight_version", FIRST_WEIGHT_VERSION) != FIRST_WEIGHT_VERSION:
+            raise ValueError(WEIGHT_VERSION_IS_OURS)
         if torch.device(device).type != "cuda":
             raise ValueError(f"the sglang engine runs on CUDA GPUs only; device is {device!r}")
         check_tensor_parallel_gpus(int(engine_args.get("tp_size", 1)), process_gpus())
@@ -105,7 +104,7 @@ class SGLangInferenceEngine(QueuedEngine):
         self.io = io_struct
         self.serializer = MultiprocessingSerializer
         self.sampling_fields = tuple(SGLangSamplingParams.__struct_fields__)
-        self.settings = {**engine_args, "weight_version": "0"}  # as `engine_kwargs` sets it
+        self.settings = {**engine_args, "weight_version": FIRST_WEIGHT_VERSION}  # as `engine_kwargs` sets it
         self.engine = sglang.Engine(**self.settings)
         self.manager = self.engine.tokenizer_manager
         tokenizer = load_tokenizer(self.settings.get("tokenizer_path") or self.settings["model_path"])
