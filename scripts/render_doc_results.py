@@ -324,6 +324,36 @@ def render_prefix_cache(data: dict) -> str:
     )
 
 
+def render_grouped_attention(data: dict) -> str:
+    """benchmarks/grouped_attention.py: hf engine decoding with transformers' sdpa and with grouped-query SDPA."""
+    lines = [
+        "| workload | model | attention | seconds (median, range) | decode steps/s | speed-up | same tokens |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in data["runs"]:
+        baseline = run["results"][0]["median_s"]
+        model = f"size {run['size']} ({run['parameters'] / 1e6:.1f} M)"
+        work = f"{run['workload']}: {run['rows']} rows x {run['new_tokens']} tokens"
+        for row in run["results"]:
+            spread = f"{row['median_s']:.2f} ({min(row['seconds']):.2f}-{max(row['seconds']):.2f})"
+            steps = run["new_tokens"] / row["median_s"]
+            same = "yes" if run["same_tokens"] else "NO"
+            lines.append(
+                f"| {work} | {model} | `{row['attention']}` | {spread} | {steps:.1f} | "
+                f"{baseline / row['median_s']:.2f}x | {same} |"
+            )
+    start, end = data["load_average_1min"]
+    return with_note(
+        lines,
+        f"Seeded sampling at temperature 1 with `ignore_eos` (every row runs its whole budget) from prompts of "
+        f"different lengths, freshly initialised tiny models, {data['rounds']} alternating rounds after a warm-up; "
+        f"largest logprob difference between the two attentions "
+        f"{max(run['max_logprob_difference'] for run in data['runs']):.1e}. 1-minute load average {start:.1f} at the "
+        f"start and {end:.1f} at the end. Measured on {data['machine']}, {data['date']} "
+        "(`benchmarks/results/grouped_attention.json`, `benchmarks/grouped_attention.py`).",
+    )
+
+
 def render_tx_abuse(data: dict) -> str:
     """benchmarks/tx_abuse.py: each attack and the server's answer, then the good clients alone and under attack."""
     lines = ["| attack | answer | server RSS after |", "|---|---|---|"]
@@ -367,6 +397,7 @@ RENDERERS = {
     "minimal_grpo": render_minimal_grpo,
     "packing": render_packing,
     "prefix_cache": render_prefix_cache,
+    "grouped_attention": render_grouped_attention,
     "quickstart": render_quickstart,
     "quickstart_seeds": render_quickstart_seeds,
     "lora_quickstart": render_quickstart_seeds,

@@ -2,6 +2,7 @@
 sampling options, batching of concurrent calls, and the sleep / pause / weight-update lifecycle."""
 
 import asyncio
+import copy
 from dataclasses import replace
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 from skyrl_train.inference.hf_decode import DecodeBatch
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.types import InferenceEngineInput, InvalidRequest, SamplingParams
+from skyrl_train.models.grouped_attention import GROUPED_SDPA
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 
 LOGPROB_TOLERANCE = 1e-5  # fp32: engine (incremental KV-cache decode) vs one full forward pass
@@ -340,3 +342,20 @@ def test_additional_kwargs_are_refused_by_name(tokenizer, model):
         ValueError, match=r"does not support the sampling arguments \['bad_words', 'presence_penalty'\]"
     ):
         _run(engine, prompt_token_ids=[_ids(_prompts(tokenizer, 1)[0])], sampling_params=params)
+
+
+def test_the_engine_attends_with_grouped_heads_and_samples_what_plain_sdpa_does(tokenizer, model):
+    """The engine switches its grouped-query model to `GROUPED_SDPA` (no copy of the KV cache per decode step); a
+    copy switched back to transformers' `sdpa` samples the same tokens with the same logprobs."""
+    reference = copy.deepcopy(model)
+    engine = HFInferenceEngine(model, tokenizer)
+    assert engine.grouped_attention and model.config._attn_implementation == GROUPED_SDPA
+    plain = HFInferenceEngine(reference, tokenizer)
+    reference.set_attn_implementation("sdpa")
+    prompts = [_ids(p) for p in _prompts(tokenizer, count=3)]  # different lengths: left-padded, so masked
+    params = SamplingParams(max_tokens=40, temperature=1.0, n=2, seed=5, ignore_eos=True)
+    got = _run(engine, prompt_token_ids=prompts, sampling_params=params)
+    expected = _run(plain, prompt_token_ids=prompts, sampling_params=params)
+    assert got.response_ids == expected.response_ids
+    for ours, theirs in zip(got.response_logprobs, expected.response_logprobs):
+        torch.testing.assert_close(torch.tensor(ours), torch.tensor(theirs), atol=1e-6, rtol=0)
