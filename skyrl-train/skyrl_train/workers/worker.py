@@ -282,8 +282,11 @@ class BaseWorker(ChannelHost):
         of `batch`, the model in eval mode and no gradient: the body of every role's `forward`."""
         self._require_model().eval()
         output = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
-        for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
-            write_response_rows(output, indices, score(micro), micro)
+        try:
+            for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
+                write_response_rows(output, indices, score(micro), micro)
+        finally:
+            self.strategy.end_gradient_free_forward()  # else the next backward's gradient may double (FSDP2)
         return output
 
     def mini_batch_denominator(

@@ -112,3 +112,25 @@ def test_a_mini_batch_that_does_not_split_evenly_is_padded_without_changing_the_
     assert norm > 0
     for name, grad in one.items():
         assert torch.allclose(two[name], grad, rtol=1e-3, atol=1e-6 * float(norm)), name
+
+
+def _reshards_after_forward(worker) -> bool:
+    return bool(worker.strategy.fsdp.reshard_after_forward)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_log_prob_pass_before_training_leaves_the_gradient_unchanged(groups, grpo_advantages, world_size):
+    """A `forward` (no gradient) between two identical `forward_backward` calls: the gradient after it equals the
+    one before. With parameters left unsharded by that forward (`reshard_after_forward=false`, the CPU default),
+    FSDP2 used to double the next backward's gradient, so the first mini-batch trained after an old-log-prob pass
+    counted twice."""
+    group = groups[world_size]
+    assert group.run_all("execute", _reshards_after_forward) == [False] * world_size  # the case that doubled
+    batch = _uneven_batch()
+    advantages = grpo_advantages(batch, seed=3)
+    before, loss_before = _gradient(group, "token_mean", batch, advantages, False)
+    group.run_sharded("forward", batch)
+    after, loss_after = _gradient(group, "token_mean", batch, advantages, False)
+    assert loss_after == pytest.approx(loss_before, rel=1e-6)
+    for name, grad in before.items():
+        torch.testing.assert_close(after[name], grad, rtol=1e-5, atol=1e-9, msg=name)

@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from skyrl_train.config.auto_settings import resolve_fsdp
 from skyrl_train.config.roles import FSDPConfig, OptimizerConfig
@@ -212,6 +212,20 @@ class FSDP2Strategy:
     def backward(self, loss: torch.Tensor) -> None:
         """Accumulate gradients of `loss` (FSDP reduce-scatters them across ranks)."""
         loss.backward()
+
+    def end_gradient_free_forward(self) -> None:
+        """Reshard what a forward without gradients left unsharded (`fsdp.reshard_after_forward=false`).
+
+        Without it, the next training forward ran on those parameters and its backward gave twice the gradient
+        (torch 2.13: a `no_grad` forward, then a forward and backward, doubled every gradient of that backward
+        against the same forward and backward alone; the one after was right again). So the first mini-batch
+        trained after a log-prob or value pass counted double. The reshard costs one all-gather at the next
+        forward."""
+        if self.model is None or self.fsdp.reshard_after_forward:
+            return
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
 
     @property
     def params_on_cpu(self) -> bool:

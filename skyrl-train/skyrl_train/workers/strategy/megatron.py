@@ -219,6 +219,10 @@ class MegatronStrategy:
         """Accumulate gradients of `loss` into megatron's gradient buffers (reduced at `optimizer_step`)."""
         loss.backward()
 
+    def end_gradient_free_forward(self) -> None:
+        """Nothing to do: Megatron keeps every rank's parameter shard in place between forwards (the FSDP2
+        strategy reshards here)."""
+
     def offload_optimizer(self) -> int:
         """Move the distributed optimizer's Adam state to CPU; returns the bytes moved. Nothing moves with
         `megatron.optimizer_cpu_offload`: megatron-core's hybrid optimizer already keeps its share there and places
