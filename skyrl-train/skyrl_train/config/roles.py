@@ -170,7 +170,10 @@ class RefConfig:
     """Megatron parallelism of the reference model (`trainer.strategy: megatron`)."""
 
     sequence_parallel_size: int = 1
-    """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""
+    """Ranks that split each packed sequence between them (Ulysses sequence parallelism, fsdp2 workers): they get
+    the same rows, each runs the model on its slice of the tokens, and all-to-alls give every rank all tokens of
+    its share of the attention heads. Needs packed micro-batches (`remove_microbatch_padding` auto or true) and
+    attention heads that divide by it; must divide the role's GPU count."""
 
 
 @dataclass
@@ -190,7 +193,10 @@ class PolicyConfig:
     """Megatron parallelism of the policy (`trainer.strategy: megatron`)."""
 
     sequence_parallel_size: int = 1
-    """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""
+    """Ranks that split each packed sequence between them (Ulysses sequence parallelism, fsdp2 workers): they get
+    the same rows, each runs the model on its slice of the tokens, and all-to-alls give every rank all tokens of
+    its share of the attention heads. Needs packed micro-batches (`remove_microbatch_padding` auto or true) and
+    attention heads that divide by it; must divide the role's GPU count."""
 
     gradient_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute activations in backward instead of storing them (less memory, about 30% more compute). `auto`:
@@ -212,7 +218,10 @@ class CriticConfig:
     """Sharding of the critic."""
 
     sequence_parallel_size: int = 1
-    """Ranks that split one sequence (Ulysses sequence parallelism); must divide the role's GPU count."""
+    """Ranks that split each packed sequence between them (Ulysses sequence parallelism, fsdp2 workers): they get
+    the same rows, each runs the model on its slice of the tokens, and all-to-alls give every rank all tokens of
+    its share of the attention heads. Needs packed micro-batches (`remove_microbatch_padding` auto or true) and
+    attention heads that divide by it; must divide the role's GPU count."""
 
     gradient_checkpointing: bool | Literal["auto"] = "auto"
     """Recompute activations in backward instead of storing them; `auto` as for the policy."""

@@ -80,16 +80,6 @@ NOT_YET_SUPPORTED: tuple[NotYetSupported, ...] = (
         for name, accepted, example in _LORA_KEYS
         if role == "ref" or name == "merge_on_export"
     ),
-    *(
-        NotYetSupported(
-            f"trainer.{role}.sequence_parallel_size",
-            (1,),
-            "Ulysses sequence parallelism is not implemented in the FSDP2 workers",
-            "a later release",
-            2,
-        )
-        for role in _ROLES
-    ),
     NotYetSupported(
         "data.num_workers",
         (0,),

@@ -75,7 +75,9 @@ RULES: dict[str, Rule] = {
     ),
     "trainer.gradient_checkpointing_use_reentrant": Fixed(OFF, "reentrant activation checkpointing", "non-reentrant"),
     "trainer.sequence_parallel_backend": Fixed(
-        ("ulysses",), "other sequence-parallel backends", "names Ulysses (sequence_parallel_size > 1 is refused)"
+        ("ulysses",),
+        "other sequence-parallel backends",
+        "names Ulysses, the sequence parallelism `sequence_parallel_size` runs",
     ),
     "trainer.bf16": Rename(
         tuple(f"trainer.{role}.fsdp.mixed_precision.param_dtype" for role in ROLES)

@@ -195,17 +195,30 @@ def check_batch_sizes(cfg: "SkyRLConfig") -> Iterator[str]:
 
 
 def check_sequence_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
-    """Each used role's sequence-parallel size divides its number of workers (the reward model's is refused in
-    `check_rewards` unless it is 1)."""
+    """Each used role's sequence-parallel size divides its number of workers; above 1 it needs the fsdp2 workers
+    and packed micro-batches (the reward model's is refused in `check_rewards` unless it is 1)."""
     for role in used_roles(cfg):
         if role == "reward":
             continue
         sp = getattr(cfg.trainer, role).sequence_parallel_size
         world = role_world_size(cfg, role)
-        if sp >= 1 and world % sp:
+        if sp < 1:
+            yield f"trainer.{role}.sequence_parallel_size must be >= 1, got {sp}"
+            continue
+        if world % sp:
             yield (
                 f"trainer.{role}.sequence_parallel_size ({sp}) must divide the {role}'s {world} workers"
                 f" (trainer.placement.{role}_num_nodes * {role}_num_gpus_per_node)"
+            )
+        if sp > 1 and cfg.trainer.strategy != "fsdp2":
+            yield (
+                f"trainer.{role}.sequence_parallel_size={sp}: Ulysses sequence parallelism runs on the fsdp2 "
+                f"workers only (trainer.strategy={cfg.trainer.strategy}); set it to 1"
+            )
+        if sp > 1 and cfg.trainer.remove_microbatch_padding is False:
+            yield (
+                f"trainer.{role}.sequence_parallel_size={sp} splits packed sequences, but "
+                "trainer.remove_microbatch_padding=false runs padded micro-batches; set it to auto or true"
             )
 
 

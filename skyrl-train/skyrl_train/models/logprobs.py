@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 
 from skyrl_train.algorithms.entropy import entropy_from_logits
 from skyrl_train.models.packing import pack_rows, packed_response_logprobs
+from skyrl_train.models.ulysses import sharded_response_logprobs
 
 MAX_SHARED_PROMPT_FRACTION = 0.5
 """Share prompts only when the distinct prompts are at most this fraction of the rows (below it the saving is small
@@ -85,6 +87,7 @@ def response_logprobs(
     with_entropy: bool = False,
     share_prompts: bool = False,
     pack: bool = False,
+    sequence_group: Optional[dist.ProcessGroup] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Log-probs [B, R] of the response tokens (columns `prompt_width:`) under `log_softmax(logits / temperature)`,
     and optionally the entropy [B, R] of that distribution. Padding columns hold meaningless values: mask them.
@@ -95,9 +98,16 @@ def response_logprobs(
 
     `pack=True` runs the rows as one packed sequence without padding (`models.packing`; the model must have been
     switched with `enable_packed_attention`); there `share_prompts` packs each distinct prompt once, whatever the
-    share of repeated prompts and with or without gradient checkpointing. Padding columns then hold 0."""
+    share of repeated prompts and with or without gradient checkpointing. Padding columns then hold 0.
+
+    `sequence_group` (with `pack`): every rank of that process group passes the same rows and runs the model on its
+    slice of the packed sequence (`models.ulysses`); each gets the whole result."""
+    if sequence_group is not None and not pack:
+        raise ValueError("response_logprobs: a sequence_group splits a packed sequence; pass pack=True")
     if pack:
         packed = pack_rows(input_ids, attention_mask, position_ids, prompt_width, share_prompts=share_prompts)
+        if sequence_group is not None:
+            return sharded_response_logprobs(model, packed, sequence_group, temperature, with_entropy)
         return packed_response_logprobs(model, packed, temperature=temperature, with_entropy=with_entropy)
     if temperature <= 0:
         temperature = 1.0  # greedy rollouts: the engine reports unscaled logprobs

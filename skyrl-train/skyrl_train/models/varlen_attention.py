@@ -273,11 +273,12 @@ def packed_attention(
     attention_mask: Optional[torch.Tensor],
     dropout: float = 0.0,
     scaling: Optional[float] = None,
-    packed_segments: Optional[VarlenSegments] = None,
+    packed_segments: Optional[Any] = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """Hugging Face attention function (`PACKED_ATTENTION`): query [1, H, T, D], key/value [1, Hkv, T, D] ->
-    ([1, T, H, D], None). Without `packed_segments` it is SDPA with the mask the model built."""
+    ([1, T, H, D], None). Without `packed_segments` it is SDPA with the mask the model built. `packed_segments` is a
+    `VarlenSegments`, or on a sequence-parallel rank a `models.ulysses.SequenceShards`, whose `attend` runs it."""
     if packed_segments is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
@@ -291,6 +292,8 @@ def packed_attention(
                 f"{feature}); set trainer.remove_microbatch_padding=false to run this model unpacked"
             )
     q, k, v = (tensor[0].transpose(0, 1) for tensor in (query, key, value))
+    if not isinstance(packed_segments, VarlenSegments):  # one rank's slice of a sequence-parallel forward
+        return packed_segments.attend(q, k, v, scale=scaling, dropout=dropout).unsqueeze(0), None
     return attend_segments(q, k, v, packed_segments, scale=scaling, dropout=dropout).unsqueeze(0), None
 
 

@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModelForTokenClassification, PreTrained
 from skyrl_train.algorithms.masked import masked_count, masked_mean
 from skyrl_train.algorithms.value_loss import value_loss
 from skyrl_train.models.packing import pack_rows, packed_token_scores
+from skyrl_train.models.ulysses import sharded_token_scores
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import timed_compute
 from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
@@ -61,6 +62,8 @@ class CriticWorker(BaseWorker):
             packed = pack_rows(
                 batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share_prompts=share
             )
+            if self.sequence_group is not None:
+                return sharded_token_scores(self.model, packed, self.sequence_group)
             return packed_token_scores(self.model, packed)
         scores = self.model(
             input_ids=batch.input_ids,
@@ -109,7 +112,7 @@ class CriticWorker(BaseWorker):
             )
             weight = micro_batch_weight(reduction, loss_mask, denominator, max_seq_len) * scale if indices else 0.0
             self.strategy.backward(loss * weight)
-            totals["critic/value_loss"] += float(loss.detach()) * weight
+            totals["critic/value_loss"] += float(loss.detach()) * weight / self.sequence_parallel_size
             if indices:
                 micro_metrics = {
                     "critic/value_clip_frac": clip_frac,

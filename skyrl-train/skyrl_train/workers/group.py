@@ -22,10 +22,15 @@ logger = logging.getLogger(__name__)
 
 
 def role_model_parallel_size(cfg: Mapping[str, Any], role: str) -> int:
-    """Ranks of `role` that hold one copy of the model: Megatron's tensor-parallel size on `trainer.strategy:
-    megatron` (pipeline/context parallelism are refused by validation), else 1."""
+    """Consecutive ranks of `role` that get the same rows: Megatron's tensor-parallel size on `trainer.strategy:
+    megatron` (pipeline/context parallelism are refused by validation), else the role's sequence-parallel size (its
+    ranks split each packed sequence), 1 without it."""
     trainer = cfg.get("trainer", {})
-    if trainer.get("strategy") != "megatron" or role not in ("policy", "ref"):
+    if role not in ("policy", "ref", "critic"):
+        return 1
+    if trainer.get("strategy") != "megatron":
+        return int(trainer.get(role, {}).get("sequence_parallel_size", 1))
+    if role == "critic":
         return 1
     return int(trainer.get(role, {}).get("megatron", {}).get("tensor_model_parallel_size", 1))
 

@@ -58,6 +58,7 @@ class LogprobWorker(BaseWorker):
             with_entropy=with_entropy,
             share_prompts=self.shares_prompt_forward,
             pack=self.packs_rows,
+            sequence_group=self.sequence_group,
         )
 
     @timed_compute("forward")
@@ -248,8 +249,8 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             )
             weight = micro_batch_weight(reduction, loss_mask, denominator, max_seq_len) * scale if indices else 0.0
             self.strategy.backward(result.total * weight)
-            for name, value in result.parts.items():
-                parts[name] += float(value) * weight
+            for name, value in result.parts.items():  # reported once per sequence-parallel group
+                parts[name] += float(value) * weight / self.sequence_parallel_size
             if indices:
                 accumulator.add(result.metrics, weight=float(masked_count(loss_mask)))
         metrics = {f"policy/{name}": value for name, value in accumulator.result().items()}

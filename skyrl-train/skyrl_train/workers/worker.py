@@ -128,6 +128,8 @@ class BaseWorker(ChannelHost):
         self.model: Optional[torch.nn.Module] = None
         self.strategy = None
         self.model_path: Optional[str] = None
+        self.sequence_group: Optional[dist.ProcessGroup] = None
+        """This rank's sequence-parallel group (`_join_sequence_group`), None without sequence parallelism."""
         self.compute_clock = ComputeClock()
 
     def master_address(self) -> tuple[str, int]:
@@ -167,6 +169,8 @@ class BaseWorker(ChannelHost):
         if self.uses_lora:
             model = apply_lora(model, LoRASettings.from_config(self.section.model.lora), **self.lora_options)
         self.packs_rows = self._decide_packing(model)
+        self._check_sequence_parallel(model)
+        self.sequence_group = self._join_sequence_group()
         strategy_cls = strategy_class(self.cfg.trainer.strategy)
         seeded = {"seed": self.cfg.trainer.seed} if self.cfg.trainer.strategy == "megatron" else {}  # its RNG tracker
         self.strategy = strategy_cls.from_section(
@@ -236,11 +240,49 @@ class BaseWorker(ChannelHost):
                 f"trainer.{self.role}.model.lora.rank={self.section.model.lora.rank}: LoRA is supported for the policy "
                 "and the critic only; set it to 0"
             )
-        if self.section.sequence_parallel_size != 1:
+        if self.sequence_parallel_size > 1 and self.cfg.trainer.strategy != "fsdp2":
             raise NotImplementedError(
-                f"trainer.{self.role}.sequence_parallel_size={self.section.sequence_parallel_size}: sequence "
-                "parallelism is not supported by the fsdp2 workers yet; set it to 1"
+                f"trainer.{self.role}.sequence_parallel_size={self.sequence_parallel_size}: Ulysses sequence "
+                f"parallelism runs on the fsdp2 workers only, not on {self.cfg.trainer.strategy}; set it to 1"
             )
+
+    @property
+    def sequence_parallel_size(self) -> int:
+        """Ranks that split each packed sequence between them (`trainer.<role>.sequence_parallel_size`): they get the
+        same rows, and each runs the model on its slice of the tokens (`models.ulysses`)."""
+        return int(getattr(self.section, "sequence_parallel_size", 1))
+
+    def _join_sequence_group(self) -> Optional[dist.ProcessGroup]:
+        """The process group of this rank's sequence-parallel ranks (consecutive ranks, as the worker group deals them
+        the same rows), or None without sequence parallelism. Every rank creates every group, in the same order."""
+        size = self.sequence_parallel_size
+        if size == 1:
+            return None
+        mine = None
+        for first in range(0, self.world_size, size):
+            group = dist.new_group(list(range(first, first + size)))
+            if first <= self.rank < first + size:
+                mine = group
+        return mine
+
+    def _check_sequence_parallel(self, model: torch.nn.Module) -> None:
+        """Sequence parallelism needs packed micro-batches and attention heads that split over its ranks."""
+        size = self.sequence_parallel_size
+        if size == 1:
+            return
+        key = f"trainer.{self.role}.sequence_parallel_size={size}"
+        if not self.packs_rows:
+            raise ValueError(
+                f"{key} needs packed micro-batches (it splits the packed sequence), but this {self.role} runs padded "
+                "ones: set trainer.remove_microbatch_padding to auto or true (the start-up log says why a model "
+                "cannot pack)"
+            )
+        config = getattr(model, "config", None)
+        heads = getattr(getattr(config, "text_config", config), "num_attention_heads", None)
+        if heads is not None and heads % size:
+            raise ValueError(f"{key}: the model's {heads} attention heads do not split over {size} ranks")
+        if self.world_size % size:
+            raise ValueError(f"{key} must divide the {self.role}'s {self.world_size} workers")
 
     def _require_model(self) -> torch.nn.Module:
         if self.model is None:
@@ -304,14 +346,16 @@ class BaseWorker(ChannelHost):
         if dist.is_initialized() and self.world_size > 1:
             local = local.to(self.device)
             dist.all_reduce(local, op=dist.ReduceOp.SUM)
-        # Ranks of one model copy (Megatron tensor parallelism) hold the same rows: count them once.
-        return float(local.item()) * self.gradient_average_factor / self.world_size
+        # Ranks of one model copy (Megatron tensor parallelism, a sequence-parallel group) hold the same rows: count
+        # them once.
+        return float(local.item()) * self.gradient_average_factor / self.world_size / self.sequence_parallel_size
 
     @property
     def gradient_average_factor(self) -> float:
         """The strategy averages gradients over the data-parallel ranks (all ranks on FSDP2, world / TP size on
         Megatron); a rank's loss share is multiplied by this so the average becomes the sum over data-parallel ranks
-        of `micro-batch loss sum / mini-batch denominator`."""
+        of `micro-batch loss sum / mini-batch denominator`. FSDP2 averages over sequence-parallel ranks too: each
+        holds the part of its rows' gradient that its slice of the tokens produced, and the parts add up to it."""
         return float(getattr(self.strategy, "data_parallel_size", self.world_size))
 
     # ----- optimizer, weights, checkpoints ------------------------------------------------------------------------

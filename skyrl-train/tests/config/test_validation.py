@@ -241,6 +241,14 @@ CASES = {
         ["trainer.policy.sequence_parallel_size=3"],
         "trainer.policy.sequence_parallel_size (3) must divide the policy's 2 workers",
     ),
+    "sequence parallel on megatron": (
+        ["trainer.strategy=megatron", "trainer.policy.sequence_parallel_size=2"],
+        "trainer.policy.sequence_parallel_size=2: Ulysses sequence parallelism runs on the fsdp2 workers only",
+    ),
+    "sequence parallel without packing": (
+        ["trainer.policy.sequence_parallel_size=2", "trainer.remove_microbatch_padding=false"],
+        "trainer.policy.sequence_parallel_size=2 splits packed sequences, but trainer.remove_microbatch_padding=false",
+    ),
     "gpu memory utilization above 1": (
         ["generator.inference_engine.gpu_memory_utilization=1.5"],
         "gpu_memory_utilization must be in (0, 1], got 1.5",

@@ -9,10 +9,14 @@ import torch
 
 from skyrl_train.generators.types import Trajectory
 from skyrl_train.training_batch import TrainingBatch
-from skyrl_train.workers import PolicyWorker, WorkerGroup
+from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, WorkerGroup
 from skyrl_train.workers.accounting import reduction_denominator
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SPLIT_RANK_CPUS = 0.05
+"""Ray CPUs of each rank of the sequence-parallel, reference and critic groups below. The module's fixtures all
+live until its end: `groups` takes 3 whole CPUs of the test cluster's 4, and these 12 ranks 0.6 more."""
 
 
 def _uneven_batch(rows: int = 8) -> TrainingBatch:
@@ -134,3 +138,95 @@ def test_a_log_prob_pass_before_training_leaves_the_gradient_unchanged(groups, g
     assert loss_after == pytest.approx(loss_before, rel=1e-6)
     for name, grad in before.items():
         torch.testing.assert_close(after[name], grad, rtol=1e-5, atol=1e-9, msg=name)
+
+
+@pytest.fixture(scope="module")
+def sequence_parallel_groups(ray_cluster, worker_config):
+    """Policy groups whose ranks split each packed sequence in pairs: 2 ranks (one copy of the rows) and 4 ranks (two
+    data-parallel pairs), with the settings of `groups`."""
+    cfg = worker_config(
+        "trainer.algorithm.use_entropy_loss=true",
+        "trainer.algorithm.entropy_loss_coef=0.1",
+        "trainer.algorithm.max_seq_len=16",
+        "trainer.micro_train_batch_size_per_gpu=2",
+        "trainer.policy.sequence_parallel_size=2",
+    )
+    made = {}
+    try:
+        for world_size in (2, 4):
+            # SPLIT_RANK_CPUS each: the module's fixtures all live until its end (see SPLIT_RANK_CPUS)
+            made[world_size] = WorkerGroup("policy", PolicyWorker, world_size, cfg, num_cpus_per_worker=SPLIT_RANK_CPUS)
+            made[world_size].init_model()
+        yield made
+    finally:
+        for group in made.values():
+            group.shutdown()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("reduction, pass_denominator", [("token_mean", False), ("seq_mean_token_sum_norm", True)])
+def test_sequence_parallel_ranks_give_the_one_rank_logprobs_gradient_and_loss(
+    groups, sequence_parallel_groups, grpo_advantages, world_size, reduction, pass_denominator
+):
+    """Pairs of ranks that each run half of every packed sequence (Ulysses) give the log-probs, gradient and loss of
+    one rank running it whole: the pair gets the same rows, its gradient parts add up, and its rows count once in
+    the mini-batch denominator and in the reported loss."""
+    batch = _uneven_batch()
+    advantages = grpo_advantages(batch, seed=3)
+    split = sequence_parallel_groups[world_size]
+    assert split.data_parallel_ranks == [rank // 2 for rank in range(world_size)]
+    torch.testing.assert_close(
+        split.run_sharded("forward", batch), groups[1].run_sharded("forward", batch), atol=1e-5, rtol=0
+    )
+    one, loss_one = _gradient(groups[1], reduction, batch, advantages, pass_denominator)
+    got, loss_got = _gradient(split, reduction, batch, advantages, pass_denominator)
+    assert loss_got == pytest.approx(loss_one, rel=1e-4)
+    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in one.values()))
+    assert norm > 0
+    for name, grad in one.items():
+        assert torch.allclose(got[name], grad, rtol=1e-3, atol=1e-6 * float(norm)), name
+
+
+@pytest.fixture(scope="module")
+def reference_and_critic(ray_cluster, worker_config):
+    """A reference and a critic group, each on 1 rank and on 2 ranks that split every packed sequence."""
+    made = {}
+    try:
+        for role, worker_cls in (("ref", RefWorker), ("critic", CriticWorker)):
+            for world_size in (1, 2):
+                cfg = worker_config(
+                    "trainer.micro_train_batch_size_per_gpu=2", f"trainer.{role}.sequence_parallel_size={world_size}"
+                )
+                made[role, world_size] = WorkerGroup(
+                    role, worker_cls, world_size, cfg, num_cpus_per_worker=SPLIT_RANK_CPUS
+                )
+                made[role, world_size].init_model()
+        yield made
+    finally:
+        for group in made.values():
+            group.shutdown()
+
+
+def test_reference_and_critic_ranks_that_split_sequences_give_the_one_rank_results(reference_and_critic):
+    """`trainer.ref.sequence_parallel_size` and `trainer.critic.sequence_parallel_size`: the reference log-probs,
+    the critic's values, its value-loss gradient and reported loss equal one rank's."""
+    batch = _uneven_batch()
+    roles = reference_and_critic
+    torch.testing.assert_close(
+        roles["ref", 2].run_sharded("forward", batch), roles["ref", 1].run_sharded("forward", batch), atol=1e-5, rtol=0
+    )
+    values = roles["critic", 1].run_sharded("forward", batch)
+    torch.testing.assert_close(roles["critic", 2].run_sharded("forward", batch), values, atol=1e-5, rtol=0)
+    returns = torch.linspace(-1.0, 1.0, values.numel()).view_as(values)
+    results = {}
+    for world_size in (1, 2):
+        group = roles["critic", world_size]
+        group.run_all("execute", _drop_gradients)
+        metrics = group.run_sharded("forward_backward", batch, returns=returns, old_values=values)
+        results[world_size] = (group.run_all("execute", _full_gradients)[0], metrics["critic/value_loss"])
+    (one, loss_one), (two, loss_two) = results[1], results[2]
+    assert loss_two == pytest.approx(loss_one, rel=1e-4)
+    norm = torch.sqrt(sum((g.double() ** 2).sum() for g in one.values()))
+    assert norm > 0
+    for name, grad in one.items():
+        assert torch.allclose(two[name], grad, rtol=1e-3, atol=1e-6 * float(norm)), name

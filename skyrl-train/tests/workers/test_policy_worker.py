@@ -139,8 +139,13 @@ def test_warmup_schedule_and_scheduler_errors(single_rank_group, worker_config, 
 def test_unsupported_settings_name_the_field(single_rank_group, worker_config):
     with pytest.raises(NotImplementedError, match="trainer.ref.model.lora.rank=4: LoRA is supported for the policy"):
         _policy(worker_config("trainer.ref.model.lora.rank=4"), single_rank_group, RefWorker, role="ref")
-    with pytest.raises(NotImplementedError, match="trainer.policy.sequence_parallel_size=2"):
+    with pytest.raises(ValueError, match="trainer.policy.sequence_parallel_size=2 must divide the policy's 1 workers"):
         _policy(worker_config("trainer.policy.sequence_parallel_size=2"), single_rank_group)
+    with pytest.raises(ValueError, match="sequence_parallel_size=2 needs packed micro-batches"):
+        _policy(
+            worker_config("trainer.policy.sequence_parallel_size=2", "trainer.remove_microbatch_padding=false"),
+            single_rank_group,
+        )
     with pytest.raises(ValueError, match="role must be one of"):
         PolicyWorker("actor", 0, 1, "127.0.0.1", 0, worker_config())
 
