@@ -171,18 +171,28 @@ def pack_rows(
     )
 
 
+def target_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Per-position log-prob of `targets` [N] under `log_softmax(logits / temperature)` (logits [N, V]; greedy,
+    temperature <= 0, counts as 1: the engine reports unscaled logprobs), and that distribution's entropy [N]
+    when `with_entropy`; both float32."""
+    if temperature <= 0:
+        temperature = 1.0
+    shifted = logits.float() / temperature
+    logprobs = torch.log_softmax(shifted, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = entropy_from_logits(shifted.unsqueeze(0))[0] if with_entropy else None
+    return logprobs, entropy
+
+
 def packed_response_logprobs(
     model: torch.nn.Module, packed: PackedRows, temperature: float = 1.0, with_entropy: bool = False
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Log-probs [B, R] (and entropies) of the response tokens from one packed forward; the LM head runs only at
     `predict_positions`. Values past a row's response are 0."""
-    if temperature <= 0:
-        temperature = 1.0  # greedy rollouts: the engine reports unscaled logprobs
     logits = model(**packed.model_inputs(), logits_to_keep=packed.predict_positions).logits
-    shifted = logits[0].float() / temperature
-    logprobs = torch.log_softmax(shifted, dim=-1).gather(-1, packed.target_ids.unsqueeze(-1)).squeeze(-1)
-    entropy = packed.scatter(entropy_from_logits(shifted.unsqueeze(0))[0]) if with_entropy else None
-    return packed.scatter(logprobs), entropy
+    logprobs, entropy = target_logprobs(logits[0], packed.target_ids, temperature, with_entropy)
+    return packed.scatter(logprobs), None if entropy is None else packed.scatter(entropy)
 
 
 def packed_token_scores(model: torch.nn.Module, packed: PackedRows) -> torch.Tensor:

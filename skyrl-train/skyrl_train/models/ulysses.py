@@ -29,8 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional
 
-from skyrl_train.algorithms.entropy import entropy_from_logits
-from skyrl_train.models.packing import PackedRows
+from skyrl_train.models.packing import PackedRows, target_logprobs
 from skyrl_train.models.varlen_attention import VarlenSegments, attend_segments
 
 
@@ -166,7 +165,9 @@ def _group_geometry(group: Optional[dist.ProcessGroup]) -> tuple[int, int]:
     return dist.get_world_size(group), dist.get_rank(group)
 
 
-def _gathered(values: torch.Tensor, shard: ShardedPacked, count: int, group: Optional[dist.ProcessGroup]):
+def _gathered(
+    values: torch.Tensor, shard: ShardedPacked, count: int, group: Optional[dist.ProcessGroup]
+) -> torch.Tensor:
     """This rank's per-target `values` put in a [count] vector of zeros, summed over the group."""
     mine = values.new_zeros(count).index_put((shard.targets,), values)
     return _SumDisjointParts.apply(mine, group)
@@ -184,17 +185,13 @@ def sharded_response_logprobs(
     same `packed` rows and gets the whole [rows, response] log-probs (and entropies); the LM head runs only on the
     predicted positions of each rank's slice."""
     size, rank = _group_geometry(group)
-    if temperature <= 0:
-        temperature = 1.0  # greedy rollouts: the engine reports unscaled logprobs
     shard = shard_packed(packed, size, rank, group, pad_token_id)
     logits = model(**shard.model_inputs, logits_to_keep=shard.local_positions).logits
-    shifted = logits[0].float() / temperature
     targets = packed.target_ids.index_select(0, shard.targets)
-    logprobs = torch.log_softmax(shifted, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    logprobs, entropy = target_logprobs(logits[0], targets, temperature, with_entropy)
     count = int(packed.target_ids.shape[0])
-    entropy = None
-    if with_entropy:
-        entropy = packed.scatter(_gathered(entropy_from_logits(shifted.unsqueeze(0))[0], shard, count, group))
+    if entropy is not None:
+        entropy = packed.scatter(_gathered(entropy, shard, count, group))
     return packed.scatter(_gathered(logprobs, shard, count, group)), entropy
 
 
