@@ -14,6 +14,12 @@ What this checks, per architecture family and for tensor parallelism over 2 gloo
 rows equal the HF model's, and the gradients of the same loss, gathered over the ranks and converted back to HF
 names, equal the HF model's gradients. That covers the weight conversion and sharding, the attention mask and
 positions, and the MoE routing settings (Qwen-MoE's `norm_topk_prob` both ways).
+
+The forward-only `MegatronStrategy` (the reference role's) also runs here end to end with three more stand-ins:
+`require_megatron_runtime` (it refuses a CPU device), `torch.cuda.set_device` and `Module.cuda`. Its `prepare`
+loads the HF model's weights into the rank's shard, and `full_state_dict` (every weight sync) and `save_hf_model`
+gather them back over the tensor-parallel ranks. The distributed optimizer cannot run on CPU (it checks for
+`torch.cuda.FloatTensor` parameters), so the training strategy stays GPU-only (test_megatron_gpu.py).
 """
 
 import subprocess
@@ -103,11 +109,72 @@ dist.destroy_process_group()
 """
 
 
-def _run(tmp_path, world, configs):
+STRATEGY_SCRIPT = r"""
+import contextlib, json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+import torch.distributed as dist
+
+# --- stand-ins for the CUDA-only calls (see the test module's docstring) ---
+torch.cuda.current_device = lambda: "cpu"
+torch.cuda.synchronize = lambda *args, **kwargs: None
+torch.cuda.set_device = lambda *args, **kwargs: None
+torch.nn.Module.cuda = lambda self, *args, **kwargs: self
+from megatron.core.tensor_parallel import random as megatron_random
+megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
+megatron_random.CudaRNGStatesTracker.add = lambda self, name, seed: None
+import skyrl_train.workers.strategy.megatron as megatron_strategy
+megatron_strategy.require_megatron_runtime = lambda device: None
+
+from transformers import AutoConfig, AutoModelForCausalLM
+from skyrl_train.config.roles import MegatronConfig
+
+folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+cases = json.loads(sys.argv[5])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+report = {}
+for name in cases:
+    config = AutoConfig.from_pretrained(f"{folder}/{name}")
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(config).float().eval()
+    expected_state = {key: value.clone() for key, value in hf.state_dict().items()}
+    strategy = megatron_strategy.MegatronStrategy(
+        MegatronConfig(tensor_model_parallel_size=world, param_dtype="float32"), torch.device("cpu"), None
+    )
+    model = strategy.prepare(hf)
+    input_ids = torch.randint(0, config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :3] = 0
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        mine = model(input_ids, attention_mask, position_ids).logits
+        theirs = hf(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    real = attention_mask.bool()
+    entry = {"logits": (mine - theirs)[real].abs().max().item(), "eval_mode": not strategy.ddp_model.training}
+    gathered = strategy.full_state_dict()
+    strategy.save_hf_model(f"{folder}/{name}_export")
+    if rank == 0:
+        entry["keys_equal"] = sorted(gathered) == sorted(expected_state)
+        entry["gathered_exact"] = all(torch.equal(gathered[key], expected_state[key]) for key in expected_state)
+        reloaded = AutoModelForCausalLM.from_pretrained(f"{folder}/{name}_export").float().eval()
+        entry["export_exact"] = all(
+            torch.equal(reloaded.state_dict()[key], expected_state[key]) for key in expected_state
+        )
+    else:
+        entry["other_ranks_get_nothing"] = gathered == {}
+    report[name] = entry
+if rank == 0:
+    with open(f"{folder}/report.json", "w") as handle:
+        json.dump(report, handle)
+dist.destroy_process_group()
+"""
+
+
+def _run(tmp_path, world, configs, script_text=RANK_SCRIPT):
     for name, config in configs.items():
         config.save_pretrained(tmp_path / name)
     script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT, encoding="utf-8")
+    script.write_text(script_text, encoding="utf-8")
     port = str(free_port())
     import json
 
@@ -160,3 +227,14 @@ def test_two_tensor_parallel_ranks_match_the_hf_model(tmp_path, tiny_hf_config):
     # pinned megatron-core raises in training mode without sequence parallelism. If a release lifts this, the
     # refusal can go.
     assert "sequence parallelism" in report["qwen3_moe"]["train_mode"]
+
+
+def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_parallel_ranks(tmp_path, tiny_hf_config):
+    pytest.importorskip("megatron.core")
+    configs = {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe", norm_topk_prob=True)}
+    report = _run(tmp_path, 2, configs, STRATEGY_SCRIPT)
+    for name, entry in report.items():
+        assert entry["logits"] <= LOGIT_TOLERANCE, (name, entry)
+        assert entry["eval_mode"], name  # forward-only roles run in eval mode (MoE over TP ranks needs it)
+        # weights untouched since loading: gathering and converting back must give them bit for bit
+        assert entry["keys_equal"] and entry["gathered_exact"] and entry["export_exact"], (name, entry)
