@@ -267,15 +267,9 @@ def _choose_reshard(
     memory: Optional[int],
     mem_note: str,
     dtype: str,
-    lora: bool = False,
 ) -> tuple[bool, str]:
     if world == 1:
         return False, "one rank: its parameters are never gathered again for backward"
-    if lora:
-        return True, (
-            "LoRA: a frozen base kept gathered after the no-grad forward of the reference log-probs (adapters off) "
-            "leaves the next training forward without a gradient path to the adapters"
-        )
     if facts is None:
         return True, f"model size unknown ({why_not}): free the gathered parameters after forward"
     if memory is None:
@@ -383,8 +377,7 @@ def auto_choices(cfg: Any, machine: Machine, facts_of: Any = read_model_facts) -
             value, reason = _choose_dtype(machine)
             choices.append(AutoChoice(f"{prefix}.fsdp.mixed_precision.param_dtype", value, reason, used))
         if fsdp.reshard_after_forward == AUTO:
-            lora = getattr(getattr(getattr(section, "model", None), "lora", None), "rank", 0) > 0
-            value, reason = _choose_reshard(world, facts, why_not, memory, mem_note, dtype, lora)
+            value, reason = _choose_reshard(world, facts, why_not, memory, mem_note, dtype)
             choices.append(AutoChoice(f"{prefix}.fsdp.reshard_after_forward", value, reason, used))
         if fsdp.shard_layers == AUTO:
             value, reason = _choose_shard_layers(world, machine.device, facts, memory, mem_note, dtype)

@@ -97,8 +97,8 @@ class FSDPConfig:
     reshard_after_forward: bool | Literal["auto"] = "auto"
     """Free gathered parameters after the forward pass and gather them again for backward (saves memory). `auto`:
     `false` with one rank, or when a full copy of the model in its compute dtype takes at most 10 % of a rank's
-    memory (GPU memory, or the host's divided among a node's model processes); `true` otherwise, for a LoRA role
-    with more than one rank, or when the model's size cannot be read locally. `--dry-run` prints the choice and its reason."""
+    memory (GPU memory, or the host's divided among a node's model processes); `true` otherwise, or when the model's
+    size cannot be read locally. LoRA roles choose the same way. `--dry-run` prints the choice and its reason."""
 
     shard_layers: bool | Literal["auto"] = "auto"
     """Shard each decoder layer (the model's `_no_split_modules`) as its own unit, gathered one at a time; `false`

@@ -55,6 +55,9 @@ class GPTArch:
     moe_router_topk: int = 0
     shared_expert_ffn_hidden_size: int = 0
     """Intermediate size of Qwen2-MoE's shared expert (0: none)."""
+    normalize_topk_probs: bool = True
+    """Whether the chosen experts' routing weights are renormalised to sum to 1 (Mixtral always; Qwen-MoE when its
+    config's `norm_topk_prob` is true). Otherwise they are the softmax over all experts, read at the top k."""
 
     @property
     def is_moe(self) -> bool:
@@ -118,7 +121,16 @@ def arch_from_hf_config(config: Any) -> GPTArch:
         moe_ffn_hidden_size=moe_ffn,
         moe_router_topk=int(getattr(config, "num_experts_per_tok", 0) or 0),
         shared_expert_ffn_hidden_size=int(getattr(config, "shared_expert_intermediate_size", 0) or 0),
+        normalize_topk_probs=_normalizes_topk(config, model_type),
     )
+
+
+def _normalizes_topk(config: Any, model_type: str) -> bool:
+    """Mixtral renormalises the top-k routing weights; Qwen2/Qwen3-MoE only with `norm_topk_prob` (transformers'
+    default for both is false: Qwen1.5-MoE keeps the raw softmax, Qwen3-30B-A3B's config sets it true)."""
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        return bool(getattr(config, "norm_topk_prob", False))
+    return True
 
 
 # ----- QKV and gate/up fusion -----------------------------------------------------------------------------------

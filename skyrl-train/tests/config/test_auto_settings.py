@@ -62,13 +62,14 @@ def test_a_small_model_on_cpu_gets_the_quickstart_speed_settings():
     assert auto_keys(cfg) == []
 
 
-def test_a_lora_policy_reshards_after_forward_even_when_small():
-    # kept gathered, the frozen base of a no-grad forward (reference log-probs with the adapters off) left the next
-    # training forward with no gradient path (tests/trainer/test_trainer_lora.py failed with "does not require grad")
+def test_a_lora_policy_keeps_a_small_model_gathered_like_a_full_fine_tune():
+    # `auto` used to reshard after every forward for LoRA: kept gathered, the frozen base of a no-grad forward
+    # (reference log-probs with the adapters off) left the next training forward with no gradient path. The reshard
+    # after a gradient-free forward removed the cause (tests/workers/test_data_parallel_loss.py, the LoRA case).
     cfg, choices = _resolve(TINY, CPU_HOST, *_two_ranks(*QUICKSTART_SHAPE, "trainer.policy.model.lora.rank=4"))
-    assert cfg.trainer.policy.fsdp.reshard_after_forward is True
-    assert choices["trainer.policy.fsdp.reshard_after_forward"].reason.startswith("LoRA")
-    assert cfg.trainer.policy.fsdp.shard_layers is False  # the one-unit choice is unaffected
+    assert cfg.trainer.policy.fsdp.reshard_after_forward is False
+    assert "is at most" in choices["trainer.policy.fsdp.reshard_after_forward"].reason
+    assert cfg.trainer.policy.fsdp.shard_layers is False
 
 
 def test_gpu_defaults_stay_gpu_defaults():

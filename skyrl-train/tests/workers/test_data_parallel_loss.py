@@ -230,3 +230,40 @@ def test_reference_and_critic_ranks_that_split_sequences_give_the_one_rank_resul
     assert norm > 0
     for name, grad in one.items():
         assert torch.allclose(two[name], grad, rtol=1e-3, atol=1e-6 * float(norm)), name
+
+
+@pytest.fixture(scope="module")
+def lora_group(ray_cluster, worker_config):
+    """A 2-rank LoRA policy that keeps its parameters gathered after forward (`reshard_after_forward=false`)."""
+    cfg = worker_config(
+        "trainer.policy.model.lora.rank=4",
+        "trainer.policy.model.lora.alpha=8",
+        "trainer.policy.fsdp.reshard_after_forward=false",
+        "trainer.micro_train_batch_size_per_gpu=2",
+    )
+    group = WorkerGroup("policy", PolicyWorker, 2, cfg, num_cpus_per_worker=SPLIT_RANK_CPUS)
+    try:
+        group.init_model()
+        yield group
+    finally:
+        group.shutdown()
+
+
+def test_lora_adapters_keep_their_gradient_after_the_reference_pass_without_resharding(lora_group, grpo_advantages):
+    """The LoRA reference log-probs are a no-grad forward of the policy with its adapters off (`forward_base`). With
+    the parameters left gathered after it, the next training forward used to leave the adapters without a gradient
+    path; `auto` therefore resharded after every forward for LoRA. The reshard after a gradient-free forward
+    (`end_gradient_free_forward`) fixes the cause: the adapters' gradient after the pass equals the one before."""
+    assert lora_group.run_all("execute", _reshards_after_forward) == [False, False]
+    batch = _uneven_batch()
+    advantages = grpo_advantages(batch, seed=3)
+    before, loss_before = _gradient(lora_group, "token_mean", batch, advantages, False)
+    assert before and all("lora_" in name for name in before)
+    # B starts at zero, so only the B matrices have a gradient at the first step
+    assert all(float(grad.abs().max()) > 0 for name, grad in before.items() if "lora_B" in name)
+    lora_group.run_sharded("forward_base", batch)
+    after, loss_after = _gradient(lora_group, "token_mean", batch, advantages, False)
+    assert loss_after == pytest.approx(loss_before, rel=1e-6)
+    assert sorted(after) == sorted(before)
+    for name, grad in before.items():
+        torch.testing.assert_close(after[name], grad, rtol=1e-5, atol=1e-9, msg=name)

@@ -43,7 +43,12 @@ from skyrl_train.utils.pickle_guard import check_pickled_checkpoint
 from skyrl_train.utils.plain_values import to_jsonable
 from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
 from skyrl_train.workers.strategy.fsdp2 import move_optimizer_state
-from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM, build_gpt_model, require_megatron_runtime
+from skyrl_train.workers.strategy.megatron_model import (
+    MegatronCausalLM,
+    build_gpt_model,
+    check_moe_tensor_parallel,
+    require_megatron_runtime,
+)
 from skyrl_train.workers.strategy.optimizer import build_scheduler
 
 logger = logging.getLogger(__name__)
@@ -163,6 +168,7 @@ class MegatronStrategy:
         self.hf_config = model.config
         self.arch = arch_from_hf_config(model.config)
         check_tensor_parallel(self.arch, tp)
+        check_moe_tensor_parallel(self.arch, tp, trainable=self.optimizer_config is not None)
         if ep > 1 and not self.arch.is_moe:
             raise ValueError(f"megatron.expert_model_parallel_size={ep} needs a mixture-of-experts model")
         config, gpt = build_gpt_model(
@@ -183,6 +189,7 @@ class MegatronStrategy:
         gpt.cuda(self.device)
         del full, model
         if self.optimizer_config is None:
+            gpt.eval()  # forward only; eval mode also lets a MoE model run over tensor-parallel ranks
             self.ddp_model = gpt
         else:
             from megatron.core.optimizer import OptimizerConfig as McoreOptimizerConfig

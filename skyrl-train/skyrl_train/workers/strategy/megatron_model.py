@@ -76,7 +76,9 @@ def transformer_config_kwargs(
             num_moe_experts=arch.num_experts,
             moe_ffn_hidden_size=arch.moe_ffn_hidden_size,
             moe_router_topk=arch.moe_router_topk,
-            moe_router_pre_softmax=False,
+            # softmax over the top-k logits renormalises the chosen weights; softmax over all experts first (read at
+            # the top k) keeps the raw weights, as Qwen-MoE's `norm_topk_prob: false` does
+            moe_router_pre_softmax=not arch.normalize_topk_probs,
             # alltoall needs CUDA streams at construction; with one expert rank allgather is equivalent
             moe_token_dispatcher_type="alltoall" if expert_parallel_size > 1 else "allgather",
             moe_router_load_balancing_type="none",
@@ -90,6 +92,30 @@ def transformer_config_kwargs(
     return kwargs
 
 
+def check_moe_tensor_parallel(arch: GPTArch, tensor_parallel_size: int, trainable: bool) -> None:
+    """Refuse training a mixture-of-experts model over tensor-parallel ranks: megatron-core 0.16 then requires
+    sequence parallelism in training mode (its `MoELayer.forward` raises otherwise), and the layer spec used here
+    (plain torch norms, no Transformer Engine) cannot run sequence parallel. Forward-only roles run in eval mode,
+    where megatron allows it."""
+    if trainable and arch.is_moe and tensor_parallel_size > 1:
+        raise ValueError(
+            f"trainer.<role>.megatron.tensor_model_parallel_size={tensor_parallel_size}: training a mixture-of-experts"
+            " model over tensor-parallel ranks needs Megatron's sequence parallelism, which the layer spec used here"
+            " (torch norms, no Transformer Engine) does not support; set tensor_model_parallel_size=1 and split the"
+            " experts with expert_model_parallel_size"
+        )
+
+
+def allow_router_without_transformer_engine() -> None:
+    """Work around megatron-core 0.16.1's router on installs without Transformer Engine: `RouterGatingLinearFunction`
+    reads the module global `te_general_gemm`, which `moe_utils` only defines when its Transformer Engine import
+    succeeds, so every MoE forward raised NameError. Defining it as None selects the router's own torch matmul."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
 def build_gpt_model(
     arch: GPTArch, params_dtype: torch.dtype, tensor_parallel_size: int = 1, **config_options: Any
 ) -> tuple[Any, Any]:
@@ -101,6 +127,8 @@ def build_gpt_model(
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
 
+    if arch.is_moe:
+        allow_router_without_transformer_engine()
     config = TransformerConfig(**transformer_config_kwargs(arch, params_dtype, tensor_parallel_size, **config_options))
     spec = get_gpt_layer_local_spec(
         num_experts=arch.num_experts or None, moe_grouped_gemm=False, qk_layernorm=arch.qk_layernorm

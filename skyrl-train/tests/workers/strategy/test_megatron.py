@@ -277,3 +277,29 @@ def test_with_cpu_offload_the_colocated_offload_moves_nothing():
     strategy.optimizer_offloaded = False
     assert strategy.offload_optimizer() == 0 and strategy.reload_optimizer() == 0
     assert strategy.optimizer_offloaded is False
+
+
+def test_training_a_moe_model_over_tensor_parallel_ranks_is_refused_naming_the_key(tiny_hf_config):
+    from skyrl_train.workers.strategy.megatron_model import check_moe_tensor_parallel
+
+    moe = arch_from_hf_config(tiny_hf_config("qwen3_moe"))
+    dense = arch_from_hf_config(tiny_hf_config("qwen2"))
+    with pytest.raises(ValueError, match=r"megatron.tensor_model_parallel_size=2: training a mixture-of-experts"):
+        check_moe_tensor_parallel(moe, 2, trainable=True)
+    check_moe_tensor_parallel(moe, 2, trainable=False)  # the reference model runs it in eval mode
+    check_moe_tensor_parallel(moe, 1, trainable=True)
+    check_moe_tensor_parallel(dense, 2, trainable=True)
+
+
+def test_qwen_moe_routing_weights_follow_norm_topk_prob(tiny_hf_config):
+    from skyrl_train.workers.strategy.megatron_model import transformer_config_kwargs
+
+    cases = [
+        (tiny_hf_config("qwen3_moe"), True),  # transformers' default: raw softmax weights, softmax before the top k
+        (tiny_hf_config("qwen3_moe", norm_topk_prob=True), False),
+        (tiny_hf_config("qwen2_moe"), True),
+        (tiny_hf_config("mixtral"), False),  # Mixtral always renormalises the top k
+    ]
+    for config, pre_softmax in cases:
+        arch = arch_from_hf_config(config)
+        assert transformer_config_kwargs(arch, torch.float32)["moe_router_pre_softmax"] is pre_softmax, config

@@ -1,0 +1,240 @@
+"""megatron-core's real `GPTModel` forward and backward on CPU, against the Hugging Face model it was converted from.
+
+The Megatron strategy needs CUDA for training (test_megatron_gpu.py, never run here), but the model itself is plain
+torch on the local layer spec. Three CUDA-only calls stand between it and a CPU run, and the rank script below
+replaces exactly those (nothing else is mocked; all the model code, the tensor-parallel layers and their gloo
+collectives are megatron-core's own):
+
+- `torch.cuda.current_device()`: the rotary embedding and the MoE router move their buffers there; "cpu" here;
+- `torch.cuda.synchronize()`: a no-op;
+- the model-parallel CUDA RNG tracker's `fork()`: it swaps CUDA RNG states around attention dropout (0 here); a
+  context that does nothing.
+
+What this checks, per architecture family and for tensor parallelism over 2 gloo ranks: the logits of left-padded
+rows equal the HF model's, and the gradients of the same loss, gathered over the ranks and converted back to HF
+names, equal the HF model's gradients. That covers the weight conversion and sharding, the attention mask and
+positions, and the MoE routing settings (Qwen-MoE's `norm_topk_prob` both ways).
+
+The forward-only `MegatronStrategy` (the reference role's) also runs here end to end with three more stand-ins:
+`require_megatron_runtime` (it refuses a CPU device), `torch.cuda.set_device` and `Module.cuda`. Its `prepare`
+loads the HF model's weights into the rank's shard, and `full_state_dict` (every weight sync) and `save_hf_model`
+gather them back over the tensor-parallel ranks. The distributed optimizer cannot run on CPU (it checks for
+`torch.cuda.FloatTensor` parameters), so the training strategy stays GPU-only (test_megatron_gpu.py).
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from skyrl_train.workers.distributed import free_port
+
+pytestmark = pytest.mark.integration
+
+RANK_SCRIPT = r"""
+import contextlib, json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+import torch.distributed as dist
+
+# --- stand-ins for the CUDA-only calls (see the test module's docstring) ---
+torch.cuda.current_device = lambda: "cpu"
+torch.cuda.synchronize = lambda *args, **kwargs: None
+from megatron.core.tensor_parallel import random as megatron_random
+megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
+
+from megatron.core import parallel_state
+from transformers import AutoModelForCausalLM, AutoConfig
+from skyrl_train.models.megatron_convert import (
+    arch_from_hf_config, gather_state, hf_to_megatron, megatron_to_hf, shard_state, strip_extra_state,
+)
+from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM, build_gpt_model
+
+folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+cases = json.loads(sys.argv[5])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+parallel_state.initialize_model_parallel(tensor_model_parallel_size=world)
+report = {}
+for name in cases:
+    config = AutoConfig.from_pretrained(f"{folder}/{name}")
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(config).float()
+    arch = arch_from_hf_config(config)
+    _, gpt = build_gpt_model(arch, torch.float32, tensor_parallel_size=world, use_cpu_initialization=True)
+    own = gpt.state_dict()
+    local = shard_state(hf_to_megatron(hf.state_dict(), arch, world), world, rank)
+    local.update({n: v for n, v in own.items() if n.endswith("._extra_state")})
+    gpt.load_state_dict(local, strict=True)
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(0, arch.vocab_size, (3, 12), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :4] = 0
+    attention_mask[1, :1] = 0
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    weights = torch.randn(3, 12, arch.vocab_size, generator=generator) * attention_mask[..., None]
+    if arch.is_moe and world > 1:
+        # forward-only roles run MoE over tensor-parallel ranks in eval mode (training needs sequence parallelism)
+        gpt.eval()
+    mine = MegatronCausalLM(gpt, arch.vocab_size)(input_ids, attention_mask, position_ids).logits
+    theirs = hf(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    real = attention_mask.bool()
+    entry = {"logits": (mine - theirs)[real].abs().max().item(), "scale": theirs[real].abs().max().item()}
+    if not gpt.training:  # a forward-only role's model: no gradients to compare
+        gpt.train()
+        try:
+            MegatronCausalLM(gpt, arch.vocab_size)(input_ids, attention_mask, position_ids)
+            entry["train_mode"] = "ran"
+        except ValueError as exc:
+            entry["train_mode"] = str(exc)
+        report[name] = entry
+        continue
+    (mine * weights).sum().backward()
+    (theirs * weights).sum().backward()
+    grads = {n: p.grad.detach().clone() for n, p in gpt.named_parameters()}
+    parts = [None] * world
+    dist.all_gather_object(parts, grads)
+    hf_grads = megatron_to_hf(gather_state([parts]), arch)
+    worst = {}
+    for key, param in hf.named_parameters():
+        difference = (hf_grads[key] - param.grad).abs().max().item()
+        worst[key] = difference / max(param.grad.abs().max().item(), 1e-12)
+    entry["grad_worst"] = max(worst, key=worst.get)
+    entry["grad_relative"] = worst[entry["grad_worst"]]
+    report[name] = entry
+if rank == 0:
+    with open(f"{folder}/report.json", "w") as handle:
+        json.dump(report, handle)
+parallel_state.destroy_model_parallel()
+dist.destroy_process_group()
+"""
+
+
+STRATEGY_SCRIPT = r"""
+import contextlib, json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+import torch.distributed as dist
+
+# --- stand-ins for the CUDA-only calls (see the test module's docstring) ---
+torch.cuda.current_device = lambda: "cpu"
+torch.cuda.synchronize = lambda *args, **kwargs: None
+torch.cuda.set_device = lambda *args, **kwargs: None
+torch.nn.Module.cuda = lambda self, *args, **kwargs: self
+from megatron.core.tensor_parallel import random as megatron_random
+megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
+megatron_random.CudaRNGStatesTracker.add = lambda self, name, seed: None
+import skyrl_train.workers.strategy.megatron as megatron_strategy
+megatron_strategy.require_megatron_runtime = lambda device: None
+
+from transformers import AutoConfig, AutoModelForCausalLM
+from skyrl_train.config.roles import MegatronConfig
+
+folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+cases = json.loads(sys.argv[5])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+report = {}
+for name in cases:
+    config = AutoConfig.from_pretrained(f"{folder}/{name}")
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(config).float().eval()
+    expected_state = {key: value.clone() for key, value in hf.state_dict().items()}
+    strategy = megatron_strategy.MegatronStrategy(
+        MegatronConfig(tensor_model_parallel_size=world, param_dtype="float32"), torch.device("cpu"), None
+    )
+    model = strategy.prepare(hf)
+    input_ids = torch.randint(0, config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :3] = 0
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        mine = model(input_ids, attention_mask, position_ids).logits
+        theirs = hf(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    real = attention_mask.bool()
+    entry = {"logits": (mine - theirs)[real].abs().max().item(), "eval_mode": not strategy.ddp_model.training}
+    gathered = strategy.full_state_dict()
+    strategy.save_hf_model(f"{folder}/{name}_export")
+    if rank == 0:
+        entry["keys_equal"] = sorted(gathered) == sorted(expected_state)
+        entry["gathered_exact"] = all(torch.equal(gathered[key], expected_state[key]) for key in expected_state)
+        reloaded = AutoModelForCausalLM.from_pretrained(f"{folder}/{name}_export").float().eval()
+        entry["export_exact"] = all(
+            torch.equal(reloaded.state_dict()[key], expected_state[key]) for key in expected_state
+        )
+    else:
+        entry["other_ranks_get_nothing"] = gathered == {}
+    report[name] = entry
+if rank == 0:
+    with open(f"{folder}/report.json", "w") as handle:
+        json.dump(report, handle)
+dist.destroy_process_group()
+"""
+
+
+def _run(tmp_path, world, configs, script_text=RANK_SCRIPT):
+    for name, config in configs.items():
+        config.save_pretrained(tmp_path / name)
+    script = tmp_path / "rank.py"
+    script.write_text(script_text, encoding="utf-8")
+    port = str(free_port())
+    import json
+
+    names = json.dumps(sorted(configs))
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path), str(rank), str(world), port, names], stderr=subprocess.PIPE
+        )
+        for rank in range(world)
+    ]
+    for rank, process in enumerate(ranks):
+        _, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, f"rank {rank}: {stderr.decode()[-3000:]}"
+    return json.loads((tmp_path / "report.json").read_text())
+
+
+# float32 on both sides; the two models sum the same products in different orders (fused QKV, [gate; up], a
+# different attention kernel), so logits agree to a few ulps of their size (~1e-7 relative) and gradients to about
+# 1e-5 of the largest entry of each tensor. A wrong routing weight or a misplaced shard is off by 1e-3 or more.
+LOGIT_TOLERANCE = 1e-5
+GRAD_TOLERANCE = 1e-4
+
+
+def _check(report):
+    for name, entry in report.items():
+        assert entry["logits"] <= LOGIT_TOLERANCE * max(entry["scale"], 1.0), (name, entry)
+        if "train_mode" not in entry:
+            assert entry["grad_relative"] <= GRAD_TOLERANCE, (name, entry)
+
+
+def test_one_rank_every_family_matches_the_hf_model(tmp_path, tiny_hf_config):
+    pytest.importorskip("megatron.core")
+    configs = {
+        "qwen2": tiny_hf_config("qwen2"),
+        "llama_tied": tiny_hf_config("llama", tie_word_embeddings=True),
+        "qwen3_moe_raw_topk": tiny_hf_config("qwen3_moe"),  # transformers' default norm_topk_prob=False
+        "qwen3_moe_normalized": tiny_hf_config("qwen3_moe", norm_topk_prob=True),  # as Qwen3-30B-A3B ships
+        "qwen2_moe_shared_expert": tiny_hf_config("qwen2_moe"),
+        "mixtral": tiny_hf_config("mixtral"),
+    }
+    _check(_run(tmp_path, 1, configs))
+
+
+def test_two_tensor_parallel_ranks_match_the_hf_model(tmp_path, tiny_hf_config):
+    pytest.importorskip("megatron.core")
+    report = _run(tmp_path, 2, {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe")})
+    _check(report)
+    assert "grad_relative" in report["qwen2"]
+    # Why the strategy refuses to train a MoE model over tensor-parallel ranks (check_moe_tensor_parallel): the
+    # pinned megatron-core raises in training mode without sequence parallelism. If a release lifts this, the
+    # refusal can go.
+    assert "sequence parallelism" in report["qwen3_moe"]["train_mode"]
+
+
+def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_parallel_ranks(tmp_path, tiny_hf_config):
+    pytest.importorskip("megatron.core")
+    configs = {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe", norm_topk_prob=True)}
+    report = _run(tmp_path, 2, configs, STRATEGY_SCRIPT)
+    for name, entry in report.items():
+        assert entry["logits"] <= LOGIT_TOLERANCE, (name, entry)
+        assert entry["eval_mode"], name  # forward-only roles run in eval mode (MoE over TP ranks needs it)
+        # weights untouched since loading: gathering and converting back must give them bit for bit
+        assert entry["keys_equal"] and entry["gathered_exact"] and entry["export_exact"], (name, entry)
