@@ -200,7 +200,8 @@ def check_engine_tensor_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
         per_node = placement.policy_num_gpus_per_node
         if placement.policy_num_nodes > 1 and per_node % tp:
             yield (
-                f"{key}={tp} with trainer.placement.colocate_all=true needs each engine's {tp} GPUs on one node, but"
+                f"{key}={tp}: a colocated engine spanning nodes is not supported here; with"
+                f" trainer.placement.colocate_all=true each engine's {tp} GPUs must be on one node, but"
                 f" trainer.placement.policy_num_gpus_per_node={per_node} is not a multiple of {tp}: make it one, or set"
                 " colocate_all=false"
             )

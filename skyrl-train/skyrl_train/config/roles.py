@@ -125,7 +125,16 @@ class MegatronConfig:
     MLP width of the model."""
 
     pipeline_model_parallel_size: int = 1
-    """Ranks that split the layers into stages (Megatron PP)."""
+    """Ranks that split the decoder layers into stages (Megatron PP): the first stage embeds the tokens, the last
+    one holds the final norm and output layer, and micro-batches run through megatron-core's 1F1B schedule."""
+
+    num_layers_in_first_pipeline_stage: int | None = None
+    """Decoder layers on the first pipeline stage (uneven stages; e.g. fewer, as it also holds the embedding);
+    null splits them evenly. The layers left after the first and last stages split evenly over the others."""
+
+    num_layers_in_last_pipeline_stage: int | None = None
+    """Decoder layers on the last pipeline stage (uneven stages; e.g. fewer, as it also holds the output layer and
+    the loss); null splits them evenly."""
 
     context_parallel_size: int = 1
     """Ranks that split each sequence (Megatron CP)."""

@@ -60,11 +60,6 @@ NOT_YET_SUPPORTED: tuple[NotYetSupported, ...] = (
         )
         for role in ("policy", "ref")
         for name, what, why in (
-            (
-                "pipeline_model_parallel_size",
-                "pipeline stage",
-                "the workers' micro-batch loop is not driven by " "megatron-core's pipeline schedules yet",
-            ),
             ("context_parallel_size", "whole sequence", "sequences are not split across ranks yet"),
         )
     ),

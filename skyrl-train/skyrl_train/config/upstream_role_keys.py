@@ -160,9 +160,12 @@ def _megatron_rules(role: str) -> dict[str, Rule]:
         f"{transformer_kwargs}.gradient_accumulation_fusion": Fixed(
             OFF, "fused gradient accumulation (needs Transformer Engine)", "off"
         ),
-        f"{transformer_kwargs}.num_layers_in_last_pipeline_stage": Fixed(
-            NONE, "uneven pipeline stages", "even stages (pipeline parallelism itself is not supported yet)"
-        ),
+        **{
+            f"{transformer_kwargs}.num_layers_in_{end}_pipeline_stage": Rename(
+                f"trainer.{role}.megatron.num_layers_in_{end}_pipeline_stage"
+            )
+            for end in ("first", "last")
+        },
         **{
             f"{transformer_kwargs}.{name}": Rename(f"{prefix}.{name}")
             for name in (

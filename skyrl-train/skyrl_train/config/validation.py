@@ -385,6 +385,18 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
         if bad:
             yield f"{', '.join(bad)}: parallel sizes must be at least 1"
             continue
+        for end in ("first", "last"):
+            layers = getattr(megatron, f"num_layers_in_{end}_pipeline_stage")
+            if layers is None:
+                continue
+            if sizes["pipeline_model_parallel_size"] == 1:
+                yield (
+                    f"{prefix}.num_layers_in_{end}_pipeline_stage={layers}: an uneven {end} pipeline stage needs"
+                    " pipeline_model_parallel_size above 1 (megatron-core refuses it with one stage too); set that"
+                    " key of the same section above 1, or this one to null"
+                )
+            elif layers < 1:
+                yield f"{prefix}.num_layers_in_{end}_pipeline_stage={layers}: a stage needs at least 1 decoder layer"
         world, model_parallel = role_world_size(cfg, role), megatron_model_parallel_size(megatron)
         if world % model_parallel:
             yield (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections import defaultdict
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, PreTrainedModel
@@ -54,8 +54,10 @@ class CriticWorker(BaseWorker):
         warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
         return load_value_model(path)
 
-    def _values(self, micro: TrimmedMicroBatch) -> torch.Tensor:
-        """Value of the state before each response token: the head's output at the position preceding it."""
+    def _values(self, micro: TrimmedMicroBatch, model: Any = None) -> torch.Tensor:
+        """Value of the state before each response token: the head's output at the position preceding it (`model`:
+        the one to call, default this worker's)."""
+        model = self.model if model is None else model
         batch = micro.batch
         if self.packs_rows:
             share = self.cfg.trainer.share_prompt_forward
@@ -63,9 +65,9 @@ class CriticWorker(BaseWorker):
                 batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share_prompts=share
             )
             if self.sequence_group is not None:
-                return sharded_token_scores(self.model, packed, self.sequence_group)
-            return packed_token_scores(self.model, packed)
-        scores = self.model(
+                return sharded_token_scores(model, packed, self.sequence_group)
+            return packed_token_scores(model, packed)
+        scores = model(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
             position_ids=batch.position_ids,

@@ -11,7 +11,7 @@ multiple of the rank count, copies of the last row are appended; in a `TrainingB
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Optional, Protocol, TypeVar
 
 import torch
 
@@ -112,13 +112,28 @@ def balanced_ranges(sizes: Sequence[int], num_shards: int) -> list[tuple[int, in
     return ranges
 
 
-def data_parallel_ranks(world_size: int, model_parallel_size: int) -> list[int]:
-    """The data-parallel rank of each worker rank when `model_parallel_size` consecutive ranks hold one model copy
-    (Megatron's default rank order puts tensor parallelism innermost; 1 for FSDP2). Ranks sharing a data-parallel
-    rank get the same shard; only the first of each (its tensor-parallel rank 0) reports results."""
+def data_parallel_ranks(world_size: int, model_parallel_size: int, inner_size: Optional[int] = None) -> list[int]:
+    """The data-parallel rank of each worker rank when `model_parallel_size` ranks hold one model copy: groups of
+    `inner_size` consecutive ranks (default all of them), repeated every data-parallel size * `inner_size` ranks.
+    Megatron's default rank order (tensor, context, data, pipeline) puts tensor parallelism innermost and pipeline
+    stages outermost: a copy's stages are that far apart. Ranks sharing a data-parallel rank get the same shard;
+    only the first of each (`representative_ranks`) reports results."""
+    inner = model_parallel_size if inner_size is None else inner_size
     if model_parallel_size <= 0 or world_size % model_parallel_size:
         raise ValueError(f"model_parallel_size={model_parallel_size} must be a positive divisor of {world_size} ranks")
-    return [rank // model_parallel_size for rank in range(world_size)]
+    if inner <= 0 or model_parallel_size % inner:
+        raise ValueError(f"inner_size={inner} must be a positive divisor of model_parallel_size={model_parallel_size}")
+    copies = world_size // model_parallel_size
+    return [(rank // inner) % copies for rank in range(world_size)]
+
+
+def representative_ranks(ranks: list[int]) -> list[int]:
+    """The first worker rank of each data-parallel rank, in data-parallel order (`ranks` from `data_parallel_ranks`):
+    the ranks whose results stand for their model copy."""
+    first: dict[int, int] = {}
+    for rank, data_rank in enumerate(ranks):
+        first.setdefault(data_rank, rank)
+    return [first[data_rank] for data_rank in sorted(first)]
 
 
 def join_results(results: list[Any], num_rows: int) -> Any:

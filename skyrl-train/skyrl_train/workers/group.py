@@ -16,23 +16,45 @@ from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.training_batch import TrainingBatch, integers_at_full_width, on_wire
 from skyrl_train.utils.local_channel import ChannelClients, ChannelError
 from skyrl_train.utils.threads import actor_threads
-from skyrl_train.workers.dispatch import ShardableBatch, data_parallel_ranks, join_results, shard_arguments
+from skyrl_train.workers.dispatch import (
+    ShardableBatch,
+    data_parallel_ranks,
+    join_results,
+    representative_ranks,
+    shard_arguments,
+)
 
 logger = logging.getLogger(__name__)
 
 
 def role_model_parallel_size(cfg: Mapping[str, Any], role: str) -> int:
-    """Consecutive ranks of `role` that get the same rows: Megatron's tensor-parallel size on `trainer.strategy:
-    megatron` (pipeline/context parallelism are refused by validation), else the role's sequence-parallel size (its
-    ranks split each packed sequence), 1 without it."""
+    """Ranks of `role` that hold one model copy and get the same rows: on `trainer.strategy: megatron` the tensor *
+    pipeline * context parallel sizes, else the role's sequence-parallel size (its ranks split each packed
+    sequence), 1 without it."""
+    megatron = _megatron_section(cfg, role)
+    if megatron is None:
+        return int(cfg.get("trainer", {}).get(role, {}).get("sequence_parallel_size", 1))
+    return (
+        int(megatron.get("tensor_model_parallel_size", 1))
+        * int(megatron.get("pipeline_model_parallel_size", 1))
+        * (int(megatron.get("context_parallel_size", 1)))
+    )
+
+
+def role_consecutive_ranks(cfg: Mapping[str, Any], role: str) -> int:
+    """How many ranks of one model copy are consecutive: all of them, except on Megatron with pipeline stages, whose
+    rank order puts the stages outermost (only the tensor * context ranks of one stage are consecutive)."""
+    megatron = _megatron_section(cfg, role)
+    if megatron is None:
+        return role_model_parallel_size(cfg, role)
+    return int(megatron.get("tensor_model_parallel_size", 1)) * int(megatron.get("context_parallel_size", 1))
+
+
+def _megatron_section(cfg: Mapping[str, Any], role: str) -> Optional[Mapping[str, Any]]:
     trainer = cfg.get("trainer", {})
-    if role not in ("policy", "ref", "critic"):
-        return 1
-    if trainer.get("strategy") != "megatron":
-        return int(trainer.get(role, {}).get("sequence_parallel_size", 1))
-    if role == "critic":
-        return 1
-    return int(trainer.get(role, {}).get("megatron", {}).get("tensor_model_parallel_size", 1))
+    if role not in ("policy", "ref") or trainer.get("strategy") != "megatron":
+        return None
+    return trainer.get(role, {}).get("megatron", {})
 
 
 class WorkerGroupError(RuntimeError):
@@ -75,7 +97,10 @@ class WorkerGroup:
         self.role = role
         cfg_dict = cfg.to_dict() if isinstance(cfg, SkyRLConfig) else dict(cfg)
         self.model_parallel_size = role_model_parallel_size(cfg_dict, role)
-        self.data_parallel_ranks = data_parallel_ranks(num_workers, self.model_parallel_size)
+        self.data_parallel_ranks = data_parallel_ranks(
+            num_workers, self.model_parallel_size, role_consecutive_ranks(cfg_dict, role)
+        )
+        self.representative_ranks = representative_ranks(self.data_parallel_ranks)
         remote_cls = ray.remote(worker_cls)
         threads = actor_threads(num_threads, num_cpus_per_worker)
 
@@ -169,10 +194,10 @@ class WorkerGroup:
         return [(([shards[dp] for shards in sharded],), kwargs) for dp in self.data_parallel_ranks]
 
     def _join(self, results: list[Any], num_rows: int) -> Any:
-        return join_results(results[:: self.model_parallel_size], num_rows)
+        return join_results([results[rank] for rank in self.representative_ranks], num_rows)
 
     def _join_each(self, method: str, calls: list[tuple[Any, dict[str, Any]]], results: list[Any]) -> list[Any]:
-        per_rank = results[:: self.model_parallel_size]
+        per_rank = [results[rank] for rank in self.representative_ranks]
         for rank, rank_results in enumerate(per_rank):
             if len(rank_results) != len(calls):
                 raise RuntimeError(

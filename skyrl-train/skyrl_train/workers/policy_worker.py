@@ -18,7 +18,7 @@ from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, write_response_rows
 from skyrl_train.workers.policy_objective import ObjectiveSettings, policy_objective
 from skyrl_train.workers.shard_send import PresumedWrite, ShardedSend
-from skyrl_train.workers.worker import BaseWorker, MiniBatchResult
+from skyrl_train.workers.worker import BaseWorker, MiniBatchResult, model_inputs
 
 
 class LogprobWorker(BaseWorker):
@@ -46,10 +46,12 @@ class LogprobWorker(BaseWorker):
             and not getattr(model, "is_gradient_checkpointing", False)
         )
 
-    def _logprobs(self, micro: TrimmedMicroBatch, with_entropy: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def _logprobs(
+        self, micro: TrimmedMicroBatch, with_entropy: bool, model: Any = None
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         batch = micro.batch
         return response_logprobs(
-            self.model,
+            self.model if model is None else model,
             batch.input_ids,
             batch.attention_mask,
             batch.position_ids,
@@ -64,13 +66,17 @@ class LogprobWorker(BaseWorker):
     @timed_compute("forward")
     def forward(self, batch: TrainingBatch) -> torch.Tensor:
         """Log-probs [B, R] (float32, CPU) of the response tokens; 0 outside `response_mask`."""
-        return self.score_rows(batch, lambda micro: self._logprobs(micro, with_entropy=False)[0])
+        return self.score_rows(batch, lambda micro, model: self._logprobs(micro, False, model)[0])
 
 
 class RefWorker(LogprobWorker):
     """The frozen reference model: `forward` only."""
 
     trainable = False
+
+
+def _detached(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else value
 
 
 def _rows(tensor: Optional[torch.Tensor], indices: list[int], micro: TrimmedMicroBatch, device: torch.device):
@@ -229,30 +235,38 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
         denominator = self.mini_batch_denominator(reduction, batch.loss_mask, max_seq_len, loss_denominator)
         scale = self.gradient_average_factor
         model.train()
-        accumulator, parts = MetricAccumulator(), defaultdict(float)
-        for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_train_batch_size_per_gpu):
-            log_probs, entropy = self._logprobs(micro, with_entropy=True)
+        plan = self.micro_batches(batch, self.cfg.trainer.micro_train_batch_size_per_gpu)
+
+        def body(entry: tuple[list[int], TrimmedMicroBatch], call: Any) -> tuple[torch.Tensor, tuple]:
+            indices, micro = entry
+            log_probs, entropy = self._logprobs(micro, with_entropy=True, model=call)
             if settings.entropy_coef is None:
                 entropy = entropy.detach()
-            loss_mask = micro.batch.loss_mask
-            if logprobs_out is not None:
-                write_response_rows(logprobs_out, indices, log_probs, micro)
             result = policy_objective(
                 settings,
                 log_probs,
                 entropy,
-                loss_mask,
+                micro.batch.loss_mask,
                 advantages=_rows(advantages, indices, micro, self.device),
                 old_log_probs=log_probs.detach() if on_policy else _rows(old_logprobs, indices, micro, self.device),
                 ref_log_probs=_rows(ref_logprobs, indices, micro, self.device),
                 rollout_log_probs=micro.batch.rollout_logprobs,
             )
-            weight = micro_batch_weight(reduction, loss_mask, denominator, max_seq_len) * scale if indices else 0.0
-            self.strategy.backward(result.total * weight)
-            for name, value in result.parts.items():  # reported once per sequence-parallel group
-                parts[name] += float(value) * weight / self.sequence_parallel_size
+            weight = micro_batch_weight(reduction, micro.batch.loss_mask, denominator, max_seq_len) * scale
+            weight = weight if indices else 0.0
+            parts_of = {name: float(value) for name, value in result.parts.items()}
+            metrics_of = {name: _detached(value) for name, value in result.metrics.items()}
+            return result.total * weight, (log_probs.detach(), parts_of, metrics_of, weight)
+
+        accumulator, parts = MetricAccumulator(), defaultdict(float)
+        results = self.strategy.run_micro_batches(model, plan, body, inputs=model_inputs)
+        for (indices, micro), (log_probs, parts_of, metrics_of, weight) in zip(plan, results):
+            if logprobs_out is not None:
+                write_response_rows(logprobs_out, indices, log_probs.to(micro.batch.loss_mask.device), micro)
+            for name, value in parts_of.items():  # reported once per sequence-parallel group
+                parts[name] += value * weight / self.sequence_parallel_size
             if indices:
-                accumulator.add(result.metrics, weight=float(masked_count(loss_mask)))
+                accumulator.add(metrics_of, weight=float(masked_count(micro.batch.loss_mask)))
         metrics = {f"policy/{name}": value for name, value in accumulator.result().items()}
         metrics.update({f"policy/{name}": value for name, value in parts.items()})
         metrics["policy/lr"] = self.strategy.lr

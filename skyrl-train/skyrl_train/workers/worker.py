@@ -81,6 +81,13 @@ class MiniBatchResult(NamedTuple):
         return (MiniBatchResult, (self.steps, on_wire(self.old_logprobs), self.weight_sync))
 
 
+def model_inputs(entry: tuple[list[int], TrimmedMicroBatch]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a micro-batch body passes to the model (`input_ids`, `attention_mask`, `position_ids`), for strategies
+    that run the model themselves (Megatron's pipeline stages)."""
+    batch = entry[1].batch
+    return batch.input_ids, batch.attention_mask, batch.position_ids
+
+
 class BaseWorker(ChannelHost):
     """One rank of a role. Subclasses set `trainable` and add `forward` / `forward_backward`.
 
@@ -319,16 +326,22 @@ class BaseWorker(ChannelHost):
         return plan
 
     @torch.no_grad()
-    def score_rows(self, batch: TrainingBatch, score: Callable[[TrimmedMicroBatch], torch.Tensor]) -> torch.Tensor:
-        """Per-token scores [B, R] (float32, CPU; 0 outside `response_mask`) of `score` over the forward micro-batches
-        of `batch`, the model in eval mode and no gradient: the body of every role's `forward`."""
-        self._require_model().eval()
+    def score_rows(self, batch: TrainingBatch, score: Callable[[TrimmedMicroBatch, Any], torch.Tensor]) -> torch.Tensor:
+        """Per-token scores [B, R] (float32, CPU; 0 outside `response_mask`) of `score(micro, model)` over the forward
+        micro-batches of `batch`, the model in eval mode and no gradient: the body of every role's `forward`.
+        `score` calls `model` once, as a Hugging Face model (the strategy runs it: `run_micro_batches`)."""
+        model = self._require_model()
+        model.eval()
         output = torch.zeros(len(batch), batch.response_width, dtype=torch.float32)
+        plan = self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu)
         try:
-            for indices, micro in self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu):
-                write_response_rows(output, indices, score(micro), micro)
+            scores = self.strategy.run_micro_batches(
+                model, plan, lambda entry, call: (None, score(entry[1], call)), forward_only=True, inputs=model_inputs
+            )
         finally:
             self.strategy.end_gradient_free_forward()  # else the next backward's gradient may double (FSDP2)
+        for (indices, micro), scores_of in zip(plan, scores):
+            write_response_rows(output, indices, scores_of.to(micro.batch.response_mask.device), micro)
         return output
 
     def mini_batch_denominator(

@@ -73,17 +73,31 @@ def test_ref_sizes_are_checked_only_when_the_ref_model_is_used():
     assert problem.startswith("trainer.ref.megatron: tensor (3)")
 
 
-def test_pipeline_and_context_parallelism_are_not_supported_yet():
-    problems = _megatron_problems(
-        "trainer.policy.megatron.pipeline_model_parallel_size=2", "trainer.policy.megatron.context_parallel_size=2"
+def test_pipeline_stages_are_accepted_and_context_parallelism_is_not_supported_yet():
+    cfg = _config("trainer.policy.megatron.pipeline_model_parallel_size=2")
+    assert find_problems(cfg) == []
+    assert role_data_parallel_size(cfg, "policy") == 2  # 4 GPUs in stages of 2
+    uneven = _config(
+        "trainer.policy.megatron.pipeline_model_parallel_size=4",
+        "trainer.policy.megatron.num_layers_in_first_pipeline_stage=1",
+        "trainer.policy.megatron.num_layers_in_last_pipeline_stage=2",
     )
-    assert any(
-        p.startswith("trainer.policy.megatron.pipeline_model_parallel_size=2 is not supported here yet")
-        for p in problems
-    )
+    assert find_problems(uneven) == []
+    problems = _megatron_problems("trainer.policy.megatron.context_parallel_size=2")
     assert any(
         p.startswith("trainer.policy.megatron.context_parallel_size=2 is not supported here yet") for p in problems
     )
+
+
+def test_uneven_stage_sizes_without_stages_or_below_one_are_refused_naming_the_key():
+    (problem,) = _megatron_problems("trainer.policy.megatron.num_layers_in_last_pipeline_stage=3")
+    assert problem.startswith("trainer.policy.megatron.num_layers_in_last_pipeline_stage=3: an uneven last pipeline")
+    assert "needs pipeline_model_parallel_size above 1" in problem
+    (problem,) = _megatron_problems(
+        "trainer.policy.megatron.pipeline_model_parallel_size=2",
+        "trainer.policy.megatron.num_layers_in_first_pipeline_stage=0",
+    )
+    assert "num_layers_in_first_pipeline_stage=0: a stage needs at least 1 decoder layer" in problem
 
 
 def test_roles_the_megatron_workers_do_not_run_are_refused():

@@ -434,6 +434,20 @@ def test_vllm_tensor_parallelism_passes_where_the_gpus_work_out(device):
         f"trainer.placement.{role}_num_{key}" for role in ("policy", "ref") for key in ("nodes=2", "gpus_per_node=4")
     ]
     assert problems_of(*vllm_tp, *two_nodes, "generator.inference_engine.num_engines=4") == []
+    # a colocated engine of 16 GPUs over nodes of 8 would span two nodes: refused by name (SkyRL's 235B scripts)
+    sixteen = [
+        f"trainer.device={device}",
+        "generator.inference_engine.backend=vllm",
+        "generator.inference_engine.tensor_parallel_size=16",
+        "generator.inference_engine.num_engines=1",
+        *[
+            f"trainer.placement.{role}_num_{key}"
+            for role in ("policy", "ref")
+            for key in ("nodes=2", "gpus_per_node=8")
+        ],
+    ]
+    (problem,) = [p for p in problems_of(*sixteen) if "spanning nodes" in p]
+    assert "is not supported here" in problem and "policy_num_gpus_per_node=8 is not a multiple of 16" in problem
 
 
 def test_vllm_only_sampling_kwargs_pass_validation_with_the_vllm_engine():

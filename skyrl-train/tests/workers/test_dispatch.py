@@ -98,3 +98,27 @@ def test_tensor_parallel_ranks_share_a_data_parallel_shard():
     assert role_model_parallel_size(megatron, "critic") == 1
     fsdp = {"trainer": {"strategy": "fsdp2", "policy": {"megatron": {"tensor_model_parallel_size": 2}}}}
     assert role_model_parallel_size(fsdp, "policy") == 1
+
+
+def test_pipeline_stages_of_one_copy_are_a_data_parallel_size_apart_as_in_megatrons_rank_order():
+    pytest.importorskip("megatron.core")
+    from megatron.core.parallel_state import RankGenerator
+
+    from skyrl_train.workers.dispatch import data_parallel_ranks, representative_ranks
+    from skyrl_train.workers.group import role_consecutive_ranks, role_model_parallel_size
+
+    for tp, pp, world in ((1, 2, 4), (2, 2, 8), (2, 3, 12), (1, 4, 4)):
+        sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}
+        cfg = {"trainer": {"strategy": "megatron", "policy": {"megatron": sizes}}}
+        model_parallel, inner = role_model_parallel_size(cfg, "policy"), role_consecutive_ranks(cfg, "policy")
+        assert (model_parallel, inner) == (tp * pp, tp)
+        ranks = data_parallel_ranks(world, model_parallel, inner)
+        # megatron-core's own data-parallel groups (its default order tp-cp-ep-dp-pp): a group's ranks are the
+        # same position in different model copies, so they must get different shards, one each
+        generator = RankGenerator(tp=tp, ep=1, dp=world // (tp * pp), pp=pp, cp=1, order="tp-cp-ep-dp-pp")
+        for group in generator.get_ranks("dp"):
+            assert sorted(ranks[rank] for rank in group) == list(range(world // (tp * pp))), (tp, pp, group)
+        # and the ranks of one pipeline (one model copy) share a shard
+        for group in generator.get_ranks("pp"):
+            assert len({ranks[rank] for rank in group}) == 1, (tp, pp, group)
+        assert representative_ranks(ranks) == [copy * tp for copy in range(world // (tp * pp))]

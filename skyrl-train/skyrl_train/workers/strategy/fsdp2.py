@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -37,6 +38,7 @@ from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_d
 from skyrl_train.utils.plain_values import to_jsonable
 from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
 from skyrl_train.workers.strategy.flat_gather import flat_full_state_dict, storage_marks, writable_state
+from skyrl_train.workers.strategy.micro_batch_run import MicroBatchBody, ModelInputs, run_in_order
 from skyrl_train.workers.strategy.optimizer import build_optimizer, build_scheduler, current_lr
 from skyrl_train.workers.strategy.sharded_checkpoint import (
     load_sharded_state,
@@ -212,6 +214,18 @@ class FSDP2Strategy:
     def backward(self, loss: torch.Tensor) -> None:
         """Accumulate gradients of `loss` (FSDP reduce-scatters them across ranks)."""
         loss.backward()
+
+    def run_micro_batches(
+        self,
+        model: Any,
+        entries: Sequence[Any],
+        body: MicroBatchBody,
+        forward_only: bool = False,
+        inputs: Optional[ModelInputs] = None,
+    ) -> list[Any]:
+        """Each micro-batch's `body` in turn, its loss backpropagated right after it (`micro_batch_run`); `inputs`
+        is only read by pipelined strategies."""
+        return run_in_order(model, entries, body, forward_only, self.backward)
 
     def end_gradient_free_forward(self) -> None:
         """Reshard what a forward without gradients left unsharded (`fsdp.reshard_after_forward=false`).

@@ -11,7 +11,9 @@ log-prob and loss code are shared with FSDP2; `backward` accumulates into megatr
 `full_state_dict` gathers the TP and EP shards and converts back to HF names (weight sync and HF export);
 checkpoints go through `megatron.core.dist_checkpointing` (model and optimizer) plus one JSON file per rank with the
 LR schedule and RNG states; its format pickles, so every pickle in a checkpoint is checked against an allowlist of
-plain data classes before Megatron loads it (`utils.pickle_guard`). Pipeline and context parallelism are refused by config validation (not implemented).
+plain data classes before Megatron loads it (`utils.pickle_guard`). Pipeline stages (`pipeline_model_parallel_size`,
+uneven first/last stages) run the micro-batches through megatron-core's 1F1B schedule (`run_micro_batches`);
+context parallelism is refused by config validation (not implemented).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -38,6 +41,7 @@ from skyrl_train.models.megatron_convert import (
     shard_state,
     strip_extra_state,
 )
+from skyrl_train.models.megatron_pipeline import merge_stage_states, pipeline_stage_layers, stage_state
 from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
 from skyrl_train.utils.pickle_guard import check_pickled_checkpoint
 from skyrl_train.utils.plain_values import to_jsonable
@@ -49,6 +53,8 @@ from skyrl_train.workers.strategy.megatron_model import (
     check_moe_tensor_parallel,
     require_megatron_runtime,
 )
+from skyrl_train.workers.strategy.megatron_schedule import run_pipelined
+from skyrl_train.workers.strategy.micro_batch_run import MicroBatchBody, ModelInputs, run_in_order
 from skyrl_train.workers.strategy.optimizer import build_scheduler
 
 logger = logging.getLogger(__name__)
@@ -112,9 +118,10 @@ class MegatronStrategy:
         seed: int = 42,
     ) -> None:
         require_megatron_runtime(device)
-        for name in ("pipeline_model_parallel_size", "context_parallel_size"):
-            if getattr(megatron, name) != 1:
-                raise NotImplementedError(f"megatron.{name}={getattr(megatron, name)} is not supported yet; set 1")
+        if megatron.context_parallel_size != 1:
+            raise NotImplementedError(
+                f"megatron.context_parallel_size={megatron.context_parallel_size} is not supported yet; set 1"
+            )
         self.megatron = megatron
         self.device = device
         self.optimizer_config = optimizer
@@ -122,6 +129,8 @@ class MegatronStrategy:
         self.seed = seed
         self.params_dtype = resolve_dtype(megatron.param_dtype)
         self.arch: Optional[GPTArch] = None
+        self.stage_layers: Optional[range] = None
+        """The decoder layers this rank's pipeline stage holds (all of them without pipeline stages)."""
         self.hf_config: Any = None
         self.ddp_model: Any = None
         self.model: Optional[MegatronCausalLM] = None
@@ -151,8 +160,15 @@ class MegatronStrategy:
 
     @property
     def data_parallel_size(self) -> int:
-        """Data-parallel ranks: the world size over the tensor-parallel size."""
-        return dist.get_world_size() // self.megatron.tensor_model_parallel_size
+        """Data-parallel ranks: the world size over the tensor-parallel size times the pipeline stages."""
+        return dist.get_world_size() // (
+            self.megatron.tensor_model_parallel_size * self.megatron.pipeline_model_parallel_size
+        )
+
+    @property
+    def pipeline_stages(self) -> int:
+        """Pipeline stages the model is split into (`megatron.pipeline_model_parallel_size`)."""
+        return self.megatron.pipeline_model_parallel_size
 
     def prepare(self, model: torch.nn.Module, num_training_steps: Optional[int] = None) -> MegatronCausalLM:
         """Build the Megatron model from the HF `model` (its config and weights), shard it and, for a trainable
@@ -160,10 +176,16 @@ class MegatronStrategy:
         from megatron.core import parallel_state, tensor_parallel
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
-        tp, ep = self.megatron.tensor_model_parallel_size, self.megatron.expert_model_parallel_size
+        tp, ep, pp = (
+            self.megatron.tensor_model_parallel_size,
+            self.megatron.expert_model_parallel_size,
+            self.megatron.pipeline_model_parallel_size,
+        )
         torch.cuda.set_device(self.device)
         if not parallel_state.model_parallel_is_initialized():
-            parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, expert_model_parallel_size=ep)
+            parallel_state.initialize_model_parallel(
+                tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=ep
+            )
         tensor_parallel.model_parallel_cuda_manual_seed(self.seed)
         self.hf_config = model.config
         self.arch = arch_from_hf_config(model.config)
@@ -171,10 +193,26 @@ class MegatronStrategy:
         check_moe_tensor_parallel(self.arch, tp, trainable=self.optimizer_config is not None)
         if ep > 1 and not self.arch.is_moe:
             raise ValueError(f"megatron.expert_model_parallel_size={ep} needs a mixture-of-experts model")
+        first_layers = self.megatron.num_layers_in_first_pipeline_stage
+        last_layers = self.megatron.num_layers_in_last_pipeline_stage
+        stage = parallel_state.get_pipeline_model_parallel_rank() if pp > 1 else 0
+        self.stage_layers = pipeline_stage_layers(self.arch.num_layers, pp, first_layers, last_layers)[stage]
+        first_stage, last_stage = stage == 0, stage == pp - 1
         config, gpt = build_gpt_model(
-            self.arch, self.params_dtype, tp, expert_parallel_size=ep, recompute=self.gradient_checkpointing
+            self.arch,
+            self.params_dtype,
+            tp,
+            pre_process=first_stage,
+            post_process=last_stage,
+            expert_parallel_size=ep,
+            recompute=self.gradient_checkpointing,
+            pipeline_parallel_size=pp,
+            first_stage_layers=first_layers,
+            last_stage_layers=last_layers,
         )
         full = hf_to_megatron({k: v.float() for k, v in model.state_dict().items()}, self.arch, tp)
+        if pp > 1:
+            full = stage_state(full, self.stage_layers, first_stage, last_stage, self.arch.tied_embeddings)
         local = shard_state(
             full,
             tp,
@@ -226,6 +264,23 @@ class MegatronStrategy:
         """Accumulate gradients of `loss` into megatron's gradient buffers (reduced at `optimizer_step`)."""
         loss.backward()
 
+    def run_micro_batches(
+        self,
+        model: MegatronCausalLM,
+        entries: Sequence[Any],
+        body: MicroBatchBody,
+        forward_only: bool = False,
+        inputs: Optional[ModelInputs] = None,
+    ) -> list[Any]:
+        """Each micro-batch's `body` (`micro_batch_run`): in turn without pipeline stages, else inside megatron-core's
+        1F1B schedule on the last stage (`megatron_schedule`), which needs `inputs` to feed the first stage; every
+        stage returns the payloads."""
+        if self.pipeline_stages == 1:
+            return run_in_order(model, entries, body, forward_only, self.backward)
+        if inputs is None:
+            raise ValueError("run_micro_batches: pipeline stages need inputs(entry) -> (input_ids, mask, positions)")
+        return run_pipelined(self.ddp_model, self.arch.vocab_size, entries, body, forward_only, inputs)
+
     def end_gradient_free_forward(self) -> None:
         """Nothing to do: Megatron keeps every rank's parameter shard in place between forwards (the FSDP2
         strategy reshards here)."""
@@ -257,7 +312,13 @@ class MegatronStrategy:
             self.reload_optimizer()
         for group in optimizer.param_groups:
             group["lr"] = self.lr
-        self.ddp_model.finish_grad_sync()
+        if self.pipeline_stages > 1:
+            from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+
+            # the data-parallel reduction, plus the sum of a tied embedding's gradients over the first and last stage
+            finalize_model_grads([self.ddp_model])
+        else:
+            self.ddp_model.finish_grad_sync()
         success, grad_norm, _ = optimizer.step()
         grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
         if success and np.isfinite(grad_norm):
@@ -272,8 +333,8 @@ class MegatronStrategy:
         return getattr(self.ddp_model, "module", self.ddp_model)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The whole model with Hugging Face names on CPU (float32), gathered on rank 0 over the TP and EP groups
-        ({} on other ranks; every rank must call this)."""
+        """The whole model with Hugging Face names on CPU (float32), gathered on rank 0 over the TP, EP and pipeline
+        groups ({} on other ranks; every rank must call this)."""
         from megatron.core import parallel_state
 
         local = strip_extra_state(self._gpt().state_dict())
@@ -292,9 +353,20 @@ class MegatronStrategy:
             per_ep = gathered
         else:
             per_ep = [tp_shards]
+        full = gather_state(per_ep)
+        if self.pipeline_stages > 1:
+            stages: Optional[list[Any]] = [None] * self.pipeline_stages if self.rank == 0 else None
+            dist.gather_object(
+                (full, self.stage_layers),
+                stages,
+                dst=parallel_state.get_pipeline_model_parallel_first_rank(),
+                group=parallel_state.get_pipeline_model_parallel_group(),
+            )
+            if self.rank == 0:
+                full = merge_stage_states(stages, self.arch.tied_embeddings)
         if self.rank != 0:
             return {}
-        return megatron_to_hf(gather_state(per_ep), self.arch)
+        return megatron_to_hf(full, self.arch)
 
     def _sharded_state(self, is_loading: bool = False) -> dict[str, Any]:
         model_state = self._gpt().sharded_state_dict()

@@ -37,9 +37,13 @@ def transformer_config_kwargs(
     expert_parallel_size: int = 1,
     use_cpu_initialization: bool = False,
     recompute: bool = False,
+    pipeline_parallel_size: int = 1,
+    first_stage_layers: Optional[int] = None,
+    last_stage_layers: Optional[int] = None,
 ) -> dict[str, Any]:
     """Keyword arguments of megatron-core's `TransformerConfig` for `arch` (a Qwen2/Qwen3/Llama-style decoder:
-    RMSNorm, SwiGLU MLP, RoPE, no linear biases except the optional QKV bias, no dropout)."""
+    RMSNorm, SwiGLU MLP, RoPE, no linear biases except the optional QKV bias, no dropout). With pipeline stages,
+    `first_stage_layers` / `last_stage_layers` are the uneven first and last stages (None: even split)."""
     kwargs: dict[str, Any] = dict(
         num_layers=arch.num_layers,
         hidden_size=arch.hidden_size,
@@ -71,6 +75,17 @@ def transformer_config_kwargs(
     )
     if recompute:
         kwargs.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    if pipeline_parallel_size > 1:
+        kwargs.update(
+            pipeline_model_parallel_size=pipeline_parallel_size,
+            pipeline_dtype=params_dtype,
+            num_layers_in_first_pipeline_stage=first_stage_layers,
+            num_layers_in_last_pipeline_stage=last_stage_layers,
+            # micro-batches are trimmed to their own widths: the stages exchange each activation's shape first
+            variable_seq_lengths=True,
+            # megatron-core checks this even for dense models: its allgather dispatcher takes fixed shapes only
+            moe_token_dispatcher_type="alltoall",
+        )
     if arch.is_moe:
         kwargs.update(
             num_moe_experts=arch.num_experts,
@@ -79,8 +94,11 @@ def transformer_config_kwargs(
             # softmax over the top-k logits renormalises the chosen weights; softmax over all experts first (read at
             # the top k) keeps the raw weights, as Qwen-MoE's `norm_topk_prob: false` does
             moe_router_pre_softmax=not arch.normalize_topk_probs,
-            # alltoall needs CUDA streams at construction; with one expert rank allgather is equivalent
-            moe_token_dispatcher_type="alltoall" if expert_parallel_size > 1 else "allgather",
+            # alltoall needs CUDA streams at construction; with one expert rank allgather is equivalent (pipeline
+            # stages need alltoall, see above)
+            moe_token_dispatcher_type=(
+                "alltoall" if expert_parallel_size > 1 or pipeline_parallel_size > 1 else "allgather"
+            ),
             moe_router_load_balancing_type="none",
             moe_aux_loss_coeff=0.0,
             moe_grouped_gemm=False,
@@ -117,12 +135,18 @@ def allow_router_without_transformer_engine() -> None:
 
 
 def build_gpt_model(
-    arch: GPTArch, params_dtype: torch.dtype, tensor_parallel_size: int = 1, **config_options: Any
+    arch: GPTArch,
+    params_dtype: torch.dtype,
+    tensor_parallel_size: int = 1,
+    pre_process: bool = True,
+    post_process: bool = True,
+    **config_options: Any,
 ) -> tuple[Any, Any]:
     """(TransformerConfig, GPTModel) for `arch` on the current model-parallel groups (`initialize_model_parallel`
     must have run); `config_options` are `transformer_config_kwargs`'s (expert parallelism, CPU initialization,
-    recompute). The output layer gathers the logits over TP ranks (`parallel_output=False`); the vocabulary is
-    padded to a multiple of the TP size."""
+    recompute, pipeline stages). `pre_process` / `post_process`: this pipeline stage holds the embedding / the final
+    norm and output layer. The output layer gathers the logits over TP ranks (`parallel_output=False`); the
+    vocabulary is padded to a multiple of the TP size."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
@@ -142,6 +166,8 @@ def build_gpt_model(
         share_embeddings_and_output_weights=arch.tied_embeddings,
         position_embedding_type="rope",
         rotary_base=int(arch.rope_theta),
+        pre_process=pre_process,
+        post_process=post_process,
     )
     return config, model
 

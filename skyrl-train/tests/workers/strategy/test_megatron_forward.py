@@ -15,11 +15,13 @@ rows equal the HF model's, and the gradients of the same loss, gathered over the
 names, equal the HF model's gradients. That covers the weight conversion and sharding, the attention mask and
 positions, and the MoE routing settings (Qwen-MoE's `norm_topk_prob` both ways).
 
-The forward-only `MegatronStrategy` (the reference role's) also runs here end to end with three more stand-ins:
-`require_megatron_runtime` (it refuses a CPU device), `torch.cuda.set_device` and `Module.cuda`. Its `prepare`
-loads the HF model's weights into the rank's shard, and `full_state_dict` (every weight sync) and `save_hf_model`
-gather them back over the tensor-parallel ranks. The distributed optimizer cannot run on CPU (it checks for
-`torch.cuda.FloatTensor` parameters), so the training strategy stays GPU-only (test_megatron_gpu.py).
+The forward-only `MegatronStrategy` (the reference role's) also runs here end to end with more stand-ins:
+`require_megatron_runtime` (it refuses a CPU device), `torch.cuda.set_device`, `Module.cuda` / `Tensor.cuda` and the
+RNG tracker's `add`. Its `prepare` loads the HF model's weights into the rank's shard, and `full_state_dict` (every
+weight sync) and `save_hf_model` gather them back over the tensor-parallel ranks or pipeline stages. With pipeline
+stages its `run_micro_batches` drives megatron-core's own 1F1B schedule, whose few `device="cuda"` allocations go
+to the CPU. The distributed optimizer cannot run on CPU (it checks for `torch.cuda.FloatTensor` parameters), so the
+training strategy stays GPU-only (test_megatron_gpu.py).
 """
 
 import subprocess
@@ -31,18 +33,50 @@ from skyrl_train.workers.distributed import free_port
 
 pytestmark = pytest.mark.integration
 
-RANK_SCRIPT = r"""
-import contextlib, json, sys, warnings
+FORWARD_STAND_INS = r"""
+import contextlib, functools, json, sys, warnings
 warnings.filterwarnings("ignore")
 import torch
 import torch.distributed as dist
 
-# --- stand-ins for the CUDA-only calls (see the test module's docstring) ---
+folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+cases = json.loads(sys.argv[5])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+# --- stand-ins for the CUDA-only calls of megatron-core's forward (see the test module's docstring) ---
 torch.cuda.current_device = lambda: "cpu"
 torch.cuda.synchronize = lambda *args, **kwargs: None
 from megatron.core.tensor_parallel import random as megatron_random
 megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
+"""
 
+STRATEGY_STAND_INS = r"""
+# --- and of the forward-only strategy's prepare ---
+torch.cuda.set_device = lambda *args, **kwargs: None
+torch.nn.Module.cuda = lambda self, *args, **kwargs: self
+torch.Tensor.cuda = lambda self, *args, **kwargs: self
+megatron_random.CudaRNGStatesTracker.add = lambda self, name, seed: None
+import skyrl_train.workers.strategy.megatron as megatron_strategy
+megatron_strategy.require_megatron_runtime = lambda device: None
+"""
+
+SCHEDULE_STAND_INS = r"""
+# --- and of the pipeline schedule, which allocates a few bookkeeping tensors with device="cuda" ---
+def _on_cpu(factory):
+    @functools.wraps(factory)
+    def wrapped(*args, **kwargs):
+        if str(kwargs.get("device", "")).startswith("cuda"):
+            kwargs["device"] = "cpu"
+        return factory(*args, **kwargs)
+
+    return wrapped
+
+
+for _name in ("tensor", "empty", "zeros", "ones", "full"):
+    setattr(torch, _name, _on_cpu(getattr(torch, _name)))
+"""
+
+RANK_SCRIPT = FORWARD_STAND_INS + r"""
 from megatron.core import parallel_state
 from transformers import AutoModelForCausalLM, AutoConfig
 from skyrl_train.models.megatron_convert import (
@@ -50,9 +84,6 @@ from skyrl_train.models.megatron_convert import (
 )
 from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM, build_gpt_model
 
-folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-cases = json.loads(sys.argv[5])
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 parallel_state.initialize_model_parallel(tensor_model_parallel_size=world)
 report = {}
 for name in cases:
@@ -109,29 +140,10 @@ dist.destroy_process_group()
 """
 
 
-STRATEGY_SCRIPT = r"""
-import contextlib, json, sys, warnings
-warnings.filterwarnings("ignore")
-import torch
-import torch.distributed as dist
-
-# --- stand-ins for the CUDA-only calls (see the test module's docstring) ---
-torch.cuda.current_device = lambda: "cpu"
-torch.cuda.synchronize = lambda *args, **kwargs: None
-torch.cuda.set_device = lambda *args, **kwargs: None
-torch.nn.Module.cuda = lambda self, *args, **kwargs: self
-from megatron.core.tensor_parallel import random as megatron_random
-megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
-megatron_random.CudaRNGStatesTracker.add = lambda self, name, seed: None
-import skyrl_train.workers.strategy.megatron as megatron_strategy
-megatron_strategy.require_megatron_runtime = lambda device: None
-
+STRATEGY_SCRIPT = FORWARD_STAND_INS + STRATEGY_STAND_INS + r"""
 from transformers import AutoConfig, AutoModelForCausalLM
 from skyrl_train.config.roles import MegatronConfig
 
-folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-cases = json.loads(sys.argv[5])
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
 report = {}
 for name in cases:
     config = AutoConfig.from_pretrained(f"{folder}/{name}")
@@ -163,6 +175,88 @@ for name in cases:
     else:
         entry["other_ranks_get_nothing"] = gathered == {}
     report[name] = entry
+if rank == 0:
+    with open(f"{folder}/report.json", "w") as handle:
+        json.dump(report, handle)
+dist.destroy_process_group()
+"""
+
+
+PIPELINE_SCRIPT = FORWARD_STAND_INS + STRATEGY_STAND_INS + SCHEDULE_STAND_INS + r"""
+from transformers import AutoConfig, AutoModelForCausalLM
+from skyrl_train.config.roles import MegatronConfig
+from skyrl_train.models.logprobs import response_logprobs
+from skyrl_train.models.megatron_convert import megatron_to_hf
+from skyrl_train.models.megatron_pipeline import EMBEDDING, OUTPUT, merge_stage_states
+
+report = {}
+for name in cases:
+    config = AutoConfig.from_pretrained(f"{folder}/{name}")
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(config).float().eval()
+    expected_state = {key: value.clone() for key, value in hf.state_dict().items()}
+    megatron = MegatronConfig(
+        pipeline_model_parallel_size=world, num_layers_in_first_pipeline_stage=1, param_dtype="float32"
+    )
+    strategy = megatron_strategy.MegatronStrategy(megatron, torch.device("cpu"), None)
+    model = strategy.prepare(hf)
+    generator = torch.Generator().manual_seed(1)
+    entries = []
+    for rows, width in ((3, 11), (2, 8)):  # micro-batches of different shapes
+        input_ids = torch.randint(0, config.vocab_size, (rows, width), generator=generator)
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[0, :2] = 0
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        weights = torch.randn(rows, width - 4, generator=generator)
+        entries.append((input_ids, attention_mask, position_ids, weights))
+
+    def body(entry, call):
+        input_ids, attention_mask, position_ids, weights = entry
+        logprobs, _ = response_logprobs(call, input_ids, attention_mask, position_ids, 4)
+        return (logprobs * weights).sum(), logprobs.detach()
+
+    def inputs(entry):
+        return entry[0], entry[1], entry[2]
+
+    expected_logprobs, expected_loss = [], 0.0
+    for entry in entries:
+        logprobs, _ = response_logprobs(hf, *entry[:3], 4)
+        expected_logprobs.append(logprobs.detach())
+        expected_loss = expected_loss + (logprobs * entry[3]).sum()
+    expected_loss.backward()
+    entry_report = {"stage_layers": [strategy.stage_layers.start, strategy.stage_layers.stop]}
+    with torch.no_grad():
+        got = strategy.run_micro_batches(model, entries, body, forward_only=True, inputs=inputs)
+    entry_report["forward_logprobs"] = max((a - b).abs().max().item() for a, b in zip(got, expected_logprobs))
+    got = strategy.run_micro_batches(model, entries, body, forward_only=False, inputs=inputs)
+    entry_report["train_logprobs"] = max((a - b).abs().max().item() for a, b in zip(got, expected_logprobs))
+    gpt = strategy.ddp_model
+    grads = {n: p.grad.detach().clone() for n, p in gpt.named_parameters() if p.grad is not None}
+    stages = [None] * world
+    dist.all_gather_object(stages, (grads, strategy.stage_layers))
+    if config.tie_word_embeddings:
+        # what finalize_model_grads' embedding all-reduce does at optimizer_step: the tied copies' gradients add up
+        stages[0][0][EMBEDDING] = stages[0][0][EMBEDDING] + stages[-1][0][OUTPUT]
+    hf_grads = megatron_to_hf(merge_stage_states(stages, config.tie_word_embeddings), strategy.arch)
+    worst = {}
+    for key, param in hf.named_parameters():
+        worst[key] = (hf_grads[key] - param.grad).abs().max().item() / max(param.grad.abs().max().item(), 1e-12)
+    entry_report["grad_worst"] = max(worst, key=worst.get)
+    entry_report["grad_relative"] = worst[entry_report["grad_worst"]]
+    gathered = strategy.full_state_dict()
+    strategy.save_hf_model(f"{folder}/{name}_export")
+    if rank == 0:
+        entry_report["gathered_exact"] = sorted(gathered) == sorted(expected_state) and all(
+            torch.equal(gathered[key], expected_state[key]) for key in expected_state
+        )
+        reloaded = AutoModelForCausalLM.from_pretrained(f"{folder}/{name}_export").float()
+        entry_report["export_exact"] = all(
+            torch.equal(reloaded.state_dict()[key], expected_state[key]) for key in expected_state
+        )
+    report[name] = entry_report
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()  # the next model builds its own stages
 if rank == 0:
     with open(f"{folder}/report.json", "w") as handle:
         json.dump(report, handle)
@@ -238,3 +332,21 @@ def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_par
         assert entry["eval_mode"], name  # forward-only roles run in eval mode (MoE over TP ranks needs it)
         # weights untouched since loading: gathering and converting back must give them bit for bit
         assert entry["keys_equal"] and entry["gathered_exact"] and entry["export_exact"], (name, entry)
+
+
+def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(tmp_path, tiny_hf_config):
+    """`pipeline_model_parallel_size=2` with an uneven first stage (1 of 3 layers), run by the forward-only strategy
+    through megatron-core's 1F1B schedule over gloo: the worker-style bodies run on the last stage, every stage gets
+    their log-probs, the gradients of every stage (the tied embedding's two copies summed, as the optimizer step's
+    `finalize_model_grads` does) equal the HF model's, and the weights gather back exactly."""
+    pytest.importorskip("megatron.core")
+    configs = {
+        "qwen2": tiny_hf_config("qwen2", num_hidden_layers=3),
+        "llama_tied": tiny_hf_config("llama", num_hidden_layers=3, tie_word_embeddings=True),
+    }
+    report = _run(tmp_path, 2, configs, PIPELINE_SCRIPT)
+    for name, entry in report.items():
+        assert entry["stage_layers"] == [0, 1], (name, entry)  # rank 0 is the first stage, holding 1 layer
+        assert entry["forward_logprobs"] <= 1e-5 and entry["train_logprobs"] <= 1e-5, (name, entry)
+        assert entry["grad_relative"] <= GRAD_TOLERANCE, (name, entry)
+        assert entry["gathered_exact"] and entry["export_exact"], (name, entry)
