@@ -389,6 +389,7 @@ CALLS: tuple[LibraryCall, ...] = (
         GPT_MODEL + ".eval",
         "megatron.core.parallel_state.get_pipeline_model_parallel_rank",
         "megatron.core.parallel_state.get_pipeline_model_parallel_first_rank",
+        "megatron.core.parallel_state.is_pipeline_first_stage",
         "megatron.core.parallel_state.get_pipeline_model_parallel_group",
         "megatron.core.distributed.finalize_model_grads.finalize_model_grads",
     ),

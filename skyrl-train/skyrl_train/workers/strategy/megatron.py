@@ -355,7 +355,9 @@ class MegatronStrategy:
             per_ep = [tp_shards]
         full = gather_state(per_ep)
         if self.pipeline_stages > 1:
-            stages: Optional[list[Any]] = [None] * self.pipeline_stages if self.rank == 0 else None
+            # every pipeline's first stage receives its stages (global rank 0 is the first stage of its pipeline)
+            receives = parallel_state.is_pipeline_first_stage()
+            stages: Optional[list[Any]] = [None] * self.pipeline_stages if receives else None
             dist.gather_object(
                 (full, self.stage_layers),
                 stages,

@@ -186,7 +186,7 @@ PIPELINE_SCRIPT = FORWARD_STAND_INS + STRATEGY_STAND_INS + SCHEDULE_STAND_INS + 
 from transformers import AutoConfig, AutoModelForCausalLM
 from skyrl_train.config.roles import MegatronConfig
 from skyrl_train.models.logprobs import response_logprobs
-from skyrl_train.models.megatron_convert import megatron_to_hf
+from skyrl_train.models.megatron_convert import gather_state, megatron_to_hf
 from skyrl_train.models.megatron_pipeline import EMBEDDING, OUTPUT, merge_stage_states
 
 report = {}
@@ -195,8 +195,12 @@ for name in cases:
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(config).float().eval()
     expected_state = {key: value.clone() for key, value in hf.state_dict().items()}
+    tp = int(sys.argv[6])
     megatron = MegatronConfig(
-        pipeline_model_parallel_size=world, num_layers_in_first_pipeline_stage=1, param_dtype="float32"
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=world // tp,
+        num_layers_in_first_pipeline_stage=1,
+        param_dtype="float32",
     )
     strategy = megatron_strategy.MegatronStrategy(megatron, torch.device("cpu"), None)
     model = strategy.prepare(hf)
@@ -232,8 +236,15 @@ for name in cases:
     entry_report["train_logprobs"] = max((a - b).abs().max().item() for a, b in zip(got, expected_logprobs))
     gpt = strategy.ddp_model
     grads = {n: p.grad.detach().clone() for n, p in gpt.named_parameters() if p.grad is not None}
-    stages = [None] * world
-    dist.all_gather_object(stages, (grads, strategy.stage_layers))
+    from megatron.core import parallel_state
+
+    ranks = [None] * world
+    place = (parallel_state.get_pipeline_model_parallel_rank(), parallel_state.get_tensor_model_parallel_rank())
+    dist.all_gather_object(ranks, (place, grads, strategy.stage_layers))
+    stages = []
+    for stage in range(world // tp):  # each stage's gradients gathered over its tensor-parallel ranks
+        shards = sorted((where[1], shard, layers) for where, shard, layers in ranks if where[0] == stage)
+        stages.append((gather_state([[shard for _, shard, _ in shards]]), shards[0][2]))
     if config.tie_word_embeddings:
         # what finalize_model_grads' embedding all-reduce does at optimizer_step: the tied copies' gradients add up
         stages[0][0][EMBEDDING] = stages[0][0][EMBEDDING] + stages[-1][0][OUTPUT]
@@ -254,8 +265,6 @@ for name in cases:
             torch.equal(reloaded.state_dict()[key], expected_state[key]) for key in expected_state
         )
     report[name] = entry_report
-    from megatron.core import parallel_state
-
     parallel_state.destroy_model_parallel()  # the next model builds its own stages
 if rank == 0:
     with open(f"{folder}/report.json", "w") as handle:
@@ -264,7 +273,7 @@ dist.destroy_process_group()
 """
 
 
-def _run(tmp_path, world, configs, script_text=RANK_SCRIPT):
+def _run(tmp_path, world, configs, script_text=RANK_SCRIPT, extra=()):
     for name, config in configs.items():
         config.save_pretrained(tmp_path / name)
     script = tmp_path / "rank.py"
@@ -275,7 +284,8 @@ def _run(tmp_path, world, configs, script_text=RANK_SCRIPT):
     names = json.dumps(sorted(configs))
     ranks = [
         subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path), str(rank), str(world), port, names], stderr=subprocess.PIPE
+            [sys.executable, str(script), str(tmp_path), str(rank), str(world), port, names, *extra],
+            stderr=subprocess.PIPE,
         )
         for rank in range(world)
     ]
@@ -334,9 +344,11 @@ def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_par
         assert entry["keys_equal"] and entry["gathered_exact"] and entry["export_exact"], (name, entry)
 
 
-def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(tmp_path, tiny_hf_config):
-    """`pipeline_model_parallel_size=2` with an uneven first stage (1 of 3 layers), run by the forward-only strategy
-    through megatron-core's 1F1B schedule over gloo: the worker-style bodies run on the last stage, every stage gets
+@pytest.mark.parametrize(("world", "tp"), [(2, 1), (4, 2)], ids=["pp2", "tp2xpp2"])
+def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(tmp_path, tiny_hf_config, world, tp):
+    """`pipeline_model_parallel_size=2` with an uneven first stage (1 of 3 layers), alone and with 2 tensor-parallel
+    ranks per stage (4 ranks, megatron-core's rank order), run by the forward-only strategy through megatron-core's
+    1F1B schedule over gloo: the worker-style bodies run on the last stage, every stage gets
     their log-probs, the gradients of every stage (the tied embedding's two copies summed, as the optimizer step's
     `finalize_model_grads` does) equal the HF model's, and the weights gather back exactly."""
     pytest.importorskip("megatron.core")
@@ -344,7 +356,7 @@ def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(tmp_pat
         "qwen2": tiny_hf_config("qwen2", num_hidden_layers=3),
         "llama_tied": tiny_hf_config("llama", num_hidden_layers=3, tie_word_embeddings=True),
     }
-    report = _run(tmp_path, 2, configs, PIPELINE_SCRIPT)
+    report = _run(tmp_path, world, configs, PIPELINE_SCRIPT, extra=(str(tp),))
     for name, entry in report.items():
         assert entry["stage_layers"] == [0, 1], (name, entry)  # rank 0 is the first stage, holding 1 layer
         assert entry["forward_logprobs"] <= 1e-5 and entry["train_logprobs"] <= 1e-5, (name, entry)
