@@ -170,6 +170,10 @@ ITEMS: tuple[Item, ...] = (
     Item("colocated_2gpu", "M1: 2 FSDP2 ranks + 2 colocated vLLM engines on 2 GPUs, auto sync (cuda_ipc to the engine "
          "on rank 0's GPU, NCCL broadcast to the other), checked by checksum", "vllm",
          (quickstart("colocated_2gpu", *TWO_GPUS, VLLM),), gpus=2, budget_s=90),
+    Item("megatron_pp2", "Megatron with 2 pipeline stages on 2 GPUs: 3 GRPO steps through megatron-core's 1F1B "
+         "schedule, finalize_model_grads (tied embedding) and the stages gathered for weight sync", "vllm",
+         (quickstart("megatron_pp2", *TWO_GPUS, "trainer.strategy=megatron",
+                     "trainer.policy.megatron.pipeline_model_parallel_size=2"),), gpus=2, budget_s=120),
     Item("nccl_broadcast", "NCCL broadcast from a sender on one GPU into an engine on another", "vllm",
          (pytest_args("skyrl-train/tests/weight_sync/test_nccl_broadcast.py", marker="gpu"),), gpus=2, budget_s=45),
     Item("vllm_tp2", "M2: a vLLM engine with tensor_parallel_size=2 serves the weights each rank loaded after an "

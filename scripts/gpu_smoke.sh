@@ -4,7 +4,7 @@
 # what each item covers and what the CPU CI checks instead.
 #
 #   bash scripts/gpu_smoke.sh                  # one GPU: every one-GPU item (under 10 minutes once the venvs exist)
-#   bash scripts/gpu_smoke.sh --gpus 2         # + colocated cuda_ipc on 2 GPUs (M1) and NCCL broadcast
+#   bash scripts/gpu_smoke.sh --gpus 2         # + colocated cuda_ipc on 2 GPUs (M1), NCCL broadcast, Megatron PP=2
 #   bash scripts/gpu_smoke.sh --gpus 3 --tp 2  # + vLLM and SGLang engines with tensor parallelism 2
 #   bash scripts/gpu_smoke.sh grpo_vllm        # only the named items
 #   bash scripts/gpu_smoke.sh --dry-run        # the plan, on any machine

@@ -88,7 +88,7 @@ def test_the_quickstart_items_run_configs_that_validate():
                 base = quickstart.quickstart_overrides("/model", Path("/data"), Path("/out"))
                 SkyRLConfig.from_cli_overrides(base + overrides)  # raises ConfigValidationError naming the key
                 checked += 1
-    assert checked == 8
+    assert checked == 9
 
 
 def test_the_untimed_model_build_is_the_quickstarts_model():
