@@ -32,9 +32,9 @@ REFUSALS = {  # overrides -> the feature the counter reports
         "sequence packing on the megatron workers",
     ),
     "LoRA on megatron": ([*MEGATRON, "trainer.policy.model.lora.rank=8"], "LoRA on the Megatron workers"),
-    "pipeline parallelism": (
-        [*MEGATRON, "trainer.policy.megatron.pipeline_model_parallel_size=2"],
-        "trainer.<role>.megatron.pipeline_model_parallel_size (not supported yet)",
+    "context parallelism": (
+        [*MEGATRON, "trainer.policy.megatron.context_parallel_size=2"],
+        "trainer.<role>.megatron.context_parallel_size (not supported yet)",
     ),
     "tensor parallelism on the hf engine": (
         ["generator.inference_engine.tensor_parallel_size=2", "generator.inference_engine.num_engines=1"],
@@ -90,12 +90,12 @@ def test_a_refused_upstream_override_with_hydras_plus_prefix_is_counted_by_its_f
     the feature, so every script with that override lands under one blocker."""
     from skyrl_train.config.errors import UnsupportedFeatureError
 
-    key = "+trainer.policy.megatron_config.transformer_config_kwargs.num_layers_in_last_pipeline_stage"
+    key = "+trainer.policy.megatron_config.moe_router_score_function"
     features = set()
-    for value in (4, 16):
+    for value in ("sigmoid", "softmax"):
         with pytest.raises(UnsupportedFeatureError) as refused:
             SkyRLConfig.from_cli_overrides([f"{key}={value}"])
         message = f"config error:\n- {refused.value}"
         assert counter._refused_by_name(message)
         features |= {counter.feature_of(problem) for problem in counter.problems_of(message)}
-    assert features == {"uneven pipeline stages"}
+    assert features == {"overriding the MoE router's score function"}
