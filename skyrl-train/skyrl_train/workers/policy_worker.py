@@ -252,8 +252,8 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
                 ref_log_probs=_rows(ref_logprobs, indices, micro, self.device),
                 rollout_log_probs=micro.batch.rollout_logprobs,
             )
-            weight = micro_batch_weight(reduction, micro.batch.loss_mask, denominator, max_seq_len) * scale
-            weight = weight if indices else 0.0
+            loss_mask = micro.batch.loss_mask
+            weight = micro_batch_weight(reduction, loss_mask, denominator, max_seq_len) * scale if indices else 0.0
             parts_of = {name: float(value) for name, value in result.parts.items()}
             metrics_of = {name: _detached(value) for name, value in result.metrics.items()}
             return result.total * weight, (log_probs.detach(), parts_of, metrics_of, weight)

@@ -353,7 +353,12 @@ class MegatronStrategy:
             per_ep = gathered
         else:
             per_ep = [tp_shards]
-        full = gather_state(per_ep)
+        # Only rank 0 returns the model: the full tensors are built on rank 0 and, with stages, on the other stages of
+        # its pipeline; every other rank would hold a whole stage in host memory for nothing at every weight sync.
+        builds = self.rank == 0
+        if self.pipeline_stages > 1:
+            builds = parallel_state.get_pipeline_model_parallel_first_rank() == 0
+        full = gather_state(per_ep) if builds else {}
         if self.pipeline_stages > 1:
             # every pipeline's first stage receives its stages (global rank 0 is the first stage of its pipeline)
             receives = parallel_state.is_pipeline_first_stage()
