@@ -133,6 +133,7 @@ GPU_MODULES: tuple[GpuModule, ...] = (
         },
     ),
     GpuModule(TRAIN + "workers/strategy/megatron_model.py", ("megatron", "torch.cuda")),
+    GpuModule(TRAIN + "workers/strategy/megatron_packing.py", ("megatron",)),
     GpuModule(
         TRAIN + "workers/strategy/megatron_schedule.py",
         ("megatron",),
@@ -401,6 +402,7 @@ CALLS: tuple[LibraryCall, ...] = (
         "megatron.core.parallel_state.get_pipeline_model_parallel_last_rank",
         "megatron.core.parallel_state.get_pipeline_model_parallel_group",
     ),
+    *_calls(TRAIN + "workers/strategy/megatron_packing.py", "megatron.core.packed_seq_params.PackedSeqParams"),
     *_calls(
         TRAIN + "workers/strategy/megatron_model.py",
         (

@@ -278,7 +278,7 @@ class MegatronStrategy:
         if self.pipeline_stages == 1:
             return run_in_order(model, entries, body, forward_only, self.backward)
         if inputs is None:
-            raise ValueError("run_micro_batches: pipeline stages need inputs(entry) -> (input_ids, mask, positions)")
+            raise ValueError("run_micro_batches: pipeline stages need inputs(entry) -> the model's keyword arguments")
         return run_pipelined(self.ddp_model, self.arch.vocab_size, entries, body, forward_only, inputs)
 
     def end_gradient_free_forward(self) -> None:
