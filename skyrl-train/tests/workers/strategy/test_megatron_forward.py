@@ -20,71 +20,24 @@ The forward-only `MegatronStrategy` (the reference role's) also runs here end to
 RNG tracker's `add`. Its `prepare` loads the HF model's weights into the rank's shard, and `full_state_dict` (every
 weight sync) and `save_hf_model` gather them back over the tensor-parallel ranks or pipeline stages. With pipeline
 stages its `run_micro_batches` drives megatron-core's own 1F1B schedule, whose few `device="cuda"` allocations go
-to the CPU. The distributed optimizer cannot run on CPU (it checks for `torch.cuda.FloatTensor` parameters), so the
-training strategy stays GPU-only (test_megatron_gpu.py).
+to the CPU. The distributed optimizer cannot run on CPU (it checks for `torch.cuda.FloatTensor` parameters): the
+trainable strategy runs here with a stand-in for it only (its DDP wrapper, gradient buffers and the gradient reduction
+before a step are megatron-core's own), and its optimizer step stays GPU-only (test_megatron_gpu.py).
+
+Packed micro-batches run through the pipeline stages here; test_megatron_packing.py holds the rest of them.
 """
 
-import subprocess
-import sys
-
 import pytest
-import torch
-
-from skyrl_train.workers.distributed import free_port
 
 pytestmark = pytest.mark.integration
 
-RANK_ARGUMENTS = r"""
-import contextlib, functools, json, sys, warnings
-warnings.filterwarnings("ignore")
-import torch
-import torch.distributed as dist
+FORWARD, STRATEGY, SCHEDULE = ("join", "cuda"), ("strategy",), ("schedule",)
+"""The stand-ins a rank script needs (`megatron_on_cpu` in conftest.py): joining a gloo group and the forward's CUDA
+calls, the strategy's, the pipeline schedule's."""
 
-folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-cases = json.loads(sys.argv[5])
-"""
-
-CUDA_CALL_STAND_INS = r"""
-# --- stand-ins for the CUDA-only calls of megatron-core's forward (see the test module's docstring) ---
-torch.cuda.current_device = lambda: "cpu"
-torch.cuda.synchronize = lambda *args, **kwargs: None
-from megatron.core.tensor_parallel import random as megatron_random
-megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
-"""
-
-FORWARD_STAND_INS = (
-    RANK_ARGUMENTS
-    + 'dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)\n'
-    + CUDA_CALL_STAND_INS
-)
-
-STRATEGY_STAND_INS = r"""
-# --- and of the forward-only strategy's prepare ---
-torch.cuda.set_device = lambda *args, **kwargs: None
-torch.nn.Module.cuda = lambda self, *args, **kwargs: self
-torch.Tensor.cuda = lambda self, *args, **kwargs: self
-megatron_random.CudaRNGStatesTracker.add = lambda self, name, seed: None
-import skyrl_train.workers.strategy.megatron as megatron_strategy
-megatron_strategy.require_megatron_runtime = lambda device: None
-"""
-
-SCHEDULE_STAND_INS = r"""
-# --- and of the pipeline schedule, which allocates a few bookkeeping tensors with device="cuda" ---
-def _on_cpu(factory):
-    @functools.wraps(factory)
-    def wrapped(*args, **kwargs):
-        if str(kwargs.get("device", "")).startswith("cuda"):
-            kwargs["device"] = "cpu"
-        return factory(*args, **kwargs)
-
-    return wrapped
-
-
-for _name in ("tensor", "empty", "zeros", "ones", "full"):
-    setattr(torch, _name, _on_cpu(getattr(torch, _name)))
-"""
-
-RANK_SCRIPT = FORWARD_STAND_INS + r"""
+RANK_SCRIPT = (
+    FORWARD,
+    r"""
 from megatron.core import parallel_state
 from transformers import AutoModelForCausalLM, AutoConfig
 from skyrl_train.models.megatron_convert import (
@@ -145,10 +98,13 @@ if rank == 0:
         json.dump(report, handle)
 parallel_state.destroy_model_parallel()
 dist.destroy_process_group()
-"""
+""",
+)
 
 
-STRATEGY_SCRIPT = FORWARD_STAND_INS + STRATEGY_STAND_INS + r"""
+STRATEGY_SCRIPT = (
+    FORWARD + STRATEGY,
+    r"""
 from transformers import AutoConfig, AutoModelForCausalLM
 from skyrl_train.config.roles import MegatronConfig
 
@@ -187,10 +143,13 @@ if rank == 0:
     with open(f"{folder}/report.json", "w") as handle:
         json.dump(report, handle)
 dist.destroy_process_group()
-"""
+""",
+)
 
 
-PIPELINE_SCRIPT = FORWARD_STAND_INS + STRATEGY_STAND_INS + SCHEDULE_STAND_INS + r"""
+PIPELINE_SCRIPT = (
+    FORWARD + STRATEGY + SCHEDULE,
+    r"""
 from transformers import AutoConfig, AutoModelForCausalLM
 from skyrl_train.config.roles import MegatronConfig
 from skyrl_train.models.logprobs import response_logprobs
@@ -284,121 +243,65 @@ if rank == 0:
     with open(f"{folder}/report.json", "w") as handle:
         json.dump(report, handle)
 dist.destroy_process_group()
-"""
+""",
+)
 
 
-PACKED_SCRIPT = FORWARD_STAND_INS + r"""
-from megatron.core import parallel_state
+TRAINING_SCRIPT = (
+    FORWARD + STRATEGY,
+    r"""
+# --- and the distributed optimizer, which cannot be built on CPU (it checks for torch.cuda.FloatTensor parameters):
+# prepare gets a stand-in; the DDP wrapper, its gradient buffers and the gradient reduction are megatron-core's own
+import megatron.core.optimizer as megatron_optimizer
+megatron_optimizer.get_megatron_optimizer = lambda *args, **kwargs: None
 from transformers import AutoConfig, AutoModelForCausalLM
+from megatron.core import parallel_state
+from skyrl_train.config.roles import MegatronConfig, OptimizerConfig
 from skyrl_train.models.logprobs import response_logprobs
-from skyrl_train.models.megatron_convert import arch_from_hf_config, hf_to_megatron, shard_state
-from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM, build_gpt_model
+from skyrl_train.models.megatron_convert import gather_state, megatron_to_hf
 
-parallel_state.initialize_model_parallel(tensor_model_parallel_size=world)
 report = {}
 for name in cases:
     config = AutoConfig.from_pretrained(f"{folder}/{name}")
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(config).float()
-    arch = arch_from_hf_config(config)
-    _, gpt = build_gpt_model(arch, torch.float32, tensor_parallel_size=world, use_cpu_initialization=True)
-    local = shard_state(hf_to_megatron(hf.state_dict(), arch, world), world, rank)
-    local.update({n: v for n, v in gpt.state_dict().items() if n.endswith("._extra_state")})
-    gpt.load_state_dict(local, strict=True)
-    model = MegatronCausalLM(gpt, arch.vocab_size)
-    # [pad.. prompt | response ..pad] rows of varied lengths; rows 0-2 repeat one prompt (a GRPO group), row 3 has
-    # no padding at all and row 4 a one-token response
-    prompt_width, prompt_lengths, response_lengths = 6, [4, 4, 4, 6, 3], [5, 2, 4, 5, 1]
-    generator = torch.Generator().manual_seed(1)
-    rows = len(prompt_lengths)
-    input_ids = torch.randint(0, arch.vocab_size, (rows, prompt_width + 5), generator=generator)
-    input_ids[1:3, :prompt_width] = input_ids[0, :prompt_width]
-    attention_mask = torch.zeros_like(input_ids)
-    for row, (prompt, response) in enumerate(zip(prompt_lengths, response_lengths)):
-        attention_mask[row, prompt_width - prompt : prompt_width + response] = 1
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    response_mask = attention_mask[:, prompt_width:].float()
-    weights = torch.randn(rows, 5, generator=generator) * response_mask
-    trainable = not (arch.is_moe and world > 1)  # MoE over tensor-parallel ranks runs forward-only (eval mode)
-    if not trainable:
-        gpt.eval()
-    results = {}
-    for mode in ("padded", "packed", "packed_shared_prompts"):
-        gpt.zero_grad(set_to_none=True)
-        with torch.set_grad_enabled(trainable):
-            logprobs, _ = response_logprobs(
-                model, input_ids, attention_mask, position_ids, prompt_width,
-                share_prompts=mode == "packed_shared_prompts", pack=mode != "padded",
-            )
-        if trainable:
-            (logprobs * weights).sum().backward()
-        grads = {n: p.grad.clone() for n, p in gpt.named_parameters() if p.grad is not None}
-        results[mode] = (logprobs.detach() * response_mask, grads)
-    padded_logprobs, padded_grads = results["padded"]
-    entry = {"scale": padded_logprobs.abs().max().item(), "grad_tensors": len(padded_grads)}
-    for mode in ("packed", "packed_shared_prompts"):
-        logprobs, grads = results[mode]
-        entry[mode] = (logprobs - padded_logprobs).abs().max().item()
-        if trainable:
-            entry[mode + "_grad_relative"] = max(
-                (grads[n] - padded_grads[n]).abs().max().item() / max(padded_grads[n].abs().max().item(), 1e-12)
-                for n in padded_grads
-            )
-    report[name] = entry
-if rank == 0:
-    with open(f"{folder}/report.json", "w") as handle:
-        json.dump(report, handle)
-parallel_state.destroy_model_parallel()
-dist.destroy_process_group()
-"""
-
-
-WORKER_SCRIPT = RANK_ARGUMENTS + CUDA_CALL_STAND_INS + STRATEGY_STAND_INS + SCHEDULE_STAND_INS + r"""
-# the worker joins its process group itself (gloo on CPU)
-from skyrl_train.workers import RefWorker
-
-batch = torch.load(f"{folder}/batch.pt", weights_only=False)
-report = {}
-for name, setting in json.loads(sys.argv[6]).items():  # each worker on its own rendezvous port
-    worker = RefWorker("ref", rank, world, "127.0.0.1", setting["port"], setting["config"], num_threads=1)
-    worker.init_model()
-    calls = []
-    worker.strategy.ddp_model.register_forward_pre_hook(
-        lambda module, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    strategy = megatron_strategy.MegatronStrategy(
+        MegatronConfig(tensor_model_parallel_size=world, param_dtype="float32"), torch.device("cpu"), OptimizerConfig()
     )
-    logprobs = worker.forward(batch)
-    torch.save(logprobs, f"{folder}/{name}_{rank}.pt")
-    report[name] = {"packs_rows": worker.packs_rows, "stage_layers": worker.strategy.stage_layers.stop, "calls": calls}
-    from megatron.core import parallel_state
+    model = strategy.prepare(hf)
+    generator = torch.Generator().manual_seed(1)
+    entries = []
+    for rows in (3, 2):
+        input_ids = torch.randint(0, config.vocab_size, (rows, 10), generator=generator)
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[0, :3] = 0
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        entries.append((input_ids, attention_mask, position_ids, torch.randn(rows, 6, generator=generator)))
 
+    def body(entry, call):
+        logprobs, _ = response_logprobs(call, *entry[:3], 4)
+        return (logprobs * entry[3]).sum(), None
+
+    strategy.run_micro_batches(model, entries, body)
+    strategy.reduce_gradients()
+    expected = sum((response_logprobs(hf, *entry[:3], 4)[0] * entry[3]).sum() for entry in entries)
+    expected.backward()
+    grads = {n: p.main_grad.detach().clone() for n, p in strategy._gpt().named_parameters()}
+    parts = [None] * world
+    dist.all_gather_object(parts, grads, group=parallel_state.get_tensor_model_parallel_group())
+    hf_grads = megatron_to_hf(gather_state([parts]), strategy.arch)
+    worst = {}
+    for key, param in hf.named_parameters():
+        worst[key] = (hf_grads[key] - param.grad).abs().max().item() / max(param.grad.abs().max().item(), 1e-12)
+    worst_name = max(worst, key=worst.get)
+    report[name] = {"grad_worst": worst_name, "grad_relative": worst[worst_name]}
     parallel_state.destroy_model_parallel()
-    dist.destroy_process_group()
 if rank == 0:
     with open(f"{folder}/report.json", "w") as handle:
         json.dump(report, handle)
-"""
-
-
-def _run(tmp_path, world, configs, script_text=RANK_SCRIPT, extra=()):
-    for name, config in configs.items():
-        config.save_pretrained(tmp_path / name)
-    script = tmp_path / "rank.py"
-    script.write_text(script_text, encoding="utf-8")
-    port = str(free_port())
-    import json
-
-    names = json.dumps(sorted(configs))
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path), str(rank), str(world), port, names, *extra],
-            stderr=subprocess.PIPE,
-        )
-        for rank in range(world)
-    ]
-    for rank, process in enumerate(ranks):
-        _, stderr = process.communicate(timeout=600)
-        assert process.returncode == 0, f"rank {rank}: {stderr.decode()[-3000:]}"
-    return json.loads((tmp_path / "report.json").read_text())
+dist.destroy_process_group()
+""",
+)
 
 
 # float32 on both sides; the two models sum the same products in different orders (fused QKV, [gate; up], a
@@ -415,7 +318,7 @@ def _check(report):
             assert entry["grad_relative"] <= GRAD_TOLERANCE, (name, entry)
 
 
-def test_one_rank_every_family_matches_the_hf_model(tmp_path, tiny_hf_config):
+def test_one_rank_every_family_matches_the_hf_model(megatron_on_cpu, tmp_path, tiny_hf_config):
     pytest.importorskip("megatron.core")
     configs = {
         "qwen2": tiny_hf_config("qwen2"),
@@ -425,12 +328,15 @@ def test_one_rank_every_family_matches_the_hf_model(tmp_path, tiny_hf_config):
         "qwen2_moe_shared_expert": tiny_hf_config("qwen2_moe"),
         "mixtral": tiny_hf_config("mixtral"),
     }
-    _check(_run(tmp_path, 1, configs))
+    _check(megatron_on_cpu.run(tmp_path, 1, configs, RANK_SCRIPT))
 
 
-def test_two_tensor_parallel_ranks_match_the_hf_model(tmp_path, tiny_hf_config):
+def test_two_tensor_parallel_ranks_match_the_hf_model(megatron_on_cpu, tmp_path, tiny_hf_config):
     pytest.importorskip("megatron.core")
-    report = _run(tmp_path, 2, {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe")})
+    # (Qwen3's q/k norm gradients are summed over the ranks at the optimizer step: see the training strategy's test)
+    report = megatron_on_cpu.run(
+        tmp_path, 2, {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe")}, RANK_SCRIPT
+    )
     _check(report)
     assert "grad_relative" in report["qwen2"]
     # Why the strategy refuses to train a MoE model over tensor-parallel ranks (check_moe_tensor_parallel): the
@@ -439,10 +345,12 @@ def test_two_tensor_parallel_ranks_match_the_hf_model(tmp_path, tiny_hf_config):
     assert "sequence parallelism" in report["qwen3_moe"]["train_mode"]
 
 
-def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_parallel_ranks(tmp_path, tiny_hf_config):
+def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_parallel_ranks(
+    megatron_on_cpu, tmp_path, tiny_hf_config
+):
     pytest.importorskip("megatron.core")
     configs = {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe", norm_topk_prob=True)}
-    report = _run(tmp_path, 2, configs, STRATEGY_SCRIPT)
+    report = megatron_on_cpu.run(tmp_path, 2, configs, STRATEGY_SCRIPT)
     for name, entry in report.items():
         assert entry["logits"] <= LOGIT_TOLERANCE, (name, entry)
         assert entry["eval_mode"], name  # forward-only roles run in eval mode (MoE over TP ranks needs it)
@@ -455,7 +363,9 @@ def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_par
     [(2, 1, "padded"), (4, 2, "padded"), (2, 1, "packed")],
     ids=["pp2", "tp2xpp2", "pp2-packed"],
 )
-def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(tmp_path, tiny_hf_config, world, tp, layout):
+def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(
+    megatron_on_cpu, tmp_path, tiny_hf_config, world, tp, layout
+):
     """`pipeline_model_parallel_size=2` with an uneven first stage (1 of 3 layers), alone and with 2 tensor-parallel
     ranks per stage (4 ranks, megatron-core's rank order), run by the forward-only strategy through megatron-core's
     1F1B schedule over gloo: the worker-style bodies run on the last stage, every stage gets
@@ -467,7 +377,7 @@ def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(tmp_pat
         "qwen2": tiny_hf_config("qwen2", num_hidden_layers=3),
         "llama_tied": tiny_hf_config("llama", num_hidden_layers=3, tie_word_embeddings=True),
     }
-    report = _run(tmp_path, world, configs, PIPELINE_SCRIPT, extra=(str(tp), layout))
+    report = megatron_on_cpu.run(tmp_path, world, configs, PIPELINE_SCRIPT, extra=(str(tp), layout))
     for name, entry in report.items():
         assert entry["stage_layers"] == [0, 1], (name, entry)  # rank 0 is the first stage, holding 1 layer
         assert entry["forward_logprobs"] <= 1e-5 and entry["train_logprobs"] <= 1e-5, (name, entry)
@@ -475,71 +385,14 @@ def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(tmp_pat
         assert entry["gathered_exact"] and entry["export_exact"], (name, entry)
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_packed_rows_give_the_padded_log_probs_and_gradients(tmp_path, tiny_hf_config, tp):
-    """`trainer.remove_microbatch_padding` on the Megatron model: rows of varied lengths packed into one sequence
-    (position ids restarting per row, attention kept inside each row, a repeated prompt packed once or not) give the
-    padded forward's log-probs, and the same loss gives the same gradients, at tp=1 (dense, tied, MoE) and tp=2.
-    Both sides are megatron-core's model in float32 with different attention kernels (SDPA over segments vs
-    megatron's masked softmax), so they agree to float rounding; a row seeing another row's tokens, or a token
-    rotated by its packed index instead of its position, is off by 1e-2 or more."""
+def test_the_training_strategy_reduces_gradients_over_tensor_parallel_ranks(megatron_on_cpu, tmp_path, tiny_hf_config):
+    """The trainable `MegatronStrategy` at tp=2 (its DDP wrapper and gradient buffers; only the distributed optimizer
+    is a stand-in, see the script): after the micro-batches' backward passes, `reduce_gradients` (every optimizer
+    step's first act) leaves in megatron's gradient buffers what the HF model gets. Qwen3's q/k norms are shared by
+    heads the two ranks split, so each rank's backward gives only part of their gradient: without the
+    tensor-parallel sum of `finalize_model_grads` they are off by more than their size."""
     pytest.importorskip("megatron.core")
-    configs = {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe")}
-    if tp == 1:
-        configs["llama_tied"] = tiny_hf_config("llama", tie_word_embeddings=True)
-    report = _run(tmp_path, tp, configs, PACKED_SCRIPT)
+    configs = {"qwen3": tiny_hf_config("qwen3"), "qwen2": tiny_hf_config("qwen2")}
+    report = megatron_on_cpu.run(tmp_path, 2, configs, TRAINING_SCRIPT)
     for name, entry in report.items():
-        trainable = not (name == "qwen3_moe" and tp > 1)
-        assert entry["grad_tensors"] > 0 or not trainable, (name, entry)
-        for mode in ("packed", "packed_shared_prompts"):
-            assert entry[mode] <= LOGIT_TOLERANCE * max(entry["scale"], 1.0), (name, mode, entry)
-            if trainable:
-                assert entry[mode + "_grad_relative"] <= GRAD_TOLERANCE, (name, mode, entry)
-
-
-def test_the_ref_worker_packs_its_micro_batches_through_two_pipeline_stages(
-    tmp_path, worker_config, make_grouped_batch
-):
-    """The whole worker path of packing on Megatron: a `RefWorker` with `strategy=megatron`, 2 pipeline stages and
-    `remove_microbatch_padding` left on `auto` packs (`_decide_packing`), its `model_inputs` feed megatron-core's
-    schedule one packed sequence per micro-batch, and `forward` gives the log-probs of the same worker run padded
-    and of the Hugging Face model itself."""
-    pytest.importorskip("megatron.core")
-    import json
-
-    from skyrl_train.models.logprobs import response_logprobs
-    from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
-    from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
-
-    hf = build_tiny_model(TinyModelSpec(size=2), seed=0).float().eval()  # 2 layers: one per stage
-    hf.save_pretrained(tmp_path / "model")
-    save_tokenizer(build_char_tokenizer(), tmp_path / "model")
-    batch = make_grouped_batch(groups=3, samples=4, seed=5)
-    torch.save(batch, tmp_path / "batch.pt")
-    model = f"{tmp_path / 'model'}"
-    megatron = [
-        "trainer.strategy=megatron",
-        f"trainer.policy.model.path={model}",
-        f"trainer.ref.model.path={model}",
-        "trainer.ref.megatron.pipeline_model_parallel_size=2",
-        "trainer.ref.megatron.param_dtype=float32",
-        "trainer.micro_forward_batch_size_per_gpu=4",
-    ]
-    settings = {
-        layout: {"port": free_port(), "config": worker_config(*megatron, f"trainer.remove_microbatch_padding={flag}")}
-        for layout, flag in (("padded", "false"), ("packed", "auto"))
-    }
-    report = _run(tmp_path, 2, {}, WORKER_SCRIPT, extra=(json.dumps(settings),))
-    assert not report["padded"]["packs_rows"] and report["packed"]["packs_rows"]
-    assert report["packed"]["stage_layers"] == 1  # rank 0 is the first of 2 stages
-    assert len(report["packed"]["calls"]) == 3 and all(rows == 1 for rows, _ in report["packed"]["calls"])
-    assert all(rows == 4 for rows, _ in report["padded"]["calls"])
-    with torch.no_grad():
-        expected, _ = response_logprobs(
-            hf, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width
-        )
-    expected = expected * batch.response_mask
-    for layout in ("padded", "packed"):
-        for rank in range(2):  # every stage returns the last stage's log-probs
-            got = torch.load(tmp_path / f"{layout}_{rank}.pt")
-            torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=f"{layout}, rank {rank}")
+        assert entry["grad_relative"] <= GRAD_TOLERANCE, (name, entry)
