@@ -58,11 +58,19 @@ for _name in ("tensor", "empty", "zeros", "ones", "full"):
     setattr(torch, _name, _on_cpu(getattr(torch, _name)))
 """
 
+OPTIMIZER_STAND_IN = r"""
+# --- and the distributed optimizer, which cannot be built on CPU (it checks for torch.cuda.FloatTensor parameters):
+# a trainable strategy's prepare gets None; its DDP wrapper, gradient buffers and gradient reduction are megatron-core's
+import megatron.core.optimizer as megatron_optimizer
+megatron_optimizer.get_megatron_optimizer = lambda *args, **kwargs: None
+"""
+
 PARTS = {
     "join": JOIN,
     "cuda": CUDA_CALL_STAND_INS,
     "strategy": STRATEGY_STAND_INS,
     "schedule": SCHEDULE_STAND_INS,
+    "optimizer": OPTIMIZER_STAND_IN,
 }
 """The stand-in preambles a rank script can ask for by name, in the order given."""
 

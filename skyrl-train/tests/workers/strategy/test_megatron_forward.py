@@ -31,9 +31,9 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-FORWARD, STRATEGY, SCHEDULE = ("join", "cuda"), ("strategy",), ("schedule",)
+FORWARD, STRATEGY, SCHEDULE, OPTIMIZER = ("join", "cuda"), ("strategy",), ("schedule",), ("optimizer",)
 """The stand-ins a rank script needs (`megatron_on_cpu` in conftest.py): joining a gloo group and the forward's CUDA
-calls, the strategy's, the pipeline schedule's."""
+calls, the strategy's, the pipeline schedule's, the distributed optimizer's."""
 
 RANK_SCRIPT = (
     FORWARD,
@@ -148,10 +148,10 @@ dist.destroy_process_group()
 
 
 PIPELINE_SCRIPT = (
-    FORWARD + STRATEGY + SCHEDULE,
+    FORWARD + STRATEGY + SCHEDULE + OPTIMIZER,
     r"""
 from transformers import AutoConfig, AutoModelForCausalLM
-from skyrl_train.config.roles import MegatronConfig
+from skyrl_train.config.roles import MegatronConfig, OptimizerConfig
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.models.megatron_convert import gather_state, megatron_to_hf
 from skyrl_train.models.megatron_pipeline import EMBEDDING, OUTPUT, merge_stage_states
@@ -170,7 +170,10 @@ for name in cases:
         num_layers_in_first_pipeline_stage=1,
         param_dtype="float32",
     )
-    strategy = megatron_strategy.MegatronStrategy(megatron, torch.device("cpu"), None)
+    trainable = sys.argv[8] == "trainable"  # the policy's strategy (DDP), else the reference model's
+    strategy = megatron_strategy.MegatronStrategy(
+        megatron, torch.device("cpu"), OptimizerConfig() if trainable else None
+    )
     model = strategy.prepare(hf)
     generator = torch.Generator().manual_seed(1)
     entries = []
@@ -207,8 +210,11 @@ for name in cases:
     entry_report["forward_logprobs"] = max((a - b).abs().max().item() for a, b in zip(got, expected_logprobs))
     got = strategy.run_micro_batches(model, entries, body, forward_only=False, inputs=inputs)
     entry_report["train_logprobs"] = max((a - b).abs().max().item() for a, b in zip(got, expected_logprobs))
-    gpt = strategy.ddp_model
-    grads = {n: p.grad.detach().clone() for n, p in gpt.named_parameters() if p.grad is not None}
+    if trainable:  # the optimizer step's reduction, then megatron's gradient buffers
+        strategy.reduce_gradients()
+        grads = {n: p.main_grad.detach().clone() for n, p in strategy._gpt().named_parameters()}
+    else:
+        grads = {n: p.grad.detach().clone() for n, p in strategy._gpt().named_parameters() if p.grad is not None}
     from megatron.core import parallel_state
 
     ranks = [None] * world
@@ -218,8 +224,8 @@ for name in cases:
     for stage in range(world // tp):  # each stage's gradients gathered over its tensor-parallel ranks
         shards = sorted((where[1], shard, layers) for where, shard, layers in ranks if where[0] == stage)
         stages.append((gather_state([[shard for _, shard, _ in shards]]), shards[0][2]))
-    if config.tie_word_embeddings:
-        # what finalize_model_grads' embedding all-reduce does at optimizer_step: the tied copies' gradients add up
+    if config.tie_word_embeddings and not trainable:
+        # what reduce_gradients (finalize_model_grads) does in the trainable case: the tied copies' gradients add up
         stages[0][0][EMBEDDING] = stages[0][0][EMBEDDING] + stages[-1][0][OUTPUT]
     hf_grads = megatron_to_hf(merge_stage_states(stages, config.tie_word_embeddings), strategy.arch)
     worst = {}
@@ -248,12 +254,8 @@ dist.destroy_process_group()
 
 
 TRAINING_SCRIPT = (
-    FORWARD + STRATEGY,
+    FORWARD + STRATEGY + OPTIMIZER,
     r"""
-# --- and the distributed optimizer, which cannot be built on CPU (it checks for torch.cuda.FloatTensor parameters):
-# prepare gets a stand-in; the DDP wrapper, its gradient buffers and the gradient reduction are megatron-core's own
-import megatron.core.optimizer as megatron_optimizer
-megatron_optimizer.get_megatron_optimizer = lambda *args, **kwargs: None
 from transformers import AutoConfig, AutoModelForCausalLM
 from megatron.core import parallel_state
 from skyrl_train.config.roles import MegatronConfig, OptimizerConfig
@@ -359,25 +361,26 @@ def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_par
 
 
 @pytest.mark.parametrize(
-    ("world", "tp", "layout"),
-    [(2, 1, "padded"), (4, 2, "padded"), (2, 1, "packed")],
-    ids=["pp2", "tp2xpp2", "pp2-packed"],
+    ("world", "tp", "layout", "role"),
+    [(2, 1, "padded", "ref"), (4, 2, "padded", "ref"), (2, 1, "packed", "ref"), (2, 1, "padded", "trainable")],
+    ids=["pp2", "tp2xpp2", "pp2-packed", "pp2-trainable"],
 )
 def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(
-    megatron_on_cpu, tmp_path, tiny_hf_config, world, tp, layout
+    megatron_on_cpu, tmp_path, tiny_hf_config, world, tp, layout, role
 ):
     """`pipeline_model_parallel_size=2` with an uneven first stage (1 of 3 layers), alone and with 2 tensor-parallel
-    ranks per stage (4 ranks, megatron-core's rank order), run by the forward-only strategy through megatron-core's
-    1F1B schedule over gloo: the worker-style bodies run on the last stage, every stage gets
-    their log-probs, the gradients of every stage (the tied embedding's two copies summed, as the optimizer step's
-    `finalize_model_grads` does) equal the HF model's, and the weights gather back exactly. `packed`: each
-    micro-batch runs as one packed sequence (a repeated prompt packed once) through the stages."""
+    ranks per stage (4 ranks, megatron-core's rank order), run through megatron-core's 1F1B schedule over gloo: the
+    worker-style bodies run on the last stage, every stage gets their log-probs, the gradients of every stage equal
+    the HF model's, and the weights gather back exactly. `ref`: the forward-only strategy, its tied embedding's two
+    gradients summed here; `trainable`: the policy's strategy (DDP, the optimizer a stand-in), whose
+    `reduce_gradients` must sum them itself. `packed`: each micro-batch runs as one packed sequence (a repeated prompt
+    packed once) through the stages."""
     pytest.importorskip("megatron.core")
     configs = {
         "qwen2": tiny_hf_config("qwen2", num_hidden_layers=3),
         "llama_tied": tiny_hf_config("llama", num_hidden_layers=3, tie_word_embeddings=True),
     }
-    report = megatron_on_cpu.run(tmp_path, world, configs, PIPELINE_SCRIPT, extra=(str(tp), layout))
+    report = megatron_on_cpu.run(tmp_path, world, configs, PIPELINE_SCRIPT, extra=(str(tp), layout, role))
     for name, entry in report.items():
         assert entry["stage_layers"] == [0, 1], (name, entry)  # rank 0 is the first stage, holding 1 layer
         assert entry["forward_logprobs"] <= 1e-5 and entry["train_logprobs"] <= 1e-5, (name, entry)
