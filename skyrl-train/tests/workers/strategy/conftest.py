@@ -75,6 +75,13 @@ PARTS = {
 """The stand-in preambles a rank script can ask for by name, in the order given."""
 
 
+LAUNCHER = """import runpy
+
+if __name__ == "__main__":
+    runpy.run_path({body!r}, run_name="rank_body")
+"""
+
+
 class MegatronOnCpu:
     """Runs a rank script on `world` CPU processes: its arguments (`folder rank world port cases *extra`), the
     stand-ins it names, then its body; the script writes `report.json` into `folder` (rank 0) for the test."""
@@ -86,8 +93,12 @@ class MegatronOnCpu:
         parts, body = script
         for name, config in configs.items():
             config.save_pretrained(folder / name)
+        body_path = folder / "rank_body.py"
+        body_path.write_text(RANK_ARGUMENTS + "".join(PARTS[part] for part in parts) + body, encoding="utf-8")
+        # the body runs from a guarded launcher: megatron's checkpoint writer starts a multiprocessing manager, whose
+        # spawned child imports the main module again
         path = folder / "rank.py"
-        path.write_text(RANK_ARGUMENTS + "".join(PARTS[part] for part in parts) + body, encoding="utf-8")
+        path.write_text(LAUNCHER.format(body=str(body_path)), encoding="utf-8")
         port, names = str(free_port()), json.dumps(sorted(configs))
         ranks = [
             subprocess.Popen(

@@ -306,6 +306,46 @@ dist.destroy_process_group()
 )
 
 
+CHECKPOINT_SCRIPT = (
+    FORWARD + STRATEGY + SCHEDULE,
+    r"""
+from transformers import AutoConfig, AutoModelForCausalLM
+from skyrl_train.config.roles import MegatronConfig
+from megatron.core import parallel_state
+
+report = {}
+for name in cases:
+    config = AutoConfig.from_pretrained(f"{folder}/{name}")
+    tp = int(sys.argv[6])
+    megatron = MegatronConfig(
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=world // tp, param_dtype="float32"
+    )
+    strategies = []
+    for seed in (0, 1):  # two different models: the second loads the first's checkpoint
+        torch.manual_seed(seed)
+        strategy = megatron_strategy.MegatronStrategy(megatron, torch.device("cpu"), None)
+        strategy.prepare(AutoModelForCausalLM.from_config(config).float())
+        strategies.append(strategy)
+    saved, loaded = strategies
+    saved.save_checkpoint(f"{folder}/{name}_ckpt", extra={"step": 3})
+    before = {k: v.clone() for k, v in loaded._gpt().state_dict().items() if not k.endswith("_extra_state")}
+    extra = loaded.load_checkpoint(f"{folder}/{name}_ckpt")
+    expected = saved._gpt().state_dict()
+    after = loaded._gpt().state_dict()
+    report[name] = {
+        "extra": extra,
+        "differed_before": any(not torch.equal(before[k], expected[k]) for k in before),
+        "equal_after": all(torch.equal(after[k], expected[k]) for k in before),
+    }
+    parallel_state.destroy_model_parallel()
+if rank == 0:
+    with open(f"{folder}/report.json", "w") as handle:
+        json.dump(report, handle)
+dist.destroy_process_group()
+""",
+)
+
+
 # float32 on both sides; the two models sum the same products in different orders (fused QKV, [gate; up], a
 # different attention kernel), so logits agree to a few ulps of their size (~1e-7 relative) and gradients to about
 # 1e-5 of the largest entry of each tensor. A wrong routing weight or a misplaced shard is off by 1e-3 or more.
@@ -399,3 +439,18 @@ def test_the_training_strategy_reduces_gradients_over_tensor_parallel_ranks(mega
     report = megatron_on_cpu.run(tmp_path, 2, configs, TRAINING_SCRIPT)
     for name, entry in report.items():
         assert entry["grad_relative"] <= GRAD_TOLERANCE, (name, entry)
+
+
+@pytest.mark.parametrize(("world", "tp"), [(2, 2), (2, 1)], ids=["tp2", "pp2"])
+def test_the_model_checkpoint_round_trips_through_dist_checkpointing(
+    megatron_on_cpu, tmp_path, tiny_hf_config, world, tp
+):
+    """`save_checkpoint` / `load_checkpoint` of the model (the forward-only strategy: the optimizer's sharded state
+    needs CUDA) with megatron-core's `dist_checkpointing` over 2 tensor-parallel ranks or 2 pipeline stages: a second,
+    differently initialised model gets the first one's weights back exactly, and the saved `extra` with them."""
+    pytest.importorskip("megatron.core")
+    configs = {"qwen3": tiny_hf_config("qwen3"), "llama_tied": tiny_hf_config("llama", tie_word_embeddings=True)}
+    report = megatron_on_cpu.run(tmp_path, world, configs, CHECKPOINT_SCRIPT, extra=(str(tp),))
+    for name, entry in report.items():
+        assert entry["differed_before"] and entry["equal_after"], (name, entry)
+        assert entry["extra"] == {"step": 3}, (name, entry)
