@@ -27,10 +27,6 @@ MEGATRON = [
 ]
 
 REFUSALS = {  # overrides -> the feature the counter reports
-    "packing on megatron": (
-        [*MEGATRON, "trainer.remove_microbatch_padding=true"],
-        "sequence packing on the megatron workers",
-    ),
     "LoRA on megatron": ([*MEGATRON, "trainer.policy.model.lora.rank=8"], "LoRA on the Megatron workers"),
     "context parallelism": (
         [*MEGATRON, "trainer.policy.megatron.context_parallel_size=2"],
@@ -78,7 +74,7 @@ def test_a_feature_refusal_counts_as_refused_by_name_with_its_feature(case):
 
 
 def test_a_plain_config_error_beside_a_refusal_is_another_failure():
-    overrides, _ = REFUSALS["packing on megatron"]
+    overrides, _ = REFUSALS["LoRA on megatron"]
     message, _ = _message([*overrides, "trainer.policy_mini_batch_size=7"])
     assert not counter._refused_by_name(message)
     call = counter.Call("skyrl_train.entrypoints.main_base", [], exit_code=2, message=message)

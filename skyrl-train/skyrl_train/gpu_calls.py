@@ -133,6 +133,7 @@ GPU_MODULES: tuple[GpuModule, ...] = (
         },
     ),
     GpuModule(TRAIN + "workers/strategy/megatron_model.py", ("megatron", "torch.cuda")),
+    GpuModule(TRAIN + "workers/strategy/megatron_packing.py", ("megatron",)),
     GpuModule(
         TRAIN + "workers/strategy/megatron_schedule.py",
         ("megatron",),
@@ -371,7 +372,6 @@ CALLS: tuple[LibraryCall, ...] = (
         ("megatron.core.tensor_parallel.model_parallel_cuda_manual_seed", dict(audit="G2, G14")),
         ("megatron.core.distributed.DistributedDataParallelConfig", dict(audit="G7")),
         ("megatron.core.distributed.DistributedDataParallel", dict(audit="G7")),
-        ("megatron.core.distributed.DistributedDataParallel.finish_grad_sync", dict(audit="G9")),
         ("megatron.core.distributed.DistributedDataParallel.zero_grad_buffer", dict(audit="G9")),
         ("megatron.core.optimizer.OptimizerConfig", dict(check="fields", kwargs=MEGATRON_OPTIMIZER_KWARGS, audit="G8")),
         ("megatron.core.optimizer.get_megatron_optimizer", dict(audit="G8")),
@@ -391,7 +391,7 @@ CALLS: tuple[LibraryCall, ...] = (
         "megatron.core.parallel_state.get_pipeline_model_parallel_first_rank",
         "megatron.core.parallel_state.is_pipeline_first_stage",
         "megatron.core.parallel_state.get_pipeline_model_parallel_group",
-        "megatron.core.distributed.finalize_model_grads.finalize_model_grads",
+        ("megatron.core.distributed.finalize_model_grads.finalize_model_grads", dict(audit="G9")),
     ),
     *_calls(
         TRAIN + "workers/strategy/megatron_schedule.py",
@@ -401,6 +401,7 @@ CALLS: tuple[LibraryCall, ...] = (
         "megatron.core.parallel_state.get_pipeline_model_parallel_last_rank",
         "megatron.core.parallel_state.get_pipeline_model_parallel_group",
     ),
+    *_calls(TRAIN + "workers/strategy/megatron_packing.py", "megatron.core.packed_seq_params.PackedSeqParams"),
     *_calls(
         TRAIN + "workers/strategy/megatron_model.py",
         (

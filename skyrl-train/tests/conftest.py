@@ -138,7 +138,7 @@ def adapted_tiny_model():
 
 
 def _tiny_hf_config(model_type: str, **overrides):
-    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3MoeConfig
+    from transformers import LlamaConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig
 
     shared = dict(num_hidden_layers=2, num_key_value_heads=2, tie_word_embeddings=False)
     moe = dict(shared, vocab_size=64, hidden_size=32, num_attention_heads=4, max_position_embeddings=64)
@@ -149,6 +149,7 @@ def _tiny_hf_config(model_type: str, **overrides):
     settings = {
         "llama": dense,
         "qwen2": dense,
+        "qwen3": dict(dense, head_dim=8),  # q/k norms over each head
         "qwen3_moe": dict(
             moe, intermediate_size=48, moe_intermediate_size=16, head_dim=8, num_experts=4, num_experts_per_tok=2
         ),
@@ -165,6 +166,7 @@ def _tiny_hf_config(model_type: str, **overrides):
     classes = {
         "llama": LlamaConfig,
         "qwen2": Qwen2Config,
+        "qwen3": Qwen3Config,
         "qwen3_moe": Qwen3MoeConfig,
         "qwen2_moe": Qwen2MoeConfig,
         "mixtral": MixtralConfig,
@@ -174,8 +176,8 @@ def _tiny_hf_config(model_type: str, **overrides):
 
 @pytest.fixture
 def tiny_hf_config():
-    """`tiny_hf_config(model_type, **overrides)`: a 2-layer HF config of `llama`, `qwen2` (dense, the same sizes),
-    `qwen3_moe`, `qwen2_moe` or `mixtral` (4 experts, top-2), for tests that need an architecture other than the
+    """`tiny_hf_config(model_type, **overrides)`: a 2-layer HF config of `llama`, `qwen2`, `qwen3` (dense, the same
+    sizes), `qwen3_moe`, `qwen2_moe` or `mixtral` (4 experts, top-2), for tests that need an architecture other than the
     tiny model's: small enough that its weights convert to Megatron and back in milliseconds."""
     return _tiny_hf_config
 

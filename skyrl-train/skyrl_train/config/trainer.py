@@ -172,9 +172,10 @@ class TrainerConfig:
     when the `flash-attn` package is installed, else SDPA over buckets of similar rows); only tokens that predict a
     response token run, and the LM head runs only where a log-prob is read. Log-probs, entropies, values and gradients
     equal the padded forward's up to float summation order. It packs the policy, ref and critic of the fsdp2 workers
-    when the model routes its attention through transformers' AttentionInterface, without sliding-window layers.
-    `auto`: pack wherever that holds, else run padded (logged at start-up); `true`: pack, failing at start-up where it
-    cannot (refused with `strategy: megatron`); `false`: padded micro-batches (all-padding columns trimmed)."""
+    when the model routes its attention through transformers' AttentionInterface, without sliding-window layers, and
+    the policy and ref of the megatron workers (same kernels, in megatron's own attention layer; pipeline stages
+    included). `auto`: pack wherever that holds, else run padded (logged at start-up); `true`: pack, failing at
+    start-up where it cannot; `false`: padded micro-batches (all-padding columns trimmed)."""
 
     share_prompt_forward: bool = True
     """Log-prob passes run each distinct prompt of a micro-batch once when rows repeat prompts, as the samples of a

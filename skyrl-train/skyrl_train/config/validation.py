@@ -350,7 +350,7 @@ def warn_unused_models(cfg: "SkyRLConfig") -> Iterator[str]:
 
 def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
     """With `trainer.strategy=megatron`: a CUDA device, only the roles the Megatron workers implement (policy and
-    ref, full fine-tuning, padded micro-batches), and parallel sizes that fit each role's workers."""
+    ref, full fine-tuning), and parallel sizes that fit each role's workers."""
     if cfg.trainer.strategy != "megatron":
         return
     if cfg.trainer.device == "cpu":
@@ -359,11 +359,6 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
         yield "trainer.strategy=megatron does not run a critic yet: unset trainer.critic.model.path or use fsdp2"
     if cfg.needs_reward_model:
         yield "trainer.strategy=megatron does not run a reward model yet: unset reward.model.path or use fsdp2"
-    if cfg.trainer.remove_microbatch_padding is True:
-        yield (
-            "trainer.remove_microbatch_padding=true: sequence packing on the megatron workers is not supported here yet "
-            "(they run padded micro-batches); set it to auto (packs on fsdp2 only) or false, or use strategy fsdp2"
-        )
     for role in ("policy", "ref") if cfg.needs_ref_model else ("policy",):
         section = getattr(cfg.trainer, role)
         if section.model.lora.rank > 0:

@@ -18,7 +18,7 @@ from skyrl_train.workers.accounting import MetricAccumulator, micro_batch_weight
 from skyrl_train.workers.micro_batching import TrimmedMicroBatch, write_response_rows
 from skyrl_train.workers.policy_objective import ObjectiveSettings, policy_objective
 from skyrl_train.workers.shard_send import PresumedWrite, ShardedSend
-from skyrl_train.workers.worker import BaseWorker, MiniBatchResult, model_inputs
+from skyrl_train.workers.worker import BaseWorker, MiniBatchResult
 
 
 class LogprobWorker(BaseWorker):
@@ -259,7 +259,7 @@ class PolicyWorker(WeightSenderHost, LogprobWorker):
             return result.total * weight, (log_probs.detach(), parts_of, metrics_of, weight)
 
         accumulator, parts = MetricAccumulator(), defaultdict(float)
-        results = self.strategy.run_micro_batches(model, plan, body, inputs=model_inputs)
+        results = self.strategy.run_micro_batches(model, plan, body, inputs=self.model_inputs)
         for (indices, micro), (log_probs, parts_of, metrics_of, weight) in zip(plan, results):
             if logprobs_out is not None:
                 write_response_rows(logprobs_out, indices, log_probs.to(micro.batch.loss_mask.device), micro)

@@ -20,7 +20,7 @@ from skyrl_train.config.auto_settings import resolved
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 from skyrl_train.models.lora import LoRASettings, apply_lora
-from skyrl_train.models.packing import describe_kernel, enable_packed_attention, packing_support
+from skyrl_train.models.packing import describe_kernel, enable_packed_attention, pack_rows, packing_support
 from skyrl_train.training_batch import TrainingBatch, on_wire
 from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
 from skyrl_train.utils.memory import read_rss
@@ -79,13 +79,6 @@ class MiniBatchResult(NamedTuple):
     def __reduce__(self) -> tuple:
         """Pickled with `old_logprobs` as a `TensorOnWire` (numpy on the wire, a tensor again on arrival)."""
         return (MiniBatchResult, (self.steps, on_wire(self.old_logprobs), self.weight_sync))
-
-
-def model_inputs(entry: tuple[list[int], TrimmedMicroBatch]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What a micro-batch body passes to the model (`input_ids`, `attention_mask`, `position_ids`), for strategies
-    that run the model themselves (Megatron's pipeline stages)."""
-    batch = entry[1].batch
-    return batch.input_ids, batch.attention_mask, batch.position_ids
 
 
 class BaseWorker(ChannelHost):
@@ -204,30 +197,28 @@ class BaseWorker(ChannelHost):
         )
 
     def _decide_packing(self, model: torch.nn.Module) -> bool:
-        """Whether to pack (`trainer.remove_microbatch_padding`), switching `model`'s attention when so: `auto` packs
-        the policy, ref and critic of the fsdp2 workers when the model can pack (`packing_support`); `true` insists
+        """Whether to pack (`trainer.remove_microbatch_padding`): `auto` packs the packable roles (policy, ref, critic)
+        of the fsdp2 workers when the HF model can pack (`packing_support`, switching its attention), and of the
+        megatron workers always (their model is built with packable attention, `megatron_packing`); `true` insists
         and raises ValueError naming the key where it cannot."""
         setting = self.cfg.trainer.remove_microbatch_padding
         if not self.packable or setting is False:
             return False
-        if self.cfg.trainer.strategy != "fsdp2":
-            if setting is True:
-                raise ValueError(
-                    f"trainer.remove_microbatch_padding=true: the {self.cfg.trainer.strategy} workers do not pack "
-                    "micro-batches; set it to auto or false"
-                )
-            return False
-        reason = packing_support(model)
-        if reason is not None:
-            if setting is True:
-                raise ValueError(
-                    f"trainer.remove_microbatch_padding=true cannot pack the {self.role} model: {reason}; set it to "
-                    "auto or false to run this model on padded micro-batches"
-                )
-            logger.info("%s runs padded micro-batches (remove_microbatch_padding=auto): %s", self.role, reason)
-            return False
-        enable_packed_attention(model)
-        dtype = resolve_dtype(self.section.fsdp.mixed_precision.param_dtype)
+        strategy = self.cfg.trainer.strategy
+        if strategy == "megatron":
+            dtype = resolve_dtype(self.section.megatron.param_dtype)
+        else:
+            reason = packing_support(model)
+            if reason is not None:
+                if setting is True:
+                    raise ValueError(
+                        f"trainer.remove_microbatch_padding=true cannot pack the {self.role} model: {reason}; set it "
+                        "to auto or false to run this model on padded micro-batches"
+                    )
+                logger.info("%s runs padded micro-batches (remove_microbatch_padding=auto): %s", self.role, reason)
+                return False
+            enable_packed_attention(model)
+            dtype = resolve_dtype(self.section.fsdp.mixed_precision.param_dtype)
         logger.info("%s packs its micro-batches (attention: %s)", self.role, describe_kernel(self.device, dtype))
         return True
 
@@ -298,6 +289,23 @@ class BaseWorker(ChannelHost):
 
     # ----- micro-batches ------------------------------------------------------------------------------------------
 
+    def model_inputs(self, entry: tuple[list[int], TrimmedMicroBatch]) -> dict[str, Any]:
+        """The keyword arguments a micro-batch body passes to the model, for strategies that run the model themselves
+        (Megatron's pipeline stages): the padded rows, or their packed sequence when this worker packs (with each
+        distinct prompt packed once under `trainer.share_prompt_forward`, as the bodies pack it)."""
+        batch = entry[1].batch
+        if self.packs_rows:
+            share = self.cfg.trainer.share_prompt_forward
+            packed = pack_rows(
+                batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share_prompts=share
+            )
+            return packed.model_inputs()
+        return {
+            "input_ids": batch.input_ids,
+            "attention_mask": batch.attention_mask,
+            "position_ids": batch.position_ids,
+        }
+
     def micro_batches(self, batch: TrainingBatch, micro_batch_size: int) -> list[tuple[list[int], TrimmedMicroBatch]]:
         """(row indices, trimmed micro-batch on this worker's device) pairs covering `batch`.
 
@@ -336,7 +344,11 @@ class BaseWorker(ChannelHost):
         plan = self.micro_batches(batch, self.cfg.trainer.micro_forward_batch_size_per_gpu)
         try:
             scores = self.strategy.run_micro_batches(
-                model, plan, lambda entry, call: (None, score(entry[1], call)), forward_only=True, inputs=model_inputs
+                model,
+                plan,
+                lambda entry, call: (None, score(entry[1], call)),
+                forward_only=True,
+                inputs=self.model_inputs,
             )
         finally:
             self.strategy.end_gradient_free_forward()  # else the next backward's gradient may double (FSDP2)

@@ -109,15 +109,9 @@ def test_roles_the_megatron_workers_do_not_run_are_refused():
     )
 
 
-def test_sequence_packing_is_refused_on_megatron_only_when_insisted_on():
-    assert _megatron_problems() == []  # remove_microbatch_padding=auto: Megatron runs padded micro-batches
-    assert _megatron_problems("trainer.remove_microbatch_padding=false") == []
-    (problem,) = _megatron_problems("trainer.remove_microbatch_padding=true")
-    assert problem.startswith(
-        "trainer.remove_microbatch_padding=true: sequence packing on the megatron workers is not supported here"
-    )
-    fsdp2 = _config("trainer.strategy=fsdp2", "trainer.remove_microbatch_padding=true")
-    assert not [p for p in find_problems(fsdp2) if "remove_microbatch_padding" in p]
+def test_sequence_packing_is_accepted_on_megatron_both_ways():
+    for setting in ("auto", "true", "false"):
+        assert _megatron_problems(f"trainer.remove_microbatch_padding={setting}") == [], setting
 
 
 def test_full_cpu_offload_of_the_policy_is_a_valid_megatron_run():

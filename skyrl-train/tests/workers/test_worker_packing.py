@@ -96,9 +96,10 @@ def test_a_model_that_cannot_pack_runs_padded_on_auto_and_fails_on_true(
     assert _worker(PolicyWorker, "policy", worker_config(), single_rank_group).packs_rows  # auto, the tiny model
 
 
-def test_megatron_workers_run_padded_on_auto_and_refuse_true(single_rank_group, worker_config):
-    auto = PolicyWorker("policy", 0, 1, *single_rank_group, worker_config("trainer.strategy=megatron"), num_threads=1)
-    assert auto._decide_packing(auto.load_model(auto.cfg.trainer.policy.model.path)) is False
-    strict = worker_config("trainer.strategy=megatron", "trainer.remove_microbatch_padding=true")
-    with pytest.raises(ValueError, match="the megatron workers do not pack micro-batches"):
-        _worker(PolicyWorker, "policy", strict, single_rank_group)  # before the strategy needs CUDA
+def test_megatron_workers_pack_on_auto_and_true_and_run_padded_on_false(single_rank_group, worker_config):
+    """The Megatron model packs whatever the HF model's attention (it is rebuilt with packable attention), so only
+    `false` runs padded; deciding touches no CUDA (the strategy is built later)."""
+    for setting, expected in (("auto", True), ("true", True), ("false", False)):
+        cfg = worker_config("trainer.strategy=megatron", f"trainer.remove_microbatch_padding={setting}")
+        worker = PolicyWorker("policy", 0, 1, *single_rank_group, cfg, num_threads=1)
+        assert worker._decide_packing(worker.load_model(worker.cfg.trainer.policy.model.path)) is expected, setting

@@ -278,7 +278,7 @@ class MegatronStrategy:
         if self.pipeline_stages == 1:
             return run_in_order(model, entries, body, forward_only, self.backward)
         if inputs is None:
-            raise ValueError("run_micro_batches: pipeline stages need inputs(entry) -> (input_ids, mask, positions)")
+            raise ValueError("run_micro_batches: pipeline stages need inputs(entry) -> the model's keyword arguments")
         return run_pipelined(self.ddp_model, self.arch.vocab_size, entries, body, forward_only, inputs)
 
     def end_gradient_free_forward(self) -> None:
@@ -304,6 +304,15 @@ class MegatronStrategy:
         self.optimizer_offloaded = False
         return moved
 
+    def reduce_gradients(self) -> None:
+        """Finish the backward passes' gradients before a step, as megatron-core's training loop does
+        (`finalize_model_grads`): the data-parallel reduce-scatter into the distributed optimizer's shards, the sum over
+        tensor-parallel ranks of the gradients each rank only has part of (Qwen3's q/k norms, shared by the heads the
+        ranks split), and with pipeline stages the sum of a tied embedding's two copies."""
+        from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+
+        finalize_model_grads([self.ddp_model])
+
     def optimizer_step(self) -> float:
         """Reduce-scatter the gradients, clip to `max_grad_norm`, step Adam and the LR schedule, zero the gradient
         buffers; returns the grad norm before clipping. A non-finite norm skips the update."""
@@ -312,13 +321,7 @@ class MegatronStrategy:
             self.reload_optimizer()
         for group in optimizer.param_groups:
             group["lr"] = self.lr
-        if self.pipeline_stages > 1:
-            from megatron.core.distributed.finalize_model_grads import finalize_model_grads
-
-            # the data-parallel reduction, plus the sum of a tied embedding's gradients over the first and last stage
-            finalize_model_grads([self.ddp_model])
-        else:
-            self.ddp_model.finish_grad_sync()
+        self.reduce_gradients()
         success, grad_norm, _ = optimizer.step()
         grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
         if success and np.isfinite(grad_norm):

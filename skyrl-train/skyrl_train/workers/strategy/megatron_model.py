@@ -14,6 +14,13 @@ from typing import Any, Optional
 import torch
 
 from skyrl_train.models.megatron_convert import GPTArch
+from skyrl_train.models.varlen_attention import VarlenSegments
+from skyrl_train.workers.strategy.megatron_packing import (
+    packed_call_params,
+    use_packable_attention,
+    use_token_positions,
+)
+from skyrl_train.workers.strategy.micro_batch_run import kept_logits
 
 
 def require_megatron_runtime(device: torch.device) -> None:
@@ -146,7 +153,7 @@ def build_gpt_model(
     must have run); `config_options` are `transformer_config_kwargs`'s (expert parallelism, CPU initialization,
     recompute, pipeline stages). `pre_process` / `post_process`: this pipeline stage holds the embedding / the final
     norm and output layer. The output layer gathers the logits over TP ranks (`parallel_output=False`); the
-    vocabulary is padded to a multiple of the TP size."""
+    vocabulary is padded to a multiple of the TP size. The model also runs packed sequences (`megatron_packing`)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer import TransformerConfig
@@ -157,6 +164,7 @@ def build_gpt_model(
     spec = get_gpt_layer_local_spec(
         num_experts=arch.num_experts or None, moe_grouped_gemm=False, qk_layernorm=arch.qk_layernorm
     )
+    use_packable_attention(spec)
     model = GPTModel(
         config,
         spec,
@@ -169,6 +177,7 @@ def build_gpt_model(
         pre_process=pre_process,
         post_process=post_process,
     )
+    use_token_positions(model)
     return config, model
 
 
@@ -204,10 +213,46 @@ def check_rope_positions(position_ids: torch.Tensor, attention_mask: torch.Tenso
         )
 
 
+def megatron_call_arguments(
+    input_ids: torch.Tensor,
+    attention_mask: Optional[torch.Tensor] = None,
+    position_ids: Optional[torch.Tensor] = None,
+    packed_segments: Optional[VarlenSegments] = None,
+    **_: Any,
+) -> dict[str, Any]:
+    """The keyword arguments of a `GPTModel` call (built by `build_gpt_model`) for a Hugging Face-style call: padded
+    rows (`attention_mask`, positions checked by `check_rope_positions`), or one packed sequence [1, T] with its
+    `packed_segments` and per-row `position_ids` (`models.packing.PackedRows.model_inputs`). Other HF keyword
+    arguments (`use_cache`, ...) are ignored."""
+    if packed_segments is not None:
+        if input_ids.shape[0] != 1 or position_ids is None:
+            raise ValueError(
+                f"a packed call needs one sequence [1, T] and its position_ids, got input_ids {tuple(input_ids.shape)}"
+                f" and position_ids {None if position_ids is None else tuple(position_ids.shape)}"
+            )
+        return {
+            "input_ids": input_ids,
+            "position_ids": position_ids,
+            "attention_mask": None,
+            "packed_seq_params": packed_call_params(packed_segments, position_ids),
+        }
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    if position_ids is None:
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    check_rope_positions(position_ids, attention_mask)
+    return {
+        "input_ids": input_ids,
+        "position_ids": position_ids,
+        "attention_mask": megatron_attention_mask(attention_mask),
+    }
+
+
 class MegatronCausalLM(torch.nn.Module):
     """A (possibly DDP-wrapped) `GPTModel` called with Hugging Face arguments: `forward(input_ids, attention_mask,
-    position_ids)` returns an object with `.logits` [B, S, vocab] (vocab padding removed), so the workers' log-prob
-    code runs unchanged."""
+    position_ids)` (padded rows) or `forward(input_ids, position_ids=..., packed_segments=...)` (a packed sequence)
+    returns an object with `.logits` [B, S, vocab] (vocab padding removed; only the `logits_to_keep` positions when
+    given, as HF models do), so the workers' log-prob code runs unchanged."""
 
     def __init__(self, module: torch.nn.Module, vocab_size: int) -> None:
         super().__init__()
@@ -219,15 +264,12 @@ class MegatronCausalLM(torch.nn.Module):
         input_ids: torch.Tensor,
         attention_mask: Optional[torch.Tensor] = None,
         position_ids: Optional[torch.Tensor] = None,
+        packed_segments: Optional[VarlenSegments] = None,
+        logits_to_keep: int | torch.Tensor = 0,
         **_: Any,
     ) -> SimpleNamespace:
-        """Logits of every position (the HF `use_cache` and similar keyword arguments are ignored)."""
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        if position_ids is None:
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        check_rope_positions(position_ids, attention_mask)
-        logits = self.module(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=megatron_attention_mask(attention_mask)
-        )
-        return SimpleNamespace(logits=logits[..., : self.vocab_size])
+        """Logits of every position, or of `logits_to_keep` (the HF `use_cache` and similar keyword arguments are
+        ignored). The output layer runs on every position either way."""
+        arguments = megatron_call_arguments(input_ids, attention_mask, position_ids, packed_segments)
+        logits = self.module(**arguments)[..., : self.vocab_size]
+        return SimpleNamespace(logits=kept_logits(logits, logits_to_keep))

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from skyrl_train.workers.strategy.megatron_model import check_rope_positions, megatron_attention_mask
+from skyrl_train.workers.strategy.megatron_model import megatron_call_arguments
 from skyrl_train.workers.strategy.micro_batch_run import (
     MicroBatchBody,
     ModelInputs,
@@ -45,13 +45,11 @@ def run_pipelined(
     count = len(entries)
     payloads: list[Any] = []
 
+    arguments = [megatron_call_arguments(**inputs(entry)) for entry in entries]
+
     def forward_step(data_iterator: Any, model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
-        entry = next(data_iterator)
-        input_ids, attention_mask, position_ids = inputs(entry)
-        check_rope_positions(position_ids, attention_mask)
-        output = model(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=megatron_attention_mask(attention_mask)
-        )
+        entry, call_arguments = next(data_iterator)
+        output = model(**call_arguments)
 
         def loss_func(logits: torch.Tensor) -> tuple[torch.Tensor, dict]:
             loss, payload = body(entry, ReplayedOutput(logits[..., :vocab_size]))
@@ -63,11 +61,11 @@ def run_pipelined(
 
         return output, loss_func
 
-    shapes = [inputs(entry)[0].shape for entry in entries]
+    shapes = [call["input_ids"].shape for call in arguments]
     schedule = get_forward_backward_func()  # 1F1B: forward_backward_pipelining_without_interleaving
     schedule(
         forward_step_func=forward_step,
-        data_iterator=iter(entries),
+        data_iterator=iter(zip(entries, arguments)),
         model=[module],
         num_microbatches=count,
         seq_length=max(shape[1] for shape in shapes),

@@ -19,8 +19,10 @@ import torch
 MicroBatchBody = Callable[[Any, Any], tuple[Optional[torch.Tensor], Any]]
 """`body(entry, model) -> (loss or None, payload)`."""
 
-ModelInputs = Callable[[Any], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-"""`inputs(entry) -> (input_ids, attention_mask, position_ids)`: what `body` passes to the model."""
+ModelInputs = Callable[[Any], dict[str, Any]]
+"""`inputs(entry) -> keyword arguments`: the Hugging Face-style arguments `body` passes to the model (`input_ids`,
+`attention_mask`, `position_ids` for padded rows; `input_ids`, `position_ids`, `packed_segments` for a packed
+sequence), without `logits_to_keep`."""
 
 
 def run_in_order(
@@ -40,16 +42,24 @@ def run_in_order(
     return payloads
 
 
+def kept_logits(logits: torch.Tensor, logits_to_keep: int | torch.Tensor = 0) -> torch.Tensor:
+    """`logits` [B, S, V] at the positions a Hugging Face causal LM keeps for `logits_to_keep`: the last n positions
+    for an int n (0: all), the given positions for a 1-D tensor."""
+    if isinstance(logits_to_keep, torch.Tensor):
+        return logits.index_select(1, logits_to_keep.to(logits.device))
+    return logits[:, -logits_to_keep:] if logits_to_keep else logits
+
+
 class ReplayedOutput:
     """A stand-in for the model inside a body whose forward already ran (a pipeline's last stage): calling it returns
-    the logits computed by the schedule, whatever the arguments."""
+    the logits computed by the schedule, whatever the other arguments, at the positions of `logits_to_keep`."""
 
     def __init__(self, logits: torch.Tensor) -> None:
         self.logits = logits
 
-    def __call__(self, *args: Any, **kwargs: Any) -> SimpleNamespace:
+    def __call__(self, *args: Any, logits_to_keep: int | torch.Tensor = 0, **kwargs: Any) -> SimpleNamespace:
         """The logits, as an HF model's output."""
-        return SimpleNamespace(logits=self.logits)
+        return SimpleNamespace(logits=kept_logits(self.logits, logits_to_keep))
 
 
 def detached_to_cpu(value: Any) -> Any:

@@ -20,63 +20,24 @@ The forward-only `MegatronStrategy` (the reference role's) also runs here end to
 RNG tracker's `add`. Its `prepare` loads the HF model's weights into the rank's shard, and `full_state_dict` (every
 weight sync) and `save_hf_model` gather them back over the tensor-parallel ranks or pipeline stages. With pipeline
 stages its `run_micro_batches` drives megatron-core's own 1F1B schedule, whose few `device="cuda"` allocations go
-to the CPU. The distributed optimizer cannot run on CPU (it checks for `torch.cuda.FloatTensor` parameters), so the
-training strategy stays GPU-only (test_megatron_gpu.py).
-"""
+to the CPU. The distributed optimizer cannot run on CPU (it checks for `torch.cuda.FloatTensor` parameters): the
+trainable strategy runs here with a stand-in for it only (its DDP wrapper, gradient buffers and the gradient reduction
+before a step are megatron-core's own), and its optimizer step stays GPU-only (test_megatron_gpu.py).
 
-import subprocess
-import sys
+Packed micro-batches run through the pipeline stages here; test_megatron_packing.py holds the rest of them.
+"""
 
 import pytest
 
-from skyrl_train.workers.distributed import free_port
-
 pytestmark = pytest.mark.integration
 
-FORWARD_STAND_INS = r"""
-import contextlib, functools, json, sys, warnings
-warnings.filterwarnings("ignore")
-import torch
-import torch.distributed as dist
+FORWARD, STRATEGY, SCHEDULE, OPTIMIZER = ("join", "cuda"), ("strategy",), ("schedule",), ("optimizer",)
+"""The stand-ins a rank script needs (`megatron_on_cpu` in conftest.py): joining a gloo group and the forward's CUDA
+calls, the strategy's, the pipeline schedule's, the distributed optimizer's."""
 
-folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-cases = json.loads(sys.argv[5])
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-
-# --- stand-ins for the CUDA-only calls of megatron-core's forward (see the test module's docstring) ---
-torch.cuda.current_device = lambda: "cpu"
-torch.cuda.synchronize = lambda *args, **kwargs: None
-from megatron.core.tensor_parallel import random as megatron_random
-megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
-"""
-
-STRATEGY_STAND_INS = r"""
-# --- and of the forward-only strategy's prepare ---
-torch.cuda.set_device = lambda *args, **kwargs: None
-torch.nn.Module.cuda = lambda self, *args, **kwargs: self
-torch.Tensor.cuda = lambda self, *args, **kwargs: self
-megatron_random.CudaRNGStatesTracker.add = lambda self, name, seed: None
-import skyrl_train.workers.strategy.megatron as megatron_strategy
-megatron_strategy.require_megatron_runtime = lambda device: None
-"""
-
-SCHEDULE_STAND_INS = r"""
-# --- and of the pipeline schedule, which allocates a few bookkeeping tensors with device="cuda" ---
-def _on_cpu(factory):
-    @functools.wraps(factory)
-    def wrapped(*args, **kwargs):
-        if str(kwargs.get("device", "")).startswith("cuda"):
-            kwargs["device"] = "cpu"
-        return factory(*args, **kwargs)
-
-    return wrapped
-
-
-for _name in ("tensor", "empty", "zeros", "ones", "full"):
-    setattr(torch, _name, _on_cpu(getattr(torch, _name)))
-"""
-
-RANK_SCRIPT = FORWARD_STAND_INS + r"""
+RANK_SCRIPT = (
+    FORWARD,
+    r"""
 from megatron.core import parallel_state
 from transformers import AutoModelForCausalLM, AutoConfig
 from skyrl_train.models.megatron_convert import (
@@ -137,10 +98,13 @@ if rank == 0:
         json.dump(report, handle)
 parallel_state.destroy_model_parallel()
 dist.destroy_process_group()
-"""
+""",
+)
 
 
-STRATEGY_SCRIPT = FORWARD_STAND_INS + STRATEGY_STAND_INS + r"""
+STRATEGY_SCRIPT = (
+    FORWARD + STRATEGY,
+    r"""
 from transformers import AutoConfig, AutoModelForCausalLM
 from skyrl_train.config.roles import MegatronConfig
 
@@ -179,15 +143,19 @@ if rank == 0:
     with open(f"{folder}/report.json", "w") as handle:
         json.dump(report, handle)
 dist.destroy_process_group()
-"""
+""",
+)
 
 
-PIPELINE_SCRIPT = FORWARD_STAND_INS + STRATEGY_STAND_INS + SCHEDULE_STAND_INS + r"""
+PIPELINE_SCRIPT = (
+    FORWARD + STRATEGY + SCHEDULE + OPTIMIZER,
+    r"""
 from transformers import AutoConfig, AutoModelForCausalLM
-from skyrl_train.config.roles import MegatronConfig
+from skyrl_train.config.roles import MegatronConfig, OptimizerConfig
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.models.megatron_convert import gather_state, megatron_to_hf
 from skyrl_train.models.megatron_pipeline import EMBEDDING, OUTPUT, merge_stage_states
+from skyrl_train.models.packing import pack_rows
 
 report = {}
 for name in cases:
@@ -202,25 +170,33 @@ for name in cases:
         num_layers_in_first_pipeline_stage=1,
         param_dtype="float32",
     )
-    strategy = megatron_strategy.MegatronStrategy(megatron, torch.device("cpu"), None)
+    trainable = sys.argv[8] == "trainable"  # the policy's strategy (DDP), else the reference model's
+    strategy = megatron_strategy.MegatronStrategy(
+        megatron, torch.device("cpu"), OptimizerConfig() if trainable else None
+    )
     model = strategy.prepare(hf)
     generator = torch.Generator().manual_seed(1)
     entries = []
     for rows, width in ((3, 11), (2, 8)):  # micro-batches of different shapes
         input_ids = torch.randint(0, config.vocab_size, (rows, width), generator=generator)
+        input_ids[-1, :4] = input_ids[-2, :4]  # a repeated prompt, as a GRPO group's samples have
         attention_mask = torch.ones_like(input_ids)
         attention_mask[0, :2] = 0
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         weights = torch.randn(rows, width - 4, generator=generator)
         entries.append((input_ids, attention_mask, position_ids, weights))
 
+    pack = sys.argv[7] == "packed"  # packed: each micro-batch is one sequence
+
     def body(entry, call):
         input_ids, attention_mask, position_ids, weights = entry
-        logprobs, _ = response_logprobs(call, input_ids, attention_mask, position_ids, 4)
+        logprobs, _ = response_logprobs(call, input_ids, attention_mask, position_ids, 4, share_prompts=pack, pack=pack)
         return (logprobs * weights).sum(), logprobs.detach()
 
-    def inputs(entry):
-        return entry[0], entry[1], entry[2]
+    def inputs(entry):  # what the workers' model_inputs gives the schedule
+        if pack:
+            return pack_rows(entry[0], entry[1], entry[2], 4, share_prompts=True).model_inputs()
+        return {"input_ids": entry[0], "attention_mask": entry[1], "position_ids": entry[2]}
 
     expected_logprobs, expected_loss = [], 0.0
     for entry in entries:
@@ -234,8 +210,11 @@ for name in cases:
     entry_report["forward_logprobs"] = max((a - b).abs().max().item() for a, b in zip(got, expected_logprobs))
     got = strategy.run_micro_batches(model, entries, body, forward_only=False, inputs=inputs)
     entry_report["train_logprobs"] = max((a - b).abs().max().item() for a, b in zip(got, expected_logprobs))
-    gpt = strategy.ddp_model
-    grads = {n: p.grad.detach().clone() for n, p in gpt.named_parameters() if p.grad is not None}
+    if trainable:  # the optimizer step's reduction, then megatron's gradient buffers
+        strategy.reduce_gradients()
+        grads = {n: p.main_grad.detach().clone() for n, p in strategy._gpt().named_parameters()}
+    else:
+        grads = {n: p.grad.detach().clone() for n, p in strategy._gpt().named_parameters() if p.grad is not None}
     from megatron.core import parallel_state
 
     ranks = [None] * world
@@ -245,8 +224,8 @@ for name in cases:
     for stage in range(world // tp):  # each stage's gradients gathered over its tensor-parallel ranks
         shards = sorted((where[1], shard, layers) for where, shard, layers in ranks if where[0] == stage)
         stages.append((gather_state([[shard for _, shard, _ in shards]]), shards[0][2]))
-    if config.tie_word_embeddings:
-        # what finalize_model_grads' embedding all-reduce does at optimizer_step: the tied copies' gradients add up
+    if config.tie_word_embeddings and not trainable:
+        # what reduce_gradients (finalize_model_grads) does in the trainable case: the tied copies' gradients add up
         stages[0][0][EMBEDDING] = stages[0][0][EMBEDDING] + stages[-1][0][OUTPUT]
     hf_grads = megatron_to_hf(merge_stage_states(stages, config.tie_word_embeddings), strategy.arch)
     worst = {}
@@ -270,29 +249,101 @@ if rank == 0:
     with open(f"{folder}/report.json", "w") as handle:
         json.dump(report, handle)
 dist.destroy_process_group()
-"""
+""",
+)
 
 
-def _run(tmp_path, world, configs, script_text=RANK_SCRIPT, extra=()):
-    for name, config in configs.items():
-        config.save_pretrained(tmp_path / name)
-    script = tmp_path / "rank.py"
-    script.write_text(script_text, encoding="utf-8")
-    port = str(free_port())
-    import json
+TRAINING_SCRIPT = (
+    FORWARD + STRATEGY + OPTIMIZER,
+    r"""
+from transformers import AutoConfig, AutoModelForCausalLM
+from megatron.core import parallel_state
+from skyrl_train.config.roles import MegatronConfig, OptimizerConfig
+from skyrl_train.models.logprobs import response_logprobs
+from skyrl_train.models.megatron_convert import gather_state, megatron_to_hf
 
-    names = json.dumps(sorted(configs))
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path), str(rank), str(world), port, names, *extra],
-            stderr=subprocess.PIPE,
-        )
-        for rank in range(world)
-    ]
-    for rank, process in enumerate(ranks):
-        _, stderr = process.communicate(timeout=600)
-        assert process.returncode == 0, f"rank {rank}: {stderr.decode()[-3000:]}"
-    return json.loads((tmp_path / "report.json").read_text())
+report = {}
+for name in cases:
+    config = AutoConfig.from_pretrained(f"{folder}/{name}")
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(config).float()
+    strategy = megatron_strategy.MegatronStrategy(
+        MegatronConfig(tensor_model_parallel_size=world, param_dtype="float32"), torch.device("cpu"), OptimizerConfig()
+    )
+    model = strategy.prepare(hf)
+    generator = torch.Generator().manual_seed(1)
+    entries = []
+    for rows in (3, 2):
+        input_ids = torch.randint(0, config.vocab_size, (rows, 10), generator=generator)
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[0, :3] = 0
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        entries.append((input_ids, attention_mask, position_ids, torch.randn(rows, 6, generator=generator)))
+
+    def body(entry, call):
+        logprobs, _ = response_logprobs(call, *entry[:3], 4)
+        return (logprobs * entry[3]).sum(), None
+
+    strategy.run_micro_batches(model, entries, body)
+    strategy.reduce_gradients()
+    expected = sum((response_logprobs(hf, *entry[:3], 4)[0] * entry[3]).sum() for entry in entries)
+    expected.backward()
+    grads = {n: p.main_grad.detach().clone() for n, p in strategy._gpt().named_parameters()}
+    parts = [None] * world
+    dist.all_gather_object(parts, grads, group=parallel_state.get_tensor_model_parallel_group())
+    hf_grads = megatron_to_hf(gather_state([parts]), strategy.arch)
+    worst = {}
+    for key, param in hf.named_parameters():
+        worst[key] = (hf_grads[key] - param.grad).abs().max().item() / max(param.grad.abs().max().item(), 1e-12)
+    worst_name = max(worst, key=worst.get)
+    report[name] = {"grad_worst": worst_name, "grad_relative": worst[worst_name]}
+    parallel_state.destroy_model_parallel()
+if rank == 0:
+    with open(f"{folder}/report.json", "w") as handle:
+        json.dump(report, handle)
+dist.destroy_process_group()
+""",
+)
+
+
+CHECKPOINT_SCRIPT = (
+    FORWARD + STRATEGY + SCHEDULE,
+    r"""
+from transformers import AutoConfig, AutoModelForCausalLM
+from skyrl_train.config.roles import MegatronConfig
+from megatron.core import parallel_state
+
+report = {}
+for name in cases:
+    config = AutoConfig.from_pretrained(f"{folder}/{name}")
+    tp = int(sys.argv[6])
+    megatron = MegatronConfig(
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=world // tp, param_dtype="float32"
+    )
+    strategies = []
+    for seed in (0, 1):  # two different models: the second loads the first's checkpoint
+        torch.manual_seed(seed)
+        strategy = megatron_strategy.MegatronStrategy(megatron, torch.device("cpu"), None)
+        strategy.prepare(AutoModelForCausalLM.from_config(config).float())
+        strategies.append(strategy)
+    saved, loaded = strategies
+    saved.save_checkpoint(f"{folder}/{name}_ckpt", extra={"step": 3})
+    before = {k: v.clone() for k, v in loaded._gpt().state_dict().items() if not k.endswith("_extra_state")}
+    extra = loaded.load_checkpoint(f"{folder}/{name}_ckpt")
+    expected = saved._gpt().state_dict()
+    after = loaded._gpt().state_dict()
+    report[name] = {
+        "extra": extra,
+        "differed_before": any(not torch.equal(before[k], expected[k]) for k in before),
+        "equal_after": all(torch.equal(after[k], expected[k]) for k in before),
+    }
+    parallel_state.destroy_model_parallel()
+if rank == 0:
+    with open(f"{folder}/report.json", "w") as handle:
+        json.dump(report, handle)
+dist.destroy_process_group()
+""",
+)
 
 
 # float32 on both sides; the two models sum the same products in different orders (fused QKV, [gate; up], a
@@ -309,7 +360,7 @@ def _check(report):
             assert entry["grad_relative"] <= GRAD_TOLERANCE, (name, entry)
 
 
-def test_one_rank_every_family_matches_the_hf_model(tmp_path, tiny_hf_config):
+def test_one_rank_every_family_matches_the_hf_model(megatron_on_cpu, tmp_path, tiny_hf_config):
     pytest.importorskip("megatron.core")
     configs = {
         "qwen2": tiny_hf_config("qwen2"),
@@ -319,12 +370,15 @@ def test_one_rank_every_family_matches_the_hf_model(tmp_path, tiny_hf_config):
         "qwen2_moe_shared_expert": tiny_hf_config("qwen2_moe"),
         "mixtral": tiny_hf_config("mixtral"),
     }
-    _check(_run(tmp_path, 1, configs))
+    _check(megatron_on_cpu.run(tmp_path, 1, configs, RANK_SCRIPT))
 
 
-def test_two_tensor_parallel_ranks_match_the_hf_model(tmp_path, tiny_hf_config):
+def test_two_tensor_parallel_ranks_match_the_hf_model(megatron_on_cpu, tmp_path, tiny_hf_config):
     pytest.importorskip("megatron.core")
-    report = _run(tmp_path, 2, {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe")})
+    # (Qwen3's q/k norm gradients are summed over the ranks at the optimizer step: see the training strategy's test)
+    report = megatron_on_cpu.run(
+        tmp_path, 2, {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe")}, RANK_SCRIPT
+    )
     _check(report)
     assert "grad_relative" in report["qwen2"]
     # Why the strategy refuses to train a MoE model over tensor-parallel ranks (check_moe_tensor_parallel): the
@@ -333,10 +387,12 @@ def test_two_tensor_parallel_ranks_match_the_hf_model(tmp_path, tiny_hf_config):
     assert "sequence parallelism" in report["qwen3_moe"]["train_mode"]
 
 
-def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_parallel_ranks(tmp_path, tiny_hf_config):
+def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_parallel_ranks(
+    megatron_on_cpu, tmp_path, tiny_hf_config
+):
     pytest.importorskip("megatron.core")
     configs = {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe", norm_topk_prob=True)}
-    report = _run(tmp_path, 2, configs, STRATEGY_SCRIPT)
+    report = megatron_on_cpu.run(tmp_path, 2, configs, STRATEGY_SCRIPT)
     for name, entry in report.items():
         assert entry["logits"] <= LOGIT_TOLERANCE, (name, entry)
         assert entry["eval_mode"], name  # forward-only roles run in eval mode (MoE over TP ranks needs it)
@@ -344,21 +400,57 @@ def test_the_forward_only_strategy_loads_gathers_and_exports_over_two_tensor_par
         assert entry["keys_equal"] and entry["gathered_exact"] and entry["export_exact"], (name, entry)
 
 
-@pytest.mark.parametrize(("world", "tp"), [(2, 1), (4, 2)], ids=["pp2", "tp2xpp2"])
-def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(tmp_path, tiny_hf_config, world, tp):
+@pytest.mark.parametrize(
+    ("world", "tp", "layout", "role"),
+    [(2, 1, "padded", "ref"), (4, 2, "padded", "ref"), (2, 1, "packed", "ref"), (2, 1, "padded", "trainable")],
+    ids=["pp2", "tp2xpp2", "pp2-packed", "pp2-trainable"],
+)
+def test_two_pipeline_stages_give_the_hf_log_probs_gradients_and_weights(
+    megatron_on_cpu, tmp_path, tiny_hf_config, world, tp, layout, role
+):
     """`pipeline_model_parallel_size=2` with an uneven first stage (1 of 3 layers), alone and with 2 tensor-parallel
-    ranks per stage (4 ranks, megatron-core's rank order), run by the forward-only strategy through megatron-core's
-    1F1B schedule over gloo: the worker-style bodies run on the last stage, every stage gets
-    their log-probs, the gradients of every stage (the tied embedding's two copies summed, as the optimizer step's
-    `finalize_model_grads` does) equal the HF model's, and the weights gather back exactly."""
+    ranks per stage (4 ranks, megatron-core's rank order), run through megatron-core's 1F1B schedule over gloo: the
+    worker-style bodies run on the last stage, every stage gets their log-probs, the gradients of every stage equal
+    the HF model's, and the weights gather back exactly. `ref`: the forward-only strategy, its tied embedding's two
+    gradients summed here; `trainable`: the policy's strategy (DDP, the optimizer a stand-in), whose
+    `reduce_gradients` must sum them itself. `packed`: each micro-batch runs as one packed sequence (a repeated prompt
+    packed once) through the stages."""
     pytest.importorskip("megatron.core")
     configs = {
         "qwen2": tiny_hf_config("qwen2", num_hidden_layers=3),
         "llama_tied": tiny_hf_config("llama", num_hidden_layers=3, tie_word_embeddings=True),
     }
-    report = _run(tmp_path, world, configs, PIPELINE_SCRIPT, extra=(str(tp),))
+    report = megatron_on_cpu.run(tmp_path, world, configs, PIPELINE_SCRIPT, extra=(str(tp), layout, role))
     for name, entry in report.items():
         assert entry["stage_layers"] == [0, 1], (name, entry)  # rank 0 is the first stage, holding 1 layer
         assert entry["forward_logprobs"] <= 1e-5 and entry["train_logprobs"] <= 1e-5, (name, entry)
         assert entry["grad_relative"] <= GRAD_TOLERANCE, (name, entry)
         assert entry["gathered_exact"] and entry["export_exact"], (name, entry)
+
+
+def test_the_training_strategy_reduces_gradients_over_tensor_parallel_ranks(megatron_on_cpu, tmp_path, tiny_hf_config):
+    """The trainable `MegatronStrategy` at tp=2 (its DDP wrapper and gradient buffers; only the distributed optimizer
+    is a stand-in, see the script): after the micro-batches' backward passes, `reduce_gradients` (every optimizer
+    step's first act) leaves in megatron's gradient buffers what the HF model gets. Qwen3's q/k norms are shared by
+    heads the two ranks split, so each rank's backward gives only part of their gradient: without the
+    tensor-parallel sum of `finalize_model_grads` they are off by more than their size."""
+    pytest.importorskip("megatron.core")
+    configs = {"qwen3": tiny_hf_config("qwen3"), "qwen2": tiny_hf_config("qwen2")}
+    report = megatron_on_cpu.run(tmp_path, 2, configs, TRAINING_SCRIPT)
+    for name, entry in report.items():
+        assert entry["grad_relative"] <= GRAD_TOLERANCE, (name, entry)
+
+
+@pytest.mark.parametrize(("world", "tp"), [(2, 2), (2, 1)], ids=["tp2", "pp2"])
+def test_the_model_checkpoint_round_trips_through_dist_checkpointing(
+    megatron_on_cpu, tmp_path, tiny_hf_config, world, tp
+):
+    """`save_checkpoint` / `load_checkpoint` of the model (the forward-only strategy: the optimizer's sharded state
+    needs CUDA) with megatron-core's `dist_checkpointing` over 2 tensor-parallel ranks or 2 pipeline stages: a second,
+    differently initialised model gets the first one's weights back exactly, and the saved `extra` with them."""
+    pytest.importorskip("megatron.core")
+    configs = {"qwen3": tiny_hf_config("qwen3"), "llama_tied": tiny_hf_config("llama", tie_word_embeddings=True)}
+    report = megatron_on_cpu.run(tmp_path, world, configs, CHECKPOINT_SCRIPT, extra=(str(tp),))
+    for name, entry in report.items():
+        assert entry["differed_before"] and entry["equal_after"], (name, entry)
+        assert entry["extra"] == {"step": 3}, (name, entry)

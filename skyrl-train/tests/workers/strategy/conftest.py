@@ -1,0 +1,119 @@
+"""Fixtures of the strategy tests: megatron-core's model and strategies on CPU ranks over gloo (`megatron_on_cpu`)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skyrl_train.workers.distributed import free_port
+
+RANK_ARGUMENTS = r"""
+import contextlib, functools, json, sys, warnings
+warnings.filterwarnings("ignore")
+import torch
+import torch.distributed as dist
+
+folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+cases = json.loads(sys.argv[5])
+"""
+
+CUDA_CALL_STAND_INS = r"""
+# --- stand-ins for the CUDA-only calls of megatron-core's forward (see test_megatron_forward.py's docstring) ---
+torch.cuda.current_device = lambda: "cpu"
+torch.cuda.synchronize = lambda *args, **kwargs: None
+from megatron.core.tensor_parallel import random as megatron_random
+megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
+"""
+
+JOIN = r"""
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+"""
+
+STRATEGY_STAND_INS = r"""
+# --- and of the forward-only strategy's prepare ---
+torch.cuda.set_device = lambda *args, **kwargs: None
+torch.nn.Module.cuda = lambda self, *args, **kwargs: self
+torch.Tensor.cuda = lambda self, *args, **kwargs: self
+megatron_random.CudaRNGStatesTracker.add = lambda self, name, seed: None
+import skyrl_train.workers.strategy.megatron as megatron_strategy
+megatron_strategy.require_megatron_runtime = lambda device: None
+"""
+
+SCHEDULE_STAND_INS = r"""
+# --- and of the pipeline schedule, which allocates a few bookkeeping tensors with device="cuda" ---
+def _on_cpu(factory):
+    @functools.wraps(factory)
+    def wrapped(*args, **kwargs):
+        if str(kwargs.get("device", "")).startswith("cuda"):
+            kwargs["device"] = "cpu"
+        return factory(*args, **kwargs)
+
+    return wrapped
+
+
+for _name in ("tensor", "empty", "zeros", "ones", "full"):
+    setattr(torch, _name, _on_cpu(getattr(torch, _name)))
+"""
+
+OPTIMIZER_STAND_IN = r"""
+# --- and the distributed optimizer, which cannot be built on CPU (it checks for torch.cuda.FloatTensor parameters):
+# a trainable strategy's prepare gets None; its DDP wrapper, gradient buffers and gradient reduction are megatron-core's
+import megatron.core.optimizer as megatron_optimizer
+megatron_optimizer.get_megatron_optimizer = lambda *args, **kwargs: None
+"""
+
+PARTS = {
+    "join": JOIN,
+    "cuda": CUDA_CALL_STAND_INS,
+    "strategy": STRATEGY_STAND_INS,
+    "schedule": SCHEDULE_STAND_INS,
+    "optimizer": OPTIMIZER_STAND_IN,
+}
+"""The stand-in preambles a rank script can ask for by name, in the order given."""
+
+
+LAUNCHER = """import runpy
+
+if __name__ == "__main__":
+    runpy.run_path({body!r}, run_name="rank_body")
+"""
+
+
+class MegatronOnCpu:
+    """Runs a rank script on `world` CPU processes: its arguments (`folder rank world port cases *extra`), the
+    stand-ins it names, then its body; the script writes `report.json` into `folder` (rank 0) for the test."""
+
+    def run(
+        self, folder: Path, world: int, configs: dict[str, Any], script: tuple[tuple[str, ...], str], extra=()
+    ) -> dict:
+        """Save `configs` (HF configs) under `folder`, run the script's ranks and return rank 0's report."""
+        parts, body = script
+        for name, config in configs.items():
+            config.save_pretrained(folder / name)
+        body_path = folder / "rank_body.py"
+        body_path.write_text(RANK_ARGUMENTS + "".join(PARTS[part] for part in parts) + body, encoding="utf-8")
+        # the body runs from a guarded launcher: megatron's checkpoint writer starts a multiprocessing manager, whose
+        # spawned child imports the main module again
+        path = folder / "rank.py"
+        path.write_text(LAUNCHER.format(body=str(body_path)), encoding="utf-8")
+        port, names = str(free_port()), json.dumps(sorted(configs))
+        ranks = [
+            subprocess.Popen(
+                [sys.executable, str(path), str(folder), str(rank), str(world), port, names, *extra],
+                stderr=subprocess.PIPE,
+            )
+            for rank in range(world)
+        ]
+        for rank, process in enumerate(ranks):
+            _, stderr = process.communicate(timeout=600)
+            assert process.returncode == 0, f"rank {rank}: {stderr.decode()[-3000:]}"
+        return json.loads((folder / "report.json").read_text())
+
+
+@pytest.fixture
+def megatron_on_cpu() -> MegatronOnCpu:
+    """Runs megatron-core rank scripts on CPU ranks (`MegatronOnCpu.run`)."""
+    return MegatronOnCpu()
