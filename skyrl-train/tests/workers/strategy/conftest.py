@@ -18,6 +18,22 @@ import torch.distributed as dist
 
 folder, rank, world, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 cases = json.loads(sys.argv[5])
+
+
+def write_report(report):
+    # rank 0's report is what the test reads
+    if rank == 0:
+        with open(f"{folder}/report.json", "w") as handle:
+            json.dump(report, handle)
+
+
+def worst_gradient(hf, hf_grads):
+    # (name, relative error) of the HF parameter whose .grad is furthest from hf_grads[name], relative to its size
+    worst = {}
+    for key, param in hf.named_parameters():
+        worst[key] = (hf_grads[key] - param.grad).abs().max().item() / max(param.grad.abs().max().item(), 1e-12)
+    name = max(worst, key=worst.get)
+    return name, worst[name]
 """
 
 CUDA_CALL_STAND_INS = r"""
@@ -26,6 +42,23 @@ torch.cuda.current_device = lambda: "cpu"
 torch.cuda.synchronize = lambda *args, **kwargs: None
 from megatron.core.tensor_parallel import random as megatron_random
 megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
+
+
+def hf_and_gpt(name):
+    # the HF model of case `name` (seed 0, float32), its arch, and this tensor-parallel rank's GPTModel holding its
+    # weights (every rank of the world is one tensor-parallel group)
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from skyrl_train.models.megatron_convert import arch_from_hf_config, hf_to_megatron, shard_state
+    from skyrl_train.workers.strategy.megatron_model import build_gpt_model
+
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(f"{folder}/{name}")).float()
+    arch = arch_from_hf_config(hf.config)
+    _, gpt = build_gpt_model(arch, torch.float32, tensor_parallel_size=world, use_cpu_initialization=True)
+    local = shard_state(hf_to_megatron(hf.state_dict(), arch, world), world, rank)
+    local.update({n: v for n, v in gpt.state_dict().items() if n.endswith("._extra_state")})
+    gpt.load_state_dict(local, strict=True)
+    return hf, arch, gpt
 """
 
 JOIN = r"""

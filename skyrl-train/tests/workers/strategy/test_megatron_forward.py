@@ -39,24 +39,13 @@ RANK_SCRIPT = (
     FORWARD,
     r"""
 from megatron.core import parallel_state
-from transformers import AutoModelForCausalLM, AutoConfig
-from skyrl_train.models.megatron_convert import (
-    arch_from_hf_config, gather_state, hf_to_megatron, megatron_to_hf, shard_state, strip_extra_state,
-)
-from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM, build_gpt_model
+from skyrl_train.models.megatron_convert import gather_state, megatron_to_hf
+from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM
 
 parallel_state.initialize_model_parallel(tensor_model_parallel_size=world)
 report = {}
 for name in cases:
-    config = AutoConfig.from_pretrained(f"{folder}/{name}")
-    torch.manual_seed(0)
-    hf = AutoModelForCausalLM.from_config(config).float()
-    arch = arch_from_hf_config(config)
-    _, gpt = build_gpt_model(arch, torch.float32, tensor_parallel_size=world, use_cpu_initialization=True)
-    own = gpt.state_dict()
-    local = shard_state(hf_to_megatron(hf.state_dict(), arch, world), world, rank)
-    local.update({n: v for n, v in own.items() if n.endswith("._extra_state")})
-    gpt.load_state_dict(local, strict=True)
+    hf, arch, gpt = hf_and_gpt(name)
     generator = torch.Generator().manual_seed(1)
     input_ids = torch.randint(0, arch.vocab_size, (3, 12), generator=generator)
     attention_mask = torch.ones_like(input_ids)
@@ -86,16 +75,9 @@ for name in cases:
     parts = [None] * world
     dist.all_gather_object(parts, grads)
     hf_grads = megatron_to_hf(gather_state([parts]), arch)
-    worst = {}
-    for key, param in hf.named_parameters():
-        difference = (hf_grads[key] - param.grad).abs().max().item()
-        worst[key] = difference / max(param.grad.abs().max().item(), 1e-12)
-    entry["grad_worst"] = max(worst, key=worst.get)
-    entry["grad_relative"] = worst[entry["grad_worst"]]
+    entry["grad_worst"], entry["grad_relative"] = worst_gradient(hf, hf_grads)
     report[name] = entry
-if rank == 0:
-    with open(f"{folder}/report.json", "w") as handle:
-        json.dump(report, handle)
+write_report(report)
 parallel_state.destroy_model_parallel()
 dist.destroy_process_group()
 """,
@@ -139,9 +121,7 @@ for name in cases:
     else:
         entry["other_ranks_get_nothing"] = gathered == {}
     report[name] = entry
-if rank == 0:
-    with open(f"{folder}/report.json", "w") as handle:
-        json.dump(report, handle)
+write_report(report)
 dist.destroy_process_group()
 """,
 )
@@ -228,11 +208,7 @@ for name in cases:
         # what reduce_gradients (finalize_model_grads) does in the trainable case: the tied copies' gradients add up
         stages[0][0][EMBEDDING] = stages[0][0][EMBEDDING] + stages[-1][0][OUTPUT]
     hf_grads = megatron_to_hf(merge_stage_states(stages, config.tie_word_embeddings), strategy.arch)
-    worst = {}
-    for key, param in hf.named_parameters():
-        worst[key] = (hf_grads[key] - param.grad).abs().max().item() / max(param.grad.abs().max().item(), 1e-12)
-    entry_report["grad_worst"] = max(worst, key=worst.get)
-    entry_report["grad_relative"] = worst[entry_report["grad_worst"]]
+    entry_report["grad_worst"], entry_report["grad_relative"] = worst_gradient(hf, hf_grads)
     gathered = strategy.full_state_dict()
     strategy.save_hf_model(f"{folder}/{name}_export")
     if rank == 0:
@@ -245,9 +221,7 @@ for name in cases:
         )
     report[name] = entry_report
     parallel_state.destroy_model_parallel()  # the next model builds its own stages
-if rank == 0:
-    with open(f"{folder}/report.json", "w") as handle:
-        json.dump(report, handle)
+write_report(report)
 dist.destroy_process_group()
 """,
 )
@@ -292,15 +266,10 @@ for name in cases:
     parts = [None] * world
     dist.all_gather_object(parts, grads, group=parallel_state.get_tensor_model_parallel_group())
     hf_grads = megatron_to_hf(gather_state([parts]), strategy.arch)
-    worst = {}
-    for key, param in hf.named_parameters():
-        worst[key] = (hf_grads[key] - param.grad).abs().max().item() / max(param.grad.abs().max().item(), 1e-12)
-    worst_name = max(worst, key=worst.get)
-    report[name] = {"grad_worst": worst_name, "grad_relative": worst[worst_name]}
+    worst_name, worst_relative = worst_gradient(hf, hf_grads)
+    report[name] = {"grad_worst": worst_name, "grad_relative": worst_relative}
     parallel_state.destroy_model_parallel()
-if rank == 0:
-    with open(f"{folder}/report.json", "w") as handle:
-        json.dump(report, handle)
+write_report(report)
 dist.destroy_process_group()
 """,
 )
@@ -338,9 +307,7 @@ for name in cases:
         "equal_after": all(torch.equal(after[k], expected[k]) for k in before),
     }
     parallel_state.destroy_model_parallel()
-if rank == 0:
-    with open(f"{folder}/report.json", "w") as handle:
-        json.dump(report, handle)
+write_report(report)
 dist.destroy_process_group()
 """,
 )

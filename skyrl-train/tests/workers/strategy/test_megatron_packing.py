@@ -21,22 +21,13 @@ PACKED_SCRIPT = (
     ("join", "cuda"),
     r"""
 from megatron.core import parallel_state
-from transformers import AutoConfig, AutoModelForCausalLM
 from skyrl_train.models.logprobs import response_logprobs
-from skyrl_train.models.megatron_convert import arch_from_hf_config, hf_to_megatron, shard_state
-from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM, build_gpt_model
+from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM
 
 parallel_state.initialize_model_parallel(tensor_model_parallel_size=world)
 report = {}
 for name in cases:
-    config = AutoConfig.from_pretrained(f"{folder}/{name}")
-    torch.manual_seed(0)
-    hf = AutoModelForCausalLM.from_config(config).float()
-    arch = arch_from_hf_config(config)
-    _, gpt = build_gpt_model(arch, torch.float32, tensor_parallel_size=world, use_cpu_initialization=True)
-    local = shard_state(hf_to_megatron(hf.state_dict(), arch, world), world, rank)
-    local.update({n: v for n, v in gpt.state_dict().items() if n.endswith("._extra_state")})
-    gpt.load_state_dict(local, strict=True)
+    hf, arch, gpt = hf_and_gpt(name)
     model = MegatronCausalLM(gpt, arch.vocab_size)
     # [pad.. prompt | response ..pad] rows of varied lengths; rows 0-2 repeat one prompt (a GRPO group), row 3 has
     # no padding at all and row 4 a one-token response
@@ -77,9 +68,7 @@ for name in cases:
                 for n in padded_grads
             )
     report[name] = entry
-if rank == 0:
-    with open(f"{folder}/report.json", "w") as handle:
-        json.dump(report, handle)
+write_report(report)
 parallel_state.destroy_model_parallel()
 dist.destroy_process_group()
 """,
@@ -108,9 +97,7 @@ for name, setting in json.loads(sys.argv[6]).items():  # each worker on its own 
 
     parallel_state.destroy_model_parallel()
     dist.destroy_process_group()
-if rank == 0:
-    with open(f"{folder}/report.json", "w") as handle:
-        json.dump(report, handle)
+write_report(report)
 """,
 )
 
