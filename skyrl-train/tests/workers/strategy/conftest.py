@@ -44,9 +44,9 @@ from megatron.core.tensor_parallel import random as megatron_random
 megatron_random.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
 
 
-def hf_and_gpt(name):
+def hf_and_gpt(name, **options):
     # the HF model of case `name` (seed 0, float32), its arch, and this tensor-parallel rank's GPTModel holding its
-    # weights (every rank of the world is one tensor-parallel group)
+    # weights (every rank of the world is one tensor-parallel group; `options`: build_gpt_model's, e.g. recompute)
     from transformers import AutoConfig, AutoModelForCausalLM
     from skyrl_train.models.megatron_convert import arch_from_hf_config, hf_to_megatron, shard_state
     from skyrl_train.workers.strategy.megatron_model import build_gpt_model
@@ -54,7 +54,7 @@ def hf_and_gpt(name):
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(f"{folder}/{name}")).float()
     arch = arch_from_hf_config(hf.config)
-    _, gpt = build_gpt_model(arch, torch.float32, tensor_parallel_size=world, use_cpu_initialization=True)
+    _, gpt = build_gpt_model(arch, torch.float32, tensor_parallel_size=world, use_cpu_initialization=True, **options)
     local = shard_state(hf_to_megatron(hf.state_dict(), arch, world), world, rank)
     local.update({n: v for n, v in gpt.state_dict().items() if n.endswith("._extra_state")})
     gpt.load_state_dict(local, strict=True)
@@ -91,6 +91,14 @@ for _name in ("tensor", "empty", "zeros", "ones", "full"):
     setattr(torch, _name, _on_cpu(getattr(torch, _name)))
 """
 
+RECOMPUTE_STAND_INS = r"""
+# --- and of activation recomputation (gradient checkpointing), which saves and restores the CUDA RNG states
+megatron_random._get_cuda_rng_state = lambda *args, **kwargs: torch.get_rng_state()
+megatron_random._set_cuda_rng_state = lambda *args, **kwargs: None
+megatron_random.CudaRNGStatesTracker.get_states = lambda self: {}
+megatron_random.CudaRNGStatesTracker.set_states = lambda self, states: None
+"""
+
 OPTIMIZER_STAND_IN = r"""
 # --- and the distributed optimizer, which cannot be built on CPU (it checks for torch.cuda.FloatTensor parameters):
 # a trainable strategy's prepare gets None; its DDP wrapper, gradient buffers and gradient reduction are megatron-core's
@@ -104,6 +112,7 @@ PARTS = {
     "strategy": STRATEGY_STAND_INS,
     "schedule": SCHEDULE_STAND_INS,
     "optimizer": OPTIMIZER_STAND_IN,
+    "recompute": RECOMPUTE_STAND_INS,
 }
 """The stand-in preambles a rank script can ask for by name, in the order given."""
 

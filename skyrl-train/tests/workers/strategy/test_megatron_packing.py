@@ -18,7 +18,7 @@ GRAD_TOLERANCE = 1e-4
 
 
 PACKED_SCRIPT = (
-    ("join", "cuda"),
+    ("join", "cuda", "recompute"),
     r"""
 from megatron.core import parallel_state
 from skyrl_train.models.logprobs import response_logprobs
@@ -27,7 +27,7 @@ from skyrl_train.workers.strategy.megatron_model import MegatronCausalLM
 parallel_state.initialize_model_parallel(tensor_model_parallel_size=world)
 report = {}
 for name in cases:
-    hf, arch, gpt = hf_and_gpt(name)
+    hf, arch, gpt = hf_and_gpt(name, recompute=sys.argv[6] == "recompute")  # gradient checkpointing
     model = MegatronCausalLM(gpt, arch.vocab_size)
     # [pad.. prompt | response ..pad] rows of varied lengths; rows 0-2 repeat one prompt (a GRPO group), row 3 has
     # no padding at all and row 4 a one-token response
@@ -102,19 +102,21 @@ write_report(report)
 )
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_packed_rows_give_the_padded_log_probs_and_gradients(megatron_on_cpu, tmp_path, tiny_hf_config, tp):
+@pytest.mark.parametrize(("tp", "recompute"), [(1, False), (2, False), (1, True)], ids=["tp1", "tp2", "tp1-recompute"])
+def test_packed_rows_give_the_padded_log_probs_and_gradients(megatron_on_cpu, tmp_path, tiny_hf_config, tp, recompute):
     """`trainer.remove_microbatch_padding` on the Megatron model: rows of varied lengths packed into one sequence
     (position ids restarting per row, attention kept inside each row, a repeated prompt packed once or not) give the
     padded forward's log-probs, and the same loss gives the same gradients, at tp=1 (dense, tied, MoE) and tp=2.
     Both sides are megatron-core's model in float32 with different attention kernels (SDPA over segments vs
     megatron's masked softmax), so they agree to float rounding; a row seeing another row's tokens, or a token
-    rotated by its packed index instead of its position, is off by 1e-2 or more."""
+    rotated by its packed index instead of its position, is off by 1e-2 or more. `recompute`: with megatron's activation
+    recomputation (`gradient_checkpointing`, on by default for the policy), which reruns each layer's forward, packed
+    arguments included, in the backward pass (3 more stand-ins: the CUDA RNG states it saves and restores)."""
     pytest.importorskip("megatron.core")
     configs = {"qwen2": tiny_hf_config("qwen2"), "qwen3_moe": tiny_hf_config("qwen3_moe")}
     if tp == 1:
         configs["llama_tied"] = tiny_hf_config("llama", tie_word_embeddings=True)
-    report = megatron_on_cpu.run(tmp_path, tp, configs, PACKED_SCRIPT)
+    report = megatron_on_cpu.run(tmp_path, tp, configs, PACKED_SCRIPT, extra=("recompute" if recompute else "plain",))
     for name, entry in report.items():
         trainable = not (name == "qwen3_moe" and tp > 1)
         assert entry["grad_tensors"] > 0 or not trainable, (name, entry)
