@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModelForTokenClassification, PreTrained
 
 from skyrl_train.algorithms.masked import masked_count, masked_mean
 from skyrl_train.algorithms.value_loss import value_loss
-from skyrl_train.models.packing import pack_rows, packed_token_scores
+from skyrl_train.models.packing import packed_token_scores
 from skyrl_train.models.ulysses import sharded_token_scores
 from skyrl_train.training_batch import TrainingBatch
 from skyrl_train.utils.compute_clock import timed_compute
@@ -60,10 +60,7 @@ class CriticWorker(BaseWorker):
         model = self.model if model is None else model
         batch = micro.batch
         if self.packs_rows:
-            share = self.cfg.trainer.share_prompt_forward
-            packed = pack_rows(
-                batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share_prompts=share
-            )
+            packed = self.pack_micro_batch(batch)
             if self.sequence_group is not None:
                 return sharded_token_scores(model, packed, self.sequence_group)
             return packed_token_scores(model, packed)

@@ -20,7 +20,13 @@ from skyrl_train.config.auto_settings import resolved
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.loading import load_causal_lm, load_tokenizer, resolve_dtype
 from skyrl_train.models.lora import LoRASettings, apply_lora
-from skyrl_train.models.packing import describe_kernel, enable_packed_attention, pack_rows, packing_support
+from skyrl_train.models.packing import (
+    PackedRows,
+    describe_kernel,
+    enable_packed_attention,
+    pack_rows,
+    packing_support,
+)
 from skyrl_train.training_batch import TrainingBatch, on_wire
 from skyrl_train.utils.compute_clock import ComputeClock, timed_compute
 from skyrl_train.utils.memory import read_rss
@@ -289,17 +295,21 @@ class BaseWorker(ChannelHost):
 
     # ----- micro-batches ------------------------------------------------------------------------------------------
 
+    def pack_micro_batch(self, batch: TrainingBatch) -> PackedRows:
+        """A micro-batch's rows as one packed sequence, each distinct prompt packed once under
+        `trainer.share_prompt_forward` (the layout every packed forward of this worker runs)."""
+        share = self.cfg.trainer.share_prompt_forward
+        return pack_rows(
+            batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share_prompts=share
+        )
+
     def model_inputs(self, entry: tuple[list[int], TrimmedMicroBatch]) -> dict[str, Any]:
         """The keyword arguments a micro-batch body passes to the model, for strategies that run the model themselves
         (Megatron's pipeline stages): the padded rows, or their packed sequence when this worker packs (with each
         distinct prompt packed once under `trainer.share_prompt_forward`, as the bodies pack it)."""
         batch = entry[1].batch
         if self.packs_rows:
-            share = self.cfg.trainer.share_prompt_forward
-            packed = pack_rows(
-                batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share_prompts=share
-            )
-            return packed.model_inputs()
+            return self.pack_micro_batch(batch).model_inputs()
         return {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
