@@ -27,7 +27,10 @@ MEGATRON = [
 ]
 
 REFUSALS = {  # overrides -> the feature the counter reports
-    "LoRA on megatron": ([*MEGATRON, "trainer.policy.model.lora.rank=8"], "LoRA on the Megatron workers"),
+    "LoRA dropout on megatron": (
+        [*MEGATRON, "trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.dropout=0.1"],
+        "LoRA dropout on the Megatron workers",
+    ),
     "context parallelism": (
         [*MEGATRON, "trainer.policy.megatron.context_parallel_size=2"],
         "trainer.<role>.megatron.context_parallel_size (not supported yet)",
@@ -74,7 +77,7 @@ def test_a_feature_refusal_counts_as_refused_by_name_with_its_feature(case):
 
 
 def test_a_plain_config_error_beside_a_refusal_is_another_failure():
-    overrides, _ = REFUSALS["LoRA on megatron"]
+    overrides, _ = REFUSALS["LoRA dropout on megatron"]
     message, _ = _message([*overrides, "trainer.policy_mini_batch_size=7"])
     assert not counter._refused_by_name(message)
     call = counter.Call("skyrl_train.entrypoints.main_base", [], exit_code=2, message=message)

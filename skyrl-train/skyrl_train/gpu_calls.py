@@ -134,6 +134,7 @@ GPU_MODULES: tuple[GpuModule, ...] = (
     ),
     GpuModule(TRAIN + "workers/strategy/megatron_model.py", ("megatron", "torch.cuda")),
     GpuModule(TRAIN + "workers/strategy/megatron_packing.py", ("megatron",)),
+    GpuModule(TRAIN + "workers/strategy/megatron_lora.py", ("megatron",)),
     GpuModule(
         TRAIN + "workers/strategy/megatron_schedule.py",
         ("megatron",),
@@ -402,6 +403,13 @@ CALLS: tuple[LibraryCall, ...] = (
         "megatron.core.parallel_state.get_pipeline_model_parallel_group",
     ),
     *_calls(TRAIN + "workers/strategy/megatron_packing.py", "megatron.core.packed_seq_params.PackedSeqParams"),
+    *_calls(
+        TRAIN + "workers/strategy/megatron_lora.py",
+        "megatron.core.tensor_parallel.mappings.copy_to_tensor_model_parallel_region",
+        "megatron.core.tensor_parallel.mappings.reduce_from_tensor_model_parallel_region",
+        "megatron.core.transformer.utils.make_sharded_tensors_for_checkpoint",
+        "megatron.core.tensor_parallel.layers.set_tensor_model_parallel_attributes",
+    ),
     *_calls(
         TRAIN + "workers/strategy/megatron_model.py",
         (

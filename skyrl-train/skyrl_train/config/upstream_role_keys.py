@@ -13,7 +13,6 @@ MTP = "multi-token-prediction (MTP) heads and speculative decoding"
 """The feature upstream's MTP keys ask for."""
 
 _PROFILER = "the torch profiler"
-_MEGATRON_LORA = "LoRA on the Megatron strategy"
 
 
 def role_rules(role: str) -> dict[str, Rule]:
@@ -124,8 +123,17 @@ def _megatron_rules(role: str) -> dict[str, Rule]:
         f"{prefix}.hf_export_config.distributed_save": Fixed(
             OFF, "distributed Megatron HF exports", "one rank writes the export"
         ),
-        f"{prefix}.lora_config": Ignored(
-            _MEGATRON_LORA, f"trainer.{role}.model.lora.rank > 0 with trainer.strategy=megatron"
+        f"{prefix}.lora_config": Fixed((), "other Megatron LoRA settings", ""),
+        f"{prefix}.lora_config.lora_type": Fixed(
+            ("canonical_lora",),
+            "fused LoRA adapters (lora_type=lora: one adapter over q/k/v and one over gate/up)",
+            "one adapter per projection, as peft and vLLM name them (canonical_lora)",
+        ),
+        f"{prefix}.lora_config.merge_lora": Fixed(
+            (True, False),
+            "",
+            "each weight sync sends the adapters alone; the engines apply them on their base weights (vLLM's LoRA,"
+            " or merged by the hf engine)",
         ),
         optimizer_kwargs: Fixed(
             ({},), "megatron-core optimizer pass-through settings", "the distributed optimizer with its defaults"

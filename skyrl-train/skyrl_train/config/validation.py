@@ -350,7 +350,7 @@ def warn_unused_models(cfg: "SkyRLConfig") -> Iterator[str]:
 
 def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
     """With `trainer.strategy=megatron`: a CUDA device, only the roles the Megatron workers implement (policy and
-    ref, full fine-tuning), and parallel sizes that fit each role's workers."""
+    ref; LoRA on the policy without dropout), and parallel sizes that fit each role's workers."""
     if cfg.trainer.strategy != "megatron":
         return
     if cfg.trainer.device == "cpu":
@@ -359,13 +359,14 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
         yield "trainer.strategy=megatron does not run a critic yet: unset trainer.critic.model.path or use fsdp2"
     if cfg.needs_reward_model:
         yield "trainer.strategy=megatron does not run a reward model yet: unset reward.model.path or use fsdp2"
+    lora = cfg.trainer.policy.model.lora
+    if lora.rank > 0 and lora.dropout > 0:
+        yield (
+            f"trainer.policy.model.lora.dropout={lora.dropout}: LoRA dropout on the Megatron workers is not supported"
+            " here (tensor-parallel ranks would draw different masks); set it to 0"
+        )
     for role in ("policy", "ref") if cfg.needs_ref_model else ("policy",):
         section = getattr(cfg.trainer, role)
-        if section.model.lora.rank > 0:
-            yield (
-                f"trainer.{role}.model.lora.rank={section.model.lora.rank}: LoRA on the Megatron workers is not supported"
-                " here (not wired into them yet)"
-            )
         megatron, prefix = section.megatron, f"trainer.{role}.megatron"
         sizes = {
             name: getattr(megatron, name)

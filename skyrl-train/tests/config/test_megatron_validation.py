@@ -103,10 +103,15 @@ def test_uneven_stage_sizes_without_stages_or_below_one_are_refused_naming_the_k
 def test_roles_the_megatron_workers_do_not_run_are_refused():
     problems = _megatron_problems("trainer.critic.model.path=critic", "trainer.algorithm.advantage_estimator=gae")
     assert "trainer.strategy=megatron does not run a critic yet" in problems[0]
-    lora = _megatron_problems("trainer.policy.model.lora.rank=8")
-    assert any(
-        "trainer.policy.model.lora.rank=8: LoRA on the Megatron workers is not supported here" in p for p in lora
-    )
+
+
+def test_lora_on_the_megatron_policy_is_accepted_without_dropout():
+    assert _megatron_problems("trainer.policy.model.lora.rank=8") == []
+    problems = _megatron_problems("trainer.policy.model.lora.rank=8", "trainer.policy.model.lora.dropout=0.1")
+    assert problems == [
+        "trainer.policy.model.lora.dropout=0.1: LoRA dropout on the Megatron workers is not supported here"
+        " (tensor-parallel ranks would draw different masks); set it to 0"
+    ]
 
 
 def test_sequence_packing_is_accepted_on_megatron_both_ways():

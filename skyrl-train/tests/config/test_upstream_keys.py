@@ -4,7 +4,6 @@ whose switch is refused."""
 
 import pytest
 
-from skyrl_train.config import ConfigValidationError, SkyRLConfig
 from skyrl_train.config.errors import UnsupportedFeatureError
 from skyrl_train.config.overrides import Override
 from skyrl_train.config.upstream import same_value, translate_overrides
@@ -52,14 +51,5 @@ def test_ignored_settings_belong_to_a_feature_whose_switch_is_refused(upstream):
         assert _refused_example(_FIXED[key]) is not None, f"{upstream}: its switch {key} accepts every value"
     elif key in VALUE_RULES:  # a value of a shared key, refused by name
         assert any(isinstance(rule, Refuse) and given == value for given, rule in VALUE_RULES[key]), upstream
-    elif switch.endswith("lora.rank > 0 with trainer.strategy=megatron"):  # refused by the Megatron checks
-        role = upstream.split(".")[1]
-        with pytest.raises(
-            ConfigValidationError,
-            match=f"trainer.{role}.model.lora.rank=8: LoRA on the Megatron workers is not supported here",
-        ):
-            SkyRLConfig.from_cli_overrides(
-                ["trainer.strategy=megatron", f"trainer.{role}.model.lora.rank=8", "trainer.algorithm.use_kl_loss=true"]
-            )
     else:  # a registry name this project lacks, e.g. policy_loss_type=dppo
         assert value in {name for _, name in UPSTREAM_NAMES}, f"{upstream}: switch {switch!r} is not refused"

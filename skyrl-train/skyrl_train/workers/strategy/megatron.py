@@ -47,6 +47,14 @@ from skyrl_train.utils.pickle_guard import check_pickled_checkpoint
 from skyrl_train.utils.plain_values import to_jsonable
 from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
 from skyrl_train.workers.strategy.fsdp2 import move_optimizer_state
+from skyrl_train.workers.strategy.megatron_lora import (
+    AdapterLayout,
+    LoRABranch,
+    attach_adapters,
+    gather_adapters,
+    is_adapter_parameter,
+    merge_adapters,
+)
 from skyrl_train.workers.strategy.megatron_model import (
     MegatronCausalLM,
     build_gpt_model,
@@ -139,6 +147,12 @@ class MegatronStrategy:
         self._lr_holder: Optional[torch.optim.Optimizer] = None
         self.num_training_steps: Optional[int] = None
         self.optimizer_offloaded = False
+        self.adapters: list[LoRABranch] = []
+        """The LoRA adapters on this rank's model (`megatron_lora`), empty for a full fine-tune."""
+        self.peft_config: Any = None
+        """peft's `LoraConfig` of a LoRA model (written with its adapter exports)."""
+        self.merge_adapters_on_export = False
+        """`save_hf_model` of a LoRA model also writes the merged full model (`model.lora.merge_on_export`)."""
 
     @classmethod
     def from_section(
@@ -151,7 +165,10 @@ class MegatronStrategy:
     ) -> MegatronStrategy:
         """The strategy for a role's config section (`trainer.<role>`: its `megatron` settings); `seed` is the run's
         `trainer.seed`, which seeds megatron's model-parallel RNG tracker."""
-        return cls(section.megatron, device, optimizer, gradient_checkpointing, seed=seed)
+        strategy = cls(section.megatron, device, optimizer, gradient_checkpointing, seed=seed)
+        lora = getattr(getattr(section, "model", None), "lora", None)
+        strategy.merge_adapters_on_export = bool(lora is not None and lora.merge_on_export)
+        return strategy
 
     @property
     def rank(self) -> int:
@@ -172,7 +189,8 @@ class MegatronStrategy:
 
     def prepare(self, model: torch.nn.Module, num_training_steps: Optional[int] = None) -> MegatronCausalLM:
         """Build the Megatron model from the HF `model` (its config and weights), shard it and, for a trainable
-        role, build the distributed optimizer and the LR schedule."""
+        role, build the distributed optimizer and the LR schedule. A peft (LoRA) model's adapters move onto the
+        Megatron layers (`megatron_lora.attach_adapters`) and only they train."""
         from megatron.core import parallel_state, tensor_parallel
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
@@ -187,8 +205,8 @@ class MegatronStrategy:
                 tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=ep
             )
         tensor_parallel.model_parallel_cuda_manual_seed(self.seed)
-        self.hf_config = model.config
-        self.arch = arch_from_hf_config(model.config)
+        state, adapters = self._base_state_and_adapters(model)
+        self.arch = arch_from_hf_config(self.hf_config)
         check_tensor_parallel(self.arch, tp)
         check_moe_tensor_parallel(self.arch, tp, trainable=self.optimizer_config is not None)
         if ep > 1 and not self.arch.is_moe:
@@ -210,7 +228,7 @@ class MegatronStrategy:
             first_stage_layers=first_layers,
             last_stage_layers=last_layers,
         )
-        full = hf_to_megatron({k: v.float() for k, v in model.state_dict().items()}, self.arch, tp)
+        full = hf_to_megatron({k: v.float() for k, v in state.items()}, self.arch, tp)
         if pp > 1:
             full = stage_state(full, self.stage_layers, first_stage, last_stage, self.arch.tied_embeddings)
         local = shard_state(
@@ -224,8 +242,18 @@ class MegatronStrategy:
         local = {name: tensor.to(self.params_dtype) for name, tensor in local.items()}
         local.update({name: value for name, value in own.items() if name.endswith("._extra_state")})
         gpt.load_state_dict(local, strict=True)
+        if self.peft_config is not None:
+            layout = AdapterLayout(
+                self.arch.num_attention_heads,
+                self.arch.num_query_groups,
+                self.arch.head_dim,
+                tp,
+                parallel_state.get_tensor_model_parallel_rank(),
+                self.stage_layers,
+            )
+            self.adapters = attach_adapters(gpt, adapters, self.peft_config.lora_alpha, layout, self.params_dtype)
         gpt.cuda(self.device)
-        del full, model
+        del full, model, state, adapters
         if self.optimizer_config is None:
             gpt.eval()  # forward only; eval mode also lets a MoE model run over tensor-parallel ranks
             self.ddp_model = gpt
@@ -246,8 +274,31 @@ class MegatronStrategy:
             self._lr_holder = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=self.optimizer_config.lr)
             self.scheduler = build_scheduler(self._lr_holder, self.optimizer_config, num_training_steps)
             self.num_training_steps = num_training_steps
-        self.model = MegatronCausalLM(self.ddp_model, self.arch.vocab_size)
+        self.model = MegatronCausalLM(self.ddp_model, self.arch.vocab_size, self.adapters)
         return self.model
+
+    def _base_state_and_adapters(self, model: torch.nn.Module) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """The HF model's state dict and, for a peft model, its base weights (HF names) and adapter tensors (peft
+        names) apart; sets `hf_config` and `peft_config`."""
+        from skyrl_train.models.lora_state import base_model_name, is_adapter_name
+
+        peft_configs = getattr(model, "peft_config", None)
+        if not peft_configs:
+            self.hf_config = model.config
+            return model.state_dict(), {}
+        if len(peft_configs) != 1:
+            raise ValueError(f"the Megatron workers train one LoRA adapter; the model has {sorted(peft_configs)}")
+        self.peft_config = next(iter(peft_configs.values()))
+        if self.peft_config.lora_dropout:
+            raise ValueError(
+                f"trainer.<role>.model.lora.dropout={self.peft_config.lora_dropout}: LoRA dropout is not supported on"
+                " the Megatron workers (a dropout mask would differ between tensor-parallel ranks); set it to 0"
+            )
+        self.hf_config = model.get_base_model().config
+        state = model.state_dict()
+        adapters = {name: tensor for name, tensor in state.items() if is_adapter_name(name)}
+        base = {base_model_name(name): tensor for name, tensor in state.items() if not is_adapter_name(name)}
+        return base, adapters
 
     def _require_optimizer(self) -> Any:
         if self.optimizer is None:
@@ -340,7 +391,11 @@ class MegatronStrategy:
         groups ({} on other ranks; every rank must call this)."""
         from megatron.core import parallel_state
 
-        local = strip_extra_state(self._gpt().state_dict())
+        local = {
+            name: tensor
+            for name, tensor in strip_extra_state(self._gpt().state_dict()).items()
+            if not is_adapter_parameter(name)
+        }
         tp_group = parallel_state.get_tensor_model_parallel_group()
         tp_shards = [dict() for _ in range(dist.get_world_size(tp_group))]
         for name in sorted(local):
@@ -377,6 +432,22 @@ class MegatronStrategy:
         if self.rank != 0:
             return {}
         return megatron_to_hf(full, self.arch)
+
+    @property
+    def is_adapter_model(self) -> bool:
+        """True when the model trains LoRA adapters."""
+        return self.peft_config is not None
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """The LoRA adapters, whole, by peft name, on CPU on rank 0 ({} on the other ranks; every rank must call
+        this). Gathers nothing of the frozen base weights. A full fine-tune has no such subset: it raises."""
+        from megatron.core import parallel_state
+
+        if not self.is_adapter_model:
+            raise RuntimeError("trainable_state_dict: this Megatron model trains every weight; use full_state_dict")
+        pipeline = parallel_state.get_pipeline_model_parallel_group() if self.pipeline_stages > 1 else None
+        first = parallel_state.get_pipeline_model_parallel_first_rank() if pipeline is not None else 0
+        return gather_adapters(self.adapters, parallel_state.get_tensor_model_parallel_group(), pipeline, first)
 
     def _sharded_state(self, is_loading: bool = False) -> dict[str, Any]:
         model_state = self._gpt().sharded_state_dict()
@@ -439,15 +510,46 @@ class MegatronStrategy:
             return own["extra"]
 
     def save_hf_model(self, directory: str | os.PathLike[str], tokenizer: Any = None) -> None:
-        """Gather the weights and write a Hugging Face model folder (config, safetensors, tokenizer) from rank 0."""
-        from transformers import AutoModelForCausalLM
+        """Gather the weights and write a Hugging Face model folder (config, safetensors, tokenizer) from rank 0.
 
+        A LoRA model writes its adapter instead, as peft does (`adapter_config.json` + `adapter_model.safetensors`,
+        loadable with `PeftModel.from_pretrained(base, directory)`), and with `merge_adapters_on_export` also the merged
+        full model into `directory/merged`."""
+        if self.is_adapter_model:
+            self._save_adapter(directory, tokenizer)
+            return
         state = self.full_state_dict()
         if self.rank == 0:
-            with torch.device("meta"):
-                skeleton = AutoModelForCausalLM.from_config(self.hf_config)
             with local_directory_for_writing(directory) as local:
-                skeleton.save_pretrained(local, state_dict=state, safe_serialization=True)
+                self._save_full_model(local, state, tokenizer)
+        dist.barrier()
+
+    def _save_full_model(
+        self, directory: str | os.PathLike[str], state: dict[str, torch.Tensor], tokenizer: Any
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(self.hf_config)
+        skeleton.save_pretrained(directory, state_dict=state, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(directory)
+
+    def _save_adapter(self, directory: str | os.PathLike[str], tokenizer: Any) -> None:
+        from safetensors.torch import save_file
+
+        from skyrl_train.models.lora_state import unnamed_adapter_key
+
+        adapters = self.trainable_state_dict()
+        merged = self.full_state_dict() if self.merge_adapters_on_export else {}
+        if self.rank == 0:
+            with local_directory_for_writing(directory) as local:
+                self.peft_config.save_pretrained(local)
+                tensors = {unnamed_adapter_key(name): tensor.contiguous() for name, tensor in adapters.items()}
+                save_file(tensors, str(Path(local) / "adapter_model.safetensors"), metadata={"format": "pt"})
                 if tokenizer is not None:
                     tokenizer.save_pretrained(local)
+                if self.merge_adapters_on_export:
+                    merge_adapters(merged, adapters, self.peft_config.lora_alpha)
+                    self._save_full_model(Path(local) / "merged", merged, tokenizer)
         dist.barrier()

@@ -8,6 +8,8 @@ CPU (process groups over gloo, `use_cpu_initialization=True`), which the tests u
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from types import SimpleNamespace
 from typing import Any, Optional
 
@@ -254,10 +256,18 @@ class MegatronCausalLM(torch.nn.Module):
     returns an object with `.logits` [B, S, vocab] (vocab padding removed; only the `logits_to_keep` positions when
     given, as HF models do), so the workers' log-prob code runs unchanged."""
 
-    def __init__(self, module: torch.nn.Module, vocab_size: int) -> None:
+    def __init__(self, module: torch.nn.Module, vocab_size: int, adapters: Sequence[Any] = ()) -> None:
         super().__init__()
         self.module = module
         self.vocab_size = vocab_size
+        self._adapters = list(adapters)
+
+    def disable_adapter(self) -> AbstractContextManager[None]:
+        """A context in which the model runs without its LoRA adapters (peft's `disable_adapter`): the base model,
+        the reference policy of a LoRA run. Raises RuntimeError on a model without adapters."""
+        from skyrl_train.workers.strategy.megatron_lora import adapters_disabled
+
+        return adapters_disabled(self._adapters)
 
     def forward(
         self,

@@ -94,3 +94,36 @@ def test_logits_match_the_hf_model_and_a_step_moves_the_weights(nccl_world_of_on
     reloaded = type(hf).from_pretrained(tmp_path / "hf").cuda().eval()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits[real], model(**batch).logits[real], rtol=1e-4, atol=1e-4)
+
+
+def test_a_lora_step_moves_the_adapters_only_and_its_optimizer_state_round_trips(nccl_world_of_one, tmp_path):
+    from skyrl_train.models.lora import LoRASettings, apply_lora
+
+    peft = apply_lora(build_tiny_model(WarmStartSettings().model_spec, seed=2), LoRASettings(rank=4, alpha=8))
+    strategy = _strategy()
+    model = strategy.prepare(peft, num_training_steps=4)
+    batch = _batch(peft.get_base_model().config.vocab_size, "cuda")
+    real = batch["attention_mask"].bool()
+    base_before = strategy.full_state_dict()
+    adapters_before = strategy.trainable_state_dict()
+
+    def step():
+        logits = model(**batch).logits
+        strategy.backward(torch.nn.functional.cross_entropy(logits[real][:-1], batch["input_ids"][real][1:]))
+        return strategy.optimizer_step()
+
+    assert step() > 0
+    adapters_after = strategy.trainable_state_dict()
+    assert any(not torch.equal(adapters_before[k], adapters_after[k]) for k in adapters_before if "lora_B" in k)
+    base_after = strategy.full_state_dict()
+    assert all(torch.equal(base_before[k], base_after[k]) for k in base_before)  # the base is frozen
+
+    strategy.save_checkpoint(tmp_path / "ckpt")
+    step()
+    strategy.load_checkpoint(tmp_path / "ckpt")
+    restored = strategy.trainable_state_dict()
+    assert all(torch.equal(restored[k], adapters_after[k]) for k in adapters_after)
+    with torch.no_grad(), model.disable_adapter(), peft.cuda().disable_adapter():
+        base_logits = model(**batch).logits
+        expected = peft(**batch).logits
+    torch.testing.assert_close(base_logits[real], expected[real], rtol=1e-4, atol=1e-4)
