@@ -188,13 +188,13 @@ MEGATRON_OPTIMIZER_KWARGS = (
 
 TRANSFORMER_CONFIG_KWARGS = (
     "activation_func", "add_bias_linear", "add_qkv_bias", "apply_rope_fusion", "attention_dropout", "bf16",
-    "bias_dropout_fusion", "expert_model_parallel_size", "ffn_hidden_size", "fp16", "gated_linear_unit",
+    "bias_dropout_fusion", "expert_model_parallel_size", "expert_tensor_parallel_size", "ffn_hidden_size", "fp16", "gated_linear_unit",
     "gradient_accumulation_fusion", "hidden_dropout", "hidden_size", "kv_channels", "layernorm_epsilon",
     "masked_softmax_fusion", "moe_aux_loss_coeff", "moe_ffn_hidden_size", "moe_grouped_gemm",
     "moe_router_load_balancing_type", "moe_router_pre_softmax", "moe_router_topk", "moe_token_dispatcher_type",
     "normalization", "num_attention_heads", "num_layers", "num_moe_experts", "num_query_groups", "params_dtype",
     "persist_layer_norm", "qk_layernorm", "recompute_granularity", "recompute_method", "recompute_num_layers",
-    "tensor_model_parallel_size", "use_cpu_initialization",
+    "sequence_parallel", "tensor_model_parallel_size", "use_cpu_initialization",
 )  # fmt: skip
 """`megatron_model.transformer_config_kwargs` (plain, recompute and MoE models together)."""
 
@@ -370,6 +370,8 @@ CALLS: tuple[LibraryCall, ...] = (
         ("megatron.core.parallel_state.get_tensor_model_parallel_group", dict(audit="G11")),
         ("megatron.core.parallel_state.get_expert_model_parallel_rank", dict(audit="G11")),
         ("megatron.core.parallel_state.get_expert_model_parallel_group", dict(audit="G11")),
+        "megatron.core.parallel_state.get_expert_tensor_parallel_rank",
+        "megatron.core.parallel_state.get_expert_tensor_parallel_group",
         ("megatron.core.tensor_parallel.model_parallel_cuda_manual_seed", dict(audit="G2, G14")),
         ("megatron.core.distributed.DistributedDataParallelConfig", dict(audit="G7")),
         ("megatron.core.distributed.DistributedDataParallel", dict(audit="G7")),
@@ -407,6 +409,8 @@ CALLS: tuple[LibraryCall, ...] = (
         TRAIN + "workers/strategy/megatron_lora.py",
         "megatron.core.tensor_parallel.mappings.copy_to_tensor_model_parallel_region",
         "megatron.core.tensor_parallel.mappings.reduce_from_tensor_model_parallel_region",
+        "megatron.core.tensor_parallel.mappings.gather_from_sequence_parallel_region",
+        "megatron.core.tensor_parallel.mappings.reduce_scatter_to_sequence_parallel_region",
         "megatron.core.transformer.utils.make_sharded_tensors_for_checkpoint",
         "megatron.core.tensor_parallel.layers.set_tensor_model_parallel_attributes",
     ),
@@ -418,6 +422,8 @@ CALLS: tuple[LibraryCall, ...] = (
         ),
         ("megatron.core.models.gpt.gpt_layer_specs.get_gpt_layer_local_spec", dict(audit="G4")),
         ("megatron.core.models.gpt.GPTModel", dict(audit="G5")),
+        "megatron.core.transformer.transformer_block.get_num_layers_to_build",
+        "megatron.core.transformer.transformer_block.TransformerBlockSubmodules",
         "torch.cuda.is_available",
     ),
     *_calls(

@@ -140,8 +140,14 @@ class MegatronConfig:
     """Ranks that split each sequence (Megatron CP)."""
 
     expert_model_parallel_size: int = 1
-    """Ranks that split the experts of a mixture-of-experts model (Megatron EP); must divide the number of experts
-    and the data-parallel size; 1 for dense models."""
+    """Ranks that split the experts of a mixture-of-experts model (Megatron EP); must divide the number of experts,
+    and times `expert_tensor_parallel_size` the ranks of a pipeline stage: the experts may spread over tensor-parallel
+    ranks as well as data-parallel ones (megatron-core's MoE parallel folding). 1 for dense models."""
+
+    expert_tensor_parallel_size: int | None = None
+    """Ranks that split each expert's weights (Megatron ETP), apart from the attention's tensor-parallel split; null
+    means `tensor_model_parallel_size`. SkyRL's MoE scripts set 1 with tensor_model_parallel_size above 1: whole experts,
+    spread over the tensor-parallel ranks by `expert_model_parallel_size`."""
 
     param_dtype: Dtype = "bfloat16"
     """Dtype of the model's parameters during forward and backward (the distributed optimizer keeps float32 main

@@ -92,9 +92,7 @@ def _megatron_rules(role: str) -> dict[str, Rule]:
     return {
         prefix: Rename(f"trainer.{role}.megatron"),
         **{f"{prefix}.{name}": Fixed(OFF, feature, "off") for name, feature in off_features.items()},
-        f"{prefix}.expert_tensor_parallel_size": Fixed(
-            (None, 1), "expert tensor parallelism (ETP)", "experts are not split across tensor-parallel ranks"
-        ),
+        f"{prefix}.expert_tensor_parallel_size": Rename(f"trainer.{role}.megatron.expert_tensor_parallel_size"),
         f"{prefix}.moe_token_dispatcher_type": Fixed(("alltoall",), "other MoE token dispatchers", "all-to-all"),
         f"{prefix}.moe_router_load_balancing_type": Fixed(
             ("none",), "MoE load-balancing losses", "no load-balancing loss"

@@ -401,11 +401,19 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
                 f" sizes = {model_parallel} must divide the {role}'s {world} workers"
                 f" (trainer.placement.{role}_num_nodes * {role}_num_gpus_per_node)"
             )
-        elif (world // model_parallel) % sizes["expert_model_parallel_size"]:
+            continue
+        expert_tp = megatron.expert_tensor_parallel_size
+        if expert_tp is not None and expert_tp < 1:
+            yield f"{prefix}.expert_tensor_parallel_size={expert_tp}: parallel sizes must be at least 1 (or null)"
+            continue
+        expert_grid = sizes["expert_model_parallel_size"] * (expert_tp or sizes["tensor_model_parallel_size"])
+        stage_ranks = world // sizes["pipeline_model_parallel_size"]
+        if stage_ranks % expert_grid:
             yield (
-                f"{prefix}.expert_model_parallel_size={sizes['expert_model_parallel_size']} must divide the {role}'s"
-                f" {world // model_parallel} data-parallel ranks (experts spread over tensor-parallel ranks, which SkyRL"
-                " allows with expert tensor parallelism, are not supported here)"
+                f"{prefix}: expert_model_parallel_size ({sizes['expert_model_parallel_size']}) *"
+                f" expert_tensor_parallel_size ({expert_tp or sizes['tensor_model_parallel_size']}"
+                f"{'' if expert_tp else ', null: the tensor-parallel size'}) = {expert_grid} must divide the {role}'s"
+                f" {stage_ranks} ranks per pipeline stage"
             )
 
 

@@ -298,17 +298,25 @@ def tp_split_kind(name: str) -> str:
     return "replicated"
 
 
-def check_tensor_parallel(arch: GPTArch, tensor_parallel_size: int) -> None:
-    """Raise ValueError (naming the key) when `tensor_parallel_size` cannot split this model's heads/MLPs."""
+def check_tensor_parallel(arch: GPTArch, tensor_parallel_size: int, expert_tensor_parallel_size: int = 0) -> None:
+    """Raise ValueError (naming the key) when `tensor_parallel_size` cannot split this model's heads/MLPs, or
+    `expert_tensor_parallel_size` (0: the tensor-parallel size) its experts."""
     key = "trainer.<role>.megatron.tensor_model_parallel_size"
     for what, count in (
         ("num_attention_heads", arch.num_attention_heads),
         ("num_key_value_heads", arch.num_query_groups),
         ("intermediate_size", arch.ffn_hidden_size),
-        ("moe_intermediate_size", arch.moe_ffn_hidden_size or tensor_parallel_size),
     ):
         if count % tensor_parallel_size:
             raise ValueError(f"{key}={tensor_parallel_size} does not divide the model's {what}={count}")
+    expert_tp = expert_tensor_parallel_size or tensor_parallel_size
+    if arch.moe_ffn_hidden_size and arch.moe_ffn_hidden_size % expert_tp:
+        key = "trainer.<role>.megatron." + (
+            "expert_tensor_parallel_size" if expert_tensor_parallel_size else "tensor_model_parallel_size"
+        )
+        raise ValueError(
+            f"{key}={expert_tp} does not divide the model's moe_intermediate_size={arch.moe_ffn_hidden_size}"
+        )
 
 
 def shard_tensor(name: str, tensor: torch.Tensor, tensor_parallel_size: int, rank: int) -> torch.Tensor:
@@ -345,20 +353,32 @@ def shard_state(
     tp_rank: int,
     expert_parallel_size: int = 1,
     ep_rank: int = 0,
+    expert_tensor_parallel_size: int | None = None,
+    etp_rank: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """This (TP rank, EP rank)'s part of a full Megatron state dict, with local expert indices renumbered from 0
-    (megatron-core's `SequentialMLP` names its experts by local index)."""
+    """This (TP rank, EP rank, expert-TP rank)'s part of a full Megatron state dict, with local expert indices
+    renumbered from 0 (megatron-core's `SequentialMLP` names its experts by local index). The experts' weights split
+    over `expert_tensor_parallel_size` ranks (None: the tensor-parallel size and rank)."""
+    if expert_tensor_parallel_size is None:
+        expert_tensor_parallel_size, etp_rank = tensor_parallel_size, tp_rank
     out: dict[str, torch.Tensor] = {}
     for name, tensor in mc_state.items():
         match = _EXPERT.search(name)
-        if match is not None:
-            expert = int(match.group(1))
-            per_rank = _experts_per_rank(mc_state, expert_parallel_size)
-            if expert // per_rank != ep_rank:
-                continue
-            name = _EXPERT.sub(f".mlp.experts.local_experts.{expert - ep_rank * per_rank}.", name)
-        out[name] = shard_tensor(name, tensor, tensor_parallel_size, tp_rank)
+        if match is None:
+            out[name] = shard_tensor(name, tensor, tensor_parallel_size, tp_rank)
+            continue
+        expert = int(match.group(1))
+        per_rank = _experts_per_rank(mc_state, expert_parallel_size)
+        if expert // per_rank != ep_rank:
+            continue
+        name = _EXPERT.sub(f".mlp.experts.local_experts.{expert - ep_rank * per_rank}.", name)
+        out[name] = shard_tensor(name, tensor, expert_tensor_parallel_size, etp_rank)
     return out
+
+
+def is_expert_parameter(name: str) -> bool:
+    """True for a routed expert's Megatron parameter (`...mlp.experts.local_experts.<e>...`)."""
+    return _EXPERT.search(name) is not None
 
 
 def _experts_per_rank(mc_state: dict[str, torch.Tensor], expert_parallel_size: int) -> int:

@@ -53,16 +53,26 @@ def test_model_parallel_sizes_must_divide_the_workers():
     assert "must divide the policy's 4 workers" in problem
 
 
-def test_expert_parallel_size_must_divide_the_data_parallel_ranks():
-    (problem,) = _megatron_problems(
-        "trainer.policy.megatron.tensor_model_parallel_size=2", "trainer.policy.megatron.expert_model_parallel_size=4"
-    )
-    assert problem.startswith(
-        "trainer.policy.megatron.expert_model_parallel_size=4 must divide the policy's 2 data-parallel ranks"
-    )
-    assert "expert tensor parallelism, are not supported here" in problem
+def test_the_expert_grid_must_divide_the_ranks_of_a_pipeline_stage():
+    tp2 = "trainer.policy.megatron.tensor_model_parallel_size=2"
+    # 4 workers, tp=2: experts spread over 4 ranks (the tensor-parallel ones included) with whole experts (ETP 1)
+    folded = (tp2, "trainer.policy.megatron.expert_model_parallel_size=4")
+    assert _megatron_problems(*folded, "trainer.policy.megatron.expert_tensor_parallel_size=1") == []
+    # ETP null means the tensor-parallel size: 4 * 2 = 8 > 4 ranks
+    assert _megatron_problems(*folded) == [
+        "trainer.policy.megatron: expert_model_parallel_size (4) * expert_tensor_parallel_size (2, null: the"
+        " tensor-parallel size) = 8 must divide the policy's 4 ranks per pipeline stage"
+    ]
+    staged = "trainer.policy.megatron.pipeline_model_parallel_size=2"
+    assert _megatron_problems(staged, "trainer.policy.megatron.expert_model_parallel_size=4") == [
+        "trainer.policy.megatron: expert_model_parallel_size (4) * expert_tensor_parallel_size (1, null: the"
+        " tensor-parallel size) = 4 must divide the policy's 2 ranks per pipeline stage"
+    ]
     assert _megatron_problems("trainer.policy.megatron.expert_model_parallel_size=0") == [
         "trainer.policy.megatron.expert_model_parallel_size=0: parallel sizes must be at least 1"
+    ]
+    assert _megatron_problems("trainer.policy.megatron.expert_tensor_parallel_size=0") == [
+        "trainer.policy.megatron.expert_tensor_parallel_size=0: parallel sizes must be at least 1 (or null)"
     ]
 
 

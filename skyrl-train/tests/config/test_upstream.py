@@ -73,6 +73,7 @@ ACCEPTED = [
         {
             "trainer.policy.megatron.tensor_model_parallel_size": 2,
             "trainer.policy.megatron.expert_model_parallel_size": 2,
+            "trainer.policy.megatron.expert_tensor_parallel_size": 1,
             "trainer.ref.megatron.tensor_model_parallel_size": 4,
         },
     ),
@@ -290,7 +291,7 @@ REFUSED = [
     (f"{ENGINE}.enable_pd=true", "prefill/decode (PD) disaggregation"),
     (f"{ENGINE}.enable_return_routed_experts=true", "routed-expert replay (R3)"),
     ("trainer.policy.megatron_config.moe_enable_routing_replay=true", "routed-expert replay (R3)"),
-    ("trainer.policy.megatron_config.expert_tensor_parallel_size=2", "expert tensor parallelism (ETP)"),
+    ("trainer.policy.megatron_config.lora_config.lora_type=lora", "fused LoRA adapters"),
     ("trainer.mtp.enabled=true", "multi-token-prediction (MTP)"),
     ("generator.vision_language_generator=true", "vision-language (VLM) rollouts"),
     (

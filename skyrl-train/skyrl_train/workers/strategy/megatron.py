@@ -37,6 +37,7 @@ from skyrl_train.models.megatron_convert import (
     check_tensor_parallel,
     gather_state,
     hf_to_megatron,
+    is_expert_parameter,
     megatron_to_hf,
     shard_state,
     strip_extra_state,
@@ -58,7 +59,6 @@ from skyrl_train.workers.strategy.megatron_lora import (
 from skyrl_train.workers.strategy.megatron_model import (
     MegatronCausalLM,
     build_gpt_model,
-    check_moe_tensor_parallel,
     require_megatron_runtime,
 )
 from skyrl_train.workers.strategy.megatron_schedule import run_pipelined
@@ -100,6 +100,18 @@ def megatron_optimizer_kwargs(
         fp16=params_dtype == torch.float16,
         params_dtype=params_dtype,
     )
+
+
+def _gather_shards(local: dict[str, torch.Tensor], group: Any) -> list[dict[str, torch.Tensor]]:
+    """Every rank's `local` tensors of `group`, in group-rank order, on CPU in float32 (a collective of the group)."""
+    shards: list[dict[str, torch.Tensor]] = [dict() for _ in range(dist.get_world_size(group))]
+    for name in sorted(local):
+        tensor = local[name].detach().float().contiguous()
+        parts = [torch.empty_like(tensor) for _ in shards]
+        dist.all_gather(parts, tensor, group=group)
+        for shard, part in zip(shards, parts):
+            shard[name] = part.cpu()
+    return shards
 
 
 def _inner_optimizers(optimizer: Any) -> list[torch.optim.Optimizer]:
@@ -183,6 +195,12 @@ class MegatronStrategy:
         )
 
     @property
+    def expert_tensor_parallel_size(self) -> int:
+        """Ranks that split each expert's weights: `megatron.expert_tensor_parallel_size`, or the tensor-parallel
+        size when that is null."""
+        return self.megatron.expert_tensor_parallel_size or self.megatron.tensor_model_parallel_size
+
+    @property
     def pipeline_stages(self) -> int:
         """Pipeline stages the model is split into (`megatron.pipeline_model_parallel_size`)."""
         return self.megatron.pipeline_model_parallel_size
@@ -199,16 +217,19 @@ class MegatronStrategy:
             self.megatron.expert_model_parallel_size,
             self.megatron.pipeline_model_parallel_size,
         )
+        etp = self.expert_tensor_parallel_size
         torch.cuda.set_device(self.device)
         if not parallel_state.model_parallel_is_initialized():
             parallel_state.initialize_model_parallel(
-                tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=ep
+                tensor_model_parallel_size=tp,
+                pipeline_model_parallel_size=pp,
+                expert_model_parallel_size=ep,
+                expert_tensor_parallel_size=etp,
             )
         tensor_parallel.model_parallel_cuda_manual_seed(self.seed)
         state, adapters = self._base_state_and_adapters(model)
         self.arch = arch_from_hf_config(self.hf_config)
-        check_tensor_parallel(self.arch, tp)
-        check_moe_tensor_parallel(self.arch, tp, trainable=self.optimizer_config is not None)
+        check_tensor_parallel(self.arch, tp, self.megatron.expert_tensor_parallel_size or 0)
         if ep > 1 and not self.arch.is_moe:
             raise ValueError(f"megatron.expert_model_parallel_size={ep} needs a mixture-of-experts model")
         first_layers = self.megatron.num_layers_in_first_pipeline_stage
@@ -223,6 +244,7 @@ class MegatronStrategy:
             pre_process=first_stage,
             post_process=last_stage,
             expert_parallel_size=ep,
+            expert_tensor_parallel_size=etp,
             recompute=self.gradient_checkpointing,
             pipeline_parallel_size=pp,
             first_stage_layers=first_layers,
@@ -237,6 +259,8 @@ class MegatronStrategy:
             parallel_state.get_tensor_model_parallel_rank(),
             ep,
             parallel_state.get_expert_model_parallel_rank(),
+            etp,
+            parallel_state.get_expert_tensor_parallel_rank(),
         )
         own = gpt.state_dict()
         local = {name: tensor.to(self.params_dtype) for name, tensor in local.items()}
@@ -250,6 +274,7 @@ class MegatronStrategy:
                 tp,
                 parallel_state.get_tensor_model_parallel_rank(),
                 self.stage_layers,
+                sequence_parallel=config.sequence_parallel,
             )
             self.adapters = attach_adapters(gpt, adapters, self.peft_config.lora_alpha, layout, self.params_dtype)
         gpt.cuda(self.device)
@@ -330,7 +355,9 @@ class MegatronStrategy:
             return run_in_order(model, entries, body, forward_only, self.backward)
         if inputs is None:
             raise ValueError("run_micro_batches: pipeline stages need inputs(entry) -> the model's keyword arguments")
-        return run_pipelined(self.ddp_model, self.arch.vocab_size, entries, body, forward_only, inputs)
+        return run_pipelined(
+            self.ddp_model, self.arch.vocab_size, entries, body, forward_only, inputs, self.model.sequence_multiple
+        )
 
     def end_gradient_free_forward(self) -> None:
         """Nothing to do: Megatron keeps every rank's parameter shard in place between forwards (the FSDP2
@@ -396,27 +423,26 @@ class MegatronStrategy:
             for name, tensor in strip_extra_state(self._gpt().state_dict()).items()
             if not is_adapter_parameter(name)
         }
-        tp_group = parallel_state.get_tensor_model_parallel_group()
-        tp_shards = [dict() for _ in range(dist.get_world_size(tp_group))]
-        for name in sorted(local):
-            tensor = local[name].detach().float().contiguous()
-            parts = [torch.empty_like(tensor) for _ in tp_shards]
-            dist.all_gather(parts, tensor, group=tp_group)
-            for shard, part in zip(tp_shards, parts):
-                shard[name] = part.cpu()
+        dense = _gather_shards(
+            {n: t for n, t in local.items() if not is_expert_parameter(n)},
+            parallel_state.get_tensor_model_parallel_group(),
+        )
+        # the experts split over their own tensor-parallel ranks, then spread over the expert-parallel ones
+        experts = _gather_shards(
+            {n: t for n, t in local.items() if is_expert_parameter(n)},
+            parallel_state.get_expert_tensor_parallel_group(),
+        )
         ep = self.megatron.expert_model_parallel_size
+        per_ep: list[Any] = [experts]
         if ep > 1:
-            gathered: list[Any] = [None] * ep
-            dist.all_gather_object(gathered, tp_shards, group=parallel_state.get_expert_model_parallel_group())
-            per_ep = gathered
-        else:
-            per_ep = [tp_shards]
+            per_ep = [None] * ep
+            dist.all_gather_object(per_ep, experts, group=parallel_state.get_expert_model_parallel_group())
         # Only rank 0 returns the model: the full tensors are built on rank 0 and, with stages, on the other stages of
         # its pipeline; every other rank would hold a whole stage in host memory for nothing at every weight sync.
         builds = self.rank == 0
         if self.pipeline_stages > 1:
             builds = parallel_state.get_pipeline_model_parallel_first_rank() == 0
-        full = gather_state(per_ep) if builds else {}
+        full = {**gather_state([dense]), **(gather_state(per_ep) if self.arch.is_moe else {})} if builds else {}
         if self.pipeline_stages > 1:
             # every pipeline's first stage receives its stages (global rank 0 is the first stage of its pipeline)
             receives = parallel_state.is_pipeline_first_stage()

@@ -10,8 +10,11 @@ onto the Megatron layer that computes its projection, as this rank's share of it
   rows as the weight is. The rank's output rows go into the fused layout (per query group [q | k | v]; [gate; up]).
   Each rank's B rows give only part of the gradient of `A x`, so `A x` passes megatron's
   `copy_to_tensor_model_parallel_region` (identity forward, sum over the ranks backward).
+  Under sequence parallelism the layer's input is this rank's share of the tokens: `A x` is gathered over the
+  ranks instead (`gather_from_sequence_parallel_region`, whose backward also sums).
 - row-parallel layers (`linear_proj` = o_proj, `linear_fc2` = down_proj): A is split by input columns as the weight is,
-  and B is whole; the ranks' partial `A x` are summed (`reduce_from_tensor_model_parallel_region`).
+  and B is whole; the ranks' partial `A x` are summed (`reduce_from_tensor_model_parallel_region`), or under sequence
+  parallelism summed and split by tokens (`reduce_scatter_to_sequence_parallel_region`).
 
 An adapter runs as a forward hook of its base layer and lives beside it (`<layer>_lora`), so every base parameter
 keeps its name (conversion, weight sync and checkpoints of the base are unchanged) and the adapter's own
@@ -97,6 +100,7 @@ class LoRABranch(torch.nn.Module):
         projections: Mapping[str, LoRAProjection],
         scaling: float,
         query_groups: Optional[QueryGroups] = None,
+        sequence_parallel: bool = False,
     ) -> None:
         super().__init__()
         self.parallel = parallel
@@ -104,35 +108,47 @@ class LoRABranch(torch.nn.Module):
         self.projections = torch.nn.ModuleDict(dict(projections))
         self.scaling = scaling
         self.query_groups = query_groups
+        self.sequence_parallel = sequence_parallel
         self.enabled = True
         for projection in self.projections.values():
-            split = projection.lora_B if parallel == "column" else projection.lora_A
+            split, whole = (
+                (projection.lora_B, projection.lora_A)
+                if parallel == "column"
+                else (projection.lora_A, projection.lora_B)
+            )
             _mark_tensor_parallel(split, dim=0 if parallel == "column" else 1)
+            # under sequence parallelism each rank sees its share of the tokens at the whole tensor, whose gradient is
+            # then partial: `finalize_model_grads` sums what carries this mark over the tensor-parallel ranks
+            whole.sequence_parallel = sequence_parallel
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """The adapters' addition to the layer's output for its input `hidden` (this rank's share of the output of
-        a column-parallel layer, the whole output of a row-parallel one)."""
-        from megatron.core.tensor_parallel.mappings import (
-            copy_to_tensor_model_parallel_region,
-            reduce_from_tensor_model_parallel_region,
-        )
+        a column-parallel layer, the whole output of a row-parallel one; under sequence parallelism a column-parallel
+        layer's input and a row-parallel layer's output cover this rank's share of the tokens)."""
+        from megatron.core.tensor_parallel import mappings
 
         if self.parallel == "row":
             (projection,) = self.projections.values()
-            low = reduce_from_tensor_model_parallel_region(linear(hidden, projection.lora_A))
+            partial = linear(hidden, projection.lora_A)
+            if self.sequence_parallel:  # the layer's output is this rank's share of the tokens
+                low = mappings.reduce_scatter_to_sequence_parallel_region(partial)
+            else:
+                low = mappings.reduce_from_tensor_model_parallel_region(partial)
             return linear(low, projection.lora_B) * self.scaling
         names = list(self.projections)
-        low = copy_to_tensor_model_parallel_region(
-            linear(hidden, torch.cat([self.projections[name].lora_A for name in names]))
-        )
+        low = linear(hidden, torch.cat([self.projections[name].lora_A for name in names]))
+        if self.sequence_parallel:  # the input is this rank's share of the tokens, the layer's output all of them
+            low = mappings.gather_from_sequence_parallel_region(low)
+        else:
+            low = mappings.copy_to_tensor_model_parallel_region(low)
         shares = low.chunk(len(names), dim=-1)
         outputs = {name: linear(share, self.projections[name].lora_B) for name, share in zip(names, shares)}
-        return self._fuse(outputs, hidden) * self.scaling
+        return self._fuse(outputs, low) * self.scaling
 
-    def _fuse(self, outputs: dict[str, torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+    def _fuse(self, outputs: dict[str, torch.Tensor], low: torch.Tensor) -> torch.Tensor:
         widths = self._part_widths()
-        lead = hidden.shape[:-1]
-        pieces = [outputs[name] if name in outputs else hidden.new_zeros(*lead, widths[name]) for name in self.parts]
+        lead = low.shape[:-1]  # the tokens of the layer's output
+        pieces = [outputs[name] if name in outputs else low.new_zeros(*lead, widths[name]) for name in self.parts]
         if self.query_groups is None:  # [gate; up]
             return torch.cat(pieces, dim=-1)
         groups = self.query_groups.groups
@@ -190,6 +206,7 @@ class AdapterLayout:
     tensor_parallel_size: int
     tensor_parallel_rank: int
     stage_layers: range
+    sequence_parallel: bool = False
 
 
 def _local_share(tensor: torch.Tensor, dim: int, layout: AdapterLayout) -> torch.Tensor:
@@ -255,7 +272,14 @@ def attach_adapters(
         block, _, parallel, parts = _LAYERS[proj]
         owner = getattr(gpt.decoder.layers[layer - layout.stage_layers.start], block)
         ordered = {name: projections[name] for name in parts if name in projections}
-        branch = LoRABranch(parallel, parts, ordered, float(alpha) / rank, groups if linear == "linear_qkv" else None)
+        branch = LoRABranch(
+            parallel,
+            parts,
+            ordered,
+            float(alpha) / rank,
+            groups if linear == "linear_qkv" else None,
+            layout.sequence_parallel,
+        )
         setattr(owner, linear + ADAPTER_SUFFIX, branch)
         getattr(owner, linear).register_forward_hook(branch.hook, with_kwargs=True)
         branches.append(branch)

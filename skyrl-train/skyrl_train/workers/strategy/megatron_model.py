@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from types import SimpleNamespace
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from skyrl_train.models.megatron_convert import GPTArch
@@ -44,6 +45,7 @@ def transformer_config_kwargs(
     params_dtype: torch.dtype,
     tensor_parallel_size: int = 1,
     expert_parallel_size: int = 1,
+    expert_tensor_parallel_size: Optional[int] = None,
     use_cpu_initialization: bool = False,
     recompute: bool = False,
     pipeline_parallel_size: int = 1,
@@ -70,7 +72,12 @@ def transformer_config_kwargs(
         hidden_dropout=0.0,
         attention_dropout=0.0,
         tensor_model_parallel_size=tensor_parallel_size,
+        # each tensor-parallel rank keeps its share of the tokens between layers (norms, residuals, dropout): less
+        # activation memory, and what megatron-core requires to train a MoE model over tensor-parallel ranks
+        sequence_parallel=tensor_parallel_size > 1,
         expert_model_parallel_size=expert_parallel_size,
+        # None: megatron-core's default, the tensor-parallel size
+        expert_tensor_parallel_size=expert_tensor_parallel_size,
         params_dtype=params_dtype,
         bf16=params_dtype == torch.bfloat16,
         fp16=params_dtype == torch.float16,
@@ -119,18 +126,31 @@ def transformer_config_kwargs(
     return kwargs
 
 
-def check_moe_tensor_parallel(arch: GPTArch, tensor_parallel_size: int, trainable: bool) -> None:
-    """Refuse training a mixture-of-experts model over tensor-parallel ranks: megatron-core 0.16 then requires
-    sequence parallelism in training mode (its `MoELayer.forward` raises otherwise), and the layer spec used here
-    (plain torch norms, no Transformer Engine) cannot run sequence parallel. Forward-only roles run in eval mode,
-    where megatron allows it."""
-    if trainable and arch.is_moe and tensor_parallel_size > 1:
-        raise ValueError(
-            f"trainer.<role>.megatron.tensor_model_parallel_size={tensor_parallel_size}: training a mixture-of-experts"
-            " model over tensor-parallel ranks needs Megatron's sequence parallelism, which the layer spec used here"
-            " (torch norms, no Transformer Engine) does not support; set tensor_model_parallel_size=1 and split the"
-            " experts with expert_model_parallel_size"
-        )
+class SequenceParallelRMSNorm(torch.nn.RMSNorm):
+    """torch's RMSNorm built as a megatron layer spec builds a norm (`config`, `hidden_size`, `eps`), that also runs
+    under sequence parallelism: each tensor-parallel rank normalises its share of the tokens, so its weight's gradient
+    is partial, and the `sequence_parallel` mark has `finalize_model_grads` sum it over the ranks. (The local spec's
+    `WrappedTorchNorm` refuses sequence parallelism; Transformer Engine's norm, which allows it, is not installed.)"""
+
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5, **_: Any) -> None:
+        super().__init__(hidden_size, eps=eps)
+        self.weight.sequence_parallel = bool(config.sequence_parallel)
+
+
+def _block_spec(config: Any, layer_spec: Any) -> Any:
+    """The decoder block of `layer_spec`'s layers with `SequenceParallelRMSNorm` everywhere (layer norms, q/k norms
+    and the final norm)."""
+    from megatron.core.transformer.identity_op import IdentityOp
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+    layer_spec.submodules.input_layernorm = SequenceParallelRMSNorm
+    layer_spec.submodules.pre_mlp_layernorm = SequenceParallelRMSNorm
+    attention = layer_spec.submodules.self_attention.submodules
+    for name in ("q_layernorm", "k_layernorm"):
+        if getattr(attention, name) not in (None, IdentityOp):
+            setattr(attention, name, SequenceParallelRMSNorm)
+    layers = get_num_layers_to_build(config)
+    return TransformerBlockSubmodules(layer_specs=[layer_spec] * layers, layer_norm=SequenceParallelRMSNorm)
 
 
 def allow_router_without_transformer_engine() -> None:
@@ -169,7 +189,7 @@ def build_gpt_model(
     use_packable_attention(spec)
     model = GPTModel(
         config,
-        spec,
+        _block_spec(config, spec),
         vocab_size=arch.padded_vocab_size(tensor_parallel_size),
         max_sequence_length=arch.max_position_embeddings,
         parallel_output=False,
@@ -215,23 +235,49 @@ def check_rope_positions(position_ids: torch.Tensor, attention_mask: torch.Tenso
         )
 
 
+def _pad_segments(segments: VarlenSegments, extra: int) -> VarlenSegments:
+    """`segments` with one more segment of `extra` tokens at the end, attending to itself only."""
+    total = segments.num_tokens
+    key_positions = segments.key_positions
+    if key_positions is not None:
+        key_positions = np.concatenate([key_positions, np.arange(total, total + extra)])
+    return VarlenSegments(
+        np.append(segments.query_starts, total),
+        np.append(segments.query_lengths, extra),
+        key_positions,
+        None if key_positions is None else np.append(segments.key_lengths, extra),
+    )
+
+
+def _pad_right(tensor: torch.Tensor, extra: int, value: int = 0) -> torch.Tensor:
+    return torch.nn.functional.pad(tensor, (0, extra), value=value)
+
+
 def megatron_call_arguments(
     input_ids: torch.Tensor,
     attention_mask: Optional[torch.Tensor] = None,
     position_ids: Optional[torch.Tensor] = None,
     packed_segments: Optional[VarlenSegments] = None,
+    sequence_multiple: int = 1,
     **_: Any,
 ) -> dict[str, Any]:
     """The keyword arguments of a `GPTModel` call (built by `build_gpt_model`) for a Hugging Face-style call: padded
     rows (`attention_mask`, positions checked by `check_rope_positions`), or one packed sequence [1, T] with its
     `packed_segments` and per-row `position_ids` (`models.packing.PackedRows.model_inputs`). Other HF keyword
-    arguments (`use_cache`, ...) are ignored."""
+    arguments (`use_cache`, ...) are ignored. The sequence is padded on the right to a multiple of `sequence_multiple`
+    (the tensor-parallel size under sequence parallelism, which splits the tokens evenly over the ranks): padded rows
+    get masked tokens, a packed sequence one more segment; the caller drops the padding's logits."""
+    extra = -input_ids.shape[1] % sequence_multiple
     if packed_segments is not None:
         if input_ids.shape[0] != 1 or position_ids is None:
             raise ValueError(
                 f"a packed call needs one sequence [1, T] and its position_ids, got input_ids {tuple(input_ids.shape)}"
                 f" and position_ids {None if position_ids is None else tuple(position_ids.shape)}"
             )
+        if extra:
+            input_ids = _pad_right(input_ids, extra)
+            position_ids = torch.cat([position_ids, torch.arange(extra, device=position_ids.device)[None]], dim=1)
+            packed_segments = _pad_segments(packed_segments, extra)
         return {
             "input_ids": input_ids,
             "position_ids": position_ids,
@@ -242,12 +288,24 @@ def megatron_call_arguments(
         attention_mask = torch.ones_like(input_ids)
     if position_ids is None:
         position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    if extra:
+        input_ids, attention_mask, position_ids = (
+            _pad_right(input_ids, extra),
+            _pad_right(attention_mask, extra),
+            _pad_right(position_ids, extra),
+        )
     check_rope_positions(position_ids, attention_mask)
     return {
         "input_ids": input_ids,
         "position_ids": position_ids,
         "attention_mask": megatron_attention_mask(attention_mask),
     }
+
+
+def sequence_multiple(config: Any) -> int:
+    """The token count a call to a model of this `TransformerConfig` must be a multiple of: its tensor-parallel size
+    under sequence parallelism (the ranks split the tokens evenly), else 1."""
+    return config.tensor_model_parallel_size if config.sequence_parallel else 1
 
 
 class MegatronCausalLM(torch.nn.Module):
@@ -261,6 +319,8 @@ class MegatronCausalLM(torch.nn.Module):
         self.module = module
         self.vocab_size = vocab_size
         self._adapters = list(adapters)
+        self.sequence_multiple = sequence_multiple(getattr(module, "module", module).config)
+        """Calls are padded to a multiple of this many tokens (`megatron_call_arguments`)."""
 
     def disable_adapter(self) -> AbstractContextManager[None]:
         """A context in which the model runs without its LoRA adapters (peft's `disable_adapter`): the base model,
@@ -280,6 +340,8 @@ class MegatronCausalLM(torch.nn.Module):
     ) -> SimpleNamespace:
         """Logits of every position, or of `logits_to_keep` (the HF `use_cache` and similar keyword arguments are
         ignored). The output layer runs on every position either way."""
-        arguments = megatron_call_arguments(input_ids, attention_mask, position_ids, packed_segments)
-        logits = self.module(**arguments)[..., : self.vocab_size]
+        arguments = megatron_call_arguments(
+            input_ids, attention_mask, position_ids, packed_segments, self.sequence_multiple
+        )
+        logits = self.module(**arguments)[:, : input_ids.shape[1], : self.vocab_size]
         return SimpleNamespace(logits=kept_logits(logits, logits_to_keep))

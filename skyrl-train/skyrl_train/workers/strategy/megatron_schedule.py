@@ -33,9 +33,11 @@ def run_pipelined(
     body: MicroBatchBody,
     forward_only: bool,
     inputs: ModelInputs,
+    sequence_multiple: int = 1,
 ) -> list[Any]:
     """Run `entries` through the pipeline of `module` (this rank's stage, DDP-wrapped or not); the bodies' payloads
-    in entry order, on every stage."""
+    in entry order, on every stage. Each call is padded to a multiple of `sequence_multiple` tokens
+    (`megatron_call_arguments`)."""
     from megatron.core import parallel_state
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -45,14 +47,16 @@ def run_pipelined(
     count = len(entries)
     payloads: list[Any] = []
 
-    arguments = [megatron_call_arguments(**inputs(entry)) for entry in entries]
+    hf_arguments = [inputs(entry) for entry in entries]
+    widths = [arguments["input_ids"].shape[1] for arguments in hf_arguments]
+    arguments = [megatron_call_arguments(**call, sequence_multiple=sequence_multiple) for call in hf_arguments]
 
     def forward_step(data_iterator: Any, model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
-        entry, call_arguments = next(data_iterator)
+        entry, width, call_arguments = next(data_iterator)
         output = model(**call_arguments)
 
         def loss_func(logits: torch.Tensor) -> tuple[torch.Tensor, dict]:
-            loss, payload = body(entry, ReplayedOutput(logits[..., :vocab_size]))
+            loss, payload = body(entry, ReplayedOutput(logits[:, :width, :vocab_size]))
             payloads.append(detached_to_cpu(payload))
             if loss is None:
                 loss = logits.new_zeros(())
@@ -65,7 +69,7 @@ def run_pipelined(
     schedule = get_forward_backward_func()  # 1F1B: forward_backward_pipelining_without_interleaving
     schedule(
         forward_step_func=forward_step,
-        data_iterator=iter(zip(entries, arguments)),
+        data_iterator=iter(zip(entries, widths, arguments)),
         model=[module],
         num_microbatches=count,
         seq_length=max(shape[1] for shape in shapes),

@@ -106,6 +106,36 @@ import megatron.core.optimizer as megatron_optimizer
 megatron_optimizer.get_megatron_optimizer = lambda *args, **kwargs: None
 """
 
+STREAM_STAND_INS = r"""
+# --- and of the all-to-all token dispatcher (expert parallelism), which copies its split sizes to the host on a side
+# CUDA stream: one stand-in stream that is also the current one, so nothing is recorded across streams;
+import types
+
+
+class _OneStream:
+    def wait_stream(self, other):
+        pass
+
+    def record_event(self):
+        return types.SimpleNamespace(synchronize=lambda: None)
+
+
+_ONE_STREAM = _OneStream()
+torch.cuda.Stream = lambda *args, **kwargs: _ONE_STREAM
+torch.cuda.current_stream = lambda *args, **kwargs: _ONE_STREAM
+torch.cuda.stream = lambda stream: contextlib.nullcontext()
+# its split sizes reach the host as numpy arrays from CUDA tensors; a CPU tensor would stay a tensor, which
+# all_to_all_single does not take as split sizes
+from megatron.core.transformer.moe import token_dispatcher as _token_dispatcher
+
+
+def _split_sizes_to_host(tensor, as_numpy=False, record_stream=False):
+    return tensor.numpy() if torch.is_tensor(tensor) and as_numpy else tensor
+
+
+_token_dispatcher.maybe_move_tensor_to_cpu = _split_sizes_to_host
+"""
+
 PARTS = {
     "join": JOIN,
     "cuda": CUDA_CALL_STAND_INS,
@@ -113,6 +143,7 @@ PARTS = {
     "schedule": SCHEDULE_STAND_INS,
     "optimizer": OPTIMIZER_STAND_IN,
     "recompute": RECOMPUTE_STAND_INS,
+    "streams": STREAM_STAND_INS,
 }
 """The stand-in preambles a rank script can ask for by name, in the order given."""
 

@@ -5,6 +5,7 @@ test_megatron_gpu.py."""
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -279,16 +280,33 @@ def test_with_cpu_offload_the_colocated_offload_moves_nothing():
     assert strategy.optimizer_offloaded is False
 
 
-def test_training_a_moe_model_over_tensor_parallel_ranks_is_refused_naming_the_key(tiny_hf_config):
-    from skyrl_train.workers.strategy.megatron_model import check_moe_tensor_parallel
+def test_sequence_parallelism_is_on_exactly_with_tensor_parallel_ranks(tiny_hf_config):
+    from skyrl_train.workers.strategy.megatron_model import transformer_config_kwargs
 
-    moe = arch_from_hf_config(tiny_hf_config("qwen3_moe"))
-    dense = arch_from_hf_config(tiny_hf_config("qwen2"))
-    with pytest.raises(ValueError, match=r"megatron.tensor_model_parallel_size=2: training a mixture-of-experts"):
-        check_moe_tensor_parallel(moe, 2, trainable=True)
-    check_moe_tensor_parallel(moe, 2, trainable=False)  # the reference model runs it in eval mode
-    check_moe_tensor_parallel(moe, 1, trainable=True)
-    check_moe_tensor_parallel(dense, 2, trainable=True)
+    arch = arch_from_hf_config(tiny_hf_config("qwen3_moe"))
+    assert transformer_config_kwargs(arch, torch.float32, tensor_parallel_size=2)["sequence_parallel"] is True
+    assert transformer_config_kwargs(arch, torch.float32, tensor_parallel_size=1)["sequence_parallel"] is False
+
+
+def test_calls_are_padded_to_the_sequence_multiple_and_packed_padding_is_its_own_segment():
+    pytest.importorskip("megatron.core")
+    from skyrl_train.models.varlen_attention import VarlenSegments
+    from skyrl_train.workers.strategy.megatron_model import megatron_call_arguments
+
+    input_ids = torch.arange(1, 8)[None]  # 7 tokens: rows of 3 and 4
+    segments = VarlenSegments(np.array([0, 3]), np.array([3, 4]))
+    positions = torch.tensor([[0, 1, 2, 0, 1, 2, 3]])
+    packed = megatron_call_arguments(input_ids, position_ids=positions, packed_segments=segments, sequence_multiple=4)
+    assert packed["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6, 7, 0]]
+    assert packed["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 0]]
+    padded_segments = packed["packed_seq_params"].skyrl_segments
+    assert padded_segments.query_lengths.tolist() == [3, 4, 1]
+    rows = megatron_call_arguments(input_ids.repeat(2, 1), sequence_multiple=4)
+    unchanged = megatron_call_arguments(input_ids.repeat(2, 1), sequence_multiple=1)
+    assert rows["input_ids"].shape == (2, 8) and unchanged["input_ids"].shape == (2, 7)
+    # the real tokens attend as before; the padding, on the right, is a key no real token reaches
+    assert torch.equal(rows["attention_mask"][..., :7, :7], unchanged["attention_mask"])
+    assert rows["attention_mask"][0, 0, :7, 7].all()
 
 
 def test_qwen_moe_routing_weights_follow_norm_topk_prob(tiny_hf_config):

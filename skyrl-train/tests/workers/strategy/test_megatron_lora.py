@@ -16,6 +16,8 @@ Two models: Qwen3 with every linear layer adapted, and tied Llama with a few pro
 other parts get nothing).
 """
 
+import json
+
 import pytest
 import torch
 
@@ -205,3 +207,72 @@ def test_adapters_on_mixture_of_experts_layers_are_refused_by_name(tiny_hf_confi
     layout = AdapterLayout(4, 2, 8, 1, 0, range(2))
     with pytest.raises(ValueError, match=r"peft put an adapter on 'model\.layers\.0\.mlp\.(experts|gate)"):
         attach_adapters(None, adapters, 16, layout, torch.float32)
+
+
+POLICY_WORKER_SCRIPT = (
+    ("cuda", "strategy", "optimizer"),
+    r"""
+# the worker joins its process group itself (gloo on CPU) and wraps the model with peft before the strategy
+from skyrl_train.workers import PolicyWorker
+
+batch = torch.load(f"{folder}/batch.pt", weights_only=False)
+setting = json.loads(sys.argv[6])
+worker = PolicyWorker("policy", rank, world, "127.0.0.1", setting["port"], setting["config"], num_threads=1)
+worker.init_model()
+logprobs = worker.forward(batch)
+base_logprobs = worker.forward_base(batch)
+weights = worker.get_weights(trainable_only=True)
+torch.save((logprobs, base_logprobs), f"{folder}/logprobs_{rank}.pt")
+write_report({
+    "adapters": sorted(name for name, _ in weights),
+    "sequence_parallel": bool(worker.strategy._gpt().config.sequence_parallel),
+    "trainable": sorted(n for n, p in worker.strategy._gpt().named_parameters() if p.requires_grad)[:2],
+})
+from megatron.core import parallel_state
+
+parallel_state.destroy_model_parallel()
+dist.destroy_process_group()
+""",
+)
+
+
+def test_the_policy_worker_trains_lora_on_megatron_over_two_tensor_parallel_ranks(
+    megatron_on_cpu, tmp_path, worker_config, make_grouped_batch
+):
+    """The worker path: a `PolicyWorker` with `strategy=megatron`, tp=2 (sequence parallel) and `lora.rank=4` wraps
+    the model with peft, the strategy moves the adapters onto megatron-core's layers, `forward` and `forward_base`
+    (the reference policy of a LoRA run) give the HF model's log-probs (peft starts B at zero, so both are the base
+    model's), and the weights a sync sends are the adapters alone, by peft name."""
+    pytest.importorskip("megatron.core")
+    from skyrl_train.models.logprobs import response_logprobs
+    from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+    from skyrl_train.models.tokenizer import build_char_tokenizer, save_tokenizer
+    from skyrl_train.workers.distributed import free_port
+
+    hf = build_tiny_model(TinyModelSpec(size=2), seed=0).float().eval()
+    hf.save_pretrained(tmp_path / "model")
+    save_tokenizer(build_char_tokenizer(), tmp_path / "model")
+    batch = make_grouped_batch(groups=2, samples=4, seed=5)
+    torch.save(batch, tmp_path / "batch.pt")
+    config = worker_config(
+        "trainer.strategy=megatron",
+        f"trainer.policy.model.path={tmp_path / 'model'}",
+        "trainer.policy.megatron.tensor_model_parallel_size=2",
+        "trainer.policy.megatron.param_dtype=float32",
+        "trainer.policy.model.lora.rank=4",
+        "trainer.micro_forward_batch_size_per_gpu=4",
+    )
+    setting = {"port": free_port(), "config": config}
+    report = megatron_on_cpu.run(tmp_path, 2, {}, POLICY_WORKER_SCRIPT, extra=(json.dumps(setting),))
+    assert report["sequence_parallel"]
+    assert report["adapters"] and all(".lora_A." in name or ".lora_B." in name for name in report["adapters"])
+    assert all("_lora." in name for name in report["trainable"]), report
+    with torch.no_grad():
+        expected, _ = response_logprobs(
+            hf, batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width
+        )
+    expected = expected * batch.response_mask
+    for rank in range(2):
+        logprobs, base_logprobs = torch.load(tmp_path / f"logprobs_{rank}.pt")
+        torch.testing.assert_close(logprobs, expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(base_logprobs, expected, atol=1e-5, rtol=0)
