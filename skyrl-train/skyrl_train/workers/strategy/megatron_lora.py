@@ -237,10 +237,10 @@ def attach_adapters(
         proj = match["proj"] if match else None
         if match is None or (proj in ("gate_proj", "up_proj", "down_proj")) != (match["block"] == "mlp"):
             raise ValueError(
-                f"LoRA on the Megatron workers adapts the attention and dense MLP projections only; peft put an adapter"
-                f" on {module!r} (mixture-of-experts layers, their router and lm_head get none here): narrow"
-                " trainer.policy.model.lora.target_modules (e.g. [q_proj, k_proj, v_proj, o_proj]) or use"
-                " trainer.strategy=fsdp2"
+                f"LoRA adapters on mixture-of-experts layers (experts, router) or lm_head are not supported here on the"
+                f" Megatron workers, which adapt the attention and dense MLP projections; peft put an adapter on"
+                f" {module!r}: narrow trainer.policy.model.lora.target_modules (e.g. [q_proj, k_proj, v_proj, o_proj])"
+                " or use trainer.strategy=fsdp2"
             )
         layer = int(match["layer"])
         if layer not in layout.stage_layers:
