@@ -34,6 +34,23 @@ def worst_gradient(hf, hf_grads):
         worst[key] = (hf_grads[key] - param.grad).abs().max().item() / max(param.grad.abs().max().item(), 1e-12)
     name = max(worst, key=worst.get)
     return name, worst[name]
+
+
+@contextlib.contextmanager
+def gradients_as_weights(module, keep=lambda name: True):
+    # within the block the parameters `keep` names hold their megatron gradient buffers (main_grad), so whatever
+    # gathers the weights (full_state_dict, trainable_state_dict) gathers the gradients the same way
+    saved = {}
+    for name, param in module.named_parameters():
+        if keep(name):
+            saved[name] = param.data
+            param.data = param.main_grad.detach().clone()
+    try:
+        yield
+    finally:
+        for name, param in module.named_parameters():
+            if name in saved:
+                param.data = saved[name]
 """
 
 CUDA_CALL_STAND_INS = r"""

@@ -66,13 +66,8 @@ for name in cases:
     expected = [response_logprobs(hf, *entry[:3], 4)[0] for entry in entries]
     sum((logprobs * entry[3]).sum() for logprobs, entry in zip(expected, entries)).backward()
     entry["logprobs"] = max((a - b.detach()).abs().max().item() for a, b in zip(got, expected))
-    # the gradient buffers, gathered as the weights are (swapped in for a moment)
-    weights = {key: param.data for key, param in gpt.named_parameters()}
-    for param in gpt.parameters():
-        param.data = param.main_grad.detach().clone()
-    hf_grads = strategy.full_state_dict()
-    for key, param in gpt.named_parameters():
-        param.data = weights[key]
+    with gradients_as_weights(gpt):  # the gradient buffers, gathered as the weights are
+        hf_grads = strategy.full_state_dict()
     if rank == 0:
         entry["grad_worst"], entry["grad_relative"] = worst_gradient(hf, hf_grads)
     report[name] = entry

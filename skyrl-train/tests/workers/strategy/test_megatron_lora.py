@@ -120,15 +120,8 @@ for name in cases:
         if not is_adapter_parameter(key)
     )
     sum((response_logprobs(peft, *entry[:3], 4)[0] * entry[3]).sum() for entry in entries).backward()
-    # the gradient buffers, gathered as the adapters are (their values swapped in for a moment)
-    trained = {key: param.data for key, param in gpt.named_parameters() if is_adapter_parameter(key)}
-    for key, param in gpt.named_parameters():
-        if is_adapter_parameter(key):
-            param.data = param.main_grad.detach().clone()
-    grads = strategy.trainable_state_dict()
-    for key, param in gpt.named_parameters():
-        if is_adapter_parameter(key):
-            param.data = trained[key]
+    with gradients_as_weights(gpt, is_adapter_parameter):  # the gradient buffers, gathered as the adapters are
+        grads = strategy.trainable_state_dict()
     if rank == 0:
         relative = {}
         for key, param in peft.named_parameters():
