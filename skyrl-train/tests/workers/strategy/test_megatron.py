@@ -94,7 +94,9 @@ def test_the_run_seed_reaches_the_model_parallel_rng_and_checkpoints_use_a_curre
     monkeypatch.setattr(megatron_strategy, "require_megatron_runtime", lambda device: None)  # no CUDA here
     section = SkyRLConfig.from_cli_overrides(["trainer.strategy=megatron"], validate=False).trainer.policy
     assert MegatronStrategy.from_section(section, torch.device("cpu"), None, False, seed=1234).seed == 1234
-    chosen = megatron_strategy.OPTIMIZER_CHECKPOINT_METADATA["distrib_optim_sharding_type"]
+    from skyrl_train.workers.strategy.megatron_checkpoint import OPTIMIZER_CHECKPOINT_METADATA
+
+    chosen = OPTIMIZER_CHECKPOINT_METADATA["distrib_optim_sharding_type"]
     doc = inspect.getdoc(DistributedOptimizer.sharded_state_dict)
     current, deprecated = doc.split("Deprecated sharding formats:")
     assert f"'{chosen}'" in current and f"'{chosen}'" not in deprecated
