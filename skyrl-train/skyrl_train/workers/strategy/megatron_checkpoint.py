@@ -17,11 +17,11 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
+from skyrl_train.models.lora_state import PEFT_PREFIX, merge_peft_state
 from skyrl_train.utils.checkpoint_io import local_directory_for_reading, local_directory_for_writing
 from skyrl_train.utils.pickle_guard import check_pickled_checkpoint
 from skyrl_train.utils.plain_values import to_jsonable
 from skyrl_train.utils.rng_state import capture_rng_state, restore_rng_state
-from skyrl_train.workers.strategy.megatron_lora import merge_adapters
 from skyrl_train.workers.strategy.optimizer import build_scheduler
 
 EXTRA_STATE_FILE = "megatron_extra_state_rank{rank}.json"
@@ -138,6 +138,8 @@ class MegatronCheckpointing:
                 if tokenizer is not None:
                     tokenizer.save_pretrained(local)
                 if self.merge_adapters_on_export:
-                    merge_adapters(merged, adapters, self.peft_config.lora_alpha)
+                    # the base weights under peft's names, so peft's own merge folds the adapters in
+                    peft_state = {**{PEFT_PREFIX + name: tensor for name, tensor in merged.items()}, **adapters}
+                    merged = merge_peft_state(peft_state, self.peft_config.lora_alpha)
                     self._save_full_model(Path(local) / "merged", merged, tokenizer)
         dist.barrier()

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.functional import linear
 
-from skyrl_train.models.lora_state import PEFT_PREFIX, lora_delta, parse_adapter_name
+from skyrl_train.models.lora_state import PEFT_PREFIX, parse_adapter_name
 
 ADAPTER_SUFFIX = "_lora"
 """Suffix of the module holding a layer's adapters, beside the layer (`linear_qkv_lora`)."""
@@ -334,14 +334,3 @@ def gather_adapters(
         if stages is not None:
             local = {name: tensor for stage in stages for name, tensor in stage.items()}
     return local if dist.get_rank() == 0 else {}
-
-
-def merge_adapters(state: dict[str, torch.Tensor], adapters: Mapping[str, torch.Tensor], alpha: float) -> None:
-    """Fold whole `adapters` (peft names) into the Hugging Face `state` in place: `W += alpha / r * B @ A`."""
-    pairs: dict[str, dict[str, torch.Tensor]] = {}
-    for name, tensor in adapters.items():
-        parsed = parse_adapter_name(name)
-        pairs.setdefault(parsed.module, {})[parsed.part] = tensor
-    for module, pair in pairs.items():
-        weight = state[f"{module}.weight"]
-        state[f"{module}.weight"] = (weight.float() + lora_delta(pair["A"], pair["B"], alpha)).to(weight.dtype)
