@@ -14,6 +14,7 @@ from skyrl_train.config.engine_checks import (
     check_engine_tensor_parallel,
     check_generator,
     check_placement,
+    warn_engine_spanning_nodes,
     warn_narrow_colocated_roles,
 )
 from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
@@ -441,6 +442,7 @@ ERROR_CHECKS: list[Check] = [
 WARNING_CHECKS: list[Check] = [
     warn_unused_models,
     warn_narrow_colocated_roles,
+    warn_engine_spanning_nodes,
     warn_inert_overlong_buffer,
     warn_kl_in_reward_coefficient,
     warn_inert_megatron_optimizer,
