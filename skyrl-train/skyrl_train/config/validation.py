@@ -382,6 +382,9 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
         if bad:
             yield f"{', '.join(bad)}: parallel sizes must be at least 1"
             continue
+        score_function = megatron.moe_router_score_function
+        if score_function not in (None, "softmax", "sigmoid"):
+            yield f"{prefix}.moe_router_score_function={score_function}: expected softmax, sigmoid or null (the model's)"
         for end in ("first", "last"):
             layers = getattr(megatron, f"num_layers_in_{end}_pipeline_stage")
             if layers is None:
