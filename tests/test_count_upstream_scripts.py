@@ -89,12 +89,12 @@ def test_a_refused_upstream_override_with_hydras_plus_prefix_is_counted_by_its_f
     the feature, so every script with that override lands under one blocker."""
     from skyrl_train.config.errors import UnsupportedFeatureError
 
-    key = "+trainer.policy.megatron_config.moe_router_score_function"
+    key = "+trainer.policy.megatron_config.moe_router_dtype"
     features = set()
-    for value in ("sigmoid", "softmax"):
+    for value in ("fp16", "bf16"):
         with pytest.raises(UnsupportedFeatureError) as refused:
             SkyRLConfig.from_cli_overrides([f"{key}={value}"])
         message = f"config error:\n- {refused.value}"
         assert counter._refused_by_name(message)
         features |= {counter.feature_of(problem) for problem in counter.problems_of(message)}
-    assert features == {"overriding the MoE router's score function"}
+    assert features == {"other MoE router dtypes"}

@@ -1,7 +1,10 @@
 """Placement of workers and engines on Ray: one shared placement group (`colocate_all`) or one group per role.
 
 A bundle holds one GPU (or, on CPU machines, `num_cpus_per_worker` CPUs). Colocated, rank i of every role and
-engine i share bundle i, each taking an equal fraction of it; they take turns (engines sleep while training). In a
+engine i share the i-th bundle, each taking an equal fraction of it; they take turns (engines sleep while training).
+Ranks take the bundles grouped by node (`node_ordered_bundles`), not in Ray's bundle order: Ray's `SPREAD` deals a
+group's bundles round-robin over the nodes, which would put ranks 0 and 1 (one tensor-parallel group, one colocated
+engine's ranks) on different nodes. In a
 separate placement an sglang engine's bundle holds `tensor_parallel_size` GPUs, all of them its actor's (Ray then
 shows the actor exactly those, and SGLang starts one tensor-parallel worker on each).
 
@@ -30,11 +33,11 @@ from skyrl_train.inference.tensor_parallel import (  # noqa: F401 - the layout r
 
 @dataclass
 class RoleSlot:
-    """Where one role's actors go: a placement group (or None: Ray schedules freely), its first bundle, and the
-    resources each actor asks for."""
+    """Where one role's actors go: a placement group (or None: Ray schedules freely), the bundle of each rank (rank r,
+    or engine r, runs in `bundles[r]`), and the resources each actor asks for."""
 
     placement_group: Any
-    bundle_offset: int
+    bundles: tuple[int, ...]
     num_cpus: float
     num_gpus: float
 
@@ -150,6 +153,20 @@ def bundle_nodes(group: Any) -> list[str]:
     return [table["bundles_to_node_id"][index] for index in sorted(table["bundles_to_node_id"])]
 
 
+def node_ordered_bundles(nodes: list[str]) -> tuple[int, ...]:
+    """Bundle indices grouped by node, given each bundle's node (`bundle_nodes`): nodes in the order of their first
+    bundle, bundles in index order within a node. Ranks take them in this order, so consecutive ranks share a node as
+    far as the per-node counts allow; on one node it is the identity."""
+    first_bundle: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        first_bundle.setdefault(node, index)
+    return tuple(sorted(range(len(nodes)), key=lambda index: (first_bundle[nodes[index]], index)))
+
+
+def _ordered(group: Any) -> tuple[int, ...]:
+    return node_ordered_bundles(bundle_nodes(group))
+
+
 def engine_bundles(cfg: Any) -> tuple[int, int]:
     """(bundles, whole GPUs per bundle) of the engines' own group in a separate placement: one bundle of
     `tensor_parallel_size` GPUs per engine (sglang, or size 1), `num_engines * tensor_parallel_size` one-GPU bundles
@@ -180,23 +197,24 @@ def plan_placement(cfg: Any, roles: list[str], timeout_s: float = 180.0) -> Plac
         group = _reserve("colocated roles", bundles, layout.strategy, timeout_s)
         plan.groups.append(group)
         members = len(roles) + 1  # the roles plus the engines share every bundle
+        order = _ordered(group)
         for role in [*roles, "engine"]:
-            plan.slots[role] = RoleSlot(group, 0, cpus / members, gpu / members)
+            plan.slots[role] = RoleSlot(group, order, cpus / members, gpu / members)
         return plan
     for role in roles:
         if role == "ref" and placement_cfg.colocate_policy_ref and "policy" in plan.slots:
             slot = plan.slots["policy"]
             slot.num_cpus, slot.num_gpus = slot.num_cpus / 2, slot.num_gpus / 2
-            plan.slots["ref"] = RoleSlot(slot.placement_group, 0, slot.num_cpus, slot.num_gpus)
+            plan.slots["ref"] = RoleSlot(slot.placement_group, slot.bundles, slot.num_cpus, slot.num_gpus)
             continue
         layout = role_layout(cfg, role)
         group = _reserve(role, [_bundle(cpus, gpu) for _ in range(layout.workers)], layout.strategy, timeout_s)
         plan.groups.append(group)
-        plan.slots[role] = RoleSlot(group, 0, cpus, gpu)
+        plan.slots[role] = RoleSlot(group, _ordered(group), cpus, gpu)
     bundles, per_bundle = engine_bundles(cfg)
     group = _reserve("engines", [_bundle(cpus, per_bundle) for _ in range(bundles)], "STRICT_PACK", timeout_s)
     plan.groups.append(group)
-    plan.slots["engine"] = RoleSlot(group, 0, cpus, per_bundle)
+    plan.slots["engine"] = RoleSlot(group, _ordered(group), cpus, per_bundle)
     return plan
 
 

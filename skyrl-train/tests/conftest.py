@@ -267,6 +267,15 @@ class RayGpuSim:
         self.groups.append(group)
         return group
 
+    def bundle_nodes(self, group: dict) -> list[str]:
+        """The node of each bundle of `group`, in bundle order (a stand-in for `placement.bundle_nodes`)."""
+        return [bundle["node"] for bundle in group["bundles"]]
+
+    def patch(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Make `placement.plan_placement` reserve its groups on this simulated cluster."""
+        monkeypatch.setattr("skyrl_train.placement._reserve", self.reserve)
+        monkeypatch.setattr("skyrl_train.placement.bundle_nodes", self.bundle_nodes)
+
     def place(self, group: dict, bundle_index: int, num_gpus: float) -> tuple[str, tuple[str, ...]]:
         """`(node, CUDA_VISIBLE_DEVICES entries)` of an actor asking for `num_gpus` in bundle `bundle_index`."""
         bundle = group["bundles"][bundle_index]

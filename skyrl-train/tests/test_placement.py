@@ -11,6 +11,7 @@ from skyrl_train.placement import (
     actor_env_vars,
     cpus_needed,
     engine_bundles,
+    node_ordered_bundles,
     plan_placement,
     ray_init_kwargs,
     role_layout,
@@ -197,7 +198,7 @@ def test_each_rank_of_a_tensor_parallel_vllm_engine_gets_a_gpu_of_its_own(ray_gp
     cfg = _tp2_cfg("vllm", colocated)
     cfg.validate()
     sim = ray_gpu_sim({"node0": 8})
-    monkeypatch.setattr("skyrl_train.placement._reserve", sim.reserve)
+    sim.patch(monkeypatch)
     plan = plan_placement(cfg, ["policy", "ref"])
     slot = plan.slots["engine"]
     engine_group = sim.groups[-1]
@@ -205,7 +206,7 @@ def test_each_rank_of_a_tensor_parallel_vllm_engine_gets_a_gpu_of_its_own(ray_gp
     assert len(engine_group["shapes"]) == (4 if colocated else 2 * 2)
     ranks_gpus = []
     for index in range(2):
-        layout = vllm_tensor_parallel_layout(index, 2, slot.bundle_offset, slot.num_gpus)
+        layout = vllm_tensor_parallel_layout(index, 2, slot.bundles, slot.num_gpus)
         actor = sim.place(slot.placement_group, layout.actor_bundle, layout.actor_gpus)
         workers = [sim.place(slot.placement_group, b, layout.worker_gpus) for b in layout.worker_bundles]
         assert actor == workers[0]  # the actor receives the weights on its rank 0's GPU
@@ -224,14 +225,58 @@ def test_each_rank_of_a_tensor_parallel_vllm_engine_gets_a_gpu_of_its_own(ray_gp
             )
 
 
+def test_ranks_take_bundles_grouped_by_node_in_the_order_nodes_first_appear():
+    assert node_ordered_bundles(["a", "b", "a", "b", "a", "b"]) == (0, 2, 4, 1, 3, 5)  # Ray's SPREAD deal
+    assert node_ordered_bundles(["b", "a", "a", "b"]) == (0, 3, 1, 2)
+    assert node_ordered_bundles(["a"] * 4) == (0, 1, 2, 3)  # one node: Ray's order, as before
+    assert node_ordered_bundles([]) == ()
+
+
+@pytest.mark.parametrize("per_node,tp", [(4, 2), (8, 16)])
+def test_colocated_tensor_parallel_engines_on_two_nodes_follow_their_ranks(ray_gpu_sim, monkeypatch, per_node, tp):
+    """Colocated on 2 nodes (bundles dealt round-robin, as Ray's SPREAD does): the ranks of one tensor-parallel engine
+    sit on one node when tp divides the GPUs per node (4 per node, tp=2), and spread over both only when it cannot
+    (SkyRL's 235B scripts: tp=16 on nodes of 8). Either way every rank has a GPU of its own, the actor sits on its
+    rank 0's GPU, and the policy ranks share the engines' bundles in the same order."""
+    workers = 2 * per_node
+    cfg = _cfg(
+        "trainer.device=cuda",
+        "trainer.policy.model.path=/m",
+        "trainer.placement.policy_num_nodes=2",
+        f"trainer.placement.policy_num_gpus_per_node={per_node}",
+        f"generator.inference_engine.num_engines={workers // tp}",
+        f"generator.inference_engine.tensor_parallel_size={tp}",
+        "generator.inference_engine.backend=vllm",
+    )
+    cfg.validate()
+    sim = ray_gpu_sim({"node0": per_node, "node1": per_node})
+    sim.patch(monkeypatch)
+    plan = plan_placement(cfg, ["policy"])
+    engine, policy = plan.slots["engine"], plan.slots["policy"]
+    ranks = [sim.place(policy.placement_group, bundle, policy.num_gpus) for bundle in policy.bundles]
+    assert [node for node, _ in ranks] == ["node0"] * per_node + ["node1"] * per_node
+    seen = []
+    for index in range(workers // tp):
+        layout = vllm_tensor_parallel_layout(index, tp, engine.bundles, engine.num_gpus)
+        actor = sim.place(engine.placement_group, layout.actor_bundle, layout.actor_gpus)
+        placed = [sim.place(engine.placement_group, bundle, layout.worker_gpus) for bundle in layout.worker_bundles]
+        assert actor == placed[0] == ranks[index * tp]
+        assert placed == ranks[index * tp : (index + 1) * tp]
+        assert len({node for node, _ in placed}) == (1 if per_node % tp == 0 else 2)
+        seen += placed
+    assert len(set(seen)) == workers
+
+
 def test_tensor_parallel_layout_arithmetic_and_its_refusals():
-    layout = vllm_tensor_parallel_layout(index=2, tensor_parallel_size=4, bundle_offset=1, gpu_share=1 / 3)
-    assert layout.actor_bundle == 9 and layout.worker_bundles == (9, 10, 11, 12)
+    layout = vllm_tensor_parallel_layout(index=2, tensor_parallel_size=4, bundles=None, gpu_share=1 / 3)
+    assert layout.actor_bundle == 8 and layout.worker_bundles == (8, 9, 10, 11)
     assert layout.actor_gpus == layout.worker_gpus == pytest.approx(1 / 6)
     with pytest.raises(ValueError, match="tensor_parallel_size >= 2, got 1"):
-        vllm_tensor_parallel_layout(0, 1, 0, 1.0)
+        vllm_tensor_parallel_layout(0, 1, None, 1.0)
     with pytest.raises(ValueError, match=r"share of a bundle must be in \(0, 1\], got 2"):
-        vllm_tensor_parallel_layout(0, 2, 0, 2)
+        vllm_tensor_parallel_layout(0, 2, None, 2)
+    with pytest.raises(ValueError, match=r"engine 1 with tensor_parallel_size=2 needs bundles 2\.\.3 of .* 3"):
+        vllm_tensor_parallel_layout(1, 2, (0, 2, 1), 1.0)
     with pytest.raises(ValueError, match=r"tensor_parallel_size=2 needs that many distinct .* got \[3, 3\]"):
         tensor_parallel_environment(2, (3, 3), 0.5)
     with pytest.raises(ValueError, match=r"got \[\]"):
@@ -254,9 +299,9 @@ def test_each_tensor_parallel_worker_of_a_separate_engine_sees_its_own_gpu(ray_g
     cfg = _tp2_cfg("sglang", colocated=False)
     cfg.validate()
     sim = ray_gpu_sim({"node0": 8})
-    monkeypatch.setattr("skyrl_train.placement._reserve", sim.reserve)
+    sim.patch(monkeypatch)
     slot = plan_placement(cfg, ["policy"]).slots["engine"]
-    seen = [sim.place(slot.placement_group, slot.bundle_offset + index, slot.num_gpus)[1] for index in range(2)]
+    seen = [sim.place(slot.placement_group, slot.bundles[index], slot.num_gpus)[1] for index in range(2)]
     assert [len(gpus) for gpus in seen] == [2, 2] and len({gpu for gpus in seen for gpu in gpus}) == 4
     for gpus in seen:
         assert all(_sglang_local_gpu(rank) < len(gpus) for rank in range(2))

@@ -177,7 +177,7 @@ def check_gpu_weight_sync(cfg: "SkyRLConfig") -> Iterator[str]:
 def check_engine_tensor_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
     """Where an engine can shard its model over `tensor_parallel_size` GPUs: vllm on GPUs (its ranks run as Ray
     workers of vLLM's Ray executor, one per one-GPU bundle; colocated, engine i spans policy ranks i*tp..i*tp+tp-1's
-    bundles, which must lie on one node) and sglang in a separate placement (its actor holds a bundle of tp GPUs).
+    bundles, on one node or several: `warn_engine_spanning_nodes`) and sglang in a separate placement (its actor holds a bundle of tp GPUs).
     The hf engine and vLLM on CPU run on one device."""
     engine = cfg.generator.inference_engine
     tp = engine.tensor_parallel_size
@@ -195,22 +195,31 @@ def check_engine_tensor_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
             f"{key}={tp} with backend=vllm on trainer.device=cpu is not supported here: vLLM's tensor parallelism"
             f" needs one GPU per rank; use tensor_parallel_size=1 (num_engines={engine.num_engines * tp}) on CPU"
         )
-    elif engine.backend == "vllm" and cfg.trainer.placement.colocate_all:
-        placement = cfg.trainer.placement
-        per_node = placement.policy_num_gpus_per_node
-        if placement.policy_num_nodes > 1 and per_node % tp:
-            yield (
-                f"{key}={tp}: a colocated engine spanning nodes is not supported here; with"
-                f" trainer.placement.colocate_all=true each engine's {tp} GPUs must be on one node, but"
-                f" trainer.placement.policy_num_gpus_per_node={per_node} is not a multiple of {tp}: make it one, or set"
-                " colocate_all=false"
-            )
     elif engine.backend == "sglang" and cfg.trainer.placement.colocate_all:
         yield (
             f"{key}={tp} with backend=sglang and trainer.placement.colocate_all=true is not supported here: a"
             " colocated sglang engine's actor sees one GPU, and SGLang starts its tensor-parallel workers on the GPUs"
             f" its actor sees; set colocate_all=false (each sglang engine then gets {tp} GPUs), tensor_parallel_size=1"
             " or backend=vllm"
+        )
+
+
+def warn_engine_spanning_nodes(cfg: "SkyRLConfig") -> Iterator[str]:
+    """A colocated vllm engine whose tensor-parallel ranks cannot all sit on one node: ranks take the bundles grouped
+    by node (`placement.node_ordered_bundles`), so engine i's ranks i*tp..i*tp+tp-1 cross a node boundary exactly
+    when `tensor_parallel_size` does not divide `policy_num_gpus_per_node`. vLLM's Ray executor runs such an engine
+    (SkyRL's 235B scripts do, with 16 on nodes of 8), its all-reduces crossing the network every layer: said once."""
+    engine = cfg.generator.inference_engine
+    placement = cfg.trainer.placement
+    tp, per_node = engine.tensor_parallel_size, placement.policy_num_gpus_per_node
+    if not placement.colocate_all or engine.backend != "vllm" or cfg.resolved_device() != "cuda":
+        return
+    if tp > 1 and placement.policy_num_nodes > 1 and per_node % tp:
+        yield (
+            f"generator.inference_engine.tensor_parallel_size={tp} with trainer.placement.colocate_all=true and"
+            f" policy_num_gpus_per_node={per_node}: some engines' tensor-parallel ranks span two nodes, and vLLM's"
+            " all-reduces then cross the network every layer (slower than within a node); a tensor_parallel_size"
+            f" that divides {per_node} keeps each engine on one node"
         )
 
 

@@ -149,6 +149,15 @@ class MegatronConfig:
     means `tensor_model_parallel_size`. SkyRL's MoE scripts set 1 with tensor_model_parallel_size above 1: whole experts,
     spread over the tensor-parallel ranks by `expert_model_parallel_size`."""
 
+    moe_router_score_function: str | None = None
+    """The MoE router's score function, `softmax` or `sigmoid` (SkyRL's key); null takes the model's. It must be the
+    model's own: the engines serve the Hugging Face model, so a value its architecture does not use is refused when
+    the model is built, naming both (every MoE family mapped here routes by softmax)."""
+
+    moe_router_enable_expert_bias: bool | None = None
+    """Whether the MoE router adds a per-expert bias to its scores when choosing experts (SkyRL's key); null takes the
+    model's. As with the score function, a value other than the model's own is refused when the model is built."""
+
     param_dtype: Dtype = "bfloat16"
     """Dtype of the model's parameters during forward and backward (the distributed optimizer keeps float32 main
     weights); `float32` trains in full precision."""

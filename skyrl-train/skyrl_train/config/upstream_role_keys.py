@@ -101,12 +101,8 @@ def _megatron_rules(role: str) -> dict[str, Rule]:
         f"{prefix}.moe_grouped_gemm": Fixed(
             (True, False), "", "experts run as separate GEMMs either way (same results, no grouped-GEMM kernel)"
         ),
-        f"{prefix}.moe_router_score_function": Fixed(
-            NONE, "overriding the MoE router's score function", "the model config's score function"
-        ),
-        f"{prefix}.moe_router_enable_expert_bias": Fixed(
-            NONE, "overriding the MoE router's expert bias", "the model config's setting"
-        ),
+        f"{prefix}.moe_router_score_function": Rename(f"trainer.{role}.megatron.moe_router_score_function"),
+        f"{prefix}.moe_router_enable_expert_bias": Rename(f"trainer.{role}.megatron.moe_router_enable_expert_bias"),
         f"{prefix}.moe_router_dtype": Fixed(("fp32",), "other MoE router dtypes", "fp32 routing"),
         f"{prefix}.ddp_config": Fixed((), "other Megatron DDP settings", ""),
         f"{prefix}.ddp_config.grad_reduce_in_fp32": Fixed((True,), "reducing gradients in bf16", "fp32 reduction"),

@@ -14,6 +14,7 @@ from skyrl_train.config.engine_checks import (
     check_engine_tensor_parallel,
     check_generator,
     check_placement,
+    warn_engine_spanning_nodes,
     warn_narrow_colocated_roles,
 )
 from skyrl_train.config.errors import ConfigValidationError, ConfigWarning
@@ -381,6 +382,9 @@ def check_megatron(cfg: "SkyRLConfig") -> Iterator[str]:
         if bad:
             yield f"{', '.join(bad)}: parallel sizes must be at least 1"
             continue
+        score_function = megatron.moe_router_score_function
+        if score_function not in (None, "softmax", "sigmoid"):
+            yield f"{prefix}.moe_router_score_function={score_function}: expected softmax, sigmoid or null (the model's)"
         for end in ("first", "last"):
             layers = getattr(megatron, f"num_layers_in_{end}_pipeline_stage")
             if layers is None:
@@ -441,6 +445,7 @@ ERROR_CHECKS: list[Check] = [
 WARNING_CHECKS: list[Check] = [
     warn_unused_models,
     warn_narrow_colocated_roles,
+    warn_engine_spanning_nodes,
     warn_inert_overlong_buffer,
     warn_kl_in_reward_coefficient,
     warn_inert_megatron_optimizer,

@@ -25,7 +25,7 @@ import logging
 import os
 import pickle
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -384,7 +384,7 @@ def create_engine_actors(
     model_path: str,
     cfg: Any,
     placement_group: Any = None,
-    bundle_offset: int = 0,
+    bundles: Optional[Sequence[int]] = None,
     num_cpus_per_engine: float = 1.0,
     num_gpus_per_engine: Optional[float] = None,
     num_threads: Optional[int] = None,
@@ -392,10 +392,10 @@ def create_engine_actors(
 ) -> list[RayEngineProxy]:
     """Start `num_engines` engine actors serving `model_path` (settings from `cfg`) and wait until they loaded.
 
-    With a `placement_group`, engine i takes bundle `bundle_offset + i`. `num_gpus_per_engine` defaults to the
+    With a `placement_group`, engine i takes bundle `bundles[i]` (default: bundle i). `num_gpus_per_engine` defaults to the
     tensor-parallel size on CUDA (one GPU per tensor-parallel worker) and 0 on CPU; `num_threads` is each actor's
     torch thread count (default: `num_cpus_per_engine` rounded down, at least 1). A tensor-parallel vllm engine on CUDA
-    needs a placement group of one-GPU bundles: engine i spans `tp` of them from `bundle_offset + i * tp`, and
+    needs a placement group of one-GPU bundles: engine i spans `bundles[i * tp : (i + 1) * tp]`, and
     `num_gpus_per_engine` (default 1) is its share of each (`skyrl_train.inference.tensor_parallel.vllm_tensor_parallel_layout`).
     """
     if num_engines < 1:
@@ -421,9 +421,9 @@ def create_engine_actors(
         )
     for index in range(num_engines):
         own = replace(settings, remote_urls=(settings.remote_urls[index],)) if settings.remote_urls else settings
-        bundle, gpus = bundle_offset + index, num_gpus_per_engine
+        bundle, gpus = (index if bundles is None else bundles[index]), num_gpus_per_engine
         if tp_workers:
-            layout = vllm_tensor_parallel_layout(index, settings.tensor_parallel_size, bundle_offset, gpus)
+            layout = vllm_tensor_parallel_layout(index, settings.tensor_parallel_size, bundles, gpus)
             bundle, gpus = layout.actor_bundle, layout.actor_gpus
             own = replace(own, ray_worker_bundles=layout.worker_bundles, ray_worker_gpus=layout.worker_gpus)
         options: dict[str, Any] = {"num_cpus": num_cpus_per_engine, "num_gpus": gpus}

@@ -58,6 +58,10 @@ class GPTArch:
     normalize_topk_probs: bool = True
     """Whether the chosen experts' routing weights are renormalised to sum to 1 (Mixtral always; Qwen-MoE when its
     config's `norm_topk_prob` is true). Otherwise they are the softmax over all experts, read at the top k."""
+    router_score_function: str = "softmax"
+    """How the MoE router turns its logits into scores (every family mapped here: softmax)."""
+    router_expert_bias: bool = False
+    """Whether the MoE router adds a per-expert bias to its scores when choosing experts (none mapped here does)."""
 
     @property
     def is_moe(self) -> bool:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 import ray
@@ -66,7 +66,7 @@ class WorkerGroup:
     """`num_workers` Ray actors of `worker_cls` forming one data-parallel (FSDP) group for `role`.
 
     Rank 0 is created first and picks the rendezvous address (its node IP and a free port); the other ranks join
-    it. With a placement group, rank r runs in bundle `bundle_offset + r`. Each actor runs `num_threads` torch
+    it. With a placement group, rank r runs in bundle `bundles[r]` (default: bundle r). Each actor runs `num_threads` torch
     threads (default `max(1, int(num_cpus_per_worker))`).
 
     A group serves one call at a time: every rank runs the group's collectives in the order its calls come, so a
@@ -87,13 +87,15 @@ class WorkerGroup:
         num_workers: int,
         cfg: SkyRLConfig | Mapping[str, Any],
         placement_group: Optional[Any] = None,
-        bundle_offset: int = 0,
+        bundles: Optional[Sequence[int]] = None,
         num_cpus_per_worker: float = 1,
         num_gpus_per_worker: float = 0,
         num_threads: Optional[int] = None,
     ) -> None:
         if num_workers <= 0:
             raise ValueError(f"num_workers must be positive, got {num_workers}")
+        if bundles is not None and len(bundles) < num_workers:
+            raise ValueError(f"{role}: {num_workers} workers need as many placement-group bundles, got {list(bundles)}")
         self.role = role
         cfg_dict = cfg.to_dict() if isinstance(cfg, SkyRLConfig) else dict(cfg)
         self.model_parallel_size = role_model_parallel_size(cfg_dict, role)
@@ -108,7 +110,8 @@ class WorkerGroup:
             options: dict[str, Any] = {"num_cpus": num_cpus_per_worker, "num_gpus": num_gpus_per_worker}
             if placement_group is not None:
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    placement_group=placement_group, placement_group_bundle_index=bundle_offset + rank
+                    placement_group=placement_group,
+                    placement_group_bundle_index=rank if bundles is None else bundles[rank],
                 )
             return remote_cls.options(**options)
 

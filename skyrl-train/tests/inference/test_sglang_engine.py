@@ -301,7 +301,7 @@ async def test_strategies_sync_into_sglang_workers(tmp_path, tokenizer, strategy
             _save(tmp_path / "a", 0),
             _sglang_cfg(),
             group,
-            bundle_offset=0 if colocated else 1,
+            bundles=(0,) if colocated else (1,),
             num_gpus_per_engine=gpus,
         )
         strategy = make_weight_sync_strategy(strategy_name, chunk_bytes=64 * 1024, compute_checksums=True)

@@ -61,3 +61,14 @@ def test_a_one_node_role_that_fits_no_single_node_is_refused_at_once(runs):
     error = runs["too_big_for_one_node"]["error"]
     assert error.startswith("placement of policy: 2 bundle(s)")
     assert "asked on one node and needs 4 there, the largest node has 2" in error
+
+
+def test_ranks_take_the_bundles_grouped_by_node(runs):
+    """Ray's SPREAD deals bundles round-robin over the nodes; ranks take them grouped by node, so ranks 0-1 (one
+    tensor-parallel group, one colocated vLLM engine with tensor_parallel_size=2) share a node, and engine i still
+    shares rank i's bundle."""
+    run = runs["rank_nodes"]
+    policy = run["policy"]
+    assert len(set(run["bundle_nodes"])) == 2 and sorted(run["bundle_nodes"]) == sorted(policy)
+    assert policy[0] == policy[1] and policy[2] == policy[3] and policy[0] != policy[2]
+    assert run["engine"] == policy

@@ -76,6 +76,40 @@ def one_node_refusal(model_dir: str, data_dir: str, out_dir: str) -> str:
     return ""
 
 
+@ray.remote(num_cpus=0)
+def _node_of_this_actor() -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def rank_nodes(model_dir: str, data_dir: str, out_dir: str) -> dict:
+    """Where 4 colocated ranks (2 nodes x 2) land when each runs in its slot's bundle, next to Ray's own bundle
+    order (`SPREAD` deals bundles round-robin over the nodes)."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from skyrl_train.placement import bundle_nodes, plan_placement
+
+    cfg = tiny_config(
+        model_dir,
+        Path(data_dir),
+        Path(out_dir) / "rank_nodes",
+        "trainer.placement.num_cpus_per_worker=1",
+        "trainer.placement.policy_num_nodes=2",
+        "trainer.placement.policy_num_gpus_per_node=2",
+        "generator.inference_engine.num_engines=4",
+    )
+    plan = plan_placement(cfg, ["policy"], timeout_s=600)
+    try:
+        report = {"bundle_nodes": bundle_nodes(plan.groups[0])}
+        for role in ("policy", "engine"):
+            slot = plan.slots[role]
+            strategies = [PlacementGroupSchedulingStrategy(slot.placement_group, bundle) for bundle in slot.bundles]
+            calls = [_node_of_this_actor.options(scheduling_strategy=where).remote() for where in strategies]
+            report[role] = ray.get(calls)
+        return report
+    finally:
+        plan.remove()
+
+
 def main(model_dir: str, data_dir: str, out_dir: str) -> None:
     """Start the two-node cluster, run each entry of RUNS on it, print what happened."""
     cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 2})
@@ -111,6 +145,7 @@ def main(model_dir: str, data_dir: str, out_dir: str) -> None:
                 flush=True,
             )
         print(json.dumps({"run": "too_big_for_one_node", "error": one_node_refusal(model_dir, data_dir, out_dir)}))
+        print(json.dumps({"run": "rank_nodes", **rank_nodes(model_dir, data_dir, out_dir)}))
     finally:
         ray.shutdown()
         cluster.shutdown()

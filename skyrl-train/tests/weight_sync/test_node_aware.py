@@ -41,7 +41,7 @@ def _colocated_cfg(gpus: int, nodes: int = 1, backend: str = "hf") -> SkyRLConfi
 
 def _placed(cfg, sim, monkeypatch, roles=("policy",)):
     """Plan the placement on the simulated cluster; where each policy rank and each engine actor runs."""
-    monkeypatch.setattr("skyrl_train.placement._reserve", sim.reserve)
+    sim.patch(monkeypatch)
     plan = plan_placement(cfg, list(roles))
     placement = cfg.trainer.placement
     counts = {
@@ -52,7 +52,7 @@ def _placed(cfg, sim, monkeypatch, roles=("policy",)):
     for role, count in counts.items():
         slot = plan.slots[role]
         located[role] = [
-            Where(*sim.place(slot.placement_group, slot.bundle_offset + index, slot.num_gpus)) for index in range(count)
+            Where(*sim.place(slot.placement_group, slot.bundles[index], slot.num_gpus)) for index in range(count)
         ]
     return located
 

@@ -50,6 +50,7 @@ from skyrl_train.workers.strategy.megatron_lora import (
 from skyrl_train.workers.strategy.megatron_model import (
     MegatronCausalLM,
     build_gpt_model,
+    check_router_settings,
     require_megatron_runtime,
 )
 from skyrl_train.workers.strategy.megatron_schedule import run_pipelined
@@ -215,6 +216,12 @@ class MegatronStrategy(MegatronCheckpointing):
         check_tensor_parallel(self.arch, tp, self.megatron.expert_tensor_parallel_size or 0)
         if ep > 1 and not self.arch.is_moe:
             raise ValueError(f"megatron.expert_model_parallel_size={ep} needs a mixture-of-experts model")
+        check_router_settings(
+            self.arch,
+            self.megatron.moe_router_score_function,
+            self.megatron.moe_router_enable_expert_bias,
+            "trainer.<role>.megatron",
+        )
         first_layers = self.megatron.num_layers_in_first_pipeline_stage
         last_layers = self.megatron.num_layers_in_last_pipeline_stage
         stage = parallel_state.get_pipeline_model_parallel_rank() if pp > 1 else 0

@@ -110,6 +110,8 @@ def transformer_config_kwargs(
             # softmax over the top-k logits renormalises the chosen weights; softmax over all experts first (read at
             # the top k) keeps the raw weights, as Qwen-MoE's `norm_topk_prob: false` does
             moe_router_pre_softmax=not arch.normalize_topk_probs,
+            moe_router_score_function=arch.router_score_function,
+            moe_router_enable_expert_bias=arch.router_expert_bias,
             # alltoall needs CUDA streams at construction; with one expert rank allgather is equivalent (pipeline
             # stages need alltoall, see above)
             moe_token_dispatcher_type=(
@@ -124,6 +126,34 @@ def transformer_config_kwargs(
                 moe_shared_expert_intermediate_size=arch.shared_expert_ffn_hidden_size, moe_shared_expert_gate=True
             )
     return kwargs
+
+
+def check_router_settings(
+    arch: GPTArch,
+    score_function: Optional[str] = None,
+    expert_bias: Optional[bool] = None,
+    prefix: str = "trainer.<role>.megatron",
+) -> None:
+    """Refuse router settings (`<prefix>.moe_router_score_function`, `moe_router_enable_expert_bias`; None: the
+    model's) that differ from the model's own router or that a dense model cannot take: the engines serve the Hugging
+    Face model, whose router is fixed by its architecture, so a router trained another way would choose other experts
+    than the model the engines run."""
+    settings = {"moe_router_score_function": score_function, "moe_router_enable_expert_bias": expert_bias}
+    own = {
+        "moe_router_score_function": arch.router_score_function,
+        "moe_router_enable_expert_bias": arch.router_expert_bias,
+    }
+    for key, value in settings.items():
+        if value is None:
+            continue
+        if not arch.is_moe:
+            raise ValueError(f"{prefix}.{key}={value}: {arch.model_type} is a dense model, with no MoE router to set")
+        if value != own[key]:
+            raise ValueError(
+                f"{prefix}.{key}={value}: {arch.model_type}'s router runs with {key}={own[key]}, and the engines serve"
+                f" that model; a router trained with another setting is not supported here (leave {key} null to take"
+                " the model's)"
+            )
 
 
 class SequenceParallelRMSNorm(torch.nn.RMSNorm):

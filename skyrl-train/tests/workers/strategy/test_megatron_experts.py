@@ -99,3 +99,58 @@ def test_moe_models_train_over_tensor_parallel_ranks(megatron_on_cpu, tmp_path, 
         assert entry["gathered_exact"], (name, entry)
         assert entry["logprobs"] <= LOGPROB_TOLERANCE * 10, (name, entry)
         assert entry["grad_relative"] <= GRAD_TOLERANCE, (name, entry)
+
+
+ROUTER_SCRIPT = (
+    ("join", "cuda", "strategy", "optimizer"),
+    r"""
+from transformers import AutoConfig, AutoModelForCausalLM
+from megatron.core import parallel_state
+from skyrl_train.config.roles import MegatronConfig, OptimizerConfig
+
+report = {}
+for name in cases:
+    config = AutoConfig.from_pretrained(f"{folder}/{name}")
+    entry = {}
+    for label, score_function, expert_bias in (("null", None, None), ("model's", "softmax", False), ("sigmoid", "sigmoid", None), ("bias", None, True)):
+        megatron = MegatronConfig(
+            param_dtype="float32", moe_router_score_function=score_function, moe_router_enable_expert_bias=expert_bias
+        )
+        strategy = megatron_strategy.MegatronStrategy(megatron, torch.device("cpu"), OptimizerConfig())
+        try:
+            strategy.prepare(AutoModelForCausalLM.from_config(config).float())
+            router_config = strategy._gpt().config
+            entry[label] = [router_config.moe_router_score_function, router_config.moe_router_enable_expert_bias]
+        except ValueError as error:
+            entry[label] = str(error)
+        if parallel_state.model_parallel_is_initialized():
+            parallel_state.destroy_model_parallel()
+    report[name] = entry
+write_report(report)
+dist.destroy_process_group()
+""",
+)
+
+
+def test_router_settings_restate_the_models_router_or_are_refused_naming_both(
+    megatron_on_cpu, tmp_path, tiny_hf_config
+):
+    """SkyRL's `moe_router_score_function` / `moe_router_enable_expert_bias`: null or the model's own value builds the
+    model's router (softmax, no bias, for every MoE family mapped here); another value would train a router the
+    engines' Hugging Face model does not have, and `prepare` refuses it naming the key, the model and its value. A
+    dense model has no router to set."""
+    pytest.importorskip("megatron.core")
+    configs = {"qwen3_moe": tiny_hf_config("qwen3_moe"), "qwen3": tiny_hf_config("qwen3")}
+    report = megatron_on_cpu.run(tmp_path, 1, configs, ROUTER_SCRIPT)
+    moe = report["qwen3_moe"]
+    assert moe["null"] == moe["model's"] == ["softmax", False]
+    assert "moe_router_score_function=sigmoid: qwen3_moe's router runs with moe_router_score_function=softmax" in (
+        moe["sigmoid"]
+    )
+    assert "is not supported here" in moe["sigmoid"]
+    assert "moe_router_enable_expert_bias=True: qwen3_moe's router runs with moe_router_enable_expert_bias=False" in (
+        moe["bias"]
+    )
+    dense = report["qwen3"]
+    assert dense["null"] == ["softmax", False]  # megatron-core's defaults, unused without experts
+    assert "qwen3 is a dense model, with no MoE router to set" in dense["model's"]
