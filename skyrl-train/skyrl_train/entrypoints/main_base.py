@@ -20,6 +20,7 @@ import ray
 
 from skyrl_train.algorithms.registry import export_user_registrations
 from skyrl_train.config.auto_settings import resolve_auto_settings
+from skyrl_train.config.errors import ConfigValidationError
 from skyrl_train.config.registered_names import check_registered_names
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.dataset import PromptDataset, StatefulDataLoader
@@ -41,6 +42,7 @@ from skyrl_train.weight_sync.node_aware import connect_weight_sync, describe_wei
 from skyrl_train.weight_sync.strategy import WEIGHT_SYNC_STRATEGIES
 from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, RewardModelWorker
 from skyrl_train.workers.group import WorkerGroup
+from skyrl_train.workers.strategy.megatron_preflight import megatron_model_problems
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -262,6 +264,9 @@ class BasePPOExp:
         cannot run here, fails in seconds."""
         check_registered_names(self.cfg)
         check_engine_backend(EngineSettings.from_config(self.cfg, self.cfg.trainer.policy.model.path or ""))
+        model_problems = megatron_model_problems(self.cfg)
+        if model_problems:
+            raise ConfigValidationError(model_problems)
         if self.cfg.generator.http_endpoint.enabled:
             from skyrl_train.serving.access import endpoint_access
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -213,6 +213,21 @@ def _local_share(tensor: torch.Tensor, dim: int, layout: AdapterLayout) -> torch
     return torch.chunk(tensor, layout.tensor_parallel_size, dim=dim)[layout.tensor_parallel_rank].clone()
 
 
+def check_adapted_modules(modules: Iterable[str]) -> None:
+    """Raise ValueError naming the first module peft adapted (its name in the Hugging Face model) that has no Megatron
+    counterpart here: mixture-of-experts layers (experts, router, shared expert), `lm_head`, anything but the
+    attention and dense MLP projections."""
+    for module in sorted(modules):
+        match = _PROJECTION.match(module)
+        if match is None or (match["proj"] in ("gate_proj", "up_proj", "down_proj")) != (match["block"] == "mlp"):
+            raise ValueError(
+                f"LoRA adapters on mixture-of-experts layers (experts, router) or lm_head are not supported here on the"
+                f" Megatron workers, which adapt the attention and dense MLP projections; peft put an adapter on"
+                f" {module!r}: narrow trainer.policy.model.lora.target_modules (e.g. [q_proj, k_proj, v_proj, o_proj])"
+                " or use trainer.strategy=fsdp2"
+            )
+
+
 def attach_adapters(
     gpt: torch.nn.Module,
     adapters: Mapping[str, torch.Tensor],
@@ -232,16 +247,10 @@ def attach_adapters(
         pairs.setdefault(parsed.module, {})[parsed.part] = tensor
         adapter_names[parsed.module] = parsed.adapter
     by_layer: dict[tuple[int, str], dict[str, LoRAProjection]] = {}
+    check_adapted_modules(pairs)
     for module, pair in sorted(pairs.items()):
         match = _PROJECTION.match(module)
-        proj = match["proj"] if match else None
-        if match is None or (proj in ("gate_proj", "up_proj", "down_proj")) != (match["block"] == "mlp"):
-            raise ValueError(
-                f"LoRA adapters on mixture-of-experts layers (experts, router) or lm_head are not supported here on the"
-                f" Megatron workers, which adapt the attention and dense MLP projections; peft put an adapter on"
-                f" {module!r}: narrow trainer.policy.model.lora.target_modules (e.g. [q_proj, k_proj, v_proj, o_proj])"
-                " or use trainer.strategy=fsdp2"
-            )
+        proj = match["proj"]
         layer = int(match["layer"])
         if layer not in layout.stage_layers:
             continue
