@@ -175,10 +175,12 @@ def _megatron_rules(role: str) -> dict[str, Rule]:
                 "moe_router_load_balancing_type",
                 "moe_aux_loss_coeff",
                 "moe_grouped_gemm",
-                "moe_router_score_function",
-                "moe_router_enable_expert_bias",
                 "moe_router_dtype",
             )
+        },
+        **{
+            f"{transformer_kwargs}.{name}": Rename(f"trainer.{role}.megatron.{name}")
+            for name in ("moe_router_score_function", "moe_router_enable_expert_bias")
         },
         f"{prefix}.model_config_kwargs": Fixed(({},), "overriding the model config for Megatron", "the model's own"),
         f"{prefix}.empty_cuda_cache": Fixed(

@@ -115,6 +115,19 @@ ACCEPTED = [
             "trainer.policy.fsdp.mixed_precision.param_dtype": "float32",
         },
     ),
+    (
+        [
+            "trainer.strategy=megatron",
+            "trainer.policy.megatron_config.moe_router_score_function=sigmoid",
+            "trainer.policy.megatron_config.transformer_config_kwargs.moe_router_enable_expert_bias=true",
+            "trainer.ref.megatron_config.transformer_config_kwargs.moe_router_score_function=softmax",
+        ],
+        {
+            "trainer.policy.megatron.moe_router_score_function": "sigmoid",
+            "trainer.policy.megatron.moe_router_enable_expert_bias": True,
+            "trainer.ref.megatron.moe_router_score_function": "softmax",
+        },
+    ),
     (["trainer.flash_attn=true"], {}),
     (["generator.async_engine=false", "generator.batched=true"], {"generator.batched": True}),
     (
@@ -444,3 +457,9 @@ def test_the_command_line_lists_cross_field_problems_and_registry_names_together
     assert "invalid config (2 problem(s))" in err
     assert "must be divisible by trainer.policy_mini_batch_size" in err
     assert "'dppo' is SkyRL's DPPO loss, which is not supported here" in err
+
+
+def test_a_transformer_config_kwargs_router_key_is_translated_once():
+    override = "trainer.policy.megatron_config.transformer_config_kwargs.moe_router_enable_expert_bias=false"
+    described = translate_overrides(parse_overrides([override])).describe()
+    assert described.count(f"{override} -> trainer.policy.megatron.moe_router_enable_expert_bias=false") == 1
