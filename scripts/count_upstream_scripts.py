@@ -10,7 +10,7 @@ bash, as a user would, with `HOME` pointing at an empty directory (so every data
 script demands (`${NAME:?...}`) set to placeholder paths, and `uv`, `python` and `python3` replaced by stubs that
 record the module and arguments of each `-m <module>` call instead of running it. Each recorded training call is
 then run from this repo's root as `python -m <module> <args> --dry-run`, with the module path exactly as the script
-wrote it. A script passes when all its calls exit 0; a failing one counts as "refused by name" when every problem
+wrote it and the variables of the files the script hands `uv run --env-file` (as uv would set them). A script passes when all its calls exit 0; a failing one counts as "refused by name" when every problem
 its message lists says "not supported here" (the phrase with which this project refuses a feature by name, `yet` or
 not; validation words every such refusal that way). The summary ends with what blocks the others:
 per feature, the scripts it blocks and those it alone blocks. `--assume-key` leaves a key's overrides out of the
@@ -69,15 +69,41 @@ NOT_TRAINING = ("data_preprocess", "dataset", "vllm_server", "main_sft", "serve"
 """Substrings of module names whose calls prepare data or start servers: not training runs."""
 
 _STUB = """#!/usr/bin/env bash
-# records `-m <module> args...` calls (one JSON line each) instead of running them
+# records `-m <module> args...` calls (one JSON line each, with the files of `uv run --env-file`) instead of running them
+env_files=()
 for ((i = 1; i <= $#; i++)); do
-  if [ "${!i}" = "-m" ]; then
-    "$STUB_PYTHON" -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${@:i+1}" >> "$STUB_RECORD"
+  if [ "${!i}" = "--env-file" ]; then
+    j=$((i + 1))
+    env_files+=("$(realpath -m -- "${!j}")")
+  elif [[ "${!i}" == --env-file=* ]]; then
+    env_files+=("$(realpath -m -- "${!i#--env-file=}")")
+  elif [ "${!i}" = "-m" ]; then
+    "$STUB_PYTHON" -c 'import json, sys; n = int(sys.argv[1]); print(json.dumps({"env_files": sys.argv[2:2 + n], "argv": sys.argv[2 + n:]}))' \
+      "${#env_files[@]}" "${env_files[@]}" "${@:i+1}" >> "$STUB_RECORD"
     exit 0
   fi
 done
 exit 0
 """
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The variables of a dotenv file as `uv run --env-file` sets them: `KEY=VALUE` lines, `#` comments (also after an
+    unquoted value), optional quotes and `export`; a missing file gives none."""
+    variables: dict[str, str] = {}
+    if not path.is_file():
+        return variables
+    for line in path.read_text().splitlines():
+        line = line.strip().removeprefix("export ").strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = (part.strip() for part in line.split("=", 1))
+        if value[:1] in ("'", '"') and value[:1] in value[1:]:
+            value = value[1 : value.index(value[0], 1)]
+        else:
+            value = value.split(" #", 1)[0].strip()
+        variables[key] = value
+    return variables
 
 
 @dataclass
@@ -86,6 +112,8 @@ class Call:
 
     module: str
     args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables the script's launcher sets for the call (`uv run --env-file`)."""
     exit_code: int | None = None
     message: str = ""
 
@@ -189,9 +217,10 @@ def record_calls(script: Path, cwd: Path, home: Path, stubs: Path) -> list[Call]
         return []
     calls = []
     for line in record.read_text().splitlines():
-        argv = json.loads(line)
-        if argv:
-            calls.append(Call(module=argv[0], args=argv[1:]))
+        entry = json.loads(line)
+        env = {key: value for name in entry["env_files"] for key, value in read_env_file(Path(name)).items()}
+        if entry["argv"]:
+            calls.append(Call(module=entry["argv"][0], args=entry["argv"][1:], env=env))
     return calls
 
 
@@ -202,7 +231,7 @@ def is_training(module: str) -> bool:
 
 def dry_run(call: Call, cwd: Path, home: Path) -> None:
     """Replay `call` here with `--dry-run` and store its exit code and message."""
-    env = dict(os.environ, HOME=str(home), PYTHONWARNINGS="ignore")
+    env = dict(os.environ, **call.env, HOME=str(home), PYTHONWARNINGS="ignore")
     proc = subprocess.run(
         [sys.executable, "-m", call.module, *call.args, "--dry-run"],
         cwd=cwd,
@@ -219,9 +248,11 @@ def dry_run_in_process(call: Call, cwd: Path, home: Path) -> None:
     """`dry_run` without a new interpreter per call (the module runs with `runpy`, as `python -m` runs it): the same
     module path, arguments and working directory, minus the start-up cost. For quick counts on a busy machine."""
     saved = (os.getcwd(), list(sys.argv), list(sys.path), os.environ.get("HOME"))
+    saved_env = {key: os.environ.get(key) for key in call.env}
     out, err = io.StringIO(), io.StringIO()
     os.chdir(cwd)
     sys.path.insert(0, str(cwd))
+    os.environ.update(call.env)
     os.environ["HOME"] = str(home)
     sys.argv = [call.module, *call.args, "--dry-run"]
     code = 0
@@ -241,6 +272,11 @@ def dry_run_in_process(call: Call, cwd: Path, home: Path) -> None:
         sys.path[:] = saved[2]
         if saved[3] is not None:
             os.environ["HOME"] = saved[3]
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     call.exit_code = code
     call.message = err.getvalue().strip() if code else ""
 

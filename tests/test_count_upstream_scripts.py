@@ -98,3 +98,29 @@ def test_a_refused_upstream_override_with_hydras_plus_prefix_is_counted_by_its_f
         assert counter._refused_by_name(message)
         features |= {counter.feature_of(problem) for problem in counter.problems_of(message)}
     assert features == {"other MoE router dtypes"}
+
+
+def test_the_variables_of_uv_run_env_file_reach_the_replayed_call(tmp_path):
+    """SkyRL's FlashRL scripts choose the rollout quantization in a file they hand `uv run --env-file`: the stub
+    records it (run through bash, as the counter runs it) and the replay sets its variables, as uv would."""
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / ".env.fp8").write_text(
+        '# the quantization\nFLASHRL_CONFIG="fp8_vllm"\nexport LEVEL=DEBUG # optional\nEMPTY=\n# OFF=1'
+    )
+    script = tmp_path / "run.sh"
+    script.write_text(
+        "uv run --isolated --env-file cfg/.env.fp8 --with x -- python -m examples.flash_rl.main_dapo_flashrl a=1\n"
+        "uv run --env-file=cfg/.env.fp8 -m other.module\n"
+        "python -m plain.module b=2\n"
+    )
+    stubs, home = tmp_path / "stubs", tmp_path / "home"
+    stubs.mkdir()
+    home.mkdir()
+    for name in ("uv", "python"):
+        (stubs / name).write_text(counter._STUB)
+        (stubs / name).chmod(0o755)
+    first, second, third = counter.record_calls(script, tmp_path, home, stubs)
+    expected = {"FLASHRL_CONFIG": "fp8_vllm", "LEVEL": "DEBUG", "EMPTY": ""}
+    assert (first.module, first.args, first.env) == ("examples.flash_rl.main_dapo_flashrl", ["a=1"], expected)
+    assert (second.module, second.env) == ("other.module", expected)
+    assert (third.module, third.args, third.env) == ("plain.module", ["b=2"], {})

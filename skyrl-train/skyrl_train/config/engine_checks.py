@@ -204,6 +204,18 @@ def check_engine_tensor_parallel(cfg: "SkyRLConfig") -> Iterator[str]:
         )
 
 
+def check_engine_quantization(cfg: "SkyRLConfig") -> Iterator[str]:
+    """vLLM's fp8 quantization (`engine_init_kwargs.quantization=fp8`) on `trainer.device=cpu`: vLLM's CPU build has
+    no fp8 kernels (`auto` passes: a GPU script's dry-run on a machine without one)."""
+    engine = cfg.generator.inference_engine
+    quantization = str(engine.engine_init_kwargs.get("quantization") or "")
+    if engine.backend == "vllm" and cfg.trainer.device == "cpu" and quantization.startswith("fp8"):
+        yield (
+            f"generator.inference_engine.engine_init_kwargs.quantization={quantization} with trainer.device=cpu is not"
+            " supported here: vLLM's fp8 kernels need CUDA GPUs (its CPU build has none); drop the quantization on CPU"
+        )
+
+
 def warn_engine_spanning_nodes(cfg: "SkyRLConfig") -> Iterator[str]:
     """A colocated vllm engine whose tensor-parallel ranks cannot all sit on one node: ranks take the bundles grouped
     by node (`placement.node_ordered_bundles`), so engine i's ranks i*tp..i*tp+tp-1 cross a node boundary exactly

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from skyrl_train.config.engine_checks import (
+    check_engine_quantization,
     check_engine_tensor_parallel,
     check_generator,
     check_placement,
@@ -437,6 +438,7 @@ ERROR_CHECKS: list[Check] = [
     check_generator,
     check_placement,
     check_engine_tensor_parallel,
+    check_engine_quantization,
     check_rewards,
     check_health,
 ]

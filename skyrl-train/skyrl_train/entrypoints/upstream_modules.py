@@ -13,8 +13,9 @@ feature this project lacks.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,6 +35,10 @@ class UpstreamModule:
     reads: tuple[tuple[str, str], ...] = ()
     """`(override, override here)`: a command-line override the upstream module reads differently (its value
     compared without case, a leading `+` ignored), replaced before the config is built."""
+    environment: Optional[Callable[[Mapping[str, str]], tuple[tuple[str, ...], str, str]]] = None
+    """Reads the environment variables the upstream module reads: `(settings, "", "")`, settings applied after
+    `overrides`, or `((), feature, setting)` when the variables ask for a feature this project does not have
+    (`setting` names the variable and value; the run is refused)."""
 
     def translate(self, arg: str) -> str:
         """`arg` as this project spells what the module makes of it."""
@@ -48,7 +53,28 @@ class UpstreamModule:
 _DAPO = UpstreamModule()  # DAPO's soft overlong penalty: its `overlong_buffer.len` key switches it on (upstream_keys)
 _ONE_STEP_OFF = UpstreamModule(("trainer.mode=one_step_off",))
 _FULLY_ASYNC = UpstreamModule(("trainer.mode=fully_async",))
-_FLASH_RL = UpstreamModule(unsupported="FlashRL (int8/fp8 rollouts through a patched vLLM)")
+FLASHRL_FP8 = ("fp8_vllm",)
+"""`FLASHRL_CONFIG` values that mean vLLM's own online fp8 quantization of the rollout engine's weights."""
+
+
+def flash_rl_settings(environ: Mapping[str, str]) -> tuple[tuple[str, ...], str, str]:
+    """What SkyRL's FlashRL entrypoint makes of `FLASHRL_CONFIG` (its scripts set it with `uv run --env-file`):
+    unset or `bf16`, plain rollouts (FlashRL patches vLLM only when it is set); `fp8_vllm`, vLLM's online fp8
+    quantization (`quantization=fp8`: weights quantized at load and again at every weight sync, which vLLM's in-place
+    reload does for online-quantized layers), corrected off-policy by the script's TIS settings; anything else (a
+    FlashRL config file with calibrated int8 profiles, FlashRL's own fp8 kernels) is refused by name."""
+    value = environ.get("FLASHRL_CONFIG", "").strip()
+    if value in ("", "bf16"):
+        return (), "", ""
+    if value in FLASHRL_FP8:
+        return ("generator.inference_engine.engine_init_kwargs.quantization=fp8",), "", ""
+    return (), "FlashRL's calibrated int8 rollouts or its own fp8 kernels", f"FLASHRL_CONFIG={value}"
+
+
+# DAPO with quantized rollouts: the scripts set DAPO's and TIS's keys themselves
+_FLASH_RL = UpstreamModule(
+    environment=flash_rl_settings, instead="FLASHRL_CONFIG=fp8_vllm runs vLLM's fp8 rollouts (online quantization)"
+)
 _MINI_SWE = UpstreamModule(
     unsupported="SkyRL's mini-swe-agent integration (SWE-Gym tasks in docker)",
     instead="skyrl-agent's mini_swe task trains on generated repositories in the subprocess sandbox (docs/skyrl-agent.md)",
@@ -97,9 +123,11 @@ UPSTREAM_MODULES: dict[str, UpstreamModule] = {
 """Every upstream entrypoint module an upstream run script calls, by module path."""
 
 
-def refusal(name: str, module: UpstreamModule) -> str:
-    """The message refusing a run of `name`, naming the feature it needs."""
-    message = f"config error: {name} needs {module.unsupported}, which is not supported here"
+def refusal(name: str, module: UpstreamModule, feature: str = "", setting: str = "") -> str:
+    """The message refusing a run of `name`, naming the feature it needs (`feature`: one its environment asks for
+    with `setting`)."""
+    subject = f"{name} with {setting}" if setting else name
+    message = f"config error: {subject} needs {feature or module.unsupported}, which is not supported here"
     return message + (f"; {module.instead}" if module.instead else "")
 
 
@@ -108,11 +136,13 @@ def run_upstream_module(name: str, argv: Optional[Sequence[str]] = None) -> None
     from skyrl_train.config.cli import CONFIG_ERROR_EXIT_CODE
 
     module = UPSTREAM_MODULES[name]
-    if module.unsupported:
-        print(refusal(name, module), file=sys.stderr)
+    settings, unsupported, setting = module.environment(os.environ) if module.environment else ((), "", "")
+    if module.unsupported or unsupported:
+        print(refusal(name, module, unsupported, setting), file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_EXIT_CODE)
     args = [module.translate(arg) for arg in (sys.argv[1:] if argv is None else argv)]
-    importlib.import_module(module.entry).main(args, upstream_module=True, extra_overrides=module.overrides)
+    extra = (*module.overrides, *settings)
+    importlib.import_module(module.entry).main(args, upstream_module=True, extra_overrides=extra)
 
 
 def render_modules_markdown() -> str:
@@ -134,5 +164,6 @@ def render_modules_markdown() -> str:
             here = f"`{module.entry.rsplit('.', 1)[1]}`"
             here += f" with `{' '.join(module.overrides)}`" if module.overrides else ""
             here += "".join(f"; `{given}` means `{means}`" for given, means in module.reads)
+            here += "; reads `FLASHRL_CONFIG` (`fp8_vllm`: vLLM's fp8 rollouts)" if module.environment else ""
         lines.append(f"| `{name}` | {here.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"

