@@ -78,7 +78,7 @@ def megatron_model_problems(cfg: SkyRLConfig) -> list[str]:
     if cfg.trainer.strategy != "megatron":
         return []
     roles = {"policy": cfg.trainer.policy.model.path}
-    if cfg.needs_ref_model:
+    if cfg.needs_ref_model and not cfg.ref_is_policy_base:  # else the policy's base serves as the reference
         roles["ref"] = cfg.ref_model_path
     problems: list[str] = []
     for role, path in roles.items():

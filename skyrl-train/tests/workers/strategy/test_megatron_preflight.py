@@ -81,6 +81,14 @@ def test_parallel_sizes_and_router_settings_the_model_cannot_take_are_refused_pe
     assert "expert_model_parallel_size=2 needs a mixture-of-experts model; qwen3 is dense" in problem
 
 
+def test_a_lora_policy_checks_no_reference_workers_since_its_base_is_the_reference(saved):
+    moe = saved("qwen3_moe")
+    ref_misfit = ["trainer.algorithm.use_kl_loss=true", "trainer.ref.megatron.tensor_model_parallel_size=3"]
+    assert megatron_model_problems(_cfg(moe, *ref_misfit, "trainer.policy.model.lora.rank=4", ATTENTION_ONLY)) == []
+    (problem,) = megatron_model_problems(_cfg(moe, *ref_misfit))  # without LoRA the ref workers load it
+    assert problem.startswith("trainer.ref.megatron.tensor_model_parallel_size=3 does not divide")
+
+
 def test_nothing_is_checked_without_a_local_config_or_on_fsdp2(saved):
     assert megatron_model_problems(_cfg("nobody/not-a-model-here", "trainer.policy.model.lora.rank=4")) == []
     moe = saved("qwen3_moe")
