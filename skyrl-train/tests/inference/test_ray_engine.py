@@ -269,7 +269,7 @@ def test_every_engine_key_reaches_the_engine_settings():
             "generator.inference_engine.gpu_memory_utilization=0.3",
             "generator.inference_engine.enable_prefix_caching=false",
             "generator.inference_engine.enforce_eager=true",
-            "generator.inference_engine.engine_init_kwargs={quantization: fp8}",
+            "generator.inference_engine.engine_init_kwargs={max_logprobs: 3}",
             "trainer.placement.colocate_all=false",
             "trainer.policy.model.path=/models/m",
             "trainer.policy.model.lora.rank=8",
@@ -300,7 +300,7 @@ def test_every_engine_key_reaches_the_engine_settings():
     )
     assert EngineSettings.from_config(sglang, "/models/m").tensor_parallel_size == 2
     assert (settings.enable_prefix_caching, settings.enforce_eager) == (False, True)
-    assert settings.engine_kwargs == {"quantization": "fp8"}
+    assert settings.engine_kwargs == {"max_logprobs": 3}
 
 
 def test_hf_builder_takes_dtype_batch_size_and_engine_kwargs(tmp_path):
