@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,27 @@ def test_a_short_cpu_run_trains(tmp_path, script, rises):
             f" steps; reward/mean by step: {rewards}"
         )
         assert round(after - before, 6) >= MIN_RISE, message
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_mini_swe_agent_script_runs_its_agents_end_to_end_on_cpu(tmp_path):
+    """SkyRL's mini-swe-agent entrypoint as the CPU script runs it: mini-swe-agent's agents on the run's hf engines,
+    their shell commands in local git repositories, the eval scripts, a training step and the trajectory files."""
+    pytest.importorskip("minisweagent", reason="needs mini-swe-agent: pip install 'skyrl-agent[miniswe]'")
+    env = {k: v for k, v in os.environ.items() if k not in ("NUM_GPUS", "MODEL", "DATA_DIR")}
+    env.update(PYTHON=sys.executable, OUT_DIR=str(tmp_path), MAX_STEPS="1")
+    script = TRAIN / "mini_swe_agent" / "run_mini_swe.sh"
+    done = subprocess.run(["bash", str(script)], env=env, cwd=tmp_path, capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert [int(step) for step in TRAIN_LINE.findall(output)] == [1], output[-3000:]
+    assert [int(step) for step, _ in EVAL_LINE.findall(output)] == [0, 1], output[-3000:]
+    files = sorted((tmp_path / "trajectories").rglob("*.json"))
+    # 8 held-out tasks before and after training, 4 prompts x 2 samples in the step
+    assert len(files) == 8 + 8 + 8, [f.relative_to(tmp_path).as_posix() for f in files]
+    trajectory = json.loads(files[0].read_text())
+    assert trajectory["info"]["model_stats"]["api_calls"] >= 1
+    assert [m["role"] for m in trajectory["messages"][:3]] == ["system", "user", "assistant"]
+    assert trajectory["info"]["config"]["environment"]["cwd"].startswith(tempfile.gettempdir())

@@ -75,7 +75,8 @@ cpu_inputs() {
   MODEL="$OUT_DIR/model"
   DATA_DIR="$OUT_DIR/data"
   if [[ "$DRY_RUN" == false ]]; then
-    "$PYTHON" "$SKYRL_TRAIN_EXAMPLES/local_inputs.py" "$1" --out "$OUT_DIR" --train-size "$TRAIN_SIZE"
+    "$PYTHON" "$SKYRL_TRAIN_EXAMPLES/local_inputs.py" "$1" --out "$OUT_DIR" --train-size "$TRAIN_SIZE" \
+      ${TEST_SIZE:+--test-size "$TEST_SIZE"}
   fi
 }
 

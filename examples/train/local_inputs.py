@@ -13,6 +13,7 @@ Every kind links `DIR/model` to the cached embedded model (warm-started once und
 | `text2sql` | "what is a+b?" questions with gold SQL, env `text2sql` | `DIR/db/sums.sqlite`: a table of sums |
 | `judge` | sums whose training rows ask for the reward model (`reward_spec.method: reward_model`) | `DIR/judge`: a reward model fitted to judge sums |
 | `agent` | none (skyrl_agent.entrypoint writes its own) | `DIR/model` is the embedded *agent* model |
+| `mini_swe` | SWE task instances for mini-swe-agent's `local` environment: skyrl-agent's generated one-bug repositories (`skyrl_agent.mini_swe_agent.local_task_rows`) | |
 
 The test split is the warm start's held-out split, so no test problem was seen before RL. Re-running a kind rewrites
 its data and reuses the cached models.
@@ -32,7 +33,7 @@ from typing import Any
 
 MODEL = {"task": "addition", "difficulty": 2, "size": 2, "seed": 0, "train_examples": 8192}
 """The embedded model's settings: the quickstart's, so every example and test shares one cache entry."""
-KINDS = ("addition", "multi_turn", "search", "text2sql", "judge", "agent")
+KINDS = ("addition", "multi_turn", "search", "text2sql", "judge", "agent", "mini_swe")
 JUDGE_VERSION = "1"
 """Bump when the judge's recipe changes (it renames the judge's cache entry)."""
 
@@ -227,6 +228,16 @@ def main(argv: list[str] | None = None) -> int:
 
     model_dir = get_embedded_model(WarmStartSettings(**MODEL))
     link(model_dir, out / "model")
+    if args.kind == "mini_swe":
+        from skyrl_agent.mini_swe_agent import local_task_rows
+
+        splits = {
+            split: local_task_rows(size, seed=0, split=split)
+            for split, size in [("train", args.train_size), ("test", args.test_size)]
+        }
+        write_splits(out, splits)
+        print(f"local inputs: {out}/model -> {model_dir}; mini_swe task instances in {out}/data")
+        return 0
     splits = addition_splits(args.train_size, args.test_size)
     if args.kind == "multi_turn":
         restyle(splits, "gsm8k_multi_turn")

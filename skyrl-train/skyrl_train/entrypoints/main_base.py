@@ -65,6 +65,8 @@ class BasePPOExp:
         """Training steps of the run; set by `prepare` (with the tokenizer, datasets and loader)."""
         self.reward_group: Optional[WorkerGroup] = None
         self.reward_scorer: Optional[RewardScorer] = None
+        self.workflow: Optional[Any] = None
+        """The rollout workflow `generator.workflow` names, built by `prepare` (so bad arguments fail before Ray)."""
 
     # ----- hooks --------------------------------------------------------------------------------------------------
     def roles(self) -> list[str]:
@@ -201,7 +203,7 @@ class BasePPOExp:
 
             generator = self.cfg.generator
             return make_workflow_generator(
-                generator.workflow, client, tokenizer, settings, dict(generator.workflow_args)
+                generator.workflow, client, tokenizer, settings, dict(generator.workflow_args), self.workflow
             )
         return SkyRLGymGenerator(client, tokenizer, settings)
 
@@ -282,6 +284,10 @@ class BasePPOExp:
         for item in self.eval_items:
             uses.setdefault(item["env_class"], f"eval data, uid {item['uid']}")
         check_registered_names(self.cfg, uses)
+        if self.cfg.generator.workflow is not None:  # its arguments (a config file, say) are checked before Ray
+            from skyrl_train.generators.workflow import make_workflow
+
+            self.workflow = make_workflow(self.cfg.generator.workflow, dict(self.cfg.generator.workflow_args))
         self.total_steps = total_training_steps(self.cfg, self.train_loader)
         warn_if_epochs_end_first(self.cfg, len(self.train_loader))
 

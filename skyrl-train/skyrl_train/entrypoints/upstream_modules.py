@@ -35,6 +35,11 @@ class UpstreamModule:
     reads: tuple[tuple[str, str], ...] = ()
     """`(override, override here)`: a command-line override the upstream module reads differently (its value
     compared without case, a leading `+` ignored), replaced before the config is built."""
+    renames: tuple[tuple[str, str], ...] = ()
+    """`(key, key here)`: a key only the upstream module reads (its generator's own config fields, set with a
+    leading `+`), renamed before the config is built."""
+    imports: tuple[str, ...] = ()
+    """Modules imported before the run (they register what the module's settings name, e.g. a rollout workflow)."""
     environment: Optional[Callable[[Mapping[str, str]], tuple[tuple[str, ...], str, str]]] = None
     """Reads the environment variables the upstream module reads: `(settings, "", "")`, settings applied after
     `overrides`, or `((), feature, setting)` when the variables ask for a feature this project does not have
@@ -43,6 +48,9 @@ class UpstreamModule:
     def translate(self, arg: str) -> str:
         """`arg` as this project spells what the module makes of it."""
         key, sep, value = arg.lstrip("+").partition("=")
+        for given, here in self.renames:
+            if sep and key == given:
+                return f"{here}={value}"
         for given, here in self.reads:
             given_key, _, given_value = given.partition("=")
             if sep and key == given_key and value.strip().lower() == given_value:
@@ -75,9 +83,16 @@ def flash_rl_settings(environ: Mapping[str, str]) -> tuple[tuple[str, ...], str,
 _FLASH_RL = UpstreamModule(
     environment=flash_rl_settings, instead="FLASHRL_CONFIG=fp8_vllm runs vLLM's fp8 rollouts (online quantization)"
 )
+# SkyRL's mini-swe-agent generator: skyrl-agent's `mini_swe_agent` workflow, which runs each agent itself (upstream's
+# generator ignores `generator.batched` too)
 _MINI_SWE = UpstreamModule(
-    unsupported="SkyRL's mini-swe-agent integration (SWE-Gym tasks in docker)",
-    instead="skyrl-agent's mini_swe task trains on generated repositories in the subprocess sandbox (docs/skyrl-agent.md)",
+    ("generator.workflow=mini_swe_agent",),
+    reads=(("generator.batched=true", "generator.batched=auto"),),
+    renames=(
+        ("generator.miniswe_config_path", "generator.workflow_args.config_path"),
+        ("generator.miniswe_traj_dir", "generator.workflow_args.traj_dir"),
+    ),
+    imports=("skyrl_agent.mini_swe_agent",),
 )
 _HARBOR = UpstreamModule(unsupported="the Harbor integration (Terminal-Bench, CodeContests)")
 _BUILTIN_ENV = UpstreamModule()  # the example registers an env skyrl-gym has built in (llm_as_a_judge, multiply)
@@ -140,6 +155,8 @@ def run_upstream_module(name: str, argv: Optional[Sequence[str]] = None) -> None
     if module.unsupported or unsupported:
         print(refusal(name, module, unsupported, setting), file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_EXIT_CODE)
+    for name_to_import in module.imports:
+        importlib.import_module(name_to_import)
     args = [module.translate(arg) for arg in (sys.argv[1:] if argv is None else argv)]
     extra = (*module.overrides, *settings)
     importlib.import_module(module.entry).main(args, upstream_module=True, extra_overrides=extra)
@@ -164,6 +181,7 @@ def render_modules_markdown() -> str:
             here = f"`{module.entry.rsplit('.', 1)[1]}`"
             here += f" with `{' '.join(module.overrides)}`" if module.overrides else ""
             here += "".join(f"; `{given}` means `{means}`" for given, means in module.reads)
+            here += "".join(f"; `{given}` is `{means}`" for given, means in module.renames)
             here += "; reads `FLASHRL_CONFIG` (`fp8_vllm`: vLLM's fp8 rollouts)" if module.environment else ""
         lines.append(f"| `{name}` | {here.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"

@@ -162,13 +162,22 @@ class WorkflowGenerator(GeneratorInterface):
         return checked
 
 
-def make_workflow_generator(
-    name: str, client: Any, tokenizer: Any, settings: GeneratorSettings, args: Optional[dict[str, Any]] = None
-) -> WorkflowGenerator:
-    """The generator of the workflow registered as `name`, built with `args` (`generator.workflow_args`)."""
+def make_workflow(name: str, args: Optional[dict[str, Any]] = None) -> RolloutWorkflow:
+    """The workflow registered as `name`, built with `args` (`generator.workflow_args`)."""
     workflow_cls: Optional[type] = ROLLOUT_WORKFLOWS.get(name)
     try:
-        workflow = workflow_cls(**(args or {}))
+        return workflow_cls(**(args or {}))
     except TypeError as exc:
         raise ValueError(f"generator.workflow_args={dict(args or {})} do not fit workflow {name!r}: {exc}") from exc
-    return WorkflowGenerator(workflow, client, tokenizer, settings)
+
+
+def make_workflow_generator(
+    name: str,
+    client: Any,
+    tokenizer: Any,
+    settings: GeneratorSettings,
+    args: Optional[dict[str, Any]] = None,
+    workflow: Optional[RolloutWorkflow] = None,
+) -> WorkflowGenerator:
+    """The generator of the workflow registered as `name`, built with `args` (or `workflow`, already built)."""
+    return WorkflowGenerator(workflow or make_workflow(name, args), client, tokenizer, settings)

@@ -50,7 +50,7 @@ def test_every_upstream_module_path_exists_and_runs_its_own_entry():
         for name in UPSTREAM_MODULES:
             spec = importlib.util.find_spec(name)
             assert spec is not None and spec.origin, name
-            assert f'run_upstream_module("{name}")' in Path(spec.origin).read_text(), name
+            assert f'run_upstream_module("{name}"' in Path(spec.origin).read_text(), name
     finally:
         sys.path.remove(str(REPO))
 
@@ -211,3 +211,29 @@ def test_the_custom_estimator_and_loss_examples_register_what_their_scripts_sele
         code, out, err = dry_run(module, f"trainer.algorithm.{key}={name}", capsys=capsys)
         assert code == 0, err
         assert f'{key}: "{name}"' in out
+
+
+def test_the_mini_swe_agent_module_runs_the_mini_swe_agent_workflow_with_its_generator_keys(capsys):
+    """SkyRL's mini-swe-agent generator reads `+generator.miniswe_config_path` / `miniswe_traj_dir` and runs each
+    agent itself (it ignores `generator.batched`): here they are the `mini_swe_agent` workflow's arguments."""
+    pytest.importorskip("skyrl_agent")
+    args = (
+        "generator.backend=vllm",
+        "trainer.resume_mode=null",
+        "generator.batched=true",
+        "generator.max_turns=20",
+        "+generator.miniswe_config_path=examples/mini_swe_agent/swebench.yaml",
+        "+generator.miniswe_traj_dir=/trajs",
+    )
+    for module in ("examples.mini_swe_agent.main_mini_swe", "examples.train.mini_swe_agent.main_mini_swe"):
+        code, out, err = dry_run(module, *args, capsys=capsys)
+        assert code == 0, err
+        generator = OmegaConf.create(out.split("# resolved SkyRL config\n", 1)[1]).generator
+        assert generator.workflow == "mini_swe_agent" and generator.batched is False
+        assert dict(generator.workflow_args) == {
+            "config_path": "examples/mini_swe_agent/swebench.yaml",
+            "traj_dir": "/trajs",
+        }
+    # the keys are the module's own: the plain entrypoint still refuses them as unknown
+    code, out, err = dry_run("skyrl.train.entrypoints.main_base", "+generator.miniswe_traj_dir=/t", capsys=capsys)
+    assert code == 2 and "generator.miniswe_traj_dir" in err
