@@ -18,7 +18,8 @@ dataset row's `instance` column: `instance_id`, `problem_statement`, `eval_scrip
   observation's tokens are loss-masked. The config's `model` section (LiteLLM's settings) is not used; the turns
   sample with `generator.sampling_params`, and the context stops at `generator.max_input_length`.
 - **reward**: after the agent submits, its patch is applied in a fresh environment and the instance's `eval_script`
-  runs there: 1.0 when it exits 0.
+  runs there: 1.0 when it exits 0; 0 when the agent never submits. A trajectory whose environment, agent or engine
+  raised is kept out of training (its `env_error` names the exception).
 - **trajectories** (with `traj_dir`): mini-swe-agent's JSON per trajectory, `<traj_dir>/batch_<k>/<id>_<n>.json`.
 """
 
@@ -46,6 +47,7 @@ from skyrl_train.inference.types import InferenceEngineInput, SamplingParams
 
 logger = logging.getLogger(__name__)
 OVERFLOW = "context_overflow"
+ERROR = "error"
 
 WORKFLOW = "mini_swe_agent"
 INSTALL_HINT = "pip install 'skyrl-agent[miniswe]' (mini-swe-agent>=1.12,<2)"
@@ -323,9 +325,15 @@ class MiniSweAgentWorkflow(RolloutWorkflow):
         ]
         results = await asyncio.gather(*runs)
         trajectories = [to_training_trajectory(t, data["uid"], source or None) for t in results]
-        # as SkyRL's generator: a finished agent "stops" however it ended; only a full context is cut by "length"
+        # as SkyRL's generator: a finished agent "stops" however it ended; only a full context is cut by "length".
+        # A failure (no container, a dead engine) says nothing about the model: the trajectory is kept out of training
         return [
-            replace(t, env_class=data["env_class"], stop_reason="length" if a.stop_reason == OVERFLOW else "stop")
+            replace(
+                t,
+                env_class=data["env_class"],
+                stop_reason="length" if a.stop_reason == OVERFLOW else "stop",
+                env_error={"reason": ERROR, "detail": "; ".join(a.errors)} if a.stop_reason == ERROR else t.env_error,
+            )
             for t, a in zip(trajectories, results)
         ]
 
@@ -351,8 +359,8 @@ class MiniSweAgentWorkflow(RolloutWorkflow):
             environment = TaskEnvironment(self.config, instance, source)
             agent = reminder_agent_class()(model, environment.env, **settings)
             exit_status, submission = agent.run(instance["problem_statement"])
-        except Exception as exc:  # the environment or the agent failed: recorded, the trajectory scores 0
-            exit_status, submission = type(exc).__name__, str(exc)
+        except Exception as exc:  # the environment, the agent or an engine failed: recorded, not trained on
+            exit_status, submission = ERROR, str(exc)
             trajectory.errors.append(f"{type(exc).__name__}: {exc}")
             logger.warning("mini-swe-agent on %s failed: %s", instance["instance_id"], exc)
         finally:
@@ -363,7 +371,12 @@ class MiniSweAgentWorkflow(RolloutWorkflow):
             trajectory.reward = 1.0 if resolved else 0.0
             if error:
                 trajectory.errors.append(error)
-        trajectory.stop_reason = "answer" if exit_status == "Submitted" else trajectory.stop_reason or exit_status
+        if exit_status == ERROR:
+            trajectory.stop_reason = ERROR
+        elif exit_status == "Submitted":
+            trajectory.stop_reason = "answer"
+        else:
+            trajectory.stop_reason = trajectory.stop_reason or exit_status
         if not trajectory.prompt_ids:  # the agent never asked the model: the row's prompt stands for its context
             trajectory.prompt_ids = prompt_token_ids(engine.tokenizer, data["prompt"])
         trajectory.messages = [plain(m) for m in agent.messages] if agent is not None else []

@@ -36,6 +36,7 @@ from skyrl_train.inference.types import InferenceEngineOutput, SamplingParams  #
 CONFIG = Path(__file__).resolve().parents[2] / "examples" / "train" / "mini_swe_agent" / "local.yaml"
 SUBMIT = "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached\n```"
 LOGPROB, VERSION = -0.5, 3
+ENGINE_DIES = "<the engine raises>"
 
 
 class ScriptedEngines:
@@ -49,6 +50,8 @@ class ScriptedEngines:
     async def generate(self, request):
         self.prompts.append(list(request.prompt_token_ids[0]))
         text = self.turns.pop(0) if self.turns else "no command"
+        if text == ENGINE_DIES:
+            raise RuntimeError("the engine died")
         ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + [self.tokenizer.eos_token_id]
         ids = ids[: request.sampling_params.max_tokens]
         self.budgets.append(len(request.prompt_token_ids[0]) + request.sampling_params.max_tokens)
@@ -203,6 +206,15 @@ def test_an_environment_that_cannot_start_leaves_an_invalid_trajectory_with_the_
     assert not trajectory.is_valid and trajectory.response_ids == []
     assert trajectory.prompt_token_ids == prompt_token_ids(tokenizer, row["prompt"])
     assert "no-docker" in trajectory.env_error["detail"]
+
+
+def test_an_engine_failing_mid_trajectory_keeps_it_out_of_training(tokenizer, tmp_path):
+    (trajectory,), engines, _ = run(tokenizer, ["```bash\nls\n```", ENGINE_DIES], tmp_path)
+    assert trajectory.num_turns == 1 and sum(trajectory.loss_mask) > 0
+    assert not trajectory.is_valid and trajectory.env_error == {
+        "reason": "error",
+        "detail": "RuntimeError: the engine died",
+    }
 
 
 def test_repo_files_must_stay_inside_the_repository():
