@@ -227,7 +227,7 @@ def test_a_short_cpu_run_trains(tmp_path, script, rises):
 def test_the_mini_swe_agent_script_runs_its_agents_end_to_end_on_cpu(tmp_path):
     """SkyRL's mini-swe-agent entrypoint as the CPU script runs it: mini-swe-agent's agents on the run's hf engines,
     their shell commands in local git repositories, the eval scripts, a training step and the trajectory files."""
-    pytest.importorskip("minisweagent", reason="needs mini-swe-agent: pip install 'skyrl-agent[miniswe]'")
+    pytest.importorskip("minisweagent", reason="needs mini-swe-agent: pip install -e './skyrl-agent[miniswe]'")
     env = {k: v for k, v in os.environ.items() if k not in ("NUM_GPUS", "MODEL", "DATA_DIR")}
     env.update(PYTHON=sys.executable, OUT_DIR=str(tmp_path), MAX_STEPS="1")
     script = TRAIN / "mini_swe_agent" / "run_mini_swe.sh"

@@ -1,6 +1,6 @@
 """SkyRL's mini-swe-agent integration: the `mini_swe_agent` rollout workflow (`generator.workflow=mini_swe_agent`).
 
-    pip install 'skyrl-agent[miniswe]'     # mini-swe-agent 1.x, the version SkyRL's example is written for
+    pip install -e "./skyrl-agent[miniswe]"     # mini-swe-agent 1.x, the version SkyRL's example is written for
     generator.workflow=mini_swe_agent generator.workflow_args.config_path=swebench.yaml \
         generator.workflow_args.traj_dir=trajs
 
@@ -50,7 +50,7 @@ OVERFLOW = "context_overflow"
 ERROR = "error"
 
 WORKFLOW = "mini_swe_agent"
-INSTALL_HINT = "pip install 'skyrl-agent[miniswe]' (mini-swe-agent>=1.12,<2)"
+INSTALL_HINT = "pip install -e './skyrl-agent[miniswe]' (mini-swe-agent>=1.12,<2)"
 MODEL_TRANSPORT_KEYS = {"model_name", "model_class", "model_kwargs", "litellm_model_registry", "cost_tracking"}
 """Keys of a mini-swe-agent config's `model` section that only say how LiteLLM reaches a served model."""
 

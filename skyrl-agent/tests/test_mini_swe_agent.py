@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.importorskip("minisweagent", reason="needs mini-swe-agent: pip install 'skyrl-agent[miniswe]'")
+pytest.importorskip("minisweagent", reason="needs mini-swe-agent: pip install -e './skyrl-agent[miniswe]'")
 
 from skyrl_agent.mini_swe_agent import (  # noqa: E402
     ENV_CLASS,

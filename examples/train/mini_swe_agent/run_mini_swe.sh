@@ -2,7 +2,7 @@
 # SWE agents trained with GRPO through mini-swe-agent (SkyRL: examples/mini_swe_agent/run_mini_swe_8B.sh, whose
 # entrypoint and keys this uses). Each trajectory is mini-swe-agent's DefaultAgent running shell commands on one task
 # instance, sampling from the run's own engines token in, token out; the reward is 1 when the instance's eval script
-# passes on the agent's submitted patch. The workflow: skyrl_agent.mini_swe_agent (pip install 'skyrl-agent[miniswe]').
+# passes on the agent's submitted patch. The workflow: skyrl_agent.mini_swe_agent (pip install -e "./skyrl-agent[miniswe]").
 #
 # CPU (NUM_GPUS unset): the embedded model on generated one-bug Python repositories (skyrl-agent's mini_swe tasks) in
 #   mini-swe-agent's `local` environment (local.yaml next to this script): the model's commands run UNISOLATED on this
