@@ -26,6 +26,7 @@ dataset row's `instance` column: `instance_id`, `problem_statement`, `eval_scrip
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -249,6 +250,7 @@ def plain(message: dict[str, Any]) -> dict[str, str]:
     return {"role": message["role"], "content": message["content"]}
 
 
+@functools.cache
 def reminder_agent_class() -> type:
     """mini-swe-agent's `DefaultAgent` that tells the model, after every observation, how many turns remain (as
     SkyRL's example does)."""
@@ -282,6 +284,7 @@ class MiniSweAgentWorkflow(RolloutWorkflow):
         self.config = load_miniswe_config(config_path)
         self.config_path, self.traj_dir = config_path, traj_dir
         self.agent_settings = dict(self.config.get("agent") or {})
+        self.configured_step_limit = int(self.agent_settings.get("step_limit") or 0)
         ignored = sorted(set(self.config.get("model") or {}) - MODEL_TRANSPORT_KEYS)
         if ignored:
             logger.warning(
@@ -296,12 +299,12 @@ class MiniSweAgentWorkflow(RolloutWorkflow):
 
     def step_limit(self, engine: WorkflowEngine) -> int:
         """The agent's turn limit: the config's `agent.step_limit`, or `generator.max_turns` when it sets none."""
-        return int(self.agent_settings.get("step_limit") or 0) or engine.settings.max_turns
+        return self.configured_step_limit or engine.settings.max_turns
 
     async def arun_batch(self, engine: WorkflowEngine, episodes: list[dict[str, Any]]) -> list[list[Trajectory]]:
         """Every prompt's agents, each in its own thread."""
         self.batches += 1
-        configured, max_turns = int(self.agent_settings.get("step_limit") or 0), engine.settings.max_turns
+        configured, max_turns = self.configured_step_limit, engine.settings.max_turns
         if self.batches == 1 and configured and max_turns not in (1, configured):
             logger.warning(
                 "generator.max_turns=%d is not used: agent.step_limit=%d of the mini-swe-agent config %s bounds the "
