@@ -57,9 +57,9 @@ MAX_TOKENS_PER_MICRO_BATCH = 16384
 """Upper bound of the micro-batch token budget: beyond it a pass gains little throughput and only adds memory."""
 
 BF16_CPU_MIN_PARAMETERS = 5_000_000
-"""Smallest model that computes in bfloat16 on a CPU with native bfloat16 dot products. Measured on one core of an
-avx512_bf16 CPU, bfloat16 over float32 speed: decoding 8 rows (the engine attending in float32) 0.95x at 1.4 M
-parameters, 1.21x at 7.7 M, 1.46x at 21 M; a training forward and backward of 8 x 180 tokens 1.19x, 1.44x, 1.56x."""
+"""Smallest model that computes in bfloat16 on a CPU with native bfloat16 dot products. bfloat16 over float32 speed
+on one core of an avx512_bf16 CPU (`benchmarks/cpu_bf16.py`): an engine decoding 8 rows (attending in float32) 0.79x
+at 1.4 M parameters, 1.23x at 7.7 M, 1.43x at 21 M; a packed training forward and backward 1.33x, 1.46x, 1.58x."""
 
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 """`/proc/cpuinfo` flags of native bfloat16 dot products: Intel AMX, AVX-512 BF16 (Intel, AMD Zen 4+), Arm's BF16."""
