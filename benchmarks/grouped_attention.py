@@ -1,5 +1,5 @@
-"""Benchmark: `hf` engine decoding with transformers' `sdpa` attention against `GROUPED_SDPA` (grouped-query KV heads
-kept unrepeated on masked CPU calls, `skyrl_train.models.grouped_attention`).
+"""Benchmark: `hf` engine decoding with transformers' `sdpa` attention against `CPU_SDPA` (grouped-query KV heads
+kept unrepeated on masked CPU calls, `skyrl_train.models.cpu_attention`).
 
 Each workload decodes seeded samples (temperature 1, `ignore_eos`, so every row runs its whole budget) of distinct
 prompts of different lengths (left-padded, hence masked) through a fresh `HFInferenceEngine`, one torch thread, float32,
@@ -35,11 +35,11 @@ from typing import Any
 import torch
 
 from skyrl_train.inference import HFInferenceEngine, InferenceEngineInput, SamplingParams
-from skyrl_train.models.grouped_attention import GROUPED_SDPA
+from skyrl_train.models.cpu_attention import CPU_SDPA
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
 
-ATTENTIONS = ("sdpa", GROUPED_SDPA)
+ATTENTIONS = ("sdpa", CPU_SDPA)
 """The baseline (transformers' own) first, then ours."""
 
 
@@ -73,7 +73,7 @@ def prompts(tokenizer: Any, count: int) -> list[list[int]]:
 def run_once(model: Any, tokenizer: Any, attention: str, workload: Workload) -> dict:
     """One decode of `workload` with `attention` on a fresh engine: seconds, tokens and logprobs."""
     engine = HFInferenceEngine(model, tokenizer, max_batch_size=workload.rows)
-    model.set_attn_implementation(attention)  # the engine switched it to GROUPED_SDPA; the baseline switches back
+    model.set_attn_implementation(attention)  # the engine switched it to CPU_SDPA; the baseline switches back
     params = SamplingParams(max_tokens=workload.new_tokens, temperature=1.0, seed=7, ignore_eos=True)
     request = InferenceEngineInput(prompt_token_ids=prompts(tokenizer, workload.rows), sampling_params=params)
     started = time.perf_counter()

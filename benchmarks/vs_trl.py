@@ -10,8 +10,11 @@ Two shapes (`--shape`, defined in `shapes.py`):
 
 Both sides use the same settings: temperature 1.0, constant lr (no warm-up), AdamW without weight decay, grad-norm
 clip 1.0, PPO clip 0.2, no KL term, token-mean loss, group-std-normalised advantages, one optimizer step per batch,
-fp32, and train `--steps` steps per seed from the same warm start (`--seeds`, each seed sets both sides' sampling,
-data order and initialisation seeds):
+the same compute precision, and train `--steps` steps per seed from the same warm start (`--seeds`, each seed sets
+both sides' sampling, data order and initialisation seeds). The precision is ours to pick (`auto`: float32, or
+bfloat16 for a model of 5 M parameters or more on a CPU with native bfloat16); `--trl-precision match` (the default)
+gives TRL the same one (`bf16=True`: its autocast mixed precision, float32 master weights), `float32` / `bfloat16`
+set TRL's by hand:
 
 - `trl`: `trl.GRPOTrainer` in one process on the CPU (torch's default intra-op threads), generation with
   `transformers`' `generate`, saved with `save_model` at the end.
@@ -35,6 +38,7 @@ TRL is not a dependency of this repo: the script creates (or reuses) a benchmark
 multi-GB CUDA build), then TRL and this repo's skyrl-gym and skyrl-train in editable mode, and re-runs itself there.
 
     python benchmarks/vs_trl.py [--shape short|long] [--seeds 0 1 2] [--steps N] [--ours-overrides k=v ...]
+                                [--trl-precision match|float32|bfloat16]
 """
 
 from __future__ import annotations
@@ -191,9 +195,11 @@ def check_venv(python: Path) -> None:
 
 
 # ----- the two sides (each in its own process) ---------------------------------------------------------------------
-def run_trl(shape: Shape, model_dir: Path, data_dir: Path, work: Path, steps: int, seed: int) -> dict[str, Any]:
-    """Train with `trl.GRPOTrainer` for `steps` steps; per-step times, rewards, generated tokens and resident
-    memory, and TRL's own profiling of its phases."""
+def run_trl(
+    shape: Shape, model_dir: Path, data_dir: Path, work: Path, steps: int, seed: int, dtype: str = "float32"
+) -> dict[str, Any]:
+    """Train with `trl.GRPOTrainer` for `steps` steps, computing in `dtype` (`bfloat16`: TRL's `bf16=True`); per-step
+    times, rewards, generated tokens and resident memory, and TRL's own profiling of its phases."""
     import pandas
     import torch
     from datasets import Dataset
@@ -236,7 +242,7 @@ def run_trl(shape: Shape, model_dir: Path, data_dir: Path, work: Path, steps: in
     config = GRPOConfig(
         output_dir=str(work / "trl"),
         use_cpu=True,
-        bf16=False,
+        bf16=dtype == "bfloat16",
         fp16=False,
         gradient_checkpointing=False,
         max_steps=steps,
@@ -313,6 +319,7 @@ def run_trl(shape: Shape, model_dir: Path, data_dir: Path, work: Path, steps: in
     return {
         "name": "trl",
         "stack": f"trl {__version__} GRPOTrainer, 1 process, transformers generate",
+        "dtype": dtype,
         "threads": {"trainer process (torch intra-op)": torch.get_num_threads()},
         "setup_seconds": setup_seconds,
         "step_seconds": intervals,
@@ -442,7 +449,7 @@ def run_phase(args: argparse.Namespace) -> int:
     model_dir, data_dir = Path((workdir / "model_dir").read_text()), workdir / "data"
     work = workdir / f"seed{seed}"
     if args.phase == "trl":
-        record = run_trl(shape, model_dir, data_dir, work, args.steps, seed)
+        record = run_trl(shape, model_dir, data_dir, work, args.steps, seed, args.trl_dtype)
     else:
         record = run_ours(shape, model_dir, data_dir, work, args.steps, seed, args.ours_overrides)
     (workdir / f"{args.phase}-{seed}.json").write_text(json.dumps(record, indent=1))
@@ -457,6 +464,18 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, torch {torch.__version__}"
 
 
+def our_compute_dtype(shape: Shape, model_dir: Path, data_dir: Path, extra: list[str]) -> str:
+    """The policy's compute dtype our side will use on this machine: its config resolved as a run resolves it."""
+    from shapes import ours_overrides
+
+    from skyrl_train.config import SkyRLConfig
+    from skyrl_train.config.auto_settings import resolve_auto_settings
+
+    cfg = SkyRLConfig.from_cli_overrides(ours_overrides(shape, model_dir, data_dir, data_dir, 1, 0) + extra)
+    resolved, _ = resolve_auto_settings(cfg)
+    return str(resolved.trainer.policy.fsdp.mixed_precision.param_dtype)
+
+
 def run_seed(
     args: argparse.Namespace, shape: Shape, work: Path, seed: int, model_dir: Path, rows: list, before: float
 ) -> dict:
@@ -468,6 +487,8 @@ def run_seed(
         command += ["--shape", shape.name, "--workdir", str(work), "--steps", str(args.steps), "--seeds", str(seed)]
         if args.ours_overrides:
             command += ["--ours-overrides", *args.ours_overrides]
+        if name == "trl":
+            command += ["--trl-dtype", args.trl_dtype]
         began, load_before = time.perf_counter(), os.getloadavg()[0]
         subprocess.run(command, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
         run = json.loads((work / f"{name}-{seed}.json").read_text())
@@ -507,6 +528,9 @@ def orchestrate(args: argparse.Namespace) -> int:
             seed=settings.seed,
         )
         rows = heldout_rows(work / "data")
+        ours_dtype = our_compute_dtype(shape, model_dir, work / "data", args.ours_overrides)
+        args.trl_dtype = ours_dtype if args.trl_precision == "match" else args.trl_precision
+        print(f"vs_trl: ours computes in {ours_dtype} (auto on this machine), TRL in {args.trl_dtype}", flush=True)
         print(f"vs_trl: model {model_dir}; evaluating the initial model on {len(rows)} held-out problems", flush=True)
         accuracy_before = greedy_eval(model_dir, model_dir, rows, shape.max_new_tokens)
         seeds = [run_seed(args, shape, work, seed, model_dir, rows, accuracy_before) for seed in args.seeds]
@@ -530,6 +554,8 @@ def orchestrate(args: argparse.Namespace) -> int:
             "held_out_problems": shape.eval_problems,
             "ours_overrides": args.ours_overrides,
             "trl": TRL_REQUIREMENT,
+            "ours_dtype": ours_dtype,
+            "trl_dtype": args.trl_dtype,
         },
         "accuracy_before": accuracy_before,
         "seeds": seeds,
@@ -550,6 +576,13 @@ def main() -> int:
     parser.add_argument("--warmup-steps", type=int, default=3, help="first steps left out of s/step")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="directory for JSON and PNG")
     parser.add_argument("--ours-overrides", nargs="+", default=[], metavar="KEY=VALUE", help="our config overrides")
+    parser.add_argument(
+        "--trl-precision",
+        choices=["match", "float32", "bfloat16"],
+        default="match",
+        help="TRL's compute dtype: match (the one our auto picks here), or set by hand",
+    )
+    parser.add_argument("--trl-dtype", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--venv", default=str(DEFAULT_VENV), help="the benchmark venv (created when missing)")
     parser.add_argument("--skip-install", action="store_true", help="use --venv as it is (it must have TRL)")
     parser.add_argument("--phase", choices=["trl", "ours"], help=argparse.SUPPRESS)

@@ -136,6 +136,11 @@ def render_vs_trl(data: dict) -> str:
             "Our side's `auto` settings: " + ", ".join(f"`{key}={value}`" for key, value in auto.items()) + "."
         )
     model = settings["model"]
+    precision = (
+        f"compute dtype {settings['ours_dtype']} on our side (`auto`), {settings['trl_dtype']} on TRL's, "
+        if "trl_dtype" in settings
+        else ""
+    )
     loads = [
         run["load_average_1min"][when]
         for s in data["seeds"]
@@ -145,7 +150,8 @@ def render_vs_trl(data: dict) -> str:
     return with_note(
         lines,
         f"{settings['prompts_per_step']} prompts x {settings['samples_per_prompt']} samples per step, at most "
-        f"{settings['max_new_tokens']} new tokens, lr {settings['learning_rate']:g} constant, {settings['steps']} steps per "
+        f"{settings['max_new_tokens']} new tokens, lr {settings['learning_rate']:g} constant, {precision}"
+        f"{settings['steps']} steps per "
         f"seed and side, {settings['held_out_problems']} held-out problems ({model['task']} difficulty "
         f"{model['difficulty']}, model size {model['size']}). 1-minute load average {min(loads):.1f}-{max(loads):.1f} "
         f"around the runs. Measured on {data['machine']}, {data['date']} (`benchmarks/results/{data['benchmark']}.json`, "
@@ -354,6 +360,34 @@ def render_grouped_attention(data: dict) -> str:
     )
 
 
+def render_cpu_bf16(data: dict) -> str:
+    """benchmarks/cpu_bf16.py: bfloat16 against float32 decoding and training per model size, and auto's pick."""
+    lines = [
+        "| model | auto picks | part | setting | seconds (median) | speed-up over float32 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in data["runs"]:
+        model = f"size {run['size']} ({run['parameters'] / 1e6:.1f} M)"
+        base = {part["part"]: part["median_s"] for part in run["parts"] if part["setting"] == "float32"}
+        for part in run["parts"]:
+            lines.append(
+                f"| {model} | {run['auto']} | {part['part']} | {part['setting']} | {part['median_s']:.3f} | "
+                f"{base[part['part']] / part['median_s']:.2f}x |"
+            )
+    start, end = data["load_average_1min"]
+    return with_note(
+        lines,
+        f"decode: one `hf` engine sampling {data['rows']} rows x {data['new_tokens']} tokens (`bfloat16` attends in "
+        "float32, as the engine runs it; the last decode row attends in bfloat16 with transformers' `sdpa`); train: "
+        f"one packed forward and backward of {data['rows']} rows of 95-316 response tokens. Freshly initialised tiny "
+        f"models, {data['rounds']} alternating rounds after a warm-up. Native bfloat16 on this CPU: "
+        f"{data['cpu_bf16'] or 'none'}; `auto` picks bfloat16 from {data['threshold_parameters'] / 1e6:g} M "
+        f"parameters on such a CPU. 1-minute load average {start:.1f} at the start and {end:.1f} at the end. "
+        f"Measured on {data['machine']}, {data['date']} (`benchmarks/results/cpu_bf16.json`, "
+        "`benchmarks/cpu_bf16.py`).",
+    )
+
+
 def render_tx_abuse(data: dict) -> str:
     """benchmarks/tx_abuse.py: each attack and the server's answer, then the good clients alone and under attack."""
     lines = ["| attack | answer | server RSS after |", "|---|---|---|"]
@@ -398,6 +432,7 @@ RENDERERS = {
     "packing": render_packing,
     "prefix_cache": render_prefix_cache,
     "grouped_attention": render_grouped_attention,
+    "cpu_bf16": render_cpu_bf16,
     "quickstart": render_quickstart,
     "quickstart_seeds": render_quickstart_seeds,
     "lora_quickstart": render_quickstart_seeds,

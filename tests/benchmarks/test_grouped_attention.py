@@ -19,7 +19,7 @@ def test_a_small_run_samples_the_same_tokens_and_renders(tmp_path):
     data = json.loads((tmp_path / "grouped_attention.json").read_text())
     (run,) = data["runs"]
     assert run["new_tokens"] == 6 and run["rows"] == 64
-    assert [row["attention"] for row in run["results"]] == ["sdpa", "skyrl_grouped_sdpa"]
+    assert [row["attention"] for row in run["results"]] == ["sdpa", "skyrl_cpu_sdpa"]
     assert run["max_logprob_difference"] <= 1e-6
     table = render_grouped_attention(data)
-    assert "`skyrl_grouped_sdpa`" in table and "| yes |" in table
+    assert "`skyrl_cpu_sdpa`" in table and "| yes |" in table

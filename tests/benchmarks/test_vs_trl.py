@@ -131,3 +131,18 @@ def test_skip_install_refuses_a_venv_without_trl(tmp_path):
     )
     assert result.returncode != 0
     assert "cannot import trl, skyrl_gym and skyrl_train" in result.stderr
+
+
+@pytest.mark.parametrize("size, mlp_ratio", [(2, 3), (7, 4)])
+def test_trl_is_matched_to_the_precision_our_auto_picks_on_this_machine(tmp_path, size, mlp_ratio):
+    """`our_compute_dtype` resolves our side's config as a run does: float32 for a small model; for the long
+    shape's 21 M model bfloat16 exactly when this CPU lists native bfloat16 (what `--trl-precision match` gives TRL)."""
+    from skyrl_train.config.auto_settings import cpu_bf16_flag
+    from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
+
+    model_dir = tmp_path / "model"
+    build_tiny_model(TinyModelSpec(size=size, mlp_ratio=mlp_ratio)).save_pretrained(model_dir)
+    expected = "bfloat16" if size == 7 and cpu_bf16_flag() is not None else "float32"
+    assert vs_trl.our_compute_dtype(shapes.SHAPES["long"], model_dir, tmp_path / "data", []) == expected
+    forced = ["trainer.policy.fsdp.mixed_precision.param_dtype=float32"]
+    assert vs_trl.our_compute_dtype(shapes.SHAPES["long"], model_dir, tmp_path / "data", forced) == "float32"

@@ -3,7 +3,10 @@
 A key set to `auto` gets the value a tuned run would use, and `--dry-run` prints each choice with its reason:
 
 - `trainer.<role>.fsdp.mixed_precision.param_dtype` (and `generator.inference_engine.model_dtype`, which follows the
-  policy's): `bfloat16` on CUDA; `float32` on CPU, where bfloat16 matmuls are slower than float32 ones;
+  policy's): `bfloat16` on CUDA; on a CPU `bfloat16` only when it has native bfloat16 dot products (`avx512_bf16`,
+  `amx_bf16`, Arm's `bf16`) and the model has at least `BF16_CPU_MIN_PARAMETERS` parameters, where bfloat16 matmuls
+  run faster than float32 ones (half the bytes per weight); `float32` on other CPUs (bfloat16 is emulated there) and
+  for smaller models (their weights stay in the caches, and bfloat16's elementwise work costs more than it saves);
 - `trainer.<role>.fsdp.reshard_after_forward`: `false` (keep the gathered parameters from forward to backward, one
   all-gather less per micro-batch) when there is one rank, or when a full copy of the model in its compute dtype
   takes at most `FULL_COPY_SHARE` of a rank's memory; `true` otherwise or when the size is not known;
@@ -53,6 +56,14 @@ ACTIVATION_SHARE = 0.25
 MAX_TOKENS_PER_MICRO_BATCH = 16384
 """Upper bound of the micro-batch token budget: beyond it a pass gains little throughput and only adds memory."""
 
+BF16_CPU_MIN_PARAMETERS = 5_000_000
+"""Smallest model that computes in bfloat16 on a CPU with native bfloat16 dot products. bfloat16 over float32 speed
+on one core of an avx512_bf16 CPU (`benchmarks/cpu_bf16.py`): an engine decoding 8 rows (attending in float32) 0.79x
+at 1.4 M parameters, 1.23x at 7.7 M, 1.43x at 21 M; a packed training forward and backward 1.33x, 1.46x, 1.58x."""
+
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+"""`/proc/cpuinfo` flags of native bfloat16 dot products: Intel AMX, AVX-512 BF16 (Intel, AMD Zen 4+), Arm's BF16."""
+
 UNKNOWN_SIZE_TOKENS = 4096
 """The micro-batch token budget when the model's size or the rank's memory is not known."""
 
@@ -96,6 +107,9 @@ class Machine:
     memory_bytes: Optional[int]
     """GPU memory per device on CUDA; the host's memory on CPU (shared by the processes of a node)."""
     source: str
+    cpu_bf16: Optional[str] = None
+    """The CPU feature that gives native bfloat16 dot products (one of `CPU_BF16_FLAGS`), None when it has none or
+    is not known (not read on CUDA)."""
 
     @classmethod
     def detect(cls, device: str) -> Machine:
@@ -107,11 +121,27 @@ class Machine:
                 props = torch.cuda.get_device_properties(0)
                 return cls("cuda", int(props.total_memory), f"GPU 0 ({props.name})")
             return cls("cuda", None, "no GPU visible to this process")
+        bf16 = cpu_bf16_flag()
         try:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
-            return cls("cpu", None, "host memory unknown")
-        return cls("cpu", int(memory), "host memory")
+            return cls("cpu", None, "host memory unknown", bf16)
+        return cls("cpu", int(memory), "host memory", bf16)
+
+
+def cpu_bf16_flag(cpuinfo: Path = Path("/proc/cpuinfo")) -> Optional[str]:
+    """The first of `CPU_BF16_FLAGS` this CPU lists in `cpuinfo` (x86 `flags`, Arm `Features`), None when it lists
+    none or the file cannot be read (e.g. not Linux)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    listed: set[str] = set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            listed.update(value.split())
+    return next((flag for flag in CPU_BF16_FLAGS if flag in listed), None)
 
 
 @dataclass(frozen=True)
@@ -249,15 +279,34 @@ def rank_memory(cfg: Any, machine: Machine) -> tuple[Optional[int], str]:
     return share, f"{_mb(share)} ({_mb(machine.memory_bytes)} of {machine.source} / {processes} model processes)"
 
 
-def _param_dtype(cfg: Any, role: str, machine: Machine) -> str:
+def _param_dtype(cfg: Any, role: str, machine: Machine, facts: Optional[ModelFacts]) -> str:
     value = _role_section(cfg, role).fsdp.mixed_precision.param_dtype
-    return value if value != AUTO else ("bfloat16" if machine.device == "cuda" else "float32")
+    return value if value != AUTO else choose_compute_dtype(machine, facts)[0]
 
 
-def _choose_dtype(machine: Machine) -> tuple[str, str]:
+def choose_compute_dtype(machine: Machine, facts: Optional[ModelFacts]) -> tuple[str, str]:
+    """`auto`'s compute dtype (`param_dtype`, and the engines' through the policy's) for a model on `machine`, and
+    why: bfloat16 on CUDA, and on a CPU with native bfloat16 for a model of at least `BF16_CPU_MIN_PARAMETERS`."""
     if machine.device == "cuda":
         return "bfloat16", "CUDA: bfloat16 compute, float32 master weights and gradient reduction"
-    return "float32", "CPU: bfloat16 matmuls run slower than float32 ones on CPUs"
+    if machine.cpu_bf16 is None:
+        return (
+            "float32",
+            "CPU without native bfloat16 dot products: bfloat16 matmuls would run slower than float32 ones",
+        )
+    smallest = f"{BF16_CPU_MIN_PARAMETERS / 1e6:g} M parameters"
+    if facts is None:
+        return "float32", f"model size unknown: bfloat16 pays on this CPU ({machine.cpu_bf16}) from {smallest}"
+    size = f"{facts.num_parameters / 1e6:.1f} M parameters"
+    if facts.num_parameters < BF16_CPU_MIN_PARAMETERS:
+        return "float32", (
+            f"{size}, under {smallest}: bfloat16 does not pay at this size even on a CPU with native bfloat16 "
+            f"({machine.cpu_bf16})"
+        )
+    return "bfloat16", (
+        f"CPU with native bfloat16 dot products ({machine.cpu_bf16}) and {size} (at least {smallest}): bfloat16 "
+        "matmuls run faster than float32 ones; float32 master weights and gradient reduction"
+    )
 
 
 def _choose_reshard(
@@ -365,16 +414,17 @@ def auto_choices(cfg: Any, machine: Machine, facts_of: Any = read_model_facts) -
     choices: list[AutoChoice] = []
     memory, mem_note = rank_memory(cfg, machine)
     policy_facts, policy_why = facts_of(cfg.trainer.policy.model.path)
+    dtypes: dict[str, str] = {}
     for role in FSDP_ROLES:
         section = _role_section(cfg, role)
         prefix = "reward.model" if role == "reward" else f"trainer.{role}"
         used = role in _used_fsdp_roles(cfg)
         facts, why_not = facts_of(_role_path(cfg, role)) if used else (None, "role not used")
-        dtype = _param_dtype(cfg, role, machine)
+        dtype = dtypes[role] = _param_dtype(cfg, role, machine, facts)
         world = role_world_size(cfg, role)
         fsdp = section.fsdp
         if fsdp.mixed_precision.param_dtype == AUTO:
-            value, reason = _choose_dtype(machine)
+            value, reason = choose_compute_dtype(machine, facts)
             choices.append(AutoChoice(f"{prefix}.fsdp.mixed_precision.param_dtype", value, reason, used))
         if fsdp.reshard_after_forward == AUTO:
             value, reason = _choose_reshard(world, facts, why_not, memory, mem_note, dtype)
@@ -386,7 +436,7 @@ def auto_choices(cfg: Any, machine: Machine, facts_of: Any = read_model_facts) -
     for role in TRAINED_ROLES:
         section = getattr(cfg.trainer, role)
         facts = policy_facts if role == "policy" else facts_of(_role_path(cfg, role))[0]
-        dtype = _param_dtype(cfg, role, machine)
+        dtype = dtypes[role]
         if section.gradient_checkpointing == AUTO:
             value, reason = _choose_checkpointing(cfg, machine, facts, memory, mem_note, dtype)
             used = role == "policy" or cfg.needs_critic
@@ -405,7 +455,7 @@ def auto_choices(cfg: Any, machine: Machine, facts_of: Any = read_model_facts) -
             policy_facts if policy_facts else None,
             memory,
             mem_note,
-            _param_dtype(cfg, "policy", machine),
+            dtypes["policy"],
             checkpointing["policy"],
         )
         if policy_facts is None:
@@ -417,7 +467,7 @@ def auto_choices(cfg: Any, machine: Machine, facts_of: Any = read_model_facts) -
             choices.append(AutoChoice(f"trainer.{key}", micro, reason))
     engine = cfg.generator.inference_engine
     if engine.model_dtype == AUTO:
-        value = _param_dtype(cfg, "policy", machine)
+        value = dtypes["policy"]
         choices.append(
             AutoChoice(
                 "generator.inference_engine.model_dtype",
@@ -525,8 +575,8 @@ def resolve_fsdp(fsdp: Any, device: str, world_size: int, model: Any) -> Any:
     memory, note = machine.memory_bytes, machine.source
     if memory is not None and device != "cuda":
         memory, note = memory // max(1, world_size), f"{_mb(memory // max(1, world_size))} (host / {world_size} ranks)"
-    dtype = mixed.param_dtype if mixed.param_dtype != AUTO else _choose_dtype(machine)[0]
     facts = model_facts(model)
+    dtype = mixed.param_dtype if mixed.param_dtype != AUTO else choose_compute_dtype(machine, facts)[0]
     reshard = fsdp.reshard_after_forward
     if reshard == AUTO:
         reshard = _choose_reshard(world_size, facts, "", memory, note, dtype)[0]

@@ -70,7 +70,8 @@ class InferenceEngineConfig:
 
     model_dtype: AutoDtype = "auto"
     """Dtype the engines hold weights in (synced weights are cast to it). `auto`: the policy's compute dtype
-    (`trainer.policy.fsdp.mixed_precision.param_dtype`, itself `bfloat16` on CUDA and `float32` on CPU by default)."""
+    (`trainer.policy.fsdp.mixed_precision.param_dtype`, itself `bfloat16` on CUDA and on CPUs with native bfloat16 for
+    models of 5 M parameters or more, else `float32`). The `hf` engine attends in float32 on a CPU."""
 
     gpu_memory_utilization: float = 0.8
     """Fraction of GPU memory an engine may use for weights and KV cache (vLLM's `gpu_memory_utilization`, SGLang's

@@ -23,7 +23,7 @@ from skyrl_train.inference.queued_engine import PendingRequest, QueuedEngine
 from skyrl_train.inference.stopping import trim_stop_string
 from skyrl_train.inference.types import SamplingParams
 from skyrl_train.inference.weight_checks import check_weight_update
-from skyrl_train.models.grouped_attention import use_grouped_sdpa
+from skyrl_train.models.cpu_attention import use_cpu_sdpa
 from skyrl_train.models.lora_state import AdapterMerger, parse_adapter_name
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.utils.compute_clock import ComputeClock
@@ -74,9 +74,9 @@ class HFInferenceEngine(QueuedEngine):
             vocab_size=int(model.get_input_embeddings().num_embeddings),
         )
         self.model = model.eval()
-        self.grouped_attention = use_grouped_sdpa(model)
-        """Whether the model's masked attention keeps grouped-query KV heads unrepeated (`models.grouped_attention`):
-        CPU models with grouped-query heads on transformers' `sdpa`; the same outputs, without copying the KV cache."""
+        self.cpu_attention = use_cpu_sdpa(model)
+        """Whether the model attends with `models.cpu_attention.CPU_SDPA`: CPU models with grouped-query heads or
+        half-precision weights on transformers' `sdpa` (no copy of the KV cache, half-precision attention in float32)."""
         self.max_batch_size = max_batch_size
         self.device = next(model.parameters()).device
         eos = model.generation_config.eos_token_id

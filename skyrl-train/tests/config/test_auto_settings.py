@@ -4,9 +4,11 @@ import pytest
 
 from skyrl_train.config import SkyRLConfig
 from skyrl_train.config.auto_settings import (
+    BF16_CPU_MIN_PARAMETERS,
     Machine,
     ModelFacts,
     auto_keys,
+    cpu_bf16_flag,
     describe_choices,
     read_model_facts,
     resolve_auto_settings,
@@ -21,6 +23,7 @@ MEDIUM = ModelFacts(25_000_000, 8, 512, 1536, 128, "test")
 QWEN_1_5B = ModelFacts(1_540_000_000, 28, 1536, 8960, 151_936, "test")
 QWEN_7B = ModelFacts(7_620_000_000, 28, 3584, 18944, 152_064, "test")
 CPU_HOST = Machine("cpu", 24 * GIB, "host memory")
+BF16_CPU_HOST = Machine("cpu", 24 * GIB, "host memory", cpu_bf16="avx512_bf16")
 H100 = Machine("cuda", 80 * GIB, "GPU 0 (H100)")
 SMALL_GPU = Machine("cuda", 24 * GIB, "GPU 0 (L4)")
 
@@ -60,6 +63,64 @@ def test_a_small_model_on_cpu_gets_the_quickstart_speed_settings():
     assert "gloo collectives do not overlap compute" in choices["trainer.policy.fsdp.shard_layers"].reason
     assert "the whole shard" in choices["trainer.micro_train_batch_size_per_gpu"].reason
     assert auto_keys(cfg) == []
+
+
+def test_a_cpu_with_native_bfloat16_computes_a_large_enough_model_in_bfloat16():
+    cfg, choices = _resolve(MEDIUM, BF16_CPU_HOST, *_two_ranks(*QUICKSTART_SHAPE))
+    assert cfg.trainer.policy.fsdp.mixed_precision.param_dtype == "bfloat16"
+    assert cfg.generator.inference_engine.model_dtype == "bfloat16"  # the engine follows the policy
+    reason = choices["trainer.policy.fsdp.mixed_precision.param_dtype"].reason
+    assert "avx512_bf16" in reason and "25.0 M parameters" in reason
+    # the other choices are made for the dtype picked: a full copy of 25 M bfloat16 parameters is 48 MiB
+    assert "48 MiB in bfloat16" in choices["trainer.policy.fsdp.reshard_after_forward"].reason
+
+
+@pytest.mark.parametrize(
+    "facts, machine, why",
+    [
+        (TINY, BF16_CPU_HOST, "under 5 M parameters"),
+        (ModelFacts(BF16_CPU_MIN_PARAMETERS - 1, 4, 256, 768, 128, "test"), BF16_CPU_HOST, "under 5 M parameters"),
+        (None, BF16_CPU_HOST, "model size unknown"),
+        (MEDIUM, CPU_HOST, "without native bfloat16"),
+    ],
+)
+def test_small_models_and_cpus_without_native_bfloat16_stay_float32(facts, machine, why):
+    cfg, choices = _resolve(facts, machine, *_two_ranks(*QUICKSTART_SHAPE))
+    assert cfg.trainer.policy.fsdp.mixed_precision.param_dtype == "float32"
+    assert cfg.generator.inference_engine.model_dtype == "float32"
+    assert why in choices["trainer.policy.fsdp.mixed_precision.param_dtype"].reason
+
+
+def test_a_model_at_the_threshold_computes_in_bfloat16():
+    facts = ModelFacts(BF16_CPU_MIN_PARAMETERS, 4, 256, 768, 128, "test")
+    cfg, _ = _resolve(facts, BF16_CPU_HOST, *_two_ranks(*QUICKSTART_SHAPE))
+    assert cfg.trainer.policy.fsdp.mixed_precision.param_dtype == "bfloat16"
+
+
+def test_a_dtype_set_by_hand_wins_on_a_bfloat16_cpu():
+    cfg, choices = _resolve(
+        MEDIUM, BF16_CPU_HOST, *_two_ranks(*QUICKSTART_SHAPE, "trainer.policy.fsdp.mixed_precision.param_dtype=float32")
+    )
+    assert cfg.trainer.policy.fsdp.mixed_precision.param_dtype == "float32"
+    assert cfg.generator.inference_engine.model_dtype == "float32"
+    assert "trainer.policy.fsdp.mixed_precision.param_dtype" not in choices
+
+
+@pytest.mark.parametrize(
+    "cpuinfo, flag",
+    [
+        ("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n", "avx512_bf16"),
+        ("flags\t\t: fpu avx512_bf16 amx_bf16 amx_tile\n", "amx_bf16"),
+        ("processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n", "bf16"),
+        ("flags\t\t: fpu sse2 avx2 avx512f avx512bw\n", None),
+        ("model name\t: avx512_bf16 in a name is not a flag\n", None),
+    ],
+)
+def test_the_cpu_bfloat16_flag_is_read_from_cpuinfo(tmp_path, cpuinfo, flag):
+    path = tmp_path / "cpuinfo"
+    path.write_text(cpuinfo)
+    assert cpu_bf16_flag(path) == flag
+    assert cpu_bf16_flag(tmp_path / "missing") is None
 
 
 def test_a_lora_policy_keeps_a_small_model_gathered_like_a_full_fine_tune():

@@ -11,7 +11,7 @@ import torch
 from skyrl_train.inference.hf_decode import DecodeBatch
 from skyrl_train.inference.hf_engine import HFInferenceEngine
 from skyrl_train.inference.types import InferenceEngineInput, InvalidRequest, SamplingParams
-from skyrl_train.models.grouped_attention import GROUPED_SDPA
+from skyrl_train.models.cpu_attention import CPU_SDPA
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 
 LOGPROB_TOLERANCE = 1e-5  # fp32: engine (incremental KV-cache decode) vs one full forward pass
@@ -345,11 +345,11 @@ def test_additional_kwargs_are_refused_by_name(tokenizer, model):
 
 
 def test_the_engine_attends_with_grouped_heads_and_samples_what_plain_sdpa_does(tokenizer, model):
-    """The engine switches its grouped-query model to `GROUPED_SDPA` (no copy of the KV cache per decode step); a
+    """The engine switches its grouped-query model to `CPU_SDPA` (no copy of the KV cache per decode step); a
     copy switched back to transformers' `sdpa` samples the same tokens with the same logprobs."""
     reference = copy.deepcopy(model)
     engine = HFInferenceEngine(model, tokenizer)
-    assert engine.grouped_attention and model.config._attn_implementation == GROUPED_SDPA
+    assert engine.cpu_attention and model.config._attn_implementation == CPU_SDPA
     plain = HFInferenceEngine(reference, tokenizer)
     reference.set_attn_implementation("sdpa")
     prompts = [_ids(p) for p in _prompts(tokenizer, count=3)]  # different lengths: left-padded, so masked

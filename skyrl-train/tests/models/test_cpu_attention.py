@@ -1,5 +1,6 @@
-"""Grouped-query SDPA without repeated KV heads: the same outputs as transformers' `sdpa` on masked calls, no copy of
-the keys and values, and every other call left to transformers."""
+"""The engine's CPU attention: grouped-query SDPA without repeated KV heads (the same outputs as transformers' `sdpa`
+on masked calls, no copy of the keys and values, every other call left to transformers), and half-precision calls
+attended in float32."""
 
 import copy
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from transformers.integrations import sdpa_attention
 
-from skyrl_train.models.grouped_attention import GROUPED_SDPA, grouped_sdpa_attention, use_grouped_sdpa
+from skyrl_train.models.cpu_attention import CPU_SDPA, cpu_sdpa_attention, use_cpu_sdpa
 from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model, tiny_model_config
 
 TOLERANCE = 1e-6
@@ -42,20 +43,23 @@ def left_padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
 def test_a_grouped_query_model_on_the_cpu_is_switched():
     model = build_tiny_model(TinyModelSpec(size=2), seed=0)
     assert model.config.num_key_value_heads < model.config.num_attention_heads
-    assert use_grouped_sdpa(model)
-    assert model.config._attn_implementation == GROUPED_SDPA
+    assert use_cpu_sdpa(model)
+    assert model.config._attn_implementation == CPU_SDPA
 
 
 def test_other_models_are_left_as_they_are():
     config = tiny_model_config(TinyModelSpec(size=2))
     config.num_key_value_heads = config.num_attention_heads
     full_heads = type(build_tiny_model(TinyModelSpec(size=2)))(config)
-    assert not use_grouped_sdpa(full_heads)
+    assert not use_cpu_sdpa(full_heads)
     assert full_heads.config._attn_implementation == "sdpa"
+
+    half_full_heads = type(build_tiny_model(TinyModelSpec(size=2)))(config).to(torch.bfloat16)
+    assert use_cpu_sdpa(half_full_heads), "a bfloat16 model on the CPU attends in float32 even without grouped heads"
 
     eager = build_tiny_model(TinyModelSpec(size=2), seed=0)
     eager.set_attn_implementation("eager")
-    assert not use_grouped_sdpa(eager)
+    assert not use_cpu_sdpa(eager)
     assert eager.config._attn_implementation == "eager"
 
 
@@ -63,7 +67,7 @@ def test_other_models_are_left_as_they_are():
 def test_masked_forward_and_decode_equal_sdpa_without_repeating_heads(architecture, repeat_calls):
     reference = build_tiny_model(TinyModelSpec(size=2, architecture=architecture), seed=0).eval()
     grouped = copy.deepcopy(reference)
-    assert use_grouped_sdpa(grouped)
+    assert use_cpu_sdpa(grouped)
     input_ids, attention = left_padded_batch()
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
@@ -95,16 +99,36 @@ def test_calls_without_a_mask_go_to_transformers(monkeypatch):
         seen.append(attention_mask is None)
         return delegate(module, query, key, value, attention_mask, **kwargs)
 
-    from skyrl_train.models import grouped_attention
+    from skyrl_train.models import cpu_attention
 
-    monkeypatch.setattr(grouped_attention, "sdpa_attention_forward", recording)
+    monkeypatch.setattr(cpu_attention, "sdpa_attention_forward", recording)
     model = build_tiny_model(TinyModelSpec(size=2), seed=0).eval()
-    use_grouped_sdpa(model)
+    use_cpu_sdpa(model)
     module = model.model.layers[0].self_attn
     query, key = torch.randn(1, 4, 3, 32), torch.randn(1, 2, 3, 32)
-    output, _ = grouped_sdpa_attention(module, query, key, key, None, scaling=0.2)
+    output, _ = cpu_sdpa_attention(module, query, key, key, None, scaling=0.2)
     assert seen == [True]
     mask = torch.ones(1, 1, 3, 3, dtype=torch.bool).tril()
-    masked, _ = grouped_sdpa_attention(module, query, key, key, mask, scaling=0.2)
+    masked, _ = cpu_sdpa_attention(module, query, key, key, mask, scaling=0.2)
     assert seen == [True], "a masked CPU call is computed here"
     torch.testing.assert_close(masked, output, atol=TOLERANCE, rtol=0)  # the causal mask is what no-mask means here
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("masked", [True, False])
+def test_half_precision_calls_attend_in_float32(dtype, masked):
+    """The output is float32 attention over the upcast inputs, cast back: bitwise what the float32 call gives."""
+    model = build_tiny_model(TinyModelSpec(size=2), seed=0).to(dtype)
+    assert use_cpu_sdpa(model)
+    module = model.model.layers[0].self_attn
+    generator = torch.Generator().manual_seed(1)
+    query = torch.randn(2, 4, 1, 32, generator=generator).to(dtype)
+    key = torch.randn(2, 2, 40, 32, generator=generator).to(dtype)
+    value = torch.randn(2, 2, 40, 32, generator=generator).to(dtype)
+    mask = torch.ones(2, 1, 1, 40, dtype=torch.bool) if masked else None
+    if masked:
+        mask[1, :, :, :7] = False  # a left-padded row
+    output, _ = cpu_sdpa_attention(module, query, key, value, mask, scaling=0.2)
+    expected, _ = cpu_sdpa_attention(module, query.float(), key.float(), value.float(), mask, scaling=0.2)
+    assert output.dtype == dtype
+    assert torch.equal(output, expected.to(dtype))
