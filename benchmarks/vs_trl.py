@@ -64,6 +64,7 @@ TRL_REQUIREMENT = "trl==1.16.0"
 """The TRL release measured here (it supports transformers 5.x, which skyrl-train pins below 5.20)."""
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from process_memory import process_tree, read_pss_mb  # noqa: E402
 from shapes import SHAPES, Shape  # noqa: E402 - the benchmarks folder is not a package
 from vs_trl_report import plot, print_seed, print_summary, ratios, seed_summary, step_intervals, summarize  # noqa: E402
 
@@ -115,39 +116,6 @@ def greedy_eval(
     model = load_causal_lm(str(model_dir), dtype="float32", device="cpu").eval()
     tokenizer = load_tokenizer(str(tokenizer_dir), padding_side="left")
     return greedy_accuracy(model, tokenizer, rows, max_new_tokens=max_new_tokens)
-
-
-def read_pss_mb(pid: Optional[int] = None) -> Optional[float]:
-    """Proportional set size of `pid` (default: this process) in MB: its resident pages, each page shared with
-    other processes counted as its share (`/proc/<pid>/smaps_rollup`); None when it cannot be read."""
-    try:
-        with open(f"/proc/{pid if pid is not None else 'self'}/smaps_rollup", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-def process_tree(root: int) -> list[int]:
-    """`root`'s descendants (from `/proc`, on Linux), children before grandchildren."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    found, queue = [], list(children.get(root, []))
-    while queue:
-        pid = queue.pop(0)
-        found.append(pid)
-        queue.extend(children.get(pid, []))
-    return found
 
 
 # ----- the benchmark venv ------------------------------------------------------------------------------------------
