@@ -51,7 +51,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,6 +63,7 @@ TRL_REQUIREMENT = "trl==1.16.0"
 """The TRL release measured here (it supports transformers 5.x, which skyrl-train pins below 5.20)."""
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kept_work import check_resumable, run_settings, work_folder  # noqa: E402
 from process_memory import process_tree, read_pss_mb  # noqa: E402
 from shapes import SHAPES, Shape  # noqa: E402 - the benchmarks folder is not a package
 from vs_trl_report import plot, print_seed, print_summary, ratios, seed_summary, step_intervals, summarize  # noqa: E402
@@ -450,21 +450,30 @@ def run_seed(
     """Both sides of one seed, each in a fresh process, then their held-out accuracy and the ratios."""
     runs: dict[str, dict[str, Any]] = {}
     for name in ("trl", "ours"):
-        print(f"vs_trl: seed {seed}, training {name} for {args.steps} steps", flush=True)
-        command = [sys.executable, str(Path(__file__).resolve()), "--skip-install", "--phase", name]
-        command += ["--shape", shape.name, "--workdir", str(work), "--steps", str(args.steps), "--seeds", str(seed)]
-        if args.ours_overrides:
-            command += ["--ours-overrides", *args.ours_overrides]
-        if name == "trl":
-            command += ["--trl-dtype", args.trl_dtype]
-        began, load_before = time.perf_counter(), os.getloadavg()[0]
-        subprocess.run(command, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-        run = json.loads((work / f"{name}-{seed}.json").read_text())
-        run["process_seconds"] = time.perf_counter() - began
-        # a 1-minute load average well above the side's own threads means other work shared the machine
-        run["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
-        run["accuracy_after"] = greedy_eval(run.pop("final_model"), model_dir, rows, shape.max_new_tokens)
-        runs[name] = summarize(run, args.warmup_steps, shape.completions_per_step)
+        side_file = work / f"{name}-{seed}.json"
+        if side_file.exists():  # a side writes its file when its last step is done: a kept folder resumes after it
+            print(f"vs_trl: seed {seed}, {name} already trained in {work}: reused", flush=True)
+            run = json.loads(side_file.read_text())
+        else:
+            print(f"vs_trl: seed {seed}, training {name} for {args.steps} steps", flush=True)
+            command = [sys.executable, str(Path(__file__).resolve()), "--skip-install", "--phase", name]
+            command += ["--shape", shape.name, "--workdir", str(work), "--steps", str(args.steps)]
+            command += ["--seeds", str(seed)]
+            if args.ours_overrides:
+                command += ["--ours-overrides", *args.ours_overrides]
+            if name == "trl":
+                command += ["--trl-dtype", args.trl_dtype]
+            began, load_before = time.perf_counter(), os.getloadavg()[0]
+            subprocess.run(command, check=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+            run = json.loads(side_file.read_text())
+            run["process_seconds"] = time.perf_counter() - began
+            # a 1-minute load average well above the side's own threads means other work shared the machine
+            run["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
+        if "accuracy_after" not in run:
+            run["accuracy_after"] = greedy_eval(run["final_model"], model_dir, rows, shape.max_new_tokens)
+            side_file.write_text(json.dumps(run, indent=1))
+        kept = {key: value for key, value in run.items() if key != "final_model"}  # a path, maybe temporary
+        runs[name] = summarize(kept, args.warmup_steps, shape.completions_per_step)
     seed_record = {"seed": seed, "accuracy_before": before, "runs": runs, "ratios": ratios(runs["ours"], runs["trl"])}
     print_seed(seed_record, shape.completions_per_step)
     return seed_record
@@ -482,8 +491,8 @@ def orchestrate(args: argparse.Namespace) -> int:
     model_dir = get_embedded_model(shape.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="vs_trl_") as scratch:
-        work = Path(scratch)
+    with work_folder(args.work_dir) as work:
+        check_resumable(work, run_settings(args, model_dir))
         (work / "model_dir").write_text(str(model_dir))
         settings = shape.model
         # the test split is the warm start's held-out split (or its first problems): never trained on
@@ -551,6 +560,11 @@ def main() -> int:
         help="TRL's compute dtype: match (the one our auto picks here), or set by hand",
     )
     parser.add_argument("--trl-dtype", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--work-dir",
+        help="keep each side's results and final model here (default: a temporary folder); "
+        "re-running with the same folder and settings reuses the sides already trained and evaluated",
+    )
     parser.add_argument("--venv", default=str(DEFAULT_VENV), help="the benchmark venv (created when missing)")
     parser.add_argument("--skip-install", action="store_true", help="use --venv as it is (it must have TRL)")
     parser.add_argument("--phase", choices=["trl", "ours"], help=argparse.SUPPRESS)

@@ -146,3 +146,47 @@ def test_trl_is_matched_to_the_precision_our_auto_picks_on_this_machine(tmp_path
     assert vs_trl.our_compute_dtype(shapes.SHAPES["long"], model_dir, tmp_path / "data", []) == expected
     forced = ["trainer.policy.fsdp.mixed_precision.param_dtype=float32"]
     assert vs_trl.our_compute_dtype(shapes.SHAPES["long"], model_dir, tmp_path / "data", forced) == "float32"
+
+
+def _side_record(step_seconds, accuracy):
+    record = _run(step_seconds, [100.0] * len(step_seconds), accuracy, 1000.0)
+    return {
+        **record,
+        "rewards": [0.5] * len(step_seconds),
+        "final_model": "/nowhere",
+        "stack": "a stack",
+        "threads": {},
+    }
+
+
+def test_a_kept_work_folder_reuses_sides_already_trained_and_evaluated(tmp_path, monkeypatch):
+    """A stopped `--work-dir` run resumes after its finished sides: nothing is retrained or re-evaluated (a side
+    launch or an evaluation here would fail: no model exists)."""
+    import json
+
+    (tmp_path / "trl-4.json").write_text(json.dumps(_side_record([9.0, 2.0, 2.0], 0.5)))
+    (tmp_path / "ours-4.json").write_text(json.dumps(_side_record([9.0, 1.0, 1.0], 0.6)))
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a finished side was launched again")
+
+    monkeypatch.setattr(vs_trl.subprocess, "run", no_launch)
+    args = vs_trl.argparse.Namespace(steps=3, warmup_steps=1, ours_overrides=[], trl_dtype="float32")
+    record = vs_trl.run_seed(args, shapes.SHAPES["short"], tmp_path, 4, tmp_path / "model", [], before=0.2)
+    assert record["ratios"]["seconds_per_step"] == 0.5
+    assert record["ratios"]["accuracy_after_difference"] == pytest.approx(0.1)
+    assert "final_model" not in record["runs"]["ours"]
+
+
+def test_a_kept_work_folder_refuses_other_settings(tmp_path):
+    settings = {"shape": "long", "steps": 300, "model_dir": "/m", "ours_overrides": [], "trl_precision": "match"}
+    vs_trl.check_resumable(tmp_path, settings)
+    vs_trl.check_resumable(tmp_path, dict(settings))  # the same settings resume
+    with pytest.raises(SystemExit, match=r"other settings \(steps: 300 there, 30 now\)"):
+        vs_trl.check_resumable(tmp_path, {**settings, "steps": 30})
+    with vs_trl.work_folder(str(tmp_path / "kept")) as folder:
+        (folder / "trl-0.json").write_text("{}")
+    assert (tmp_path / "kept" / "trl-0.json").exists()  # kept after the run
+    with vs_trl.work_folder(None) as scratch:
+        assert scratch.exists()
+    assert not scratch.exists()
