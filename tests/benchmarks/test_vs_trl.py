@@ -1,6 +1,7 @@
 """The shared pieces of benchmarks/vs_trl.py (reward rule, timing, ratios, seeds, our config), without TRL installed."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -162,8 +163,6 @@ def _side_record(step_seconds, accuracy):
 def test_a_kept_work_folder_reuses_sides_already_trained_and_evaluated(tmp_path, monkeypatch):
     """A stopped `--work-dir` run resumes after its finished sides: nothing is retrained or re-evaluated (a side
     launch or an evaluation here would fail: no model exists)."""
-    import json
-
     (tmp_path / "trl-4.json").write_text(json.dumps(_side_record([9.0, 2.0, 2.0], 0.5)))
     (tmp_path / "ours-4.json").write_text(json.dumps(_side_record([9.0, 1.0, 1.0], 0.6)))
 
