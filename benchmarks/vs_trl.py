@@ -411,9 +411,9 @@ def describe_stack(cfg: Any) -> str:
 
 
 def run_phase(args: argparse.Namespace) -> int:
-    """`--phase NAME`: train one side in this process and write `<workdir>/<name>-<seed>.json`."""
+    """`--phase NAME`: train one side in this process and write `<work-dir>/<name>-<seed>.json`."""
     logging.basicConfig(level=logging.WARNING)
-    shape, workdir, seed = SHAPES[args.shape], Path(args.workdir), args.seeds[0]
+    shape, workdir, seed = SHAPES[args.shape], Path(args.work_dir), args.seeds[0]
     model_dir, data_dir = Path((workdir / "model_dir").read_text()), workdir / "data"
     work = workdir / f"seed{seed}"
     if args.phase == "trl":
@@ -457,7 +457,7 @@ def run_seed(
         else:
             print(f"vs_trl: seed {seed}, training {name} for {args.steps} steps", flush=True)
             command = [sys.executable, str(Path(__file__).resolve()), "--skip-install", "--phase", name]
-            command += ["--shape", shape.name, "--workdir", str(work), "--steps", str(args.steps)]
+            command += ["--shape", shape.name, "--work-dir", str(work), "--steps", str(args.steps)]
             command += ["--seeds", str(seed)]
             if args.ours_overrides:
                 command += ["--ours-overrides", *args.ours_overrides]
@@ -568,7 +568,6 @@ def main() -> int:
     parser.add_argument("--venv", default=str(DEFAULT_VENV), help="the benchmark venv (created when missing)")
     parser.add_argument("--skip-install", action="store_true", help="use --venv as it is (it must have TRL)")
     parser.add_argument("--phase", choices=["trl", "ours"], help=argparse.SUPPRESS)
-    parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.steps = SHAPES[args.shape].steps if args.steps is None else args.steps
     if args.steps < 1:
@@ -576,6 +575,8 @@ def main() -> int:
     if args.warmup_steps < 0:
         parser.error(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     if args.phase:
+        if not args.work_dir:
+            parser.error("--phase needs --work-dir: the folder the orchestrator prepared (model_dir, data)")
         return run_phase(args)
     venv = Path(args.venv).resolve()
     python = venv / "bin" / "python"

@@ -189,3 +189,35 @@ def test_a_kept_work_folder_refuses_other_settings(tmp_path):
     with vs_trl.work_folder(None) as scratch:
         assert scratch.exists()
     assert not scratch.exists()
+
+
+def test_each_side_is_launched_with_the_work_folder_its_phase_reads(tmp_path, monkeypatch):
+    """The orchestrator's command for a side goes through the real argument parser into `run_phase`, which trains in
+    and writes its results to that same folder (the training itself is replaced: it needs TRL and minutes)."""
+    (tmp_path / "model_dir").write_text(str(tmp_path / "model"))
+    trained_in = []
+
+    def fake_side(shape, model_dir, data_dir, work, *rest):
+        trained_in.append((model_dir, data_dir, work))
+        return _side_record([9.0, 2.0, 2.0], 0.5)
+
+    monkeypatch.setattr(vs_trl, "run_trl", fake_side)
+    monkeypatch.setattr(vs_trl, "run_ours", fake_side)
+
+    def launch(command, **kwargs):
+        assert command[1] == str(REPO / "benchmarks" / "vs_trl.py")
+        monkeypatch.setattr(sys, "argv", command[1:])
+        assert vs_trl.main() == 0
+
+    monkeypatch.setattr(vs_trl.subprocess, "run", launch)
+    args = vs_trl.argparse.Namespace(steps=3, warmup_steps=1, ours_overrides=[], trl_dtype="float32")
+    vs_trl.run_seed(args, shapes.SHAPES["short"], tmp_path, 2, tmp_path / "model", [], before=0.2)
+    assert trained_in == [(tmp_path / "model", tmp_path / "data", tmp_path / "seed2")] * 2
+    assert (tmp_path / "trl-2.json").exists() and (tmp_path / "ours-2.json").exists()
+
+
+def test_a_side_phase_without_a_work_folder_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["vs_trl.py", "--skip-install", "--phase", "ours", "--seeds", "0"])
+    with pytest.raises(SystemExit):
+        vs_trl.main()
+    assert "--phase needs --work-dir" in capsys.readouterr().err
