@@ -5,7 +5,8 @@ The sender keeps one `multiprocessing.shared_memory` block for all its syncs: fo
 the block and sends the block's name through Ray; each engine maps the block (once, then keeps the mapping), copies
 the tensors into its model and acknowledges; only then does the sender pack the next chunk. A chunk larger than the
 block replaces it with a bigger one (the engines then map the new name and drop the old mapping). Only one chunk's
-bytes exist in shared memory at a time; the block is unlinked when the sender closes (or its process exits).
+bytes exist in shared memory at a time; the block is unlinked when the sender closes, and a block whose sender was
+killed first (Ray's kill takes Python's resource tracker with it) is unlinked by the next sender (`shm_blocks`).
 
 Keeping the block saves what a fresh block per chunk costs on every sync: creating and sizing it, the page faults of
 first touching it on both sides, and the resource-tracker messages of creating, attaching and unlinking it.
@@ -25,6 +26,7 @@ import torch
 from skyrl_train.utils.checksum import tensor_checksum
 from skyrl_train.weight_sync.base import SendResult, WeightChunk, WeightReceiver, WeightSender, WeightSyncError
 from skyrl_train.weight_sync.chunks import dtype_from_name, unpack
+from skyrl_train.weight_sync.shm_blocks import create_block, remove_orphaned_blocks
 from skyrl_train.weight_sync.strategy import WeightSyncStrategy, register_weight_sync_strategy
 
 
@@ -75,6 +77,7 @@ class SharedMemorySender(WeightSender):
                 "(use weight_sync_backend=broadcast)"
             )
         self.block: Optional[shared_memory.SharedMemory] = None
+        remove_orphaned_blocks()
 
     def send_chunk(self, tensors: list[torch.Tensor], chunk: WeightChunk) -> None:
         """Pack the chunk into the block (a bigger one when it does not fit) and return once every engine copied it."""
@@ -136,7 +139,7 @@ class SharedMemorySender(WeightSender):
         if self.block is not None and self.block.size < nbytes:
             self._release()
         if self.block is None:
-            self.block = shared_memory.SharedMemory(create=True, size=max(nbytes, 1))
+            self.block = create_block(nbytes)
         return self.block
 
     def _release(self) -> None:

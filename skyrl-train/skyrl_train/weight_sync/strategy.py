@@ -126,6 +126,12 @@ class WeightSenderHost:
             self._weight_sender.close()
         self._weight_sender = make_sender(strategy_name, init_info)
 
+    def close_weight_sender(self) -> None:
+        """Release this actor's sender (e.g. unlink its shared-memory block) before the actor is killed."""
+        sender, self._weight_sender = self._weight_sender, None
+        if sender is not None:
+            sender.close()
+
     def weight_sender_node_id(self) -> str:
         """The Ray node this actor runs on (where the sender's local transports reach)."""
         return ray.get_runtime_context().get_node_id()

@@ -320,7 +320,11 @@ class WorkerGroup:
         )
 
     def shutdown(self) -> None:
-        """Close the ranks' local channels (their sockets go with them) and kill the actors of this group."""
+        """Release what outlives a killed process (a weight sender's shared memory), close the ranks' local channels
+        (their sockets go with them) and kill the actors of this group."""
+        senders = [actor for actor in self.actors if hasattr(actor, "close_weight_sender")]
+        with contextlib.suppress(Exception):  # a dead rank's block is unlinked by the next run's sender instead
+            ray.get([actor.close_weight_sender.remote() for actor in senders], timeout=10)
         if self._channel_state == "open":
             for channel in self._channels:
                 channel.close()

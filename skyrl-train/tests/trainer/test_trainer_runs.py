@@ -3,6 +3,7 @@ verified weight sync, trainer/engine logprob agreement, and on-policy distillati
 
 import gc
 import math
+from pathlib import Path
 
 import pytest
 import ray
@@ -15,6 +16,7 @@ from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
 from skyrl_train.trainer import DRIVER_TORCH_THREADS, LOOP_GC_GEN0_THRESHOLD, RayPPOTrainer
 from skyrl_train.utils.batch_dump import load_batch_dump
+from skyrl_train.weight_sync.shm_blocks import BLOCK_PREFIX
 from skyrl_train.workers.group import WorkerGroup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -37,7 +39,14 @@ class RecordingExp(BasePPOExp):
         self.group_sizes = {group.role: group.world_size for group in self.groups}
         self.worker_info = [info for group in self.groups for info in group.run_all("runtime_info")]
         self.engine_info = ray.get([engine.handle.engine_info.remote() for engine in self.engines])
+        self.blocks_in_use = _shm_blocks()
         super().shutdown()
+        self.blocks_left = _shm_blocks() & self.blocks_in_use
+
+
+def _shm_blocks() -> set[str]:
+    """The shm weight senders' blocks on this machine, by name."""
+    return {path.name for path in Path("/dev/shm").glob(BLOCK_PREFIX + "*")}
 
 
 @pytest.mark.parametrize(
@@ -68,6 +77,8 @@ def test_one_step_per_estimator_trains_and_syncs(
     assert history["weight_sync/verified_tensors"][-1][1] > 0  # checksums of every engine matched the policy
     assert history["weight_sync/version"][-1][1] == 2.0  # initial sync, then one per step
     assert history["weight_sync/writer_ranks"][-1][1] == 2.0  # shm: each FSDP2 rank wrote its own rows
+    # the sender's block is unlinked before its rank is killed (Ray's kill would take the resource tracker along)
+    assert experiment.blocks_in_use and not experiment.blocks_left
     assert history["policy/rollout_train_logprob_abs_diff_mean"][-1][1] < LOGPROB_AGREEMENT
     one_update = "trainer.policy_mini_batch_size=4" in extra
     # one optimizer step: all of the batch; two mini-batches: the first one's (its own first pass)
