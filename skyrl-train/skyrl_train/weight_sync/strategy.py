@@ -122,8 +122,7 @@ class WeightSenderHost:
 
     def init_weight_sender(self, strategy_name: str, init_info: dict[str, Any]) -> None:
         """Create (or replace) this actor's sender for strategy `strategy_name`."""
-        if self._weight_sender is not None:
-            self._weight_sender.close()
+        self.close_weight_sender()
         self._weight_sender = make_sender(strategy_name, init_info)
 
     def close_weight_sender(self) -> None:
