@@ -268,8 +268,9 @@ class DecodeBatch:
             tokens = row.prompt + row.tokens[:-1]
             if int(real.sum()) != len(tokens):  # not this row's whole prefix (never expected): keep nothing
                 continue
-            keys = [layer.keys[index][:, real].clone() for layer in self.cache.layers]
-            values = [layer.values[index][:, real].clone() for layer in self.cache.layers]
+            # boolean-mask indexing already copies: the kept tensors share no storage with the batch's cache
+            keys = [layer.keys[index][:, real] for layer in self.cache.layers]
+            values = [layer.values[index][:, real] for layer in self.cache.layers]
             self.prefix_cache.put(row.session, CachedPrefix(tokens, keys, values, self.version))
 
     @torch.inference_mode()

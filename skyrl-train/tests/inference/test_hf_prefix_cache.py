@@ -157,3 +157,17 @@ def test_weights_changed_in_place_drop_the_kept_prefixes(tokenizer, model, max_l
     again = _generate(engine, [follow], ["a"])
     assert engine.prefix_cache.hits == 0
     _check_against_full_forward(model, [follow], again, max_logprob_error, is_greedy)
+
+
+def test_kept_prefixes_hold_their_own_bytes_only(tokenizer, model):
+    """An entry's keys and values must own storage of exactly their size: a view into the batch's cache would keep
+    the whole batch alive while `nbytes` (what the byte cap counts) saw only the slice."""
+    engine = HFInferenceEngine(model, tokenizer)
+    prompts = [_chat(tokenizer, text) for text in ("What is 2+3?", "Add 11 and 40.", "1+1")]
+    _generate(engine, prompts, ["a", "b", "c"])
+    entries = list(engine.prefix_cache.entries.values())
+    assert len(entries) == 3
+    for entry in entries:
+        tensors = [*entry.keys, *entry.values]
+        assert len({t.untyped_storage().data_ptr() for t in tensors}) == len(tensors)
+        assert sum(t.untyped_storage().nbytes() for t in tensors) == entry.nbytes
