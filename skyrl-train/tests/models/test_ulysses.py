@@ -122,9 +122,10 @@ RANKS_SCRIPT = textwrap.dedent("""
                 sharded_token_scores(model, packed, None), packed_token_scores(model, packed), atol=TOLERANCE, rtol=0
             )
         print(f"EQUAL {rank}", flush=True)
-        # Rank 0 once died in C++ here ("terminate called without an active exception", SIGABRT; about 1 run in 25
-        # on a loaded 2-core machine). Likeliest cause, not proven: a rank tearing gloo down while another still
-        # used the group or the store rank 0 hosts. The barrier lets no rank leave before all are done.
+        # Rank 0 once died in C++ during this script, where exactly is unknown ("terminate called without an active
+        # exception", SIGABRT; about 1 run in 25 on a loaded 2-core machine). Likeliest cause, not proven: a rank
+        # tearing gloo down while another still used the group or the store rank 0 hosts. The barrier lets no rank
+        # leave before all are done.
         dist.barrier()
         dist.destroy_process_group()
 
