@@ -3,12 +3,14 @@
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
 import pytest
 
-from skyrl_gym.tools.retrieval_server import BM25Index, Document, RetrievalServer, load_corpus
+from skyrl_gym.tools import retrieval_server
+from skyrl_gym.tools.retrieval_server import BM25Index, Document, RetrievalServer, create_app, load_corpus
 from skyrl_gym.tools.search import SearchToolGroup
 
 CORPUS = [
@@ -84,6 +86,46 @@ def test_bm25_ranking_and_zero_score_filtering(corpus_file):
     assert nothing == [] and everything == []  # no shared terms (and "the" is a stop word)
     assert len(index.search(["capital"], topk=1)[0]) == 1
     assert index.search([], topk=3) == []
+
+
+def test_a_search_starts_no_thread(monkeypatch):
+    # bm25s starts and joins a thread pool per call for any n_threads but 0: a thread per request on a busy server
+    index = BM25Index([Document(id=record["id"], title="", text=record["text"]) for record in CORPUS[::2]])
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda thread: (started.append(thread.name), start(thread))[1])
+    for _ in range(5):
+        assert index.search(["river in Africa", "yellow fruit"], topk=1)[1][0][0].id == "banana"
+    assert started == []
+
+
+class _ThreadRecordingIndex(BM25Index):
+    """A BM25Index that records the name of each thread its searches run in."""
+
+    threads: list[str]
+
+    def search(self, queries: list[str], topk: int) -> list[list[tuple[Document, float]]]:
+        self.threads.append(threading.current_thread().name)
+        return super().search(queries, topk)
+
+
+@pytest.mark.parametrize(
+    "inline_max, in_thread, expect_worker",
+    [(4, None, False), (3, None, True), (4, True, True), (3, False, False)],
+)
+def test_small_indexes_are_searched_on_the_event_loop_and_large_ones_in_a_worker(
+    monkeypatch, inline_max, in_thread, expect_worker
+):
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setattr(retrieval_server, "INLINE_SEARCH_MAX_DOCUMENTS", inline_max)
+    index = _ThreadRecordingIndex([Document(id=r["id"], title="", text=r.get("text", "")) for r in CORPUS])
+    index.threads = []
+    with TestClient(create_app(index, search_in_thread=in_thread)) as client:
+        loop_thread = client.portal.call(lambda: threading.current_thread().name)
+        assert client.post("/retrieve", json={"query": "yellow fruit"}).json()["result"][0][0]["id"] == "banana"
+    assert len(index.threads) == 1
+    assert (index.threads[0] != loop_thread) is expect_worker
 
 
 @pytest.mark.integration
