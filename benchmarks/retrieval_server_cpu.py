@@ -5,9 +5,9 @@
 Each variant starts `skyrl_gym.tools.retrieval_server`'s app in its own process over the corpus the async benchmark
 uses (200 documents "n is a number"); `--clients` threads, each with its own keep-alive `http.client` connection as
 `benchmarks/async_vs_sync.py`'s envs have, send `--requests` one-query searches in all. The server's CPU seconds
-(user + system, from /proc) over that load, per request, are compared with the first variant's, the server as it
-was before uvloop/httptools and inline searches (bm25s starting a thread pool per call, every search handed to a
-worker thread, asyncio + h11). Variants run interleaved, `--repeats` times each; the table shows the means.
+(user + system, `process_cpu.cpu_snapshot`) over that load, per request, are compared with the first variant's,
+the server as it was before uvloop/httptools and inline searches (bm25s starting a thread pool per call, every search
+handed to a worker thread, asyncio + h11). Variants run interleaved, `--repeats` times each; the table shows the means.
 
 The server shares this machine's cores with the clients, so only the ratios taken in one run mean anything.
 """
@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
+
+from process_cpu import cpu_snapshot  # noqa: E402 - the benchmarks folder is not a package
 
 SERVE = r"""
 import sys
@@ -62,12 +64,6 @@ VARIANTS = [
 ]
 
 
-def server_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100.0  # utime, stime in clock ticks (USER_HZ 100 on Linux)
-
-
 def measure(variant: Variant, corpus: Path, requests: int, clients: int, delay_s: tuple[float, float]) -> float:
     """Milliseconds of server CPU per request for `variant` under the load."""
     command = [
@@ -103,13 +99,13 @@ def measure(variant: Variant, corpus: Path, requests: int, clients: int, delay_s
                 if response.status != 200:
                     failures.append(f"HTTP {response.status}: {payload[:200]!r}")
 
-        before = server_cpu_seconds(server.pid)
+        before = cpu_snapshot()[server.pid][1]
         threads = [threading.Thread(target=client) for _ in range(clients)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        used = server_cpu_seconds(server.pid) - before
+        used = cpu_snapshot()[server.pid][1] - before
         if failures:
             raise RuntimeError(f"{variant.name}: {len(failures)} requests failed, first: {failures[0]}")
         return used / requests * 1000
