@@ -88,6 +88,7 @@ def response_logprobs(
     share_prompts: bool = False,
     pack: bool = False,
     sequence_group: Optional[dist.ProcessGroup] = None,
+    bucket_length: bool = False,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Log-probs [B, R] of the response tokens (columns `prompt_width:`) under `log_softmax(logits / temperature)`,
     and optionally the entropy [B, R] of that distribution. Padding columns hold meaningless values: mask them.
@@ -101,11 +102,20 @@ def response_logprobs(
     share of repeated prompts and with or without gradient checkpointing. Padding columns then hold 0.
 
     `sequence_group` (with `pack`): every rank of that process group passes the same rows and runs the model on its
-    slice of the packed sequence (`models.ulysses`); each gets the whole result."""
+    slice of the packed sequence (`models.ulysses`); each gets the whole result.
+
+    `bucket_length` (with `pack`) rounds the packed length up with filler tokens (`models.packing.bucketed_length`)."""
     if sequence_group is not None and not pack:
         raise ValueError("response_logprobs: a sequence_group splits a packed sequence; pass pack=True")
     if pack:
-        packed = pack_rows(input_ids, attention_mask, position_ids, prompt_width, share_prompts=share_prompts)
+        packed = pack_rows(
+            input_ids,
+            attention_mask,
+            position_ids,
+            prompt_width,
+            share_prompts=share_prompts,
+            bucket_length=bucket_length,
+        )
         if sequence_group is not None:
             return sharded_response_logprobs(model, packed, sequence_group, temperature, with_entropy)
         return packed_response_logprobs(model, packed, temperature=temperature, with_entropy=with_entropy)

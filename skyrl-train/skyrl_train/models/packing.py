@@ -12,6 +12,12 @@ span followed by its own, so each row still sees exactly its prompt and its own 
 The outputs the losses need (log-probs, entropies, values of response token j, predicted at the position before it)
 are read at `predict_positions` only and scattered back to the padded [rows, response columns] layout, with 0 in the
 padding: log-probs, entropies and values equal the padded forward's up to float summation order.
+
+With `bucket_length`, the packed sequence ends with a segment of filler tokens (attending only to each other, read
+by nothing) that rounds its length up to one of 32 lengths per doubling (`bucketed_length`): at most 1/32 more tokens.
+On CPU in bfloat16 oneDNN builds and keeps kernels for every new size, and the heap freed around them is not returned:
+a policy rank of the long benchmark grew from 1.2 to 2.7 GB in 80 steps. Rounded lengths repeat, which cut that
+growth by 18 % in a run and by 44 % in `benchmarks/bf16_cpu_memory.py`, at the same speed (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ class PackedRows:
     response_width: int
     shared_prompt_rows: int
     """Rows whose prompt was not packed again because an earlier row of the micro-batch has the same one."""
+    head_positions: Optional[torch.Tensor] = None
+    """With `bucket_length`: `predict_positions` followed by copies of its last entry up to a bucketed count, the
+    positions the LM head runs at (its matmul then also sees repeating sizes); None: `predict_positions`."""
 
     @property
     def num_tokens(self) -> int:
@@ -77,15 +86,30 @@ def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_
     return inverse.numpy()
 
 
+LENGTH_BUCKETS_PER_DOUBLING = 32
+"""`bucketed_length` rounds a packed length up to one of this many evenly spaced lengths between each power of two."""
+
+
+def bucketed_length(tokens: int) -> int:
+    """`tokens` rounded up to a multiple of `2 ** (bit_length - 6)`: one of `LENGTH_BUCKETS_PER_DOUBLING` lengths
+    in `[2**k, 2**(k+1))`, at most 1/32 above `tokens` (lengths below 64 stay as they are)."""
+    if tokens < 0:
+        raise ValueError(f"bucketed_length: tokens must be >= 0, got {tokens}")
+    step = 1 << max(0, tokens.bit_length() - LENGTH_BUCKETS_PER_DOUBLING.bit_length())
+    return -(-tokens // step) * step
+
+
 def pack_rows(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     prompt_width: int,
     share_prompts: bool = False,
+    bucket_length: bool = False,
 ) -> PackedRows:
     """Pack the rows of a `[pad.. prompt | response ..pad]` micro-batch (tensors [B, W], prompts ending at column
-    `prompt_width`) into one sequence on the tensors' device; see the module docstring.
+    `prompt_width`) into one sequence on the tensors' device; see the module docstring. `bucket_length` appends
+    filler tokens up to `bucketed_length` of the packed length.
 
     Every row is read back at `max(1, response length)` response columns, like the padded forward's output: a row
     without a response still gets one (meaningless, masked) value predicted from its prompt's last token."""
@@ -141,6 +165,12 @@ def pack_rows(
         predict.append(np.concatenate([[prompt_start + prompt - 1], own]))
         slots.append(row * response_width + np.arange(inputs + 1))
 
+    filler = bucketed_length(cursor) - cursor if bucket_length else 0
+    if filler:  # its own segment: no real token attends to it, and no output is read from it
+        sources.append(np.zeros(filler, dtype=np.int64))
+        query_lengths.append(filler)
+        key_pieces.append(np.arange(cursor, cursor + filler))
+        cursor += filler
     source = torch.from_numpy(np.concatenate(sources))
     lengths = np.asarray(query_lengths, dtype=np.int64)
     query_starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -154,13 +184,21 @@ def pack_rows(
         else VarlenSegments(query_starts, lengths, keys, np.asarray([piece.size for piece in key_pieces]))
     )
     device = input_ids.device
-    predict_positions = torch.from_numpy(np.concatenate(predict)).to(device)
+    predict_positions = torch.from_numpy(np.concatenate(predict))
+    head_positions = None
+    if bucket_length:
+        extra = bucketed_length(predict_positions.numel()) - predict_positions.numel()
+        head_positions = torch.cat([predict_positions, predict_positions[-1:].expand(extra)]).to(device)
+    predict_positions = predict_positions.to(device)
     target_slots = torch.from_numpy(np.concatenate(slots)).to(device)
     flat_slot_rows, flat_slot_columns = target_slots // response_width, target_slots % response_width
     source = source.to(device)
+    packed_positions = position_ids.reshape(-1).index_select(0, source).unsqueeze(0)
+    if filler:
+        packed_positions[0, -filler:] = torch.arange(filler, device=device)
     return PackedRows(
         input_ids=input_ids.reshape(-1).index_select(0, source).unsqueeze(0),
-        position_ids=position_ids.reshape(-1).index_select(0, source).unsqueeze(0),
+        position_ids=packed_positions,
         segments=segments,
         predict_positions=predict_positions,
         target_ids=input_ids[flat_slot_rows, prompt_width + flat_slot_columns],
@@ -168,6 +206,7 @@ def pack_rows(
         rows=rows,
         response_width=response_width,
         shared_prompt_rows=rows - len(prompt_starts),
+        head_positions=head_positions,
     )
 
 
@@ -190,8 +229,10 @@ def packed_response_logprobs(
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Log-probs [B, R] (and entropies) of the response tokens from one packed forward; the LM head runs only at
     `predict_positions`. Values past a row's response are 0."""
-    logits = model(**packed.model_inputs(), logits_to_keep=packed.predict_positions).logits
-    logprobs, entropy = target_logprobs(logits[0], packed.target_ids, temperature, with_entropy)
+    positions = packed.predict_positions if packed.head_positions is None else packed.head_positions
+    logits = model(**packed.model_inputs(), logits_to_keep=positions).logits
+    logits = logits[0, : packed.predict_positions.numel()]
+    logprobs, entropy = target_logprobs(logits, packed.target_ids, temperature, with_entropy)
     return packed.scatter(logprobs), None if entropy is None else packed.scatter(entropy)
 
 

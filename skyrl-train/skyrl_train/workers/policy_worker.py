@@ -61,6 +61,7 @@ class LogprobWorker(BaseWorker):
             share_prompts=self.shares_prompt_forward,
             pack=self.packs_rows,
             sequence_group=self.sequence_group,
+            bucket_length=self.buckets_packed_lengths,
         )
 
     @timed_compute("forward")

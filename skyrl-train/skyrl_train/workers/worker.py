@@ -101,6 +101,9 @@ class BaseWorker(ChannelHost):
     """Whether the role's forwards can run packed (`trainer.remove_microbatch_padding`): policy, ref and critic."""
     packs_rows: bool = False
     """Whether this worker runs its micro-batches packed: decided by `init_model` (`_decide_packing`)."""
+    buckets_packed_lengths: bool = False
+    """Whether its packed sequences are rounded up to `models.packing.bucketed_length`: on CPU in bfloat16/float16,
+    where every new length costs oneDNN kernels that stay in memory (decided with `packs_rows`)."""
     _rendezvous: Optional[dist.Store] = None
     """Rank 0's rendezvous server when it chose its own port (see `rendezvous_store`)."""
 
@@ -225,6 +228,7 @@ class BaseWorker(ChannelHost):
                 return False
             enable_packed_attention(model)
             dtype = resolve_dtype(self.section.fsdp.mixed_precision.param_dtype)
+            self.buckets_packed_lengths = self.device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
         logger.info("%s packs its micro-batches (attention: %s)", self.role, describe_kernel(self.device, dtype))
         return True
 
@@ -300,7 +304,12 @@ class BaseWorker(ChannelHost):
         `trainer.share_prompt_forward` (the layout every packed forward of this worker runs)."""
         share = self.cfg.trainer.share_prompt_forward
         return pack_rows(
-            batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share_prompts=share
+            batch.input_ids,
+            batch.attention_mask,
+            batch.position_ids,
+            batch.prompt_width,
+            share_prompts=share,
+            bucket_length=self.buckets_packed_lengths,
         )
 
     def model_inputs(self, entry: tuple[list[int], TrimmedMicroBatch]) -> dict[str, Any]:

@@ -32,10 +32,10 @@ def rollout_row():
 
 @pytest.fixture
 def logprobs_and_gradients():
-    """`logprobs_and_gradients(model, batch, pack=False, share=False)`: the response log-probs and entropies at
+    """`logprobs_and_gradients(model, batch, pack=False, share=False, bucket=False)`: the response log-probs and entropies at
     temperature 0.7 (masked), and the gradients by parameter name of a loss using both, for comparing two paths."""
 
-    def run(model, batch, pack: bool = False, share: bool = False):
+    def run(model, batch, pack: bool = False, share: bool = False, bucket: bool = False):
         model.zero_grad()
         logprobs, entropy = response_logprobs(
             model,
@@ -47,6 +47,7 @@ def logprobs_and_gradients():
             with_entropy=True,
             share_prompts=share,
             pack=pack,
+            bucket_length=bucket,
         )
         mask = batch.response_mask.float()
         ((logprobs + 0.1 * entropy) * mask).sum().backward()

@@ -11,6 +11,8 @@ from transformers import Qwen2ForCausalLM, Qwen2ForTokenClassification
 from skyrl_train.models.logprobs import response_logprobs
 from skyrl_train.models.lora import LoRASettings, apply_lora
 from skyrl_train.models.packing import (
+    LENGTH_BUCKETS_PER_DOUBLING,
+    bucketed_length,
     enable_packed_attention,
     pack_rows,
     packed_response_logprobs,
@@ -63,6 +65,45 @@ def test_packed_forward_and_backward_equal_the_padded_ones(
     packed = logprobs_and_gradients(model, batch, pack=True, share=share)
     assert_same_outputs(packed, padded, LOGPROB_TOLERANCE, GRADIENT_TOLERANCE, 1e-12)
     assert packed[0][batch.response_mask == 0].abs().sum() == 0  # nothing but zeros outside the responses
+
+
+def test_bucketed_lengths_are_few_and_at_most_a_32nd_longer():
+    for low in (64, 1024, 4096):  # every length of one doubling lands on one of 32 (+ the next power of two)
+        assert len({bucketed_length(tokens) for tokens in range(low, 2 * low)}) == LENGTH_BUCKETS_PER_DOUBLING + 1
+    for tokens in range(0, 20000):
+        rounded = bucketed_length(tokens)
+        assert (
+            tokens <= rounded <= tokens * (1 + 1 / LENGTH_BUCKETS_PER_DOUBLING) and bucketed_length(rounded) == rounded
+        )
+    assert [bucketed_length(tokens) for tokens in (0, 63, 65, 2001, 4097)] == [0, 63, 66, 2016, 4224]
+    with pytest.raises(ValueError, match="tokens must be >= 0"):
+        bucketed_length(-1)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_filler_tokens_round_the_length_up_and_change_no_result(
+    share, logprobs_and_gradients, varied_batch, assert_same_outputs
+):
+    """`bucket_length`: the packed sequence and the LM head's positions grow to bucketed lengths; log-probs,
+    entropies and gradients stay the unbucketed ones up to summation order (fillers are a segment of their own)."""
+    batch = varied_batch()
+    plain = pack_rows(batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share)
+    bucketed = pack_rows(
+        batch.input_ids, batch.attention_mask, batch.position_ids, batch.prompt_width, share, bucket_length=True
+    )
+    filler = bucketed.num_tokens - plain.num_tokens
+    assert bucketed.num_tokens == bucketed_length(plain.num_tokens) and filler > 0  # the batch is not a bucket already
+    assert torch.equal(bucketed.input_ids[:, : plain.num_tokens], plain.input_ids)
+    assert bucketed.position_ids[0, plain.num_tokens :].tolist() == list(range(filler))
+    assert bucketed.segments.query_lengths[-1] == filler and torch.equal(
+        bucketed.predict_positions, plain.predict_positions
+    )
+    assert len(bucketed.head_positions) == bucketed_length(len(plain.predict_positions)) > len(plain.predict_positions)
+    model = tiny()
+    enable_packed_attention(model)
+    expected = logprobs_and_gradients(model, batch, pack=True, share=share)
+    got = logprobs_and_gradients(model, batch, pack=True, share=share, bucket=True)
+    assert_same_outputs(got, expected, LOGPROB_TOLERANCE, GRADIENT_TOLERANCE, 1e-12)
 
 
 def test_attention_across_rows_would_change_the_logprobs(varied_batch):

@@ -5,6 +5,7 @@ import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
+from skyrl_train.models.packing import bucketed_length
 from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker
 
 TOLERANCE = 1e-5
@@ -80,6 +81,33 @@ def test_the_ref_and_the_critic_pack_too(single_rank_group, worker_config, make_
     torch.testing.assert_close(packed[1], padded[1], atol=TOLERANCE, rtol=0)
     assert packed[2]["critic/value_loss"] == pytest.approx(padded[2]["critic/value_loss"], rel=1e-5)
     _close_gradients(packed[3], padded[3])
+
+
+def test_bfloat16_on_cpu_packs_to_bucketed_lengths_and_float32_keeps_its_own(
+    single_rank_group, worker_config, make_grouped_batch, grpo_advantages
+):
+    """In bfloat16 on CPU every packed forward (old log-probs, the update) runs at a `bucketed_length`, so oneDNN
+    sees repeating matmul sizes; float32 packs to the rows' own length (the same batch gives lengths off the
+    buckets there, so the check is not vacuous)."""
+    batch = make_grouped_batch(groups=8, samples=4, seed=5)
+    advantages = grpo_advantages(batch)
+    lengths = {}
+    for dtype in ("float32", "bfloat16"):
+        config = worker_config(
+            f"trainer.policy.fsdp.mixed_precision.param_dtype={dtype}",
+            "trainer.micro_forward_batch_size_per_gpu=32",
+            "trainer.micro_train_batch_size_per_gpu=16",
+            "trainer.share_prompt_forward=false",  # every row packs its prompt: lengths past 128
+        )
+        worker = _worker(PolicyWorker, "policy", config, single_rank_group)
+        assert worker.buckets_packed_lengths is (dtype == "bfloat16")
+        shapes = _record_input_shapes(worker)
+        worker.forward(batch)
+        worker.forward_backward(batch, advantages, None, on_policy=True)
+        lengths[dtype] = [tokens for _, tokens in shapes]
+    assert len(lengths["bfloat16"]) == len(lengths["float32"]) == 3  # forward: 1 micro-batch of 32, update: 2 of 16
+    assert any(bucketed_length(tokens) != tokens for tokens in lengths["float32"])
+    assert lengths["bfloat16"] == [bucketed_length(tokens) for tokens in lengths["float32"]]
 
 
 def test_a_model_that_cannot_pack_runs_padded_on_auto_and_fails_on_true(
