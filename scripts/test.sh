@@ -20,4 +20,21 @@ if [ -z "${SKYRL_TX_POSTGRES_URL:-}" ]; then
     echo "[test] PostgreSQL unavailable, the skyrl-tx Postgres tests will skip: $SKYRL_TX_POSTGRES_UNAVAILABLE" >&2
   fi
 fi
-exec "$VENV/bin/python" -m pytest "$@"
+# Two test processes (pytest-xdist) by default: one pytest process keeps about one of two cores busy, and most tests
+# are single-threaded. `worksteal` hands each worker a contiguous half of the tests (module fixtures stay warm) and
+# lets an idle worker take tests from the other's queue. SKYRL_TEST_WORKERS=N sets the count (0: one process, no
+# xdist); a `-n`/`--numprocesses` or `-p no:xdist` of your own wins.
+PARALLEL=()
+case " $* " in
+  *" -n "* | *" -n"[0-9]* | *" --numprocesses"* | *"no:xdist"*) ;;
+  *)
+    CORES="$(nproc 2>/dev/null || echo 1)"
+    WORKERS="${SKYRL_TEST_WORKERS:-$([ "$CORES" -ge 2 ] && echo 2 || echo 0)}"
+    if ! [[ "$WORKERS" =~ ^[0-9]+$ ]]; then
+      echo "[test] error: SKYRL_TEST_WORKERS must be a whole number of test processes (0: no xdist), got '$WORKERS'" >&2
+      exit 2
+    fi
+    [ "$WORKERS" -gt 0 ] && PARALLEL=(-n "$WORKERS" --dist worksteal)
+    ;;
+esac
+exec "$VENV/bin/python" -m pytest "${PARALLEL[@]}" "$@"

@@ -8,8 +8,10 @@ verified by checksum on both. Separate placement puts the engine on the node the
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,14 +25,22 @@ SCRIPT = Path(__file__).with_name("two_node_run.py")
 def runs(spread_tiny_model_dir, data_dir, tmp_path_factory):
     """Both runs' reports, from one child process that owns the simulated cluster."""
     out = tmp_path_factory.mktemp("two_nodes")
-    env = {**os.environ, "RAY_ADDRESS": ""}  # the child starts its own cluster, never the session's
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), spread_tiny_model_dir, str(data_dir), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+    # The child starts its own cluster, never the session's. `Cluster` records its address as the machine's latest
+    # cluster (`<ray temp dir>/ray_current_cluster`), where any `ray.init()` without an address would join it: a
+    # private Ray temp dir (short: Ray's socket paths must stay under 107 characters) keeps it from the other test
+    # processes of a parallel run.
+    ray_tmp = tempfile.mkdtemp(prefix="skyrl-2n-", dir="/tmp")
+    env = {**os.environ, "RAY_ADDRESS": "", "RAY_TMPDIR": ray_tmp}
+    try:
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), spread_tiny_model_dir, str(data_dir), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-4000:]
     reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return {report["run"]: report for report in reports}

@@ -6,6 +6,7 @@ calling event loop."""
 import asyncio
 import os
 import pickle
+import shutil
 import socket
 import stat
 import subprocess
@@ -31,6 +32,15 @@ from skyrl_train.utils.local_channel import (
 class _Unpicklable(Exception):
     def __reduce__(self):
         raise TypeError("this exception does not pickle")
+
+
+@pytest.fixture
+def socket_dir():
+    """A fresh directory with a short path for Unix sockets, whose paths must stay under 108 bytes: pytest's
+    `tmp_path` for a long test name can exceed that, the more so in a pytest-xdist worker (`.../popen-gw0/...`)."""
+    directory = Path(tempfile.mkdtemp(prefix="ch-", dir="/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 async def _handler(value, delay=0.0, fail=None):
@@ -142,41 +152,41 @@ def _dead_pid() -> int:
     return process.pid
 
 
-async def test_the_sweep_removes_only_the_channel_directories_nothing_serves(tmp_path):
+async def test_the_sweep_removes_only_the_channel_directories_nothing_serves(socket_dir):
     """A socket that refuses connections (its server died without closing) and a socket-less directory of a dead
     process go; a live server's directory, a live process's empty one and other files stay."""
-    dead_socket = tmp_path / "skyrl-channel-1-dead"
+    dead_socket = socket_dir / "skyrl-channel-1-dead"
     dead_socket.mkdir()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(dead_socket / "channel.sock"))  # bound, then closed without unlinking: what a killed actor leaves
     listener.close()
-    dead_process = tmp_path / f"skyrl-channel-{_dead_pid()}-empty"
+    dead_process = socket_dir / f"skyrl-channel-{_dead_pid()}-empty"
     dead_process.mkdir()
-    live_process = tmp_path / f"skyrl-channel-{os.getpid()}-starting"
+    live_process = socket_dir / f"skyrl-channel-{os.getpid()}-starting"
     live_process.mkdir()
-    unrelated = tmp_path / "skyrl-other-1"
+    unrelated = socket_dir / "skyrl-other-1"
     unrelated.mkdir()
-    live = tmp_path / "skyrl-channel-2-live"
+    live = socket_dir / "skyrl-channel-2-live"
     live.mkdir()
     server = await asyncio.start_unix_server(lambda reader, writer: writer.close(), path=str(live / "channel.sock"))
     try:
-        removed = await asyncio.to_thread(sweep_stale_channel_dirs, str(tmp_path))
+        removed = await asyncio.to_thread(sweep_stale_channel_dirs, str(socket_dir))
     finally:
         server.close()
     assert sorted(removed) == sorted([str(dead_socket), str(dead_process)])
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([live_process.name, unrelated.name, live.name])
+    assert sorted(path.name for path in socket_dir.iterdir()) == sorted([live_process.name, unrelated.name, live.name])
 
 
-async def test_a_sweep_while_a_server_starts_to_listen_leaves_its_socket(monkeypatch, tmp_path):
+async def test_a_sweep_while_a_server_starts_to_listen_leaves_its_socket(monkeypatch, socket_dir):
     """Another process's sweep can run between the server's `bind` and `listen` (a starting rank's thread may wait for
     the GIL there): a socket found at the channel's path then must already listen, or the sweep takes it for a dead
     server's and removes the live server's directory (clients then fail with "No such file or directory")."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(socket_dir))
     real_listen = socket.socket.listen
     sweeps: list[list[str]] = []
 
     def listen_after_a_sweep(sock, *args):
-        sweeps.append(sweep_stale_channel_dirs(str(tmp_path)))
+        sweeps.append(sweep_stale_channel_dirs(str(socket_dir)))
         return real_listen(sock, *args)
 
     monkeypatch.setattr(socket.socket, "listen", listen_after_a_sweep)
