@@ -208,8 +208,8 @@ def render_thread_counts(data: dict) -> str:
         lines.append(f"| {row['setting']} | {row['idle']:.3f} | {row['busy']:.3f} | {row['busy_over_idle']:.2f} |")
     load = data.get("load_average_1min")
     load_note = (
-        f" (1-minute load average {load[0]:g} at the start and {load[1]:g} at the end: other work shared the machine"
-        " through every row)"
+        f" (1-minute load average {load[0]:g} at the start and {load[1]:g} at the end; the run's own actors and its"
+        " busy core count in the second)"
         if load
         else ""
     )

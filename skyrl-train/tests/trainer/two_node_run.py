@@ -17,7 +17,6 @@ from ray.cluster_utils import Cluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import tiny_config  # noqa: E402  (the trainer tests' tiny config)
-
 from skyrl_train.entrypoints.main_base import BasePPOExp  # noqa: E402
 from skyrl_train.weight_sync.node_aware import describe_weight_sync  # noqa: E402
 
