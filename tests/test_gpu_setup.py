@@ -3,7 +3,7 @@
 No GPU runs here, so the GPU install itself cannot. What can: pip's resolver over each stack's exact requirements
 (`--dry-run`, reading wheel metadata by HTTP range requests, nothing installed), so a version conflict between the
 pinned torch / vLLM / SGLang / megatron-core and our packages' own requirements fails here, not on a user's cluster.
-That slow part runs in `bash scripts/test_installs.sh` (beside the main suite in `.ci/run`); its pip sees only the
+That slow part runs in `bash scripts/test_installs.sh` (after the main suite in `.ci/run`); its pip sees only the
 package index, as on a GPU user's machine (this machine's pip config adds a local CPU torch wheel, which would hide
 the CUDA build's requirements). The fast part checks the script's refusals and that every command on the page is run
 by the snippet test or resolved here.
@@ -119,7 +119,7 @@ RUN_INSTALLS = os.environ.get("SKYRL_RUN_INSTALL_TESTS") == "1"
 )
 @pytest.mark.integration
 @pytest.mark.slow
-# on an idle machine the slower stack (sglang) resolved in 78 s; beside the main suite at nice 19, up to 195 s in CI
+# on an idle machine the slower stack (sglang) resolved in 78 s; at nice 19 beside the main suite, up to 195 s
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("stack", page_stacks())
 def test_gpu_stack_resolves(stack, tmp_path):

@@ -6,7 +6,7 @@ with a local version label, so no index can ever satisfy such a pin, and an inst
 needs fails naming it instead of quietly taking PyPI's. The fast tests here check the pins and that every documented
 install line names the packages by path (`./skyrl-gym`, `-e skyrl-tx`), never by name.
 
-The slow test (`bash scripts/test_installs.sh`, which `.ci/run` runs beside the main suite) runs every documented
+The slow test (`bash scripts/test_installs.sh`, which `.ci/run` runs after the main suite) runs every documented
 install line in a fresh venv against the real index and reads each installed package's `direct_url.json`: it must
 point into this checkout. The venv is shared by the lines: between two lines our packages are uninstalled (their
 third-party requirements stay, which changes nothing about where pip looks for ours).
@@ -294,8 +294,8 @@ installs = pytest.mark.skipif(
 )
 
 # How long one install command may take. On an idle machine the slowest line (setup.sh --core) took 36 s and the shared
-# venv's torch install 24 s; .ci/run runs them at nice 19 beside the main suite, which keeps both cores busy, so they run
-# mostly in its idle moments: there the same two took more than 650 s and 547 s (CI, 2026-12-01). A hang guard only.
+# venv's torch install 24 s; at nice 19 beside the main suite, which keeps both cores busy (where .ci/run ran them until
+# 2026-12-02), the same two took more than 650 s and 547 s. A hang guard that holds on a busy machine, not a goal.
 COMMAND_LIMIT_S = 2400
 
 
