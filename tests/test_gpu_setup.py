@@ -12,12 +12,13 @@ by the snippet test or resolved here.
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from skyrl_gym.sandbox.processes import kill_group
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP = REPO / "scripts" / "setup.sh"
@@ -145,10 +146,10 @@ def test_gpu_stack_resolves(stack, tmp_path):
             size = re.search(r"Downloading \S+ \(([\d.]+) (kB|MB|GB)\)", line)
             if size and float(size.group(1)) * {"kB": 1e-3, "MB": 1.0, "GB": 1e3}[size.group(2)] > MAX_DOWNLOAD_MB:
                 too_large = line.strip()
-                os.killpg(process.pid, signal.SIGKILL)
+                kill_group(process.pid)
                 break
     except BaseException:  # the test's time limit, Ctrl-C: leave no resolver running
-        os.killpg(process.pid, signal.SIGKILL)
+        kill_group(process.pid)
         raise
     process.wait(timeout=60)
     assert too_large is None, f"pip downloaded a whole wheel instead of its metadata: {too_large}"

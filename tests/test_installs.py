@@ -12,19 +12,19 @@ point into this checkout. The venv is shared by the lines: between two lines our
 third-party requirements stay, which changes nothing about where pip looks for ours).
 """
 
-import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from skyrl_gym.sandbox.processes import kill_group
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("skyrl-gym", "skyrl-train", "skyrl-agent", "skyrl-tx")
@@ -309,20 +309,14 @@ def run_in_own_group(command: list[str], *, cwd: Path, env: dict[str, str] | Non
     try:
         stdout, stderr = process.communicate(timeout=COMMAND_LIMIT_S)
     except subprocess.TimeoutExpired:
-        kill_group(process)
+        kill_group(process.pid)
         stdout, stderr = process.communicate()
         pytest.fail(f"`{shlex.join(command)}` ran longer than {COMMAND_LIMIT_S} s:\n{stdout[-2000:]}\n{stderr[-2000:]}")
     except BaseException:
-        kill_group(process)
+        kill_group(process.pid)
         raise
-    kill_group(process)  # anything the command started in the background and left behind
+    kill_group(process.pid)  # anything the command started in the background and left behind
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
-def kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL every process in the group `process` leads (it was started with start_new_session)."""
-    with contextlib.suppress(ProcessLookupError):  # the group has already exited
-        os.killpg(process.pid, signal.SIGKILL)
 
 
 PROBE = """
