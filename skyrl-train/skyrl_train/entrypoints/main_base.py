@@ -42,6 +42,7 @@ from skyrl_train.weight_sync.node_aware import connect_weight_sync, describe_wei
 from skyrl_train.weight_sync.strategy import WEIGHT_SYNC_STRATEGIES
 from skyrl_train.workers import CriticWorker, PolicyWorker, RefWorker, RewardModelWorker
 from skyrl_train.workers.group import WorkerGroup
+from skyrl_train.workers.lora_preflight import lora_model_problems
 from skyrl_train.workers.strategy.megatron_preflight import megatron_model_problems
 
 logger = logging.getLogger(__name__)
@@ -266,7 +267,8 @@ class BasePPOExp:
         cannot run here, fails in seconds."""
         check_registered_names(self.cfg)
         check_engine_backend(EngineSettings.from_config(self.cfg, self.cfg.trainer.policy.model.path or ""))
-        model_problems = megatron_model_problems(self.cfg)
+        # the same LoRA refusal can come from both (the Megatron check wraps the model too): name it once
+        model_problems = list(dict.fromkeys(lora_model_problems(self.cfg) + megatron_model_problems(self.cfg)))
         if model_problems:
             raise ConfigValidationError(model_problems)
         if self.cfg.generator.http_endpoint.enabled:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from peft import LoraConfig, PeftModel, get_peft_model
+from peft.tuners.tuners_utils import BaseTunerLayer
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
@@ -37,14 +38,32 @@ class LoRASettings:
         return self.rank > 0
 
 
+def tied_embedding_modules(model: PreTrainedModel) -> list[str]:
+    """Names of the input and output embedding modules when they share one weight (`tie_word_embeddings`), else
+    empty. Works on a model built on the meta device (tying shares the parameter object)."""
+    try:
+        output, inputs = model.get_output_embeddings(), model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # a model class without one of them has nothing tied
+        return []
+    if output is None or inputs is None or getattr(output, "weight", None) is not getattr(inputs, "weight", False):
+        return []
+    return [name for name, module in model.named_modules() if module is output or module is inputs]
+
+
 def apply_lora(
     model: PreTrainedModel,
     settings: LoRASettings,
     task_type: str = "CAUSAL_LM",
     modules_to_save: Optional[list[str]] = None,
+    setting: str = "target_modules",
 ) -> PeftModel:
     """Wrap `model` with LoRA adapters; only the adapter weights stay trainable, plus the modules named in
-    `modules_to_save`, which train whole (a critic's freshly initialised value head: `TOKEN_CLS`, `["score"]`)."""
+    `modules_to_save`, which train whole (a critic's freshly initialised value head: `TOKEN_CLS`, `["score"]`).
+
+    Refuses adapters on embeddings the model ties together (input and output share one weight): every merge of such
+    an adapter (the hf engine's weight sync, `merge_on_export`) writes its delta into the shared weight, so the
+    merged model changes at both ends and is not the model that was trained. `setting` names the target-modules key
+    in that error (e.g. `trainer.policy.model.lora.target_modules`)."""
     if not settings.enabled:
         raise ValueError(f"LoRA rank must be > 0 to apply adapters, got {settings.rank}")
     if settings.dropout < 0 or settings.dropout >= 1:
@@ -58,7 +77,18 @@ def apply_lora(
         task_type=task_type,
         modules_to_save=modules_to_save,
     )
-    return get_peft_model(model, config)
+    tied = tied_embedding_modules(model)
+    peft_model = get_peft_model(model, config)
+    adapted = [name for name in tied if isinstance(model.get_submodule(name), BaseTunerLayer)]
+    if adapted:
+        raise ValueError(
+            f"{setting}={settings.target_modules!r} puts LoRA adapters on {', '.join(adapted)}, but this model ties its "
+            f"input and output embeddings ({' and '.join(tied)} share one weight, tie_word_embeddings=true): merging "
+            "the adapter (the hf engine's weight sync, merge_on_export) would write it into both ends, and the merged "
+            f"model would not be the one trained. Leave {', '.join(adapted)} out of {setting}, or train a model with "
+            "untied embeddings"
+        )
+    return peft_model
 
 
 def merge_lora(model: PeftModel) -> PreTrainedModel:

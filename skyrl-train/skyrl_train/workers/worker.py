@@ -176,7 +176,10 @@ class BaseWorker(ChannelHost):
         torch.manual_seed(self.cfg.trainer.seed)  # identical freshly initialised weights (e.g. value heads) per rank
         model = self.load_model(path)
         if self.uses_lora:
-            model = apply_lora(model, LoRASettings.from_config(self.section.model.lora), **self.lora_options)
+            key = ROLE_MODEL_PATH_KEYS[self.role].removesuffix(".path") + ".lora.target_modules"
+            model = apply_lora(
+                model, LoRASettings.from_config(self.section.model.lora), **self.lora_options, setting=key
+            )
         self.packs_rows = self._decide_packing(model)
         self._check_sequence_parallel(model)
         self.sequence_group = self._join_sequence_group()

@@ -46,7 +46,7 @@ def adapted_modules(hf_config: Any, lora: Any) -> list[str]:
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
-    peft_model = apply_lora(model, LoRASettings.from_config(lora))
+    peft_model = apply_lora(model, LoRASettings.from_config(lora), setting="trainer.policy.model.lora.target_modules")
     parsed = (parse_adapter_name(name) for name, _ in peft_model.named_parameters())
     return sorted({entry.module for entry in parsed if entry is not None})
 
