@@ -214,7 +214,7 @@ def test_sampling_options_compute_logprobs_and_a_custom_loss(service, tokenizer)
 
     def mean_logprob_loss(batch, logprobs_list):
         loss = -torch.stack([lp.mean() for lp in logprobs_list]).mean()
-        return loss, {"custom_nll": float(loss)}
+        return loss, {"custom_nll": float(loss.detach())}
 
     custom = training.forward_backward_custom(data, mean_logprob_loss).result()
     assert math.isfinite(custom.metrics["loss:sum"]) and "custom_nll" in str(custom.metrics)

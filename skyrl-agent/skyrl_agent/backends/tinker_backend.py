@@ -8,12 +8,25 @@ from skyrl_agent.backends.base import AgentBackend, Generation, TurnRequest
 
 
 class TinkerBackend(AgentBackend):
-    """Generates with `await sampling_client.sample(prompt=ModelInput.from_ints(ids), num_samples=1, ...)`."""
+    """Generates with `await sampling_client.sample(prompt=ModelInput.from_ints(ids), num_samples=1, ...)`.
+
+    `sampling_client` is a `tinker.SamplingClient` or the future of one that `ServiceClient.create_sampling_client`
+    and `TrainingClient.save_weights_and_get_sampling_client` return: the future is awaited at the first turn (the
+    tinker SDK deprecates using the future itself as the client), so building the backend never blocks an event
+    loop."""
 
     name = "tinker"
 
     def __init__(self, sampling_client: Any, tokenizer: Any) -> None:
         self.sampling_client, self.tokenizer = sampling_client, tokenizer
+
+    async def _client(self) -> Any:
+        """The SamplingClient, the future's result once it is awaited (kept for the next turns)."""
+        from tinker import APIFuture
+
+        if isinstance(self.sampling_client, APIFuture):
+            self.sampling_client = await self.sampling_client.result_async()
+        return self.sampling_client
 
     async def generate(self, request: TurnRequest) -> Generation:
         """One sample request; Tinker takes stop strings or stop token ids, strings first."""
@@ -29,7 +42,8 @@ class TinkerBackend(AgentBackend):
             seed=request.seed,
             stop=stop,
         )
-        response = await self.sampling_client.sample(
+        client = await self._client()
+        response = await client.sample(
             prompt=types.ModelInput.from_ints(list(request.prompt_ids)), num_samples=1, sampling_params=sampling
         )
         sequence = response.sequences[0]
