@@ -16,7 +16,7 @@ from skyrl_train.models.tiny import TinyModelSpec, build_tiny_model
 from skyrl_train.models.tokenizer import build_char_tokenizer
 from skyrl_train.trainer import DRIVER_TORCH_THREADS, LOOP_GC_GEN0_THRESHOLD, RayPPOTrainer
 from skyrl_train.utils.batch_dump import load_batch_dump
-from skyrl_train.weight_sync.shm_blocks import BLOCK_PREFIX
+from skyrl_train.weight_sync.shm_blocks import BLOCK_PREFIX, block_owner, pid_namespace
 from skyrl_train.workers.group import WorkerGroup
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -39,14 +39,21 @@ class RecordingExp(BasePPOExp):
         self.group_sizes = {group.role: group.world_size for group in self.groups}
         self.worker_info = [info for group in self.groups for info in group.run_all("runtime_info")]
         self.engine_info = ray.get([engine.handle.engine_info.remote() for engine in self.engines])
-        self.blocks_in_use = _shm_blocks()
+        ranks = {info["pid"] for info in self.worker_info}
+        self.blocks_in_use = _shm_blocks(ranks)
         super().shutdown()
-        self.blocks_left = _shm_blocks() & self.blocks_in_use
+        self.blocks_left = _shm_blocks(ranks) & self.blocks_in_use
 
 
-def _shm_blocks() -> set[str]:
-    """The shm weight senders' blocks on this machine, by name."""
-    return {path.name for path in Path("/dev/shm").glob(BLOCK_PREFIX + "*")}
+def _shm_blocks(pids: set[int]) -> set[str]:
+    """The shm weight senders' blocks made by processes `pids` of this PID namespace, by name. Only this run's ranks
+    count: the other test process (pytest-xdist) may be in the middle of its own run, with its own blocks."""
+    namespace = pid_namespace()
+    return {
+        path.name
+        for path in Path("/dev/shm").glob(BLOCK_PREFIX + "*")
+        if (owner := block_owner(path.name)) is not None and owner[0] == namespace and owner[1] in pids
+    }
 
 
 @pytest.mark.parametrize(
