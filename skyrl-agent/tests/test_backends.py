@@ -2,6 +2,7 @@
 this process, (2) our OpenAI-compatible endpoint on 127.0.0.1 driven by the `openai` client, (3) a skyrl-tx server
 on 127.0.0.1 driven by the official `tinker` client. Greedy turns give the same tokens through all three."""
 
+import asyncio
 import math
 
 import pytest
@@ -126,6 +127,16 @@ def test_the_tinker_backend_against_skyrl_tx_matches_the_engine(
         else:
             backend = TinkerBackend(service.create_sampling_client(base_model=SERVED).result(), tokenizer)
         check_same(through_engine, run_all(backend, tokenizer, batch), logprob_tol=1e-3)
+        if given == "config":  # the backend's own ServiceClient: close() finishes its session (once)
+            client = backend.sampling_client
+            asyncio.run(backend.close())
+            asyncio.run(backend.close())
+            with pytest.raises(RuntimeError, match="closed"):  # the SDK released the session's client
+                client.sample(
+                    prompt=tinker.types.ModelInput.from_ints([1, 2]),
+                    num_samples=1,
+                    sampling_params=tinker.types.SamplingParams(max_tokens=1),
+                ).result()
     finally:
         service.close("success")
         server.stop()

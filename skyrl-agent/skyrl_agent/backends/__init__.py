@@ -49,4 +49,4 @@ def build_backend(name: str, args: dict[str, Any], tokenizer: Any) -> AgentBacke
         raise ValueError("generator.backend_args needs base_url and model_path (or base_model) for the tinker backend")
     service = tinker.ServiceClient(base_url=args["base_url"], api_key=args.get("api_key"))  # None: $TINKER_API_KEY
     sampler = service.create_sampling_client(model_path=args.get("model_path"), base_model=args.get("base_model"))
-    return TinkerBackend(sampler, tokenizer)
+    return TinkerBackend(sampler, tokenizer, service=service)  # close() finishes the session it opened

@@ -13,12 +13,13 @@ class TinkerBackend(AgentBackend):
     `sampling_client` is a `tinker.SamplingClient` or the future of one that `ServiceClient.create_sampling_client`
     and `TrainingClient.save_weights_and_get_sampling_client` return: the future is awaited at the first turn (the
     tinker SDK deprecates using the future itself as the client), so building the backend never blocks an event
-    loop."""
+    loop. `service`, when given, is the `tinker.ServiceClient` that made the client: `close()` finishes its session
+    and stops its heartbeats (`build_backend` passes the one it creates)."""
 
     name = "tinker"
 
-    def __init__(self, sampling_client: Any, tokenizer: Any) -> None:
-        self.sampling_client, self.tokenizer = sampling_client, tokenizer
+    def __init__(self, sampling_client: Any, tokenizer: Any, service: Any = None) -> None:
+        self.sampling_client, self.tokenizer, self.service = sampling_client, tokenizer, service
 
     async def _client(self) -> Any:
         """The SamplingClient, the future's result once it is awaited (kept for the next turns)."""
@@ -51,3 +52,9 @@ class TinkerBackend(AgentBackend):
         logprobs = list(sequence.logprobs) if sequence.logprobs is not None else None
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Generation(ids, text, "length" if sequence.stop_reason == "length" else "stop", logprobs)
+
+    async def close(self) -> None:
+        """Finish the session of the ServiceClient this backend was given (once); a caller's own client stays open."""
+        service, self.service = self.service, None
+        if service is not None:
+            await service.close("success")
