@@ -267,8 +267,7 @@ class BasePPOExp:
         cannot run here, fails in seconds."""
         check_registered_names(self.cfg)
         check_engine_backend(EngineSettings.from_config(self.cfg, self.cfg.trainer.policy.model.path or ""))
-        # the same LoRA refusal can come from both (the Megatron check wraps the model too): name it once
-        model_problems = list(dict.fromkeys(lora_model_problems(self.cfg) + megatron_model_problems(self.cfg)))
+        model_problems = lora_model_problems(self.cfg) + megatron_model_problems(self.cfg)
         if model_problems:
             raise ConfigValidationError(model_problems)
         if self.cfg.generator.http_endpoint.enabled:

@@ -8,11 +8,15 @@ the placement groups, the actors and the model loads. When the policy's `config.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.lora import LoRASettings, apply_lora
 from skyrl_train.workers.strategy.megatron_preflight import local_hf_config
+
+logger = logging.getLogger(__name__)
 
 POLICY_TARGET_MODULES = "trainer.policy.model.lora.target_modules"
 """The key the policy's LoRA refusals name."""
@@ -29,10 +33,15 @@ def lora_model_problems(cfg: SkyRLConfig) -> list[str]:
         return []
     from transformers import AutoModelForCausalLM
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf_config)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hf_config)
+    except Exception as exc:  # noqa: BLE001 - a model transformers cannot build here is the workers' to report
+        logger.debug("LoRA preflight: cannot build %s on the meta device (%s); the workers check it", hf_config, exc)
+        return []
     try:
         apply_lora(model, LoRASettings.from_config(lora), setting=POLICY_TARGET_MODULES)
-    except ValueError as exc:
-        return [str(exc)]
+    except ValueError as exc:  # ours name their key; peft's (e.g. a target module the model lacks) get the section
+        message = str(exc)
+        return [message if message.startswith("trainer.") else f"trainer.policy.model.lora: {message}"]
     return []

@@ -39,6 +39,21 @@ def test_what_the_workers_accept_passes(saved):
     assert lora_model_problems(_cfg("no-such-org/no-such-model", "trainer.policy.model.lora.rank=4", TIED_HEAD)) == []
 
 
+def test_a_target_the_model_lacks_is_refused_with_the_section_named(saved):
+    (problem,) = lora_model_problems(
+        _cfg(saved(False), "trainer.policy.model.lora.rank=4", "trainer.policy.model.lora.target_modules=[q_prj]")
+    )
+    assert problem.startswith("trainer.policy.model.lora: Target modules {'q_prj'} not found in the base model")
+
+
+def test_a_config_with_no_causal_lm_class_is_left_to_the_workers(tmp_path):
+    """A config transformers knows but has no causal-LM class for: the workers' load reports it, in its words."""
+    from transformers import T5Config
+
+    T5Config(num_layers=1, d_model=32, d_kv=8, d_ff=64, num_heads=2).save_pretrained(tmp_path)
+    assert lora_model_problems(_cfg(str(tmp_path), "trainer.policy.model.lora.rank=4", TIED_HEAD)) == []
+
+
 @pytest.mark.parametrize("strategy", ["fsdp2", "megatron"])
 def test_the_experiment_refuses_before_ray_starts_and_names_it_once(saved, strategy):
     from skyrl_train.entrypoints.main_base import BasePPOExp

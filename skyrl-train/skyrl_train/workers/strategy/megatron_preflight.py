@@ -96,7 +96,11 @@ def megatron_model_problems(cfg: SkyRLConfig) -> list[str]:
         lora = cfg.trainer.policy.model.lora
         if role == "policy" and lora.rank > 0:
             try:
-                check_adapted_modules(adapted_modules(hf_config, lora))
+                modules = adapted_modules(hf_config, lora)
+            except ValueError:  # apply_lora's own refusal: `lora_model_problems` names it, for every strategy
+                continue
+            try:
+                check_adapted_modules(modules)
             except ValueError as exc:
                 problems.append(str(exc))
     return problems
