@@ -45,7 +45,8 @@ def tied_embedding_modules(model: PreTrainedModel) -> list[str]:
         output, inputs = model.get_output_embeddings(), model.get_input_embeddings()
     except (AttributeError, NotImplementedError):  # a model class without one of them has nothing tied
         return []
-    if output is None or inputs is None or getattr(output, "weight", None) is not getattr(inputs, "weight", False):
+    weight = getattr(output, "weight", None)
+    if weight is None or weight is not getattr(inputs, "weight", None):
         return []
     return [name for name, module in model.named_modules() if module is output or module is inputs]
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import logging
 
-import torch
-
 from skyrl_train.config.root import SkyRLConfig
 from skyrl_train.models.lora import LoRASettings, apply_lora
-from skyrl_train.workers.strategy.megatron_preflight import local_hf_config
+from skyrl_train.workers.strategy.megatron_preflight import local_hf_config, meta_causal_lm
 
 logger = logging.getLogger(__name__)
 
@@ -31,11 +29,8 @@ def lora_model_problems(cfg: SkyRLConfig) -> list[str]:
     hf_config = local_hf_config(cfg.trainer.policy.model.path)
     if hf_config is None:
         return []
-    from transformers import AutoModelForCausalLM
-
     try:
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(hf_config)
+        model = meta_causal_lm(hf_config)
     except Exception as exc:  # noqa: BLE001 - a model transformers cannot build here is the workers' to report
         logger.debug("LoRA preflight: cannot build %s on the meta device (%s); the workers check it", hf_config, exc)
         return []

@@ -39,14 +39,18 @@ def local_hf_config(path: Optional[str]) -> Optional[Any]:
         return None
 
 
-def adapted_modules(hf_config: Any, lora: Any) -> list[str]:
-    """The Hugging Face module names peft puts adapters on for `lora` (a `trainer.policy.model.lora` section),
-    found on a model built on the meta device."""
+def meta_causal_lm(hf_config: Any) -> torch.nn.Module:
+    """The causal LM of `hf_config` built on the meta device (no weights read or allocated)."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf_config)
-    peft_model = apply_lora(model, LoRASettings.from_config(lora), setting="trainer.policy.model.lora.target_modules")
+        return AutoModelForCausalLM.from_config(hf_config)
+
+
+def adapted_modules(hf_config: Any, lora: Any) -> list[str]:
+    """The Hugging Face module names peft puts adapters on for `lora` (a `trainer.policy.model.lora` section),
+    found on a model built on the meta device."""
+    peft_model = apply_lora(meta_causal_lm(hf_config), LoRASettings.from_config(lora))
     parsed = (parse_adapter_name(name) for name, _ in peft_model.named_parameters())
     return sorted({entry.module for entry in parsed if entry is not None})
 
