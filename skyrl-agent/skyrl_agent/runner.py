@@ -32,7 +32,10 @@ class RunResult:
 
 
 class AgentRunner:
-    """Runs the configured agent on the configured task with `backend` (see `skyrl_agent.config`)."""
+    """Runs the configured agent on the configured task with `backend` (see `skyrl_agent.config`).
+
+    A backend the runner built (`from_config` without one) is the runner's: `close()` / `await aclose()` (or a
+    `with` block) closes it. A backend passed in stays the caller's to close."""
 
     def __init__(self, cfg: Union[AgentRunConfig, dict, str, Path], backend: AgentBackend, tokenizer: Any) -> None:
         self.cfg = load_agent_config(cfg)
@@ -46,6 +49,7 @@ class AgentRunner:
         self.agent_cls = AGENTS.get(self.cfg.agent_cls)
         self.extra_tool_groups = [TOOL_GROUPS.get(name) for name in self.cfg.tools]
         self.renderer = ObservationRenderer(tokenizer)
+        self.owns_backend = False
 
     @classmethod
     def from_config(
@@ -53,9 +57,11 @@ class AgentRunner:
     ) -> AgentRunner:
         """A runner whose backend is built from `generator.backend` and `generator.backend_args` (unless given)."""
         cfg = load_agent_config(source)
-        return cls(
-            cfg, backend or build_backend(cfg.generator.backend, cfg.generator.backend_args, tokenizer), tokenizer
-        )
+        if backend is not None:
+            return cls(cfg, backend, tokenizer)
+        runner = cls(cfg, build_backend(cfg.generator.backend, cfg.generator.backend_args, tokenizer), tokenizer)
+        runner.owns_backend = True
+        return runner
 
     async def arun(self, batch: list[dict[str, Any]], val_mode: bool = False, seed: Optional[int] = None) -> RunResult:
         """Every instance's trajectories (one each in `val_mode`). `seed` makes sampling reproducible: trajectory j
@@ -95,12 +101,48 @@ class AgentRunner:
             executor.shutdown(wait=False)  # a tool abandoned at its timeout must not hold the run up
 
     def run(self, batch: list[dict[str, Any]], val_mode: bool = False, seed: Optional[int] = None) -> RunResult:
-        """`arun` from synchronous code (inside a running event loop, await `arun` instead)."""
+        """`arun` from synchronous code, in an event loop of its own (inside a running one, await `arun` instead).
+        What the backend holds in that loop (`AgentBackend.release_loop`) is released before it closes, so the
+        runner can run again."""
+        self._check_no_running_loop("run", "await runner.arun(...)")
+        return asyncio.run(self._run_in_own_loop(batch, val_mode, seed))
+
+    async def _run_in_own_loop(self, batch: list[dict[str, Any]], val_mode: bool, seed: Optional[int]) -> RunResult:
+        try:
+            return await self.arun(batch, val_mode, seed)
+        finally:
+            await self.backend.release_loop()
+
+    async def aclose(self) -> None:
+        """Close the backend if the runner built it (`from_config` without a backend); else nothing."""
+        if self.owns_backend:
+            self.owns_backend = False
+            await self.backend.close()
+
+    def close(self) -> None:
+        """`aclose` from synchronous code (inside a running event loop, await `aclose` instead)."""
+        self._check_no_running_loop("close", "await runner.aclose()")
+        asyncio.run(self.aclose())
+
+    def __enter__(self) -> AgentRunner:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    async def __aenter__(self) -> AgentRunner:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    @staticmethod
+    def _check_no_running_loop(method: str, instead: str) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.arun(batch, val_mode, seed))
-        raise RuntimeError("AgentRunner.run was called inside a running event loop: use `await runner.arun(...)`")
+            return
+        raise RuntimeError(f"AgentRunner.{method} was called inside a running event loop: use `{instead}`")
 
 
 def run_metrics(trajectories: list[AgentTrajectory], seconds: float) -> dict[str, float]:

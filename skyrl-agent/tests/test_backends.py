@@ -49,8 +49,13 @@ def config(backend: str) -> dict:
 
 
 def run_all(backend, tokenizer, batch):
+    """The batch's greedy trajectories, run twice: each `run` is an event loop of its own, and an HTTP backend's
+    connections from the first must not be reused in the second (they fail with "Event loop is closed")."""
     runner = AgentRunner(config(backend.name), backend, tokenizer)
-    return runner.run(batch, val_mode=True).trajectories
+    first = runner.run(batch, val_mode=True).trajectories
+    again = runner.run(batch, val_mode=True).trajectories
+    assert [t.response_ids for t in again] == [t.response_ids for t in first]
+    return first
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +104,38 @@ def test_the_openai_backend_against_our_endpoint_matches_the_engine(engine_and_t
     try:
         backend = OpenAIBackend(server.url, SERVED, tokenizer)
         check_same(through_engine, run_all(backend, tokenizer, batch), logprob_tol=SAME_ENGINE_LOGPROB_TOL)
+        check_runner_closes_only_its_own_backend(server.url, tokenizer, batch)
     finally:
         server.stop()
+
+
+def check_runner_closes_only_its_own_backend(url, tokenizer, batch):
+    """`from_config` builds the backend, so the runner closes it on leaving `async with`; a backend passed in is the
+    caller's and stays open. Inside one event loop, as a caller with its own loop runs agents."""
+    cfg = config("openai")
+    cfg["generator"]["backend_args"] = {"base_url": url, "model": SERVED}
+
+    async def scenario():
+        async with AgentRunner.from_config(cfg, tokenizer) as runner:
+            await runner.arun(batch[:1], val_mode=True)
+            own = runner.backend.client
+        passed = OpenAIBackend(url, SERVED, tokenizer)
+        async with AgentRunner.from_config(cfg, tokenizer, backend=passed):
+            await passed.generate(probe_turn(tokenizer))
+        kept = passed.client
+        assert own.is_closed() and not kept.is_closed()
+        await passed.close()
+        assert kept.is_closed()
+
+    asyncio.run(scenario())
+
+
+def probe_turn(tokenizer):
+    from skyrl_agent.backends.base import TurnRequest
+    from skyrl_train.inference.types import SamplingParams
+
+    ids = tokenizer.encode("1+1=", add_special_tokens=False)
+    return TurnRequest(ids, [], [], SamplingParams(max_tokens=2, temperature=0.0))
 
 
 # The tinker SDK deprecates using the future `create_sampling_client` returns as the client (a FutureWarning, before

@@ -45,6 +45,12 @@ class AgentBackend(abc.ABC):
     async def generate(self, request: TurnRequest) -> Generation:
         """Sample one model turn."""
 
+    async def release_loop(self) -> None:
+        """Release what is bound to the running event loop (an async HTTP client's connections, say) and stay usable
+        in the next loop. `AgentRunner.run` makes an event loop per call and calls this before closing it. The
+        default holds nothing bound to a loop."""
+        return None
+
     async def close(self) -> None:
         """Release connections; the default holds none."""
         return None

@@ -8,6 +8,7 @@ messages and tool schemas (for servers that only speak chat); the reply's text i
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Optional
 
 from skyrl_agent.backends.base import AgentBackend, Generation, TurnRequest
@@ -32,10 +33,27 @@ class OpenAIBackend(AgentBackend):
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"OpenAIBackend: mode must be one of {list(MODES)}, got {mode!r}")
+        import openai  # noqa: F401 - a missing client library fails here, not at the first turn
+
+        self.base_url, self.api_key, self.timeout_s = base_url, api_key, timeout_s
+        self.model, self.tokenizer, self.mode = model, tokenizer, mode
+        self._client: Any = None
+        self._client_loop: Optional[asyncio.AbstractEventLoop] = None
+
+    @property
+    def client(self) -> Any:
+        """The `openai.AsyncOpenAI` client of the running event loop, made at its first use there.
+
+        Its pooled connections belong to the loop that opened them: reused from another loop they fail with "Event
+        loop is closed" (two `AgentRunner.run` calls, each its own loop). A client left by a loop that has closed
+        cannot be closed any more; it is dropped and a new one made."""
         import openai
 
-        self.client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s)
-        self.model, self.tokenizer, self.mode = model, tokenizer, mode
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s)
+            self._client_loop = loop
+        return self._client
 
     @staticmethod
     def _common(params: SamplingParams, seed: Optional[int]) -> dict[str, Any]:
@@ -88,6 +106,13 @@ class OpenAIBackend(AgentBackend):
         stop_reason = "length" if choice.finish_reason == "length" else "stop"
         return Generation(list(ids), text, stop_reason, logprobs, exact_tokens=exact)
 
+    async def release_loop(self) -> None:
+        """Close this loop's client (its connections); the next turn, in any loop, makes a new one."""
+        client, loop = self._client, self._client_loop
+        self._client, self._client_loop = None, None
+        if client is not None and loop is asyncio.get_running_loop():  # another loop's connections died with it
+            await client.close()
+
     async def close(self) -> None:
         """Close the HTTP connections."""
-        await self.client.close()
+        await self.release_loop()
