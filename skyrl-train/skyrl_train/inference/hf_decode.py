@@ -16,8 +16,8 @@ from typing import Any, Optional
 import torch
 from torch.nn import functional
 from transformers import DynamicCache, PreTrainedModel
-from transformers.cache_utils import DynamicLayer
 
+from skyrl_train.inference.hf_kv_cache import GrowingLayer, new_kv_cache
 from skyrl_train.inference.hf_prefix_cache import CachedPrefix, PrefixCache
 from skyrl_train.inference.sampling import sample_next_tokens, seeded_uniforms, top_logprobs
 from skyrl_train.inference.stopping import StopChecker
@@ -102,7 +102,7 @@ class DecodeBatch:
         self.joinable = True
         """False when the model's cache is not a plain dynamic one (e.g. sliding windows): rows join only while the
         batch is empty."""
-        plain_cache = all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+        plain_cache = all(isinstance(layer, GrowingLayer) for layer in new_kv_cache(model.config).layers)
         self.prefix_cache = prefix_cache if plain_cache else None
         """Where rows with a session find and leave their keys and values (None: off, or a cache that is not plain
         dynamic layers, e.g. sliding windows, whose kept columns would not be the whole prefix)."""
@@ -158,14 +158,11 @@ class DecodeBatch:
             self.rows, self.cache, self.attention, self.logits = list(rows), cache, attention, logits
             self.positions, self.seen, self.uniforms = positions[:, -1] + 1, seen, uniforms
             self.generated = torch.zeros(len(rows), dtype=torch.long, device=self.device)
-            self.joinable = all(type(layer) is DynamicLayer for layer in cache.layers)
+            self.joinable = all(isinstance(layer, GrowingLayer) for layer in cache.layers)
             return
         columns = max(self.attention.shape[1], width)
         for old, new in zip(self.cache.layers, cache.layers, strict=True):
-            old.keys = torch.cat([_left_pad_columns(old.keys, columns, -2), _left_pad_columns(new.keys, columns, -2)])
-            old.values = torch.cat(
-                [_left_pad_columns(old.values, columns, -2), _left_pad_columns(new.values, columns, -2)]
-            )
+            old.join_left_padded(new, columns)
         self.attention = torch.cat(
             [_left_pad_columns(self.attention, columns, 1), _left_pad_columns(attention, columns, 1)]
         )
@@ -200,7 +197,7 @@ class DecodeBatch:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         if self.prefix_cache is not None:
             self.prefix_cache.prefilled_tokens += sum(len(sequence) for sequence in unique)
-        cache = DynamicCache(config=self.model.config)
+        cache = new_kv_cache(self.model.config)
         logits = self._last_logits(input_ids, attention, positions, cache)
         if len(unique) < len(sequences):
             expand = torch.tensor(row_sequence, dtype=torch.long, device=self.device)
@@ -228,7 +225,7 @@ class DecodeBatch:
             attention[index, kept + width - len(new) :] = 1
             positions[index, width - len(new) :] = torch.arange(reuse, len(row.prompt))
         self.prefix_cache.prefilled_tokens += sum(len(row.prompt) - reuse for row, _, reuse in cached)
-        cache = DynamicCache(config=self.model.config)
+        cache = new_kv_cache(self.model.config)
         for layer in range(len(cache.layers)):
             stacked = []
             for part in ("keys", "values"):
@@ -382,7 +379,7 @@ class DecodeBatch:
             if first > 0:
                 self.attention = self.attention[:, first:]
                 for layer in self.cache.layers:
-                    layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+                    layer.drop_left_columns(first)
 
     def _clear(self) -> None:
         self.rows, self.cache, self.attention, self.positions = [], None, None, None
