@@ -9,6 +9,7 @@ messages and tool schemas (for servers that only speak chat); the reply's text i
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, Optional
 
 from skyrl_agent.backends.base import AgentBackend, Generation, TurnRequest
@@ -33,9 +34,9 @@ class OpenAIBackend(AgentBackend):
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"OpenAIBackend: mode must be one of {list(MODES)}, got {mode!r}")
-        import openai  # noqa: F401 - a missing client library fails here, not at the first turn
+        import openai
 
-        self.base_url, self.api_key, self.timeout_s = base_url, api_key, timeout_s
+        self._new_client = functools.partial(openai.AsyncOpenAI, base_url=base_url, api_key=api_key, timeout=timeout_s)
         self.model, self.tokenizer, self.mode = model, tokenizer, mode
         self._client: Any = None
         self._client_loop: Optional[asyncio.AbstractEventLoop] = None
@@ -47,12 +48,9 @@ class OpenAIBackend(AgentBackend):
         Its pooled connections belong to the loop that opened them: reused from another loop they fail with "Event
         loop is closed" (two `AgentRunner.run` calls, each its own loop). A client left by a loop that has closed
         cannot be closed any more; it is dropped and a new one made."""
-        import openai
-
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s)
-            self._client_loop = loop
+            self._client, self._client_loop = self._new_client(), loop
         return self._client
 
     @staticmethod
