@@ -28,11 +28,11 @@ def _data() -> list[TrainDatum]:
 def test_the_dtype_flag_sets_the_base_weights_and_training_still_runs(model_dir, dtype, expected):
     host = LoraHost("org/tiny", model_dir, dtype=dtype)
     assert next(p for n, p in host.model.named_parameters() if "embed" in n).dtype == expected
-    host.add_adapter("a", LoraSpec(rank=2, seed=0))
-    outputs, metrics = host.forward_backward("a", _data(), "cross_entropy", {}, forward_only=False)
+    host.add_adapter("first", LoraSpec(rank=2, seed=0))
+    outputs, metrics = host.forward_backward("first", _data(), "cross_entropy", {}, forward_only=False)
     assert outputs[0]["logprobs"].dtype == np.float32 and np.isfinite(metrics["loss:sum"])
     step = host.optim_step(
-        "a",
+        "first",
         {"learning_rate": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "grad_clip_norm": 0},
     )
     assert step["grad_norm:mean"] > 0
@@ -40,33 +40,35 @@ def test_the_dtype_flag_sets_the_base_weights_and_training_still_runs(model_dir,
 
 def test_two_adapters_train_independently_on_one_base(model_dir):
     host = LoraHost("org/tiny", model_dir)
-    host.add_adapter("a", LoraSpec(rank=2, seed=0))
-    host.add_adapter("b", LoraSpec(rank=4, seed=1))
-    before_b = host.forward_backward("b", _data(), "cross_entropy", {}, forward_only=True)[1]["loss:sum"]
+    host.add_adapter("first", LoraSpec(rank=2, seed=0))
+    host.add_adapter("second", LoraSpec(rank=4, seed=1))
+    before_second = host.forward_backward("second", _data(), "cross_entropy", {}, forward_only=True)[1]["loss:sum"]
     adam = {"learning_rate": 5e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "grad_clip_norm": 0}
     for _ in range(3):
-        host.forward_backward("a", _data(), "cross_entropy", {}, forward_only=False)
-        host.optim_step("a", adam)
-    after_a = host.forward_backward("a", _data(), "cross_entropy", {}, forward_only=True)[1]["loss:sum"]
-    after_b = host.forward_backward("b", _data(), "cross_entropy", {}, forward_only=True)[1]["loss:sum"]
-    assert after_b == pytest.approx(before_b, rel=1e-6)  # b's adapter and the base did not move
-    assert after_a < before_b  # a learned (both start as the base model: B = 0)
+        host.forward_backward("first", _data(), "cross_entropy", {}, forward_only=False)
+        host.optim_step("first", adam)
+    after_first = host.forward_backward("first", _data(), "cross_entropy", {}, forward_only=True)[1]["loss:sum"]
+    after_second = host.forward_backward("second", _data(), "cross_entropy", {}, forward_only=True)[1]["loss:sum"]
+    assert after_second == pytest.approx(before_second, rel=1e-6)  # the second adapter and the base did not move
+    assert after_first < before_second  # the first learned (both start as the base model: B = 0)
 
 
 def test_sampler_weights_saved_again_under_the_same_folder_are_reloaded(model_dir, tmp_path):
     host = LoraHost("org/tiny", model_dir)
-    host.add_adapter("a", LoraSpec(rank=2, seed=0))
+    host.add_adapter("first", LoraSpec(rank=2, seed=0))
     sampler = tmp_path / "sampler"
-    host.save("a", sampler, with_optimizer=False)
+    host.save("first", sampler, with_optimizer=False)
     job = SampleJob(
         prompt=[5, 6, 7], num_samples=1, max_tokens=6, temperature=0.0, top_k=-1, top_p=1.0, seed=0, stop=None
     )
     before = host.sample(sampler, [job])[0].sequences[0]
     adam = {"learning_rate": 5e-1, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0, "grad_clip_norm": 0}
     for _ in range(3):
-        host.forward_backward("a", _data(), "cross_entropy", {}, forward_only=False)
-        host.optim_step("a", adam)
-    host.save("a", sampler, with_optimizer=False)  # the same folder, new weights (save_weights_for_sampler overwrite)
+        host.forward_backward("first", _data(), "cross_entropy", {}, forward_only=False)
+        host.optim_step("first", adam)
+    host.save(
+        "first", sampler, with_optimizer=False
+    )  # the same folder, new weights (save_weights_for_sampler overwrite)
     fresh = LoraHost("org/tiny", model_dir).sample(sampler, [job])[0].sequences[0]
     again = host.sample(sampler, [job])[0].sequences[0]
     assert again.logprobs == pytest.approx(fresh.logprobs, abs=1e-5)  # what a host that never cached it samples
@@ -83,10 +85,10 @@ def test_the_base_model_still_samples_after_every_adapter_is_unloaded(model_dir)
     )
     expected = LoraHost("org/tiny", model_dir).sample(None, [job])[0].sequences
     host = LoraHost("org/tiny", model_dir)
-    for name in ("a", "b"):
+    for name in ("first", "second"):
         host.add_adapter(name, LoraSpec(rank=2, seed=0))
         host.forward_backward(name, _data(), "cross_entropy", {}, forward_only=False)
-    for name in ("a", "b"):  # the sessions end: their adapters are unloaded, the last one being the active one
+    for name in ("first", "second"):  # the sessions end: their adapters are unloaded, the last one being the active one
         host.remove_adapter(name)
         sampled = host.sample(None, [job])[0].sequences
         assert [row.tokens for row in sampled] == [row.tokens for row in expected]
