@@ -66,9 +66,8 @@ def test_sampler_weights_saved_again_under_the_same_folder_are_reloaded(model_di
     for _ in range(3):
         host.forward_backward("first", _data(), "cross_entropy", {}, forward_only=False)
         host.optim_step("first", adam)
-    host.save(
-        "first", sampler, with_optimizer=False
-    )  # the same folder, new weights (save_weights_for_sampler overwrite)
+    # the same folder, new weights (save_weights_for_sampler overwrite)
+    host.save("first", sampler, with_optimizer=False)
     fresh = LoraHost("org/tiny", model_dir).sample(sampler, [job])[0].sequences[0]
     again = host.sample(sampler, [job])[0].sequences[0]
     assert again.logprobs == pytest.approx(fresh.logprobs, abs=1e-5)  # what a host that never cached it samples
