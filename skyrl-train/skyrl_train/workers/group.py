@@ -65,8 +65,10 @@ class WorkerGroupError(RuntimeError):
 class WorkerGroup:
     """`num_workers` Ray actors of `worker_cls` forming one data-parallel (FSDP) group for `role`.
 
-    Rank 0 is created first and picks the rendezvous address (its node IP and a free port); the other ranks join
-    it. With a placement group, rank r runs in bundle `bundles[r]` (default: bundle r). Each actor runs `num_threads` torch
+    Rank 0 picks the rendezvous address (its node IP and a free port) and the other ranks join it. When
+    `worker_cls` has `set_master_address` (every `BaseWorker`), all ranks start at once and learn the address from it
+    once rank 0 runs, so their processes load their libraries side by side; a class without it gets the address at
+    construction, rank 0 first. With a placement group, rank r runs in bundle `bundles[r]` (default: bundle r). Each actor runs `num_threads` torch
     threads (default `max(1, int(num_cpus_per_worker))`).
 
     A group serves one call at a time: every rank runs the group's collectives in the order its calls come, so a
@@ -116,13 +118,21 @@ class WorkerGroup:
             return remote_cls.options(**options)
 
         self.actors: list[Any] = []
+        told_later = hasattr(worker_cls, "set_master_address")
         try:
             self.actors.append(actor_class(0).remote(role, 0, num_workers, None, None, cfg_dict, threads))
+            if told_later:  # every rank imports torch & co. (seconds of CPU each) at the same time
+                for rank in range(1, num_workers):
+                    self.actors.append(actor_class(rank).remote(role, rank, num_workers, None, None, cfg_dict, threads))
             master_addr, master_port = ray.get(self.actors[0].master_address.remote())
-            for rank in range(1, num_workers):
-                self.actors.append(
-                    actor_class(rank).remote(role, rank, num_workers, master_addr, master_port, cfg_dict, threads)
-                )
+            if told_later:
+                calls = [actor.set_master_address.remote(master_addr, master_port) for actor in self.actors[1:]]
+                self.wait_all(calls, "set_master_address", ranks=list(range(1, num_workers)))
+            else:
+                for rank in range(1, num_workers):
+                    self.actors.append(
+                        actor_class(rank).remote(role, rank, num_workers, master_addr, master_port, cfg_dict, threads)
+                    )
         except BaseException:
             # the ranks made so far would live on (holding their CPUs/GPUs) as long as anything held the traceback
             for actor in self.actors:

@@ -91,8 +91,9 @@ class BaseWorker(ChannelHost):
     """One rank of a role. Subclasses set `trainable` and add `forward` / `forward_backward`.
 
     `master_addr`/`master_port` may be None on rank 0: it then rendezvouses on its own node IP and a free port,
-    which `master_address()` reports so the other ranks can be created. Besides Ray, a rank serves its methods on a
-    local channel for callers on its machine (`ChannelHost`, `workers.channel`).
+    which `master_address()` reports. The other ranks take that address at construction, or, created beside rank 0
+    without one (`WorkerGroup` starts every rank at once), from `set_master_address` before `init_model`. Besides
+    Ray, a rank serves its methods on a local channel for callers on its machine (`ChannelHost`, `workers.channel`).
     """
 
     trainable: bool = False
@@ -126,12 +127,14 @@ class BaseWorker(ChannelHost):
         self.cfg = cfg if isinstance(cfg, SkyRLConfig) else SkyRLConfig.from_dict(cfg, validate=False)
         self.cfg = resolved(self.cfg)  # a run's driver resolved every `auto` already; a worker built alone does here
         self.role, self.rank, self.world_size = role, rank, world_size
-        if master_addr is None or master_port is None:
-            if rank != 0:
-                raise ValueError(f"rank {rank} needs master_addr and master_port (only rank 0 may choose its own)")
+        if (master_addr is None) != (master_port is None):
+            raise ValueError(f"master_addr and master_port come together, got {master_addr!r} and {master_port!r}")
+        if master_addr is None and rank == 0:
             self._rendezvous = rendezvous_store(world_size)  # listening from now on: the port cannot be lost
             master_addr, master_port = node_ip(), self._rendezvous.port
-        self.master_addr, self.master_port = master_addr, int(master_port)
+        # None on a rank > 0 until `set_master_address` (rank 0's address is only known once rank 0 runs)
+        self.master_addr: Optional[str] = master_addr
+        self.master_port: Optional[int] = None if master_port is None else int(master_port)
         self.device = resolve_device(self.cfg.resolved_device())
         self.section = ROLE_SECTIONS[role](self.cfg)
         self.model: Optional[torch.nn.Module] = None
@@ -141,9 +144,18 @@ class BaseWorker(ChannelHost):
         """This rank's sequence-parallel group (`_join_sequence_group`), None without sequence parallelism."""
         self.compute_clock = ComputeClock()
 
-    def master_address(self) -> tuple[str, int]:
-        """(address, port) the ranks rendezvous on."""
+    def master_address(self) -> tuple[Optional[str], Optional[int]]:
+        """(address, port) the ranks rendezvous on; (None, None) on a rank > 0 not yet told (`set_master_address`)."""
         return self.master_addr, self.master_port
+
+    def set_master_address(self, master_addr: str, master_port: int) -> None:
+        """Tell a rank created without an address where rank 0 listens (before `init_model`). Rank 0 chose its own:
+        it only accepts that one."""
+        if self.rank == 0 and (master_addr, int(master_port)) != (self.master_addr, self.master_port):
+            raise ValueError(
+                f"rank 0 listens at {self.master_addr}:{self.master_port}, not {master_addr}:{master_port}"
+            )
+        self.master_addr, self.master_port = master_addr, int(master_port)
 
     # ----- model set-up -------------------------------------------------------------------------------------------
 
@@ -151,6 +163,11 @@ class BaseWorker(ChannelHost):
         """Join the group's default process group (gloo on CPU, NCCL on CUDA, plus gloo for CPU tensors when
         `keeps_tensors_on_cpu`) at the rendezvous of rank 0: the first step of `init_model` (a subclass that loads
         its model otherwise starts with it too)."""
+        if self.master_addr is None or self.master_port is None:
+            raise RuntimeError(
+                f"{self.role} rank {self.rank} does not know where rank 0 listens: pass master_addr and master_port "
+                "when creating it, or call set_master_address first (WorkerGroup does)"
+            )
         init_process_group(
             self.rank,
             self.world_size,
