@@ -66,10 +66,10 @@ class WorkerGroup:
     """`num_workers` Ray actors of `worker_cls` forming one data-parallel (FSDP) group for `role`.
 
     Rank 0 picks the rendezvous address (its node IP and a free port) and the other ranks join it. When
-    `worker_cls` has `set_master_address` (every `BaseWorker`), all ranks start at once and learn the address from it
-    once rank 0 runs, so their processes load their libraries side by side; a class without it gets the address at
-    construction, rank 0 first. With a placement group, rank r runs in bundle `bundles[r]` (default: bundle r). Each actor runs `num_threads` torch
-    threads (default `max(1, int(num_cpus_per_worker))`).
+    `worker_cls` has `set_master_address` (every `BaseWorker`), all ranks start at once, so their processes load
+    their libraries side by side, and are told rank 0's address once it runs; a class without it gets the address at
+    construction, rank 0 first. With a placement group, rank r runs in bundle `bundles[r]` (default: bundle r). Each
+    actor runs `num_threads` torch threads (default `max(1, int(num_cpus_per_worker))`).
 
     A group serves one call at a time: every rank runs the group's collectives in the order its calls come, so a
     caller awaits each call before the next (the trainer does). The `_async` calls go through the ranks' local
@@ -120,10 +120,9 @@ class WorkerGroup:
         self.actors: list[Any] = []
         told_later = hasattr(worker_cls, "set_master_address")
         try:
-            self.actors.append(actor_class(0).remote(role, 0, num_workers, None, None, cfg_dict, threads))
-            if told_later:  # every rank imports torch & co. (seconds of CPU each) at the same time
-                for rank in range(1, num_workers):
-                    self.actors.append(actor_class(rank).remote(role, rank, num_workers, None, None, cfg_dict, threads))
+            # told later: every rank imports torch & co. (seconds of CPU each) at the same time
+            for rank in range(num_workers if told_later else 1):
+                self.actors.append(actor_class(rank).remote(role, rank, num_workers, None, None, cfg_dict, threads))
             master_addr, master_port = ray.get(self.actors[0].master_address.remote())
             if told_later:
                 calls = [actor.set_master_address.remote(master_addr, master_port) for actor in self.actors[1:]]

@@ -43,14 +43,19 @@ class _ToldLaterWorker(_StartOrderWorker):
         self.address = (master_addr, master_port)
 
 
-@pytest.mark.integration
-def test_ranks_that_take_the_address_later_all_start_before_rank_0_answers(ray_cluster, tmp_path):
-    cfg = {"folder": str(tmp_path), "wait_s": 60}
-    group = WorkerGroup("policy", _ToldLaterWorker, 2, cfg, num_cpus_per_worker=0.5)
+def _facts(worker_cls: type, folder: Path, wait_s: float) -> tuple[dict, dict]:
+    """Start a 2-rank group of `worker_cls` and return what each rank recorded."""
+    group = WorkerGroup("policy", worker_cls, 2, {"folder": str(folder), "wait_s": wait_s}, num_cpus_per_worker=0.5)
     try:
         rank_0, rank_1 = group.run_all("facts")
     finally:
         group.shutdown()
+    return rank_0, rank_1
+
+
+@pytest.mark.integration
+def test_ranks_that_take_the_address_later_all_start_before_rank_0_answers(ray_cluster, tmp_path):
+    rank_0, rank_1 = _facts(_ToldLaterWorker, tmp_path, wait_s=60)
     assert rank_0["saw"] is True  # rank 1 ran its constructor while rank 0 was still in its own
     assert rank_1["constructed_with"] == (None, None)
     assert rank_0["address"] == rank_1["address"] == RANK_0_ADDRESS  # told by set_master_address
@@ -58,12 +63,7 @@ def test_ranks_that_take_the_address_later_all_start_before_rank_0_answers(ray_c
 
 @pytest.mark.integration
 def test_a_class_without_set_master_address_gets_rank_0s_address_at_construction(ray_cluster, tmp_path):
-    cfg = {"folder": str(tmp_path), "wait_s": 1}
-    group = WorkerGroup("policy", _StartOrderWorker, 2, cfg, num_cpus_per_worker=0.5)
-    try:
-        rank_0, rank_1 = group.run_all("facts")
-    finally:
-        group.shutdown()
+    rank_0, rank_1 = _facts(_StartOrderWorker, tmp_path, wait_s=1)
     assert rank_0["saw"] is False  # rank 1 was created only once rank 0 had answered
     assert rank_1["constructed_with"] == RANK_0_ADDRESS
 
