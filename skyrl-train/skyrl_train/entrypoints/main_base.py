@@ -49,6 +49,16 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+async def _in_two_threads(first: Callable[[], Any], second: Callable[[], Any]) -> tuple[Any, Any]:
+    """Run two blocking calls at once, each in a thread, and return both results; when either raised, raise the
+    first one's error once both have ended (a thread cannot be cancelled: nothing runs on behind the error)."""
+    results = await asyncio.gather(asyncio.to_thread(first), asyncio.to_thread(second), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results[0], results[1]
+
+
 class BasePPOExp:
     """One experiment. Override a `get_*` hook to swap a part (dataset, generator, trainer, tracker, ...)."""
 
@@ -176,6 +186,12 @@ class BasePPOExp:
         self.reward_scorer = RewardScorer.from_config(self.cfg, tokenizer, self.reward_group)
         return self.reward_scorer
 
+    def engines_start_beside_workers(self) -> bool:
+        """Whether `get_worker_groups` and `get_inference_engines` run at the same time (each in a thread of its own),
+        so the engines' processes load their libraries and models while the workers' do. Not when they share GPUs
+        (`colocate_all` on CUDA): an engine sizes its KV cache from the memory the workers' models left free."""
+        return not (self.cfg.trainer.placement.colocate_all and self.cfg.resolved_device().startswith("cuda"))
+
     def get_inference_engines(self, placement: Placement) -> list[Any]:
         """Engine actors serving the policy's initial weights."""
         slot = placement.slots["engine"]
@@ -299,8 +315,14 @@ class BasePPOExp:
         eval_items, total_steps = self.eval_items, self.total_steps
         trainer_cfg = self.cfg.trainer
         self.placement = self.get_placement()
-        policy, ref, critic = self.get_worker_groups(self.placement, total_steps)
-        engines = self.get_inference_engines(self.placement)
+        if self.engines_start_beside_workers():
+            (policy, ref, critic), engines = await _in_two_threads(
+                lambda: self.get_worker_groups(self.placement, total_steps),
+                lambda: self.get_inference_engines(self.placement),
+            )
+        else:
+            policy, ref, critic = self.get_worker_groups(self.placement, total_steps)
+            engines = self.get_inference_engines(self.placement)
         client = self.get_inference_client(engines)
         generator = self.get_generator(client, tokenizer)
         self.share_prompt_ids(generator)
